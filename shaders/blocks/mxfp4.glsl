@@ -1,0 +1,26 @@
+// MXFP4: e (E8M0 shared exponent), qs[16] of e2m1 nibbles laid out as Q4_0.
+// The quant is the doubled e2m1 value (an integer in -12..12) and the scale
+// 2^(e-128) (half of 2^(e-127), which undoes the doubling).
+#define QUANTS_SIGNED
+// e2m1 magnitudes doubled, {0,1,2,3,4,6,8,12}, as nibbles of one constant:
+// a shift instead of an array lookup (arrays are slow on some compilers).
+const uint E2M1_X2_NIBBLES = 0xC8643210u;
+uint e2m1_bytes(uint nibbles) {
+    uint r = 0u;
+    for (uint i = 0u; i < 4u; i++) {
+        uint n = (nibbles >> (8u * i)) & 0xFu;
+        uint v = (E2M1_X2_NIBBLES >> ((n & 7u) * 4u)) & 0xFu;
+        r |= ((n & 8u) != 0u ? (0u - v) & 0xFFu : v) << (8u * i);
+    }
+    return r;
+}
+uvec4 block_quants(uint ib, uint sb, uint h) {
+    uvec4 n = (w128[FIELD_OFF_qs / 4u + ib] >> (4u * h)) & 0x0F0F0F0Fu;
+    return uvec4(e2m1_bytes(n.x), e2m1_bytes(n.y), e2m1_bytes(n.z), e2m1_bytes(n.w));
+}
+vec4 block_scales(uint ib, uint sb) {
+    uint e = field_byte(FIELD_OFF_e, ib);
+    // 2^(e-128) exactly, as a denormal for e < 2
+    float scale = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+    return vec4(scale, 0.0, scale, 0.0);
+}

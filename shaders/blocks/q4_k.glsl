@@ -1,0 +1,12 @@
+// Q4_K: d, dmin (fp16), (scale, min) byte pairs per sub-block (unpacked from
+// the 6-bit packing), qs as nibbles per sub-block; value d*sc*q - dmin*m.
+#include "bitplanes.glsl"
+uvec4 block_quants(uint ib, uint sb, uint h) {
+    return nibbles(FIELD_OFF_qs, ib * 8u + sb, h);
+}
+vec4 block_scales(uint ib, uint sb) {
+    uint w = byte_pair(FIELD_OFF_scales, ib, sb);
+    vec2 dm = field_half2(FIELD_OFF_dm, ib);
+    vec2 so = vec2(dm.x * float(w & 0xFFu), -dm.y * float((w >> 8) & 0xFFu));
+    return vec4(so, so);
+}

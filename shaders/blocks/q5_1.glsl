@@ -1,0 +1,9 @@
+// Q5_1: d, m (fp16), qh (fifth bits, as a bits1 plane), qs[16]; value d*q + m.
+#include "bitplanes.glsl"
+uvec4 block_quants(uint ib, uint sb, uint h) {
+    return nibbles(FIELD_OFF_qs, ib, h) | (bits1(FIELD_OFF_qh, ib, h) << 4);
+}
+vec4 block_scales(uint ib, uint sb) {
+    vec2 dm = field_half2(FIELD_OFF_dm, ib);
+    return vec4(dm, dm);
+}

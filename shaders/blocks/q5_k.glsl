@@ -1,0 +1,12 @@
+// Q5_K: Q4_K plus the fifth bits as bits1 planes.
+#include "bitplanes.glsl"
+uvec4 block_quants(uint ib, uint sb, uint h) {
+    uint sub = ib * 8u + sb;
+    return nibbles(FIELD_OFF_qs, sub, h) | (bits1(FIELD_OFF_qh, sub, h) << 4);
+}
+vec4 block_scales(uint ib, uint sb) {
+    uint w = byte_pair(FIELD_OFF_scales, ib, sb);
+    vec2 dm = field_half2(FIELD_OFF_dm, ib);
+    vec2 so = vec2(dm.x * float(w & 0xFFu), -dm.y * float((w >> 8) & 0xFFu));
+    return vec4(so, so);
+}

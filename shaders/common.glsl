@@ -1,0 +1,72 @@
+// Shared by every vkq compute shader: how the weights buffer is read and the
+// packed int8 dot product.
+//
+// Weights live on the device as one array per block field (see vkq/formats.py
+// and vkq/layout.py): field F of block `ib` starts at word FIELD_OFF_F +
+// ib * FIELD_WORDS_F. Every field array is 16-byte aligned, so 16-byte fields
+// are read with one uvec4 load. Kompute enables no 8/16-bit storage features,
+// so nothing here reads bytes or halves from memory directly.
+
+layout(std430, binding = 0) readonly restrict buffer WeightWords { uint w32[]; };
+layout(std430, binding = 0) readonly restrict buffer WeightVec4 { uvec4 w128[]; };
+
+// Field offsets (in 32-bit words) come as push constants so that one pipeline
+// serves every matrix of a type; FIELD_OFF_<name> is defined per type by
+// tools/compile_shaders.py from the format table.
+layout(push_constant) uniform Params {
+    uint nrows;         // rows of the matrix in this buffer (per expert)
+    uint nblocks;       // blocks per row
+    uint field0;        // word offsets of the block fields, in table order
+    uint field1;
+    uint field2;
+    uint field3;
+    uint x_col_stride;  // between columns of x: floats (DMMV) or Q8_1 blocks (MMVQ)
+    uint x_slot_stride; // MUL_MAT_ID: between the inputs of used-expert slots (0: shared x)
+    uint y_col_stride;  // floats between columns of y
+    uint y_slot_stride; // MUL_MAT_ID: floats between used-expert slots of y
+    uint y_row_offset;  // first row of this buffer in y (big matrices are split)
+    uint n_expert;      // MUL_MAT_ID: experts in this buffer
+} p;
+
+// fp16 pair field (e.g. d and m): one word per block.
+vec2 field_half2(uint off, uint ib) { return unpackHalf2x16(w32[off + ib]); }
+// fp16 field: two blocks share a word.
+float field_half(uint off, uint ib) {
+    return unpackHalf2x16(w32[off + (ib >> 1)] >> ((ib & 1u) * 16u)).x;
+}
+// byte field: four blocks share a word.
+uint field_byte(uint off, uint ib) {
+    return bitfieldExtract(w32[off + (ib >> 2)], int((ib & 3u) * 8u), 8);
+}
+
+// Signed packed 4x8-bit dot product. With the device feature
+// shaderIntegerDotProduct enabled this is OpSDot from SPV_KHR_integer_dot_product
+// (glslang 12 does not know GL_EXT_integer_dot_product, so the instruction is
+// declared through GL_EXT_spirv_intrinsics: 4450 = OpSDot, capabilities 6019
+// DotProduct and 6018 DotProductInput4x8BitPacked, literal 0 = 4x8 packed).
+#ifdef INT_DOT
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int op_sdot(int a, int b, spirv_literal int packed_format);
+int dot4x8(uint a, uint b) { return op_sdot(int(a), int(b), 0); }
+#else
+// The same arithmetic in int32 for devices without the extension.
+int dot4x8(uint a, uint b) {
+    ivec4 va = ivec4(bitfieldExtract(int(a), 0, 8), bitfieldExtract(int(a), 8, 8),
+                     bitfieldExtract(int(a), 16, 8), bitfieldExtract(int(a), 24, 8));
+    ivec4 vb = ivec4(bitfieldExtract(int(b), 0, 8), bitfieldExtract(int(b), 8, 8),
+                     bitfieldExtract(int(b), 16, 8), bitfieldExtract(int(b), 24, 8));
+    return va.x * vb.x + va.y * vb.y + va.z * vb.z + va.w * vb.w;
+}
+#endif
+
+int dot16x8(uvec4 a, uvec4 b) {
+    return dot4x8(a.x, b.x) + dot4x8(a.y, b.y) + dot4x8(a.z, b.z) + dot4x8(a.w, b.w);
+}
+
+// Four packed bytes to floats, unsigned or signed.
+vec4 unpack_u8x4(uint v) { return vec4(uvec4(v, v >> 8, v >> 16, v >> 24) & 0xFFu); }
+vec4 unpack_i8x4(uint v) {
+    return vec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
+                bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8));
+}

@@ -1,0 +1,206 @@
+#version 450
+// Quantized matrix times vector(s): y[:, c] = W @ x[:, c] for NCOLS columns.
+//
+// Variants (defines, set by tools/compile_shaders.py):
+//   TYPE_<name>      block type, decoded by shaders/blocks/<name>.glsl
+//   MMVQ             int8 path: x arrives as Q8_1 blocks (quantize_q8_1.comp)
+//                    and is dotted with the packed int8 quants; otherwise the
+//                    quants are dequantized to float and dotted with fp32 x
+//   INT_DOT          MMVQ with OpSDot (else the same arithmetic in int32)
+//   REDUCE_SUBGROUP  reduce partial sums with subgroupAdd (else shared memory)
+//   MUL_MAT_ID       W is a stack of experts; workgroup row y is a used-expert
+//                    slot and ids[slot] picks its expert
+//
+// Work split: a workgroup computes NUM_ROWS consecutive rows. Its threads
+// stride over the 32-element sub-blocks ("chunks") of the row; each thread
+// keeps NUM_ROWS x NCOLS partial sums, so every x value it loads serves all
+// of its rows. The partial sums are then reduced across the workgroup.
+// Parameters are specialization constants so one SPIR-V serves every tuning.
+
+#extension GL_GOOGLE_include_directive : require
+#ifdef REDUCE_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+
+layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
+layout(constant_id = 1) const uint NUM_ROWS = 1;
+layout(constant_id = 2) const uint NCOLS = 1;
+layout(constant_id = 3) const uint CHUNKS_PER_THREAD = 1;  // 32-element chunks a thread takes at a time
+
+#include "common.glsl"
+#include "blocks.glsl"
+
+#ifdef MMVQ
+#ifdef BLOCK_PLAIN
+#error "plain types have no int8 path"
+#endif
+// Q8_1 activation: block b is 3 uvec4: 32 int8 quants, then (d, s0, s1, 0)
+// as float bits, s0/s1 = d * sum of the quants of each 16-element half.
+layout(std430, binding = 1) readonly restrict buffer XQ { uvec4 xq[]; };
+#else
+layout(std430, binding = 1) readonly restrict buffer X { vec4 x4[]; };
+#endif
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+#ifdef MUL_MAT_ID
+layout(std430, binding = 3) readonly restrict buffer Ids { int ids[]; };
+#endif
+
+const uint WG_SIZE = gl_WorkGroupSize.x;
+const uint CHUNKS_PER_BLOCK = QK / 32u;
+
+shared float partial[NUM_ROWS * NCOLS][WG_SIZE];
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    // Row groups beyond 65535 workgroups continue in z.
+    const uint row0 = (gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x) * NUM_ROWS;
+    if (row0 >= p.nrows) {
+        return;  // uniform across the workgroup: no barrier is skipped by part of it
+    }
+    const uint slot = gl_WorkGroupID.y;
+#ifdef MUL_MAT_ID
+    const uint expert = uint(ids[slot]);  // range-checked on the host
+    const uint block0 = expert * p.nrows * p.nblocks;
+#else
+    const uint block0 = 0u;
+#endif
+    const uint x0 = slot * p.x_slot_stride;
+
+    float acc[NUM_ROWS * NCOLS];
+    for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+        acc[i] = 0.0;
+    }
+
+    // Each thread takes CHUNKS_PER_THREAD consecutive chunks at a time. With
+    // a whole k-quant superblock per thread (8 chunks) the sub-block index is
+    // a constant in the unrolled loop, so the compiler resolves the per-type
+    // branches and loads the block's scales once, not once per sub-block.
+    const uint nchunks = p.nblocks * CHUNKS_PER_BLOCK;
+    // CHUNKS_PER_THREAD divides the chunks of a row (the dispatcher checks).
+    const uint nunits = nchunks / CHUNKS_PER_THREAD;
+    for (uint unit = tid; unit < nunits; unit += WG_SIZE) {
+    for (uint j = 0u; j < CHUNKS_PER_THREAD; j++) {
+        const uint c = unit * CHUNKS_PER_THREAD + j;
+        const uint ib_in_row = c / CHUNKS_PER_BLOCK;
+        const uint sb = c % CHUNKS_PER_BLOCK;
+#ifdef MMVQ
+        // One Q8_1 block per column: quants and (d, s0, s1).
+        uvec4 xq_lo[NCOLS], xq_hi[NCOLS];
+        vec3 xds[NCOLS];
+        for (uint col = 0u; col < NCOLS; col++) {
+            const uint b = 3u * (x0 + col * p.x_col_stride + c);
+            xq_lo[col] = xq[b];
+            xq_hi[col] = xq[b + 1u];
+            xds[col] = uintBitsToFloat(xq[b + 2u].xyz);
+        }
+        for (uint r = 0u; r < NUM_ROWS; r++) {
+            // Rows past the end repeat the last row; their sums are not written.
+            const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
+            const uvec4 q0 = block_quants(ib, sb, 0u);
+            const uvec4 q1 = block_quants(ib, sb, 1u);
+            const vec4 so = block_scales(ib, sb);
+            for (uint col = 0u; col < NCOLS; col++) {
+                // sum_i (scale*q_i + offset) * d*qx_i = scale*d*dot(q, qx) + offset*s
+                const float dot0 = float(dot16x8(q0, xq_lo[col]));
+                const float dot1 = float(dot16x8(q1, xq_hi[col]));
+                acc[r * NCOLS + col] += xds[col].x * (so.x * dot0 + so.z * dot1)
+                                        + so.y * xds[col].y + so.w * xds[col].z;
+            }
+        }
+#else
+#ifndef BLOCK_PLAIN
+        vec4 so[NUM_ROWS];  // (scale, offset) of both halves, per row
+        for (uint r = 0u; r < NUM_ROWS; r++) {
+            so[r] = block_scales(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row, sb);
+        }
+#endif
+        for (uint h = 0u; h < 2u; h++) {
+            // 16 values of x per column, and their sum (for the offsets).
+            vec4 xv[NCOLS][4];
+            float xsum[NCOLS];
+            for (uint col = 0u; col < NCOLS; col++) {
+                const uint k4 = (x0 + col * p.x_col_stride + c * 32u + h * 16u) / 4u;
+                for (uint i = 0u; i < 4u; i++) {
+                    xv[col][i] = x4[k4 + i];
+                }
+                xsum[col] = dot(xv[col][0] + xv[col][1] + xv[col][2] + xv[col][3], vec4(1.0));
+            }
+            for (uint r = 0u; r < NUM_ROWS; r++) {
+                const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
+#ifdef BLOCK_PLAIN
+                vec4 wv[4];
+                block_values(ib, h, wv);
+                for (uint col = 0u; col < NCOLS; col++) {
+                    acc[r * NCOLS + col] += dot(wv[0], xv[col][0]) + dot(wv[1], xv[col][1])
+                                            + dot(wv[2], xv[col][2]) + dot(wv[3], xv[col][3]);
+                }
+#else
+                const uvec4 q = block_quants(ib, sb, h);
+                const vec2 sh = h == 0u ? so[r].xy : so[r].zw;
+#ifdef QUANTS_SIGNED
+                const vec4 q0 = unpack_i8x4(q.x), q1 = unpack_i8x4(q.y), q2 = unpack_i8x4(q.z), q3 = unpack_i8x4(q.w);
+#else
+                const vec4 q0 = unpack_u8x4(q.x), q1 = unpack_u8x4(q.y), q2 = unpack_u8x4(q.z), q3 = unpack_u8x4(q.w);
+#endif
+                for (uint col = 0u; col < NCOLS; col++) {
+                    const float qx = dot(q0, xv[col][0]) + dot(q1, xv[col][1])
+                                   + dot(q2, xv[col][2]) + dot(q3, xv[col][3]);
+                    acc[r * NCOLS + col] += sh.x * qx + sh.y * xsum[col];
+                }
+#endif
+            }
+        }
+#endif
+    }
+    }
+
+    // Reduce the partial sums of the workgroup's threads.
+#ifdef REDUCE_SUBGROUP
+    // Correct for any subgroup size: each subgroup adds its lanes, then the
+    // subgroups' totals are added through shared memory.
+    for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+        acc[i] = subgroupAdd(acc[i]);
+    }
+    if (gl_NumSubgroups > 1u) {
+        if (subgroupElect()) {
+            for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+                partial[i][gl_SubgroupID] = acc[i];
+            }
+        }
+        barrier();
+        for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+            acc[i] = 0.0;
+            for (uint s = 0u; s < gl_NumSubgroups; s++) {
+                acc[i] += partial[i][s];
+            }
+        }
+    }
+#else
+    // Tree reduction; WG_SIZE is a power of two (checked by the dispatcher).
+    for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+        partial[i][tid] = acc[i];
+    }
+    barrier();
+    for (uint s = WG_SIZE / 2u; s > 0u; s >>= 1) {
+        if (tid < s) {
+            for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+                partial[i][tid] += partial[i][tid + s];
+            }
+        }
+        barrier();
+    }
+    for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+        acc[i] = partial[i][0];
+    }
+#endif
+
+    // Every thread now holds the totals; thread i writes output i.
+    const uint y0 = slot * p.y_slot_stride + p.y_row_offset;
+    for (uint i = tid; i < NUM_ROWS * NCOLS; i += WG_SIZE) {
+        const uint r = i / NCOLS, col = i % NCOLS;
+        if (row0 + r < p.nrows) {
+            y[y0 + col * p.y_col_stride + row0 + r] = acc[i];
+        }
+    }
+}

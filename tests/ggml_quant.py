@@ -1,0 +1,206 @@
+"""Quantized test weights made by ggml's own quantizer.
+
+The tests must not check vkq against a quantizer we wrote ourselves (a shared
+misunderstanding of a block layout would then pass unnoticed), so this module
+calls `ggml_quantize_chunk` from the `libggml-base` shared library shipped by
+the `libggml-python` wheel, through ctypes. Its output is the byte layout a
+GGUF file stores: one row after another, each row a run of blocks.
+
+    quantize(values, qtype)        float32 (rows, K) -> uint8 (rows, row_bytes)
+    random_weights(rows, k, qtype) the same for uniform [-1, 1] values
+    available()                    whether libggml-base could be loaded
+
+Type ids and block sizes come from `gguf` (GGMLQuantizationType,
+GGML_QUANT_SIZES); when the library is loaded they are checked against the
+library itself (ggml_type_name, ggml_blck_size, ggml_type_size), because the
+numeric ids are the ABI and a wheel built from another ggml revision could
+number the types differently. `python tests/ggml_quant.py` additionally checks
+the ids against the enum in libggml/include/ggml.h and prints the
+reconstruction error (NMSE) of every type, dequantized with gguf.quants.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import os
+import re
+
+import gguf
+import gguf.quants
+import numpy as np
+
+GGMLType = gguf.GGMLQuantizationType
+
+# The types the tests use. All of them quantize without an importance matrix;
+# the IQ types would need one (ggml aborts the process instead of returning an
+# error), so they are left out rather than special-cased.
+TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4")
+
+# Upper bounds on the normalized mean squared error sum((x-y)^2)/sum(x^2) of
+# quantize -> gguf dequantize for uniform [-1, 1] input, used by self_check().
+# They sit at about 2x what ggml achieves (see the module's __main__),
+# so a broken layout (NMSE ~ 1) fails and a correct one never does.
+NMSE_BOUND = {
+    "F32": 0.0, "F16": 1e-7,
+    "Q8_0": 3e-5,
+    "Q6_K": 4e-4,
+    "Q5_0": 2e-3, "Q5_1": 2e-3, "Q5_K": 2e-3,
+    "Q4_0": 8e-3, "Q4_1": 8e-3, "Q4_K": 6e-3,
+    "Q3_K": 3e-2, "MXFP4": 4e-2,
+    "Q2_K": 1e-1,  # the coarsest format
+}
+
+
+def _library_path() -> str:
+    """lib64/libggml-base.so inside the installed `libggml` package."""
+    pkg = importlib.import_module("libggml")
+    return os.path.join(os.path.dirname(pkg.__file__), "lib64", "libggml-base.so")
+
+
+def _header_path() -> str:
+    pkg = importlib.import_module("libggml")
+    return os.path.join(os.path.dirname(pkg.__file__), "include", "ggml.h")
+
+
+@functools.lru_cache(maxsize=None)
+def _lib() -> ctypes.CDLL:
+    """Load libggml-base once, declare the signatures we call (from ggml.h)
+    and check that the library agrees with gguf about every type in TYPES."""
+    lib = ctypes.CDLL(_library_path())
+
+    # enum ggml_type is a plain C enum: passed as int.
+    # size_t ggml_quantize_chunk(enum ggml_type type, const float * src,
+    #     void * dst, int64_t start, int64_t nrows, int64_t n_per_row,
+    #     const float * imatrix);
+    lib.ggml_quantize_chunk.argtypes = [
+        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_init.argtypes = [ctypes.c_int]          # void (enum ggml_type)
+    lib.ggml_quantize_init.restype = None
+    lib.ggml_quantize_requires_imatrix.argtypes = [ctypes.c_int]
+    lib.ggml_quantize_requires_imatrix.restype = ctypes.c_bool
+    lib.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]  # size_t (type, int64 ne)
+    lib.ggml_row_size.restype = ctypes.c_size_t
+    lib.ggml_blck_size.argtypes = [ctypes.c_int]              # int64_t (type)
+    lib.ggml_blck_size.restype = ctypes.c_int64
+    lib.ggml_type_size.argtypes = [ctypes.c_int]              # size_t (type)
+    lib.ggml_type_size.restype = ctypes.c_size_t
+    lib.ggml_type_name.argtypes = [ctypes.c_int]              # const char * (type)
+    lib.ggml_type_name.restype = ctypes.c_char_p
+
+    # The ids are the ABI: a mismatch would silently produce another format.
+    for name in TYPES:
+        t = GGMLType[name]
+        got = (lib.ggml_type_name(t.value) or b"").decode().upper()
+        sizes = (lib.ggml_blck_size(t.value), lib.ggml_type_size(t.value))
+        if got != name or sizes != gguf.GGML_QUANT_SIZES[t]:
+            raise RuntimeError(
+                f"libggml-base disagrees with gguf about {name} (id {t.value}): "
+                f"library says {got!r} with (block, bytes) {sizes}, "
+                f"gguf says {gguf.GGML_QUANT_SIZES[t]}")
+        if lib.ggml_quantize_requires_imatrix(t.value):
+            raise RuntimeError(f"{name} needs an importance matrix in this libggml")
+    return lib
+
+
+def available() -> bool:
+    """Whether libggml-base could be loaded (and agrees with gguf)."""
+    try:
+        _lib()
+    except (ImportError, OSError, AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _type(qtype: str) -> GGMLType:
+    name = qtype.upper() if isinstance(qtype, str) else None
+    if name not in TYPES:
+        raise ValueError(f"unknown or unsupported type {qtype!r}; expected one of {TYPES}")
+    return GGMLType[name]
+
+
+def quantize(values: np.ndarray, qtype: str) -> np.ndarray:
+    """Quantize a float32 array of shape (rows, K) with ggml's ggml_quantize_chunk.
+
+    qtype: one of F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K MXFP4
+    (case-insensitive). Returns the raw bytes as a numpy uint8 array of shape
+    (rows, row_bytes), exactly as a GGUF file stores them.
+    """
+    t = _type(qtype)
+    if not isinstance(values, np.ndarray) or values.dtype != np.float32:
+        raise ValueError(f"values must be a float32 ndarray, got {getattr(values, 'dtype', type(values))}")
+    if values.ndim != 2:
+        raise ValueError(f"values must have shape (rows, K), got {values.shape}")
+    rows, k = values.shape
+    block, block_bytes = gguf.GGML_QUANT_SIZES[t]
+    # ggml only GGML_ASSERTs this (aborting the interpreter), so check first.
+    if k == 0 or k % block:
+        raise ValueError(f"K={k} is not a positive multiple of the {t.name} block size {block}")
+    row_bytes = k // block * block_bytes
+
+    lib = _lib()
+    if lib.ggml_row_size(t.value, k) != row_bytes:  # same rule, asked of the library
+        raise RuntimeError(f"ggml_row_size({t.name}, {k}) != {row_bytes}")
+    src = np.ascontiguousarray(values)
+    dst = np.zeros((rows, row_bytes), dtype=np.uint8)
+    if rows == 0:
+        return dst
+    # Builds the lookup tables some types need; cheap, and idempotent.
+    lib.ggml_quantize_init(t.value)
+    # start=0: quantize the whole array as one chunk; imatrix=NULL, i.e. the
+    # plain (unweighted) quantizer, as for a model quantized without imatrix.
+    written = lib.ggml_quantize_chunk(t.value, src.ctypes.data, dst.ctypes.data,
+                                      0, rows, k, None)
+    if written != rows * row_bytes:
+        raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {rows * row_bytes}")
+    return dst
+
+
+def random_weights(rows: int, k: int, qtype: str, seed: int = 0) -> np.ndarray:
+    """Uniform [-1, 1] float32 (like ggml's test-backend-ops), quantized with
+    quantize(); returns uint8 (rows, row_bytes)."""
+    values = np.random.default_rng(seed).uniform(-1.0, 1.0, (rows, k)).astype(np.float32)
+    return quantize(values, qtype)
+
+
+def nmse(values: np.ndarray, data: np.ndarray, qtype: str) -> float:
+    """sum((x - y)^2) / sum(x^2), y = gguf's dequantization of `data`."""
+    y = gguf.quants.dequantize(data, _type(qtype)).reshape(values.shape)
+    x = values.astype(np.float64)
+    return float(np.sum((x - y) ** 2) / np.sum(x ** 2))
+
+
+def check_header_enum() -> None:
+    """The GGML_TYPE_* ids in libggml/include/ggml.h equal gguf's ids."""
+    with open(_header_path()) as f:
+        enum = re.search(r"enum ggml_type \{(.*?)\};", f.read(), re.S).group(1)
+    # Commented-out (removed) types start with "//" and are skipped by ^\s*.
+    ids = {m[1]: int(m[2]) for m in re.finditer(r"^\s*GGML_TYPE_(\w+)\s*=\s*(\d+)", enum, re.M)}
+    for name in TYPES:
+        if ids.get(name) != GGMLType[name].value:
+            raise AssertionError(f"ggml.h has GGML_TYPE_{name} = {ids.get(name)}, "
+                                 f"gguf has {GGMLType[name].value}")
+
+
+def self_check(rows: int = 64, k: int = 4096, seed: int = 0) -> dict[str, float]:
+    """Quantize uniform [-1, 1] data to every type, dequantize it with gguf and
+    check the NMSE against NMSE_BOUND. Returns {type: nmse}."""
+    check_header_enum()
+    values = np.random.default_rng(seed).uniform(-1.0, 1.0, (rows, k)).astype(np.float32)
+    result = {}
+    for name in TYPES:
+        data = quantize(values, name)
+        assert np.array_equal(data, random_weights(rows, k, name, seed)), name
+        result[name] = e = nmse(values, data, name)
+        if not e <= NMSE_BOUND[name]:
+            raise AssertionError(f"{name}: NMSE {e:.3g} above bound {NMSE_BOUND[name]:.3g}")
+    return result
+
+
+if __name__ == "__main__":
+    print(f"libggml-base: {_library_path()}")
+    for name, e in self_check().items():
+        print(f"{name:6s} NMSE {e:.3e}  (bound {NMSE_BOUND[name]:.0e})")

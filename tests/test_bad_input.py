@@ -1,0 +1,262 @@
+"""Everything a caller can get wrong raises ValueError or TypeError naming the
+problem, and is caught before anything reaches the driver: while the bad call
+runs, every way of creating device resources is made to fail the test."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+import vkq
+import vkq.reference as ref
+from vkq.formats import GGMLType
+
+import ggml_quant
+from conftest import NMSE_GGML, random_x
+
+ROWS, K, N_EXPERT = 8, 64, 4
+
+
+@pytest.fixture
+def q4_0(backend):
+    """A fresh Q4_0 matrix (no recorded dispatches yet)."""
+    return backend.upload("Q4_0", (ROWS, K), ggml_quant.random_weights(ROWS, K, "Q4_0"))
+
+
+@pytest.fixture
+def f16(backend):
+    return backend.upload("F16", (ROWS, K), np.ones((ROWS, K), np.float16))
+
+
+@pytest.fixture
+def experts(backend):
+    data = ggml_quant.random_weights(N_EXPERT * ROWS, K, "Q4_0")
+    return backend.upload("Q4_0", (N_EXPERT, ROWS, K), data)
+
+
+def _driver_reached(*args, **kwargs):
+    raise AssertionError("a bad call reached the driver")
+
+
+@contextlib.contextmanager
+def raises_before_driver(monkeypatch, exc, match):
+    """pytest.raises, with every vkq.runtime.Device resource call failing."""
+    with monkeypatch.context() as m:
+        for name in ("upload", "tensor", "algorithm", "compute_barrier"):
+            m.setattr(vkq.runtime.Device, name, _driver_reached)
+        with pytest.raises(exc, match=match) as info:
+            yield info
+
+
+@pytest.fixture(scope="module")
+def sane(backend):
+    """A small matrix and its exact product, to check the backend after each test."""
+    data = ggml_quant.random_weights(3, 32, "Q8_0")
+    x = random_x(32)
+    return backend.upload("Q8_0", (3, 32), data), x, ref.dequantize("Q8_0", (3, 32), data) @ x
+
+
+@pytest.fixture(autouse=True)
+def _backend_still_works(backend, sane):
+    """After each bad call the shared backend still multiplies correctly."""
+    yield
+    w, x, expected = sane
+    for path in ("dmmv", "mmvq"):
+        assert ref.nmse(backend.matvec(w, x, path=path), expected) < NMSE_GGML
+
+
+# -- upload ----------------------------------------------------------------
+
+Q4_0_BYTES = ROWS * (K // 32) * 18  # 288
+
+
+@pytest.mark.parametrize("data, match", [
+    (np.zeros(Q4_0_BYTES - 1, np.uint8), f"must be {Q4_0_BYTES} bytes"),
+    (np.zeros(Q4_0_BYTES + 18, np.uint8), f"must be {Q4_0_BYTES} bytes"),
+    (b"", f"must be {Q4_0_BYTES} bytes"),
+], ids=["short", "long", "empty"])
+def test_wrong_byte_count(backend, monkeypatch, data, match):
+    with raises_before_driver(monkeypatch, ValueError, match):
+        backend.upload("Q4_0", (ROWS, K), data)
+
+
+def test_wrong_byte_count_plain(backend, monkeypatch):
+    with raises_before_driver(monkeypatch, ValueError, "must be 400 bytes"):
+        backend.upload("F32", (1, 100), np.zeros(99, np.float32))
+
+
+@pytest.mark.parametrize("qtype, k, block", [("Q4_0", 100, 32), ("Q4_K", 512 + 32, 256), ("MXFP4", 16, 32)])
+def test_k_not_multiple_of_block(backend, monkeypatch, qtype, k, block):
+    with raises_before_driver(monkeypatch, ValueError, rf"K={k}.*block size {block}"):
+        backend.upload(qtype, (ROWS, k), np.zeros(4096, np.uint8))
+
+
+@pytest.mark.parametrize("qtype, match", [
+    ("Q4_9", "Q4_9"),
+    ("", "unknown"),
+    (GGMLType.IQ2_XXS, "IQ2_XXS"),
+    (GGMLType.BF16, "BF16"),
+    (12345, "12345"),
+], ids=["Q4_9", "empty", "IQ2_XXS", "BF16", "12345"])
+def test_unknown_or_unsupported_type(backend, monkeypatch, qtype, match):
+    with raises_before_driver(monkeypatch, ValueError, match):
+        backend.upload(qtype, (ROWS, K), np.zeros(Q4_0_BYTES, np.uint8))
+
+
+@pytest.mark.parametrize("shape", [
+    (-8, 64), (8, -64), (0, 64), (8, 0), (64,), (2, 2, 8, 64), (), (0, 8, 64),
+], ids=["neg-rows", "neg-k", "zero-rows", "zero-k", "1d", "4d", "0d", "zero-experts"])
+def test_bad_shape(backend, monkeypatch, shape):
+    with raises_before_driver(monkeypatch, ValueError, "shape"):
+        backend.upload("Q4_0", shape, np.zeros(Q4_0_BYTES, np.uint8))
+
+
+def test_shape_not_a_sequence(backend, monkeypatch):
+    with raises_before_driver(monkeypatch, TypeError, "shape"):
+        backend.upload("Q4_0", 64, np.zeros(Q4_0_BYTES, np.uint8))
+
+
+@pytest.mark.parametrize("qtype, data, match", [
+    ("Q4_0", np.zeros(Q4_0_BYTES // 4, np.float32), "float32"),
+    ("Q4_0", np.zeros(Q4_0_BYTES // 2, np.float16), "float16"),
+    ("F16", np.zeros(ROWS * K, np.float32), "float32"),
+    ("F32", np.zeros(ROWS * K, np.float64), "float64"),
+    ("Q4_0", list(range(Q4_0_BYTES)), "list"),
+    ("Q4_0", "abc", "str"),
+], ids=["f32-for-Q4_0", "f16-for-Q4_0", "f32-for-F16", "f64-for-F32", "list", "str"])
+def test_data_of_wrong_type(backend, monkeypatch, qtype, data, match):
+    with raises_before_driver(monkeypatch, TypeError, match):
+        backend.upload(qtype, (ROWS, K), data)
+
+
+# -- matvec ----------------------------------------------------------------
+
+@pytest.mark.parametrize("x, exc, match", [
+    (np.zeros(K + 1, np.float32), ValueError, rf"\({K},\)"),
+    (np.zeros(K - 32, np.float32), ValueError, rf"\({K},\)"),
+    (np.zeros((1, K), np.float32), ValueError, "shape"),
+    (np.zeros((K, 2, 1), np.float32), ValueError, "shape"),
+    (np.zeros((), np.float32), ValueError, "shape"),
+    (np.zeros((K, 9), np.float32), ValueError, "9 columns"),
+    (np.zeros((K, 0), np.float32), ValueError, "0 columns"),
+    (np.zeros(K, np.float64), TypeError, "float64"),
+    (np.zeros(K, np.float16), TypeError, "float16"),
+    (np.zeros(K, np.int32), TypeError, "int32"),
+    ([0.0] * K, TypeError, "list"),
+], ids=["K+1", "K-32", "row-vector", "3d", "scalar", "9-cols", "0-cols", "float64", "float16", "int32", "list"])
+def test_bad_x(backend, monkeypatch, q4_0, x, exc, match):
+    with raises_before_driver(monkeypatch, exc, match):
+        backend.matvec(q4_0, x)
+
+
+@pytest.mark.parametrize("path", ["mmvq", "MMVQ"])
+def test_mmvq_on_plain_type(backend, monkeypatch, f16, path):
+    with raises_before_driver(monkeypatch, ValueError, "F16 has no int8"):
+        backend.matvec(f16, random_x(K), path=path)
+
+
+@pytest.mark.parametrize("path", ["fast", "", 3])
+def test_unknown_path(backend, monkeypatch, q4_0, path):
+    with raises_before_driver(monkeypatch, (ValueError, TypeError), "path"):
+        backend.matvec(q4_0, random_x(K), path=path)
+
+
+def test_env_path_bogus(backend, monkeypatch, q4_0):
+    monkeypatch.setenv("VKQ_PATH", "bogus")
+    with raises_before_driver(monkeypatch, ValueError, "VKQ_PATH"):
+        backend.matvec(q4_0, random_x(K))
+
+
+def test_matvec_on_expert_stack(backend, monkeypatch, experts):
+    with raises_before_driver(monkeypatch, ValueError, "matvec_id"):
+        backend.matvec(experts, random_x(K))
+
+
+def test_matvec_id_on_matrix(backend, monkeypatch, q4_0):
+    with raises_before_driver(monkeypatch, ValueError, "expert stack"):
+        backend.matvec_id(q4_0, random_x(K), np.zeros(2, np.int32))
+
+
+@pytest.mark.parametrize("weights", [None, np.zeros((ROWS, K), np.float32), "Q4_0"], ids=["None", "array", "str"])
+def test_not_weights(backend, monkeypatch, weights):
+    with raises_before_driver(monkeypatch, TypeError, "vkq.Weights"):
+        backend.matvec(weights, random_x(K))
+
+
+def test_weights_from_another_backend(backend, monkeypatch):
+    other = vkq.Backend()
+    w = other.upload("Q4_0", (ROWS, K), ggml_quant.random_weights(ROWS, K, "Q4_0"))
+    with raises_before_driver(monkeypatch, TypeError, "this backend"):
+        backend.matvec(w, random_x(K))
+    with raises_before_driver(monkeypatch, TypeError, "this backend"):
+        backend.matvec_id(w, random_x(K), np.zeros(1, np.int32))
+
+
+# -- matvec_id -------------------------------------------------------------
+
+@pytest.mark.parametrize("ids, exc, match", [
+    (np.zeros(2, np.int64), TypeError, "int32"),
+    (np.zeros(2, np.uint32), TypeError, "int32"),
+    ([0, 1], TypeError, "int32"),
+    (np.array([0, -1], np.int32), ValueError, r"out of range.*-1"),
+    (np.array([1, N_EXPERT], np.int32), ValueError, rf"out of range.*{N_EXPERT}"),
+    (np.zeros(0, np.int32), ValueError, "n_used"),
+    (np.zeros((2, 2), np.int32), ValueError, "n_used"),
+], ids=["int64", "uint32", "list", "minus-1", "n_expert", "empty", "2d"])
+def test_bad_ids(backend, monkeypatch, experts, ids, exc, match):
+    with raises_before_driver(monkeypatch, exc, match):
+        backend.matvec_id(experts, random_x(K), ids)
+
+
+@pytest.mark.parametrize("x, exc, match", [
+    (np.zeros((3, K), np.float32), ValueError, r"\(2, 64\)"),
+    (np.zeros((1, K), np.float32), ValueError, r"\(2, 64\)"),
+    (np.zeros((K, 2), np.float32), ValueError, r"\(2, 64\)"),
+    (np.zeros(K + 1, np.float32), ValueError, r"\(64,\)"),
+    (np.zeros(K, np.float64), TypeError, "float64"),
+    ([0.0] * K, TypeError, "list"),
+], ids=["3-rows", "1-row", "transposed", "K+1", "float64", "list"])
+def test_bad_x_for_matvec_id(backend, monkeypatch, experts, x, exc, match):
+    with raises_before_driver(monkeypatch, exc, match):
+        backend.matvec_id(experts, x, np.array([0, 3], np.int32))
+
+
+def test_mmvq_on_plain_expert_stack(backend, monkeypatch):
+    w = backend.upload("F32", (2, ROWS, K), np.zeros((2, ROWS, K), np.float32))
+    with raises_before_driver(monkeypatch, ValueError, "F32 has no int8"):
+        backend.matvec_id(w, random_x(K), np.zeros(1, np.int32), path="mmvq")
+
+
+# -- devices ---------------------------------------------------------------
+
+def test_env_device_out_of_range(monkeypatch):
+    monkeypatch.setenv("VKQ_DEVICE", "7")
+    with pytest.raises(ValueError, match="index 7"):
+        vkq.Backend()
+
+
+@pytest.mark.parametrize("device", [7, -1])
+def test_device_argument_out_of_range(device):
+    with pytest.raises(ValueError, match=f"index {device}"):
+        vkq.Backend(device)
+
+
+def test_env_device_not_a_number(monkeypatch):
+    monkeypatch.setenv("VKQ_DEVICE", "gpu0")
+    with pytest.raises(ValueError, match="VKQ_DEVICE"):
+        vkq.Backend()
+
+
+# -- GGUF files ------------------------------------------------------------
+
+def test_load_gguf_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no GGUF file"):
+        vkq.load_gguf(tmp_path / "missing.gguf")
+
+
+def test_load_gguf_not_a_gguf(tmp_path):
+    path = tmp_path / "junk.gguf"
+    path.write_bytes(b"this is not a gguf file" * 10)
+    with pytest.raises(ValueError, match="not a readable GGUF"):
+        vkq.load_gguf(path)

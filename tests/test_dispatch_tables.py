@@ -1,0 +1,284 @@
+"""Device classification and the per-vendor tuning tables (no GPU needed).
+
+Recorded descriptors in tests/devices/ stand in for GPUs this machine does
+not have; all but lavapipe.json are reconstructed (see their "_source").
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vkq.device_info import DeviceInfo
+from vkq.dispatch.classify import DeviceClass, classify
+from vkq.dispatch.tables import VENDORS, _load, class_entries, load_table, lookup, validate_table
+from vkq.formats import FORMATS
+from vkq.shader_variants import MatVecVariant, spirv_path
+
+DEVICES = Path(__file__).parent / "devices"
+
+# Limits every Vulkan device guarantees (Vulkan spec, "Required Limits"), so
+# a table entry is valid on any device of its class without clamping:
+MIN_MAX_SHARED_MEMORY = 16384  # maxComputeSharedMemorySize
+MIN_MAX_INVOCATIONS = 128  # maxComputeWorkGroupInvocations
+MAX_NCOLS = 8  # mat-vec columns per dispatch (ggml's mul_mat_vec_max_cols)
+
+EXPECTED_CLASS = {
+    "nvidia_rtx3090": "nvidia/turing+/proprietary",
+    "nvidia_rtx2060": "nvidia/turing+/proprietary",
+    "nvidia_gtx1080": "nvidia/pre-turing/proprietary",
+    "amd_radeon_pro_vii": "amd/gcn/mesa",
+    "amd_rx6800xt": "amd/rdna2/mesa",
+    "intel_arc_a770": "intel/xe/mesa",
+    "intel_arc_b580": "intel/xe2/mesa",
+    "intel_arc_a770_windows": "intel/xe/windows",
+    "apple_m2_moltenvk": "apple/apple-silicon/moltenvk",
+    "qualcomm_adreno_x1_85": "qualcomm/adreno/proprietary",
+    "lavapipe": "software/lavapipe/mesa",
+}
+
+
+def raw(fname: str) -> dict:
+    return json.loads((DEVICES / f"{fname}.json").read_text())
+
+
+def cls_of(fname: str, **changes) -> DeviceClass:
+    """Class of a recorded device, with some fields changed."""
+    return classify(DeviceInfo.from_dict({**raw(fname), **changes}))
+
+
+# --- classification -------------------------------------------------------
+
+def test_every_recorded_device_is_listed():
+    assert {p.stem for p in DEVICES.glob("*.json")} == set(EXPECTED_CLASS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CLASS))
+def test_classify_recorded(name):
+    cls = cls_of(name)
+    assert cls.key == EXPECTED_CLASS[name]
+    assert len(cls.reasons) >= 3 and all(isinstance(r, str) for r in cls.reasons)
+
+
+def test_turing_on_old_driver_by_name():
+    # Neither cooperative matrix extension: only the name says Turing.
+    exts = [e for e in raw("nvidia_rtx2060")["extensions"] if "cooperative_matrix" not in e]
+    cls = cls_of("nvidia_rtx2060", extensions=exts)
+    assert cls.arch == "turing+"
+    assert any("name" in r for r in cls.reasons)
+    for name in ("NVIDIA GeForce GTX 1660 SUPER", "Tesla T4", "NVIDIA A100-SXM4-80GB",
+                 "NVIDIA GeForce RTX 3060 (NVK GA106)", "Quadro RTX 4000"):
+        assert cls_of("nvidia_rtx2060", extensions=exts, name=name).arch == "turing+", name
+    for name in ("NVIDIA GeForce GTX 1080 Ti", "Tesla P100-PCIE-16GB", "Quadro P4000",
+                 "NVIDIA GeForce GTX 980"):
+        assert cls_of("nvidia_rtx2060", extensions=exts, name=name).arch == "pre-turing", name
+
+
+def test_volta_with_nv_cooperative_matrix_is_pre_turing():
+    assert cls_of("nvidia_rtx2060", name="Tesla V100-PCIE-16GB").arch == "pre-turing"
+
+
+def test_nvk_driver():
+    assert cls_of("nvidia_rtx3090", driver_id=24, driver_name="NVK").key == "nvidia/turing+/mesa"
+
+
+def test_amd_rdna_generations():
+    assert cls_of("amd_rx6800xt", name="AMD Radeon RX 7900 XTX (RADV NAVI31)").arch == "rdna3"
+    assert cls_of("amd_rx6800xt", name="AMD Radeon RX 5700 XT (RADV NAVI10)").arch == "rdna1"
+    assert cls_of("amd_rx6800xt", name="AMD Radeon RX 9070 XT (RADV GFX1201)").arch == "rdna4"
+    # AMDVLK / proprietary: marketing name only.
+    amdvlk = cls_of("amd_rx6800xt", name="AMD Radeon RX 6800 XT", driver_id=2)
+    assert amdvlk.key == "amd/rdna2/amdvlk"
+    # Unknown name: RDNA by subgroup sizes; cooperative matrix means RDNA3+.
+    assert cls_of("amd_rx6800xt", name="AMD Radeon Graphics").arch == "rdna"
+    exts = raw("amd_rx6800xt")["extensions"] + ["VK_KHR_cooperative_matrix"]
+    assert cls_of("amd_rx6800xt", name="AMD Radeon Graphics", extensions=exts).arch == "rdna3"
+
+
+def test_intel_variants():
+    b580_win = cls_of("intel_arc_b580", driver_id=5, name="Intel(R) Arc(TM) B580 Graphics")
+    assert b580_win.key == "intel/xe2/windows"
+    uhd = cls_of("intel_arc_a770", name="Intel(R) UHD Graphics 620 (KBL GT2)",
+                 integer_dot_4x8_packed_accelerated=False)
+    assert uhd.arch == "gen9-11"
+    # No subgroup size range reported: fall back to the name.
+    no_range = dict(subgroup_min_size=None, subgroup_max_size=None)
+    assert cls_of("intel_arc_b580", **no_range).arch == "xe2"
+    assert cls_of("intel_arc_a770", **no_range).arch == "xe"
+
+
+def test_software_and_unknown():
+    swiftshader = cls_of("lavapipe", vendor_id=0x1AE0, driver_id=10, name="SwiftShader Device (LLVM 10.0.0)")
+    assert swiftshader.key == "software/swiftshader/swiftshader"
+    assert cls_of("lavapipe", driver_id=None, driver_name=None).arch == "lavapipe"
+    imgtec = cls_of("qualcomm_adreno_x1_85", vendor_id=0x1010, driver_id=7, name="PowerVR B-Series BXM-8-256")
+    assert imgtec.key == "unknown/unknown/proprietary"
+    params, desc = lookup(imgtec, "Q4_0", 4096, 4096, 1)
+    assert "unknown.json" in desc and params["reduction"] == "shared"
+
+
+# --- tables ---------------------------------------------------------------
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_table_validates(vendor):
+    table = load_table(vendor)
+    assert table["vendor"] == vendor
+    assert validate_table(table) == []
+
+
+def test_validate_table_finds_problems():
+    bad = {
+        "vendor": "nvidia",
+        "extra": 1,
+        "classes": {
+            "nvidia/x": {
+                "default": {"path": "mmvq", "wg_size": 48, "rows_per_wg": 0, "reduction": "tree", "basis": "hunch"},
+                "rules": [
+                    {"types": ["F16", "Q9_9"], "path": "mmvq", "basis": "measured"},
+                    {"k_min": 10, "k_max": 5, "basis": "measured", "colour": "red"},
+                    {"path": "dmmv", "basis": "guess"},
+                ],
+            },
+            "amd/y": {"extends": "amd/z"},
+        },
+    }
+    text = "\n".join(validate_table(bad))
+    for expected in ("unknown key 'extra'", "wg_size 48", "rows_per_wg 0", "reduction 'tree'",
+                     "basis must be", "unknown type 'Q9_9'", "mmvq for ['F16']", "k_min > k_max",
+                     "unknown key 'colour'", "overrides nothing", "needs a note",
+                     "key must be 'nvidia/", "missing or cyclic"):
+        assert expected in text, expected
+
+
+def all_classes():
+    for vendor in VENDORS:
+        for key in _load(vendor)["classes"]:
+            yield vendor, key
+
+
+def class_for_key(key: str) -> DeviceClass:
+    parts = key.split("/")
+    return DeviceClass(parts[0], parts[1], parts[2] if len(parts) > 2 else "unknown")
+
+
+def check_params(params: dict, qtype: str, where: str) -> None:
+    wg, rows = params["wg_size"], params["rows_per_wg"]
+    assert wg & (wg - 1) == 0 and 1 <= wg <= MIN_MAX_INVOCATIONS, where
+    # The shader's reduction buffer: float partial[rows * ncols][wg].
+    assert rows * MAX_NCOLS * wg * 4 <= MIN_MAX_SHARED_MEMORY, where
+    mmvq = params["path"] == "mmvq"
+    for int_dot in ((False, True) if mmvq else (False,)):
+        v = MatVecVariant(qtype, mmvq=mmvq, int_dot=int_dot,
+                          subgroup=params["reduction"] == "subgroup", mul_mat_id=False)
+        assert spirv_path(v).exists(), f"{where}: {v.name}.spv missing"
+
+
+@pytest.mark.parametrize("vendor,key", list(all_classes()))
+def test_every_entry_names_a_compiled_variant(vendor, key):
+    for where, params in class_entries(_load(vendor), key):
+        for qtype in params.get("types", FORMATS):
+            if params["path"] == "mmvq" and not FORMATS[qtype].has_int8_path:
+                continue  # lookup falls back to dmmv; covered by the grid test below
+            check_params(params, qtype, f"{where} {qtype}")
+
+
+@pytest.mark.parametrize("vendor,key", list(all_classes()))
+def test_lookup_grid(vendor, key):
+    cls = class_for_key(key)
+    for qtype in FORMATS:
+        for k in (32, 2047, 2048, 4096, 4097, 14336):
+            for ncols in range(1, MAX_NCOLS + 1):
+                params, desc = lookup(cls, qtype, 4096, k, ncols)
+                assert f"class {key} " in desc
+                assert set(params) == {"path", "wg_size", "rows_per_wg", "reduction", "chunks_per_thread"}
+                if not FORMATS[qtype].has_int8_path:
+                    assert params["path"] == "dmmv"
+                check_params(params, qtype, desc)
+
+
+def path(fname: str, qtype: str, k: int, ncols: int = 1, **changes) -> str:
+    return lookup(cls_of(fname, **changes), qtype, 4096, k, ncols)[0]["path"]
+
+
+def test_ggml_choices_nvidia():
+    # ggml: NVIDIA n==1: k<=4096 -> DMMV; k>4096 Q8_0/MXFP4 MMVQ only pre-Turing.
+    assert path("nvidia_rtx3090", "Q8_0", 4096) == "dmmv"
+    assert path("nvidia_rtx3090", "Q8_0", 14336) == "dmmv"
+    assert path("nvidia_rtx3090", "MXFP4", 14336) == "dmmv"
+    assert path("nvidia_rtx3090", "Q4_0", 14336) == "mmvq"
+    assert path("nvidia_rtx3090", "Q4_0", 4096) == "dmmv"
+    assert path("nvidia_rtx3090", "Q2_K", 1024) == "mmvq"
+    assert path("nvidia_rtx3090", "Q3_K", 4096) == "mmvq"
+    assert path("nvidia_rtx3090", "Q8_0", 4096, ncols=2) == "mmvq"
+    assert path("nvidia_gtx1080", "Q8_0", 14336) == "mmvq"
+    assert path("nvidia_gtx1080", "Q8_0", 4096) == "dmmv"
+    assert path("nvidia_rtx2060", "MXFP4", 14336) == "dmmv"
+
+
+def test_ggml_choices_amd():
+    # ggml: AMD n==1: k<2048 -> DMMV; else Q8_0 MMVQ only on GCN.
+    assert path("amd_radeon_pro_vii", "Q8_0", 4096) == "mmvq"
+    assert path("amd_radeon_pro_vii", "Q4_K", 2047) == "dmmv"
+    assert path("amd_rx6800xt", "Q8_0", 4096) == "dmmv"
+    assert path("amd_rx6800xt", "Q8_0", 4096, ncols=4) == "mmvq"
+    assert path("amd_rx6800xt", "Q4_0", 2048) == "mmvq"
+    assert path("amd_rx6800xt", "Q4_0", 1024) == "dmmv"
+    assert lookup(cls_of("amd_radeon_pro_vii"), "Q4_0", 4096, 4096, 1)[0]["wg_size"] == 64
+    assert lookup(cls_of("amd_rx6800xt"), "Q4_0", 4096, 4096, 1)[0]["wg_size"] == 32
+
+
+def test_ggml_choices_intel():
+    # ggml: Intel (not Windows) n==1: k<2048 DMMV; Q4_0/Q5_1 DMMV; else MMVQ.
+    assert path("intel_arc_a770", "Q4_0", 4096) == "dmmv"
+    assert path("intel_arc_a770", "Q5_1", 14336) == "dmmv"
+    assert path("intel_arc_a770", "Q8_0", 4096) == "mmvq"
+    assert path("intel_arc_a770", "Q8_0", 1024) == "dmmv"
+    assert path("intel_arc_a770", "Q4_0", 4096, ncols=2) == "mmvq"
+    # Xe2: Q2_K/Q3_K/Q6_K always MMVQ, even for small k.
+    assert path("intel_arc_b580", "Q6_K", 1024) == "mmvq"
+    assert path("intel_arc_b580", "Q4_0", 4096) == "dmmv"
+    # Windows driver: DMMV for n==1 except Xe2's Q2_K/Q3_K/Q6_K; n>1 MMVQ.
+    assert path("intel_arc_a770_windows", "Q8_0", 14336) == "dmmv"
+    assert path("intel_arc_a770_windows", "Q6_K", 14336) == "dmmv"
+    assert path("intel_arc_a770_windows", "Q8_0", 14336, ncols=2) == "mmvq"
+    b580_win = dict(driver_id=5)
+    assert path("intel_arc_b580", "Q3_K", 4096, **b580_win) == "mmvq"
+    assert path("intel_arc_b580", "Q4_K", 4096, **b580_win) == "dmmv"
+
+
+def test_q6_k_dmmv_everywhere_but_intel():
+    for name in EXPECTED_CLASS:
+        for ncols in (1, 4):
+            got = path(name, "Q6_K", 14336, ncols=ncols)
+            if name.startswith("intel_") and not name.endswith("_windows"):
+                assert got == "mmvq", name
+            elif not name.startswith("intel_"):
+                assert got == "dmmv", name
+
+
+def test_plain_types_always_dmmv():
+    for name in EXPECTED_CLASS:
+        for qtype in ("F32", "F16"):
+            params, desc = lookup(cls_of(name), qtype, 4096, 14336, 4)
+            assert params["path"] == "dmmv", (name, qtype)
+
+
+def test_other_vendors_and_software():
+    assert path("apple_m2_moltenvk", "Q4_0", 4096) == "mmvq"
+    assert path("qualcomm_adreno_x1_85", "Q4_0", 14336, ncols=4) == "dmmv"
+    lp = lookup(cls_of("lavapipe"), "Q4_0", 4096, 14336, 1)[0]
+    # one workgroup = one lavapipe subgroup (8 lanes), int8 path, subgroupAdd
+    assert (lp["path"], lp["wg_size"], lp["reduction"]) == ("mmvq", 8, "subgroup")
+
+
+def test_lookup_description_names_rules():
+    params, desc = lookup(cls_of("nvidia_rtx3090"), "Q8_0", 4096, 4096, 1)
+    assert desc.startswith("table nvidia.json class nvidia/turing+ (device nvidia/turing+/proprietary)")
+    assert "nvidia/pre-turing rule 1 [ggml]" in desc  # inherited k<=4096 rule
+    assert "rule 1 [ggml] path=dmmv: ggml: NVIDIA n==1 Q8_0/MXFP4" in desc
+
+
+def test_lookup_rejects_unknown_type():
+    with pytest.raises(ValueError, match="unknown block type"):
+        lookup(cls_of("lavapipe"), "IQ4_NL", 16, 256, 1)

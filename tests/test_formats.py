@@ -1,0 +1,88 @@
+"""The block format table (vkq.formats.FORMATS) and the compiled shaders."""
+from __future__ import annotations
+
+import gguf
+import pytest
+
+import vkq
+from vkq.formats import FORMATS, QUANTIZED, GGMLType, get_format
+from vkq.shader_variants import all_variants, spirv_path
+
+import ggml_quant
+
+FORMAT_PARAMS = [pytest.param(f, id=name) for name, f in FORMATS.items()]
+PLAIN = ("F32", "F16")
+
+
+@pytest.mark.parametrize("fmt", FORMAT_PARAMS)
+def test_names_and_type_ids(fmt):
+    assert fmt.ggml_type.name == fmt.name
+    assert get_format(fmt.name) is fmt
+    assert get_format(fmt.name.lower()) is fmt
+    assert get_format(fmt.ggml_type) is fmt
+
+
+@pytest.mark.parametrize("fmt", FORMAT_PARAMS)
+def test_sizes_agree_with_gguf(fmt):
+    elems, nbytes = gguf.GGML_QUANT_SIZES[fmt.ggml_type]
+    if fmt.name in PLAIN:
+        # The table stores F32/F16 as 32-value blocks; gguf counts single values.
+        assert elems == 1
+        assert (fmt.block_elems, fmt.block_bytes) == (32, 32 * nbytes)
+        assert fmt.row_bytes(100) == 100 * nbytes
+    else:
+        assert (fmt.block_elems, fmt.block_bytes) == (elems, nbytes)
+        assert fmt.row_bytes(3 * elems) == 3 * nbytes
+    assert fmt.block_elems % 32 == 0
+
+
+@pytest.mark.parametrize("fmt", FORMAT_PARAMS)
+def test_fields_tile_the_block(fmt):
+    fields = sorted(fmt.fields, key=lambda f: f.offset)
+    assert fields[0].offset == 0
+    for a, b in zip(fields, fields[1:]):
+        assert a.offset + a.size == b.offset, f"gap or overlap between {a.name} and {b.name}"
+    assert fields[-1].offset + fields[-1].size == fmt.block_bytes
+    assert sum(f.size for f in fields) == fmt.block_bytes
+    assert all(f.size > 0 for f in fields)
+    assert len({f.name for f in fields}) == len(fields)
+
+
+def test_int8_path_is_for_quantized_types_only():
+    assert set(QUANTIZED) == set(FORMATS) - set(PLAIN)
+    assert not any(FORMATS[t].has_int8_path for t in PLAIN)
+
+
+def test_the_suite_makes_every_type():
+    """ggml_quant can produce test weights for every type vkq supports."""
+    assert set(FORMATS) <= set(ggml_quant.TYPES)
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, id=v.name) for v in all_variants()])
+def test_spirv_is_compiled(variant):
+    path = spirv_path(variant)
+    assert path.is_file(), f"{path.name} missing: run python tools/compile_shaders.py"
+    words = path.read_bytes()
+    assert len(words) % 4 == 0 and words[:4] == (0x07230203).to_bytes(4, "little"), f"{path.name} is not SPIR-V"
+
+
+def test_every_type_has_every_variant():
+    names = {v.name for v in all_variants()}
+    for t in FORMATS:
+        paths = ("dmmv", "mmvq_dot", "mmvq_emul") if t in QUANTIZED else ("dmmv",)
+        for mid in ("", "_id"):
+            for p in paths:
+                for red in ("sg", "sh"):
+                    assert f"mul_mat_vec{mid}_{t.lower()}_{p}_{red}" in names
+
+
+def test_get_format_rejects_unsupported():
+    with pytest.raises(ValueError, match="IQ2_XXS"):
+        get_format(GGMLType.IQ2_XXS)
+    with pytest.raises(ValueError, match="Q4_9"):
+        get_format("Q4_9")
+
+
+def test_public_exports():
+    assert vkq.FORMATS is FORMATS
+    assert vkq.MAX_COLS == 8

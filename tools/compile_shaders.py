@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Compile every shader variant of vkq to SPIR-V and validate it.
+
+Variants come from `vkq.shader_variants` (one GLSL source, many defines).
+The target is Vulkan 1.1 (SPIR-V 1.3), the version of Kompute's instance.
+Each module is checked with `spirv-val`. A variant is rebuilt only when the
+shader sources, its defines or the compiler changed (hashes are kept in
+vkq/spirv/manifest.json), so a second run takes well under a second.
+
+Usage: python tools/compile_shaders.py [--force] [--only SUBSTRING] [-j N]
+(VKQ_SHADER_SRC and VKQ_SPIRV_DIR point it at other sources / another output
+directory, for shader experiments; the runtime reads VKQ_SPIRV_DIR too.)
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from vkq.shader_variants import SPIRV_DIR, all_variants, spirv_path  # noqa: E402
+
+SHADER_DIR = Path(os.environ.get("VKQ_SHADER_SRC") or ROOT / "shaders")
+TARGET_ENV = "vulkan1.1"
+MANIFEST = SPIRV_DIR / "manifest.json"
+
+
+def find_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        sys.exit(f"compile_shaders: `{name}` not found; on Debian: apt-get install glslang-tools spirv-tools")
+    return path
+
+
+def sources_digest() -> str:
+    """One hash of every shader source: includes make finer tracking fragile."""
+    h = hashlib.sha256()
+    for path in sorted(SHADER_DIR.rglob("*")):
+        if path.is_file() and path.suffix in (".comp", ".glsl"):
+            h.update(str(path.relative_to(SHADER_DIR)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def compile_one(variant, glslang: str, spirv_val: str) -> str | None:
+    """Compile and validate one variant; returns an error message or None."""
+    out = spirv_path(variant)
+    defines = [f"-D{k}={v}" for k, v in sorted(variant.defines().items())]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_out = Path(tmp) / out.name
+        cmd = [glslang, "-V", "--target-env", TARGET_ENV, "-I" + str(SHADER_DIR), *defines,
+               "-o", str(tmp_out), str(SHADER_DIR / variant.source)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            return f"{variant.name}: glslang failed\n{res.stdout}{res.stderr}"
+        res = subprocess.run([spirv_val, "--target-env", TARGET_ENV, str(tmp_out)], capture_output=True, text=True)
+        if res.returncode != 0:
+            return f"{variant.name}: spirv-val failed\n{res.stdout}{res.stderr}"
+        shutil.move(str(tmp_out), out)
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--force", action="store_true", help="rebuild every variant")
+    ap.add_argument("--only", default="", help="only variants whose name contains this")
+    ap.add_argument("-j", type=int, default=os.cpu_count() or 1, help="parallel compiles")
+    args = ap.parse_args()
+
+    glslang = find_tool("glslangValidator")
+    spirv_val = find_tool("spirv-val")
+    version = subprocess.run([glslang, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+
+    SPIRV_DIR.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    if MANIFEST.exists() and not args.force:
+        try:
+            manifest = json.loads(MANIFEST.read_text())
+        except json.JSONDecodeError:
+            manifest = {}
+
+    digest = sources_digest()
+    variants = [v for v in all_variants() if args.only in v.name]
+
+    def key(v) -> str:
+        return hashlib.sha256(json.dumps([digest, version, sorted(v.defines().items())]).encode()).hexdigest()
+
+    todo = [v for v in variants if manifest.get(v.name) != key(v) or not spirv_path(v).exists()]
+    if not todo:
+        print(f"shaders: {len(variants)} variants up to date")
+        return 0
+    print(f"shaders: compiling {len(todo)} of {len(variants)} variants ({TARGET_ENV}) ...", flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
+        errors = [e for e in pool.map(lambda v: compile_one(v, glslang, spirv_val), todo) if e]
+    for v in todo:
+        if spirv_path(v).exists():
+            manifest[v.name] = key(v)
+    failed = {e.split(":", 1)[0] for e in errors}
+    for name in failed:
+        manifest.pop(name, None)
+    MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    for e in errors:
+        print(e, file=sys.stderr)
+    if errors:
+        print(f"shaders: {len(errors)} variants failed", file=sys.stderr)
+        return 1
+    print(f"shaders: {len(todo)} compiled and validated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""vkq's public matmul backend: upload GGUF weights once, multiply many times.
+
+    backend = vkq.Backend()                       # device from argument or VKQ_DEVICE
+    w = backend.upload("Q4_K", (rows, k), data)   # raw GGUF bytes, stays on the device
+    y = backend.matvec(w, x)                      # x: float32 (k,) or (k, n<=8)
+    y = backend.matvec_id(experts, x, ids)        # mixture of experts (MUL_MAT_ID)
+
+Everything a caller can get wrong is checked here, before anything reaches
+the driver. A mat-vec moves only x in and y out: for each (weights, path,
+shape) the dispatches are recorded once into a Kompute sequence and replayed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kp
+import numpy as np
+
+from .dispatch.choose import apply_limits
+from .dispatch.config import PipelineConfig
+from .formats import BlockFormat, GGMLType, get_format
+from .layout import MatrixLayout, RowRange, pack_rows
+from .ops import MatVec, QuantizeQ8_1, q8_1_words
+from .runtime import Device
+
+MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding)
+
+
+@dataclass
+class _Buffer:
+    rows: RowRange
+    tensor: object  # kp.Tensor
+    field_offsets: list[int]
+
+
+class Weights:
+    """A matrix (rows, K) or an expert stack (n_expert, rows, K) on the device."""
+
+    def __init__(self, backend: "Backend", layout: MatrixLayout, buffers: list[_Buffer], shape: tuple[int, ...]):
+        self.backend = backend
+        self.layout = layout
+        self.buffers = buffers
+        self.shape = shape
+        self._plans: dict[tuple, _Plan] = {}
+
+    @property
+    def qtype(self) -> str:
+        return self.layout.fmt.name
+
+    @property
+    def is_expert_stack(self) -> bool:
+        return len(self.shape) == 3
+
+    @property
+    def nbytes(self) -> int:
+        return self.layout.gguf_nbytes
+
+    def __repr__(self) -> str:
+        return f"<vkq.Weights {self.qtype} shape={self.shape} buffers={len(self.buffers)}>"
+
+
+class _Plan:
+    """One mat-vec recorded once (x in, dispatches, y out) and replayed per call."""
+
+    def __init__(self, device: Device, weights: Weights, cfg: PipelineConfig, ncols: int,
+                 n_slots: int, shared_x: bool):
+        lay = weights.layout
+        self.k, self.k_pad, self.rows = lay.k, lay.k_padded, lay.rows
+        mul_mat_id = n_slots > 0
+        n_inputs = (1 if shared_x else n_slots) if mul_mat_id else ncols
+        n_outputs = n_slots if mul_mat_id else ncols
+
+        self.x = device.tensor(n_inputs * self.k_pad)
+        self.y = device.tensor(n_outputs * self.rows)
+        self.ids = device.tensor(n_slots, np.int32) if mul_mat_id else None
+        self.seq = device.manager.sequence()
+        self.seq.record(kp.OpTensorSyncDevice([self.x] + ([self.ids] if mul_mat_id else [])))
+        x_in = self.x
+        if cfg.path == "mmvq":
+            x_in = device.tensor(q8_1_words(n_inputs, self.k_pad), np.uint32)
+            QuantizeQ8_1(device, self.x, x_in, n_inputs, self.k_pad).record(self.seq)
+            self.seq.record(device.compute_barrier())
+        MatVec(device, weights, cfg, x_in, self.y, ncols=ncols, ids=self.ids, n_slots=n_slots,
+               shared_x=shared_x).record(self.seq)
+        self.seq.record(kp.OpTensorSyncLocal([self.y]))
+
+    def run(self, x: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
+        """x: (n_inputs, k) float32; returns (n_outputs, rows)."""
+        self.x.data().reshape(-1, self.k_pad)[:, : self.k] = x
+        if ids is not None:
+            self.ids.data()[:] = ids
+        self.seq.eval()
+        return self.y.data().reshape(-1, self.rows).copy()
+
+
+def _as_bytes(data, fmt: BlockFormat) -> np.ndarray:
+    """Raw GGUF bytes of `data` as a flat uint8 array (no copy where possible)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return np.frombuffer(data, np.uint8)
+    if not isinstance(data, np.ndarray):
+        raise TypeError(f"weights data must be bytes or a numpy array, got {type(data).__name__}")
+    natural = {GGMLType.F32: np.float32, GGMLType.F16: np.float16}.get(fmt.ggml_type)
+    if data.dtype not in (np.uint8, np.int8) and data.dtype != natural:
+        allowed = "uint8" + (f" or {np.dtype(natural).name}" if natural else "")
+        raise TypeError(f"{fmt.name} weights data must be {allowed} (raw GGUF bytes), got dtype {data.dtype}")
+    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+
+
+def _parse_shape(shape) -> tuple[int, int, int]:
+    try:
+        dims = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape must be a tuple (rows, K) or (n_expert, rows, K), got {shape!r}") from None
+    if len(dims) not in (2, 3) or any(d < 1 for d in dims):
+        raise ValueError(f"shape must be (rows, K) or (n_expert, rows, K) of positive sizes, got {shape!r}")
+    return dims if len(dims) == 3 else (1, *dims)
+
+
+def _check_x(x, k: int, what: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{what} must be a numpy float32 array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise TypeError(f"{what} must be float32, got dtype {x.dtype}")
+    if x.ndim not in (1, 2) or x.shape[0] != k:
+        raise ValueError(f"{what} must have shape ({k},) or ({k}, n), got {x.shape}")
+    if x.ndim == 2 and not 1 <= x.shape[1] <= MAX_COLS:
+        raise ValueError(f"{what} has {x.shape[1]} columns; vkq's mat-vec takes 1 to {MAX_COLS}")
+    return x
+
+
+class Backend:
+    """Quantized mat-vec on one Vulkan device."""
+
+    def __init__(self, device: int | None = None):
+        self.device = Device(device)
+        self.device_info = self.device.info
+
+    # -- weights -----------------------------------------------------------
+    def upload(self, qtype, shape, data) -> Weights:
+        """Put GGUF weights on the device; `data` is their raw bytes in GGUF order."""
+        fmt = get_format(qtype)
+        n_expert, rows, k = _parse_shape(shape)
+        if not fmt.is_plain and k % fmt.block_elems:
+            raise ValueError(f"K={k} is not a multiple of {fmt.name}'s block size {fmt.block_elems}")
+        raw = _as_bytes(data, fmt)
+        layout = MatrixLayout(fmt, n_expert, rows, k)
+        if raw.size != layout.gguf_nbytes:
+            raise ValueError(
+                f"{fmt.name} data of shape {tuple(shape)} must be {layout.gguf_nbytes} bytes "
+                f"({fmt.row_bytes(k)} per row), got {raw.size}"
+            )
+        raw = raw.reshape(n_expert, rows, fmt.row_bytes(k))
+        buffers = []
+        for rr in layout.split_rows(self.device.max_buffer_bytes):
+            words, offsets = pack_rows(layout, raw, rr)
+            buffers.append(_Buffer(rr, self.device.upload(words), offsets))
+        return Weights(self, layout, buffers, tuple(int(s) for s in shape))
+
+    def _check_weights(self, weights, expert_stack: bool) -> Weights:
+        if not isinstance(weights, Weights) or weights.backend is not self:
+            raise TypeError("weights must be a vkq.Weights returned by this backend's upload()")
+        if weights.is_expert_stack != expert_stack:
+            want = "an expert stack (n_expert, rows, K)" if expert_stack else "a matrix (rows, K)"
+            raise ValueError(f"expected {want}, got weights of shape {weights.shape}; "
+                             f"use {'matvec_id' if weights.is_expert_stack else 'matvec'}")
+        return weights
+
+    def pipeline(self, weights: Weights, ncols: int = 1, path: str | None = None) -> PipelineConfig:
+        """The pipeline the dispatcher picks for this weights matrix."""
+        lay = weights.layout
+        return self.device.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
+
+    def _config(self, w: Weights, ncols: int, path, config: PipelineConfig | None) -> PipelineConfig:
+        if config is None:
+            return self.pipeline(w, ncols, path)
+        if config.path == "mmvq" and not w.layout.fmt.has_int8_path:
+            raise ValueError(f"{w.qtype} has no int8 (mmvq) path")
+        return apply_limits(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
+
+    def _plan(self, weights: Weights, cfg: PipelineConfig, ncols: int, n_slots: int, shared_x: bool) -> _Plan:
+        if cfg.path == "mmvq" and not self.device.patched_kp:
+            raise RuntimeError("the int8 path needs vkq's Kompute patch (tools/install_kompute.sh)")
+        key = (cfg, ncols, n_slots, shared_x)
+        plan = weights._plans.get(key)
+        if plan is None:
+            plan = weights._plans[key] = _Plan(self.device, weights, cfg, ncols, n_slots, shared_x)
+        return plan
+
+    # -- mat-vec -----------------------------------------------------------
+    def matvec(self, weights: Weights, x: np.ndarray, path: str | None = None, *,
+               config: PipelineConfig | None = None) -> np.ndarray:
+        """y = W @ x. x: float32 (K,) -> (rows,), or (K, n) -> (rows, n) for n <= 8.
+
+        `config` bypasses the dispatcher (for `vkq tune` and parameter tests);
+        it is still held to the device's limits."""
+        w = self._check_weights(weights, expert_stack=False)
+        x = _check_x(x, w.layout.k, "x")
+        ncols = 1 if x.ndim == 1 else x.shape[1]
+        cfg = self._config(w, ncols, path, config)
+        y = self._plan(w, cfg, ncols, 0, False).run(x.T if x.ndim == 2 else x[None])
+        return y[0] if x.ndim == 1 else y.T.copy()
+
+    def matvec_id(self, experts: Weights, x: np.ndarray, ids: np.ndarray, path: str | None = None, *,
+                  config: PipelineConfig | None = None) -> np.ndarray:
+        """MUL_MAT_ID: y[i] = experts[ids[i]] @ x (or @ x[i]); returns (n_used, rows).
+
+        ids: int32 (n_used,) expert indices; x: float32 (K,) shared by all
+        selected experts, or (n_used, K), one input per selected expert.
+        """
+        w = self._check_weights(experts, expert_stack=True)
+        lay = w.layout
+        if not isinstance(ids, np.ndarray) or ids.dtype != np.int32:
+            raise TypeError(f"ids must be a numpy int32 array, got {getattr(ids, 'dtype', type(ids).__name__)}")
+        if ids.ndim != 1 or ids.size < 1:
+            raise ValueError(f"ids must have shape (n_used,) with n_used >= 1, got {ids.shape}")
+        bad = ids[(ids < 0) | (ids >= lay.n_expert)]
+        if bad.size:
+            raise ValueError(f"ids out of range: {bad[:4].tolist()} not in [0, {lay.n_expert})")
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"x must be a numpy float32 array, got {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise TypeError(f"x must be float32, got dtype {x.dtype}")
+        n_used = ids.size
+        if x.shape == (lay.k,):
+            shared = True
+        elif x.shape == (n_used, lay.k):
+            shared = False
+        else:
+            raise ValueError(f"x must have shape ({lay.k},) or ({n_used}, {lay.k}) for {n_used} ids, got {x.shape}")
+        cfg = self._config(w, 1, path, config)
+        return self._plan(w, cfg, 1, n_used, shared).run(x[None] if shared else x, ids)

@@ -1,0 +1,98 @@
+"""The `vkq` command line: info, bench, compare."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def cmd_info(args) -> int:
+    from .info import report
+
+    print(report())
+    return 0
+
+
+def cmd_bench(args) -> int:
+    if args.matvec:
+        from .benchmark import run_matvec_bench
+
+        args.path = args.path or "dmmv,mmvq"
+        args.repetitions = args.repetitions or 5
+        return run_matvec_bench(args)
+    from .bench import run
+
+    args.repetitions = args.repetitions or 3
+    return run(args)
+
+
+def cmd_compare(args) -> int:
+    from .backend import Backend
+    from .compare import compare_file
+
+    return compare_file(args.file, Backend(args.device), args.threshold)
+
+
+def cmd_tune(args) -> int:
+    from .tune import run
+
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="vkq", description="Quantized mat-vec on Vulkan GPUs")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="list Vulkan devices, their capabilities and vkq's choices")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
+        "bench", help="tokens/s of a model's decode-step mat-vecs, like llama-bench (--matvec: per block type)",
+        description="Tokens per second of the mat-vec share of decoding (every weight matrix of one token, "
+                    "synthetic activations), llama-bench style. With --matvec: one matrix per block type.")
+    p.add_argument("-m", "--model", default="llama-3.2-1b:Q4_0",
+                   help="preset NAME:MIX (see --list) or a .gguf file; several comma-separated "
+                        "(default llama-3.2-1b:Q4_0)")
+    p.add_argument("-n", "--n-gen", type=int, default=16, help="tokens per test (default 16: test tg16)")
+    p.add_argument("-r", "--repetitions", type=int, default=None, help="repetitions per test (default 3; --matvec 5)")
+    p.add_argument("--path", default=None,
+                   help="comma-separated paths: auto,dmmv,mmvq (default auto; --matvec dmmv,mmvq)")
+    p.add_argument("--compare", metavar="A,B", default=None,
+                   help="measure two paths (e.g. dmmv,mmvq) side by side with the diff in %%")
+    p.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="table format (default md)")
+    p.add_argument("--list", action="store_true", help="list the model presets and exit")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    g = p.add_argument_group("per-type mat-vec table")
+    g.add_argument("--matvec", action="store_true", help="time one matrix per block type instead of a model")
+    g.add_argument("--types", default="all", help="comma-separated block types (default: all)")
+    g.add_argument("--shape", default="4096x14336", help="ROWSxK of the matrix (default 4096x14336)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("compare", help="NMSE of every weight tensor of a GGUF file on each path, against float64")
+    p.add_argument("file", help="a .gguf file")
+    p.add_argument("--threshold", type=float, default=5e-4, help="largest NMSE that passes (default 5e-4)")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best")
+    p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
+    p.add_argument("--quick", action="store_true", help="one small shape, one pass (about a minute on lavapipe)")
+    p.add_argument("-r", "--repetitions", type=int, default=3, help="timed repeats per candidate (median)")
+    p.add_argument("--show", action="store_true", help="print this device's saved tuning results")
+    p.add_argument("--reset", action="store_true", help="delete this device's tuning results")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    p.set_defaults(func=cmd_tune)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"vkq: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

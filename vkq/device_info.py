@@ -1,0 +1,275 @@
+"""What a Vulkan device reports about itself, as one plain record.
+
+Backends choose code paths from a `DeviceInfo` (vendor, driver, subgroup
+size, extensions, limits), never from hard-wired knowledge of one machine.
+`DeviceInfo.to_dict` / `from_dict` round-trip through JSON, so tests can
+replay descriptors recorded on real GPUs without having those GPUs.
+
+The query uses the `vulkan` package (cffi bindings) on an instance of its own,
+created the way Kompute creates its instance (Vulkan 1.1, no extensions, no
+layers requested), so `index` here is the index `kp.Manager(index)` takes.
+Like Kompute, it does not request VK_KHR_portability_enumeration, so
+portability-only drivers (MoltenVK behind a recent loader) are listed by
+neither.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+_INSTALL_HINT = (
+    "install a Vulkan loader and driver (Debian/Ubuntu: "
+    "apt-get install libvulkan1 mesa-vulkan-drivers) and the Python "
+    "package `vulkan`"
+)
+
+# Kompute creates its instance at Vulkan 1.1 (KOMPUTE_VK_API_VERSION).
+_INSTANCE_API = (1, 1, 0)
+
+_VENDORS = {
+    0x10DE: "nvidia",
+    0x1002: "amd",
+    0x8086: "intel",
+    0x106B: "apple",
+    0x5143: "qualcomm",
+    0x13B5: "arm",
+    0x10005: "mesa",
+    0x1010: "imgtec",
+}
+
+# VkPhysicalDeviceType 0..4
+_DEVICE_TYPES = ("other", "integrated", "discrete", "virtual", "cpu")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int  # physical device index, same order as kp.Manager(index)
+    name: str
+    vendor_id: int
+    device_id: int
+    device_type: str  # "discrete", "integrated", "virtual", "cpu", "other"
+    api_version: str  # e.g. "1.3.230"
+    driver_version: int  # raw, vendor-specific encoding
+    driver_id: int | None  # VkDriverId
+    driver_name: str | None
+    driver_info: str | None
+    subgroup_size: int
+    subgroup_min_size: int | None
+    subgroup_max_size: int | None
+    subgroup_arithmetic: bool  # arithmetic subgroup ops in compute shaders
+    max_storage_buffer_range: int
+    max_workgroup_invocations: int
+    max_workgroup_size: tuple[int, int, int]
+    max_workgroup_count: tuple[int, int, int]
+    max_push_constants_size: int
+    max_compute_shared_memory_size: int
+    timestamp_period: float  # ns per tick
+    timestamps_supported: bool
+    extensions: frozenset[str]
+    integer_dot_product: bool  # extension present and feature supported
+    integer_dot_4x8_packed_accelerated: bool
+    device_local_memory: int  # bytes, largest DEVICE_LOCAL heap
+
+    @property
+    def vendor(self) -> str:
+        return _VENDORS.get(self.vendor_id, "unknown")
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["max_workgroup_size"] = list(self.max_workgroup_size)
+        d["max_workgroup_count"] = list(self.max_workgroup_count)
+        d["extensions"] = sorted(self.extensions)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DeviceInfo:
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = names - d.keys()
+        if missing:
+            raise ValueError(f"device descriptor lacks {sorted(missing)}")
+        # Keys that are not fields (e.g. notes in a recorded file) are ignored.
+        kw = {k: d[k] for k in names}
+        kw["max_workgroup_size"] = tuple(kw["max_workgroup_size"])
+        kw["max_workgroup_count"] = tuple(kw["max_workgroup_count"])
+        kw["extensions"] = frozenset(kw["extensions"])
+        kw["timestamp_period"] = float(kw["timestamp_period"])
+        return cls(**kw)
+
+
+def enumerate_devices() -> list[DeviceInfo]:
+    """All Vulkan physical devices, in the order kp.Manager indexes them.
+
+    Queried once per process. Raises RuntimeError if there is no Vulkan
+    loader or no device.
+    """
+    return list(_enumerate_cached())
+
+
+def get_device_info(index: int) -> DeviceInfo:
+    devices = _enumerate_cached()
+    if not 0 <= index < len(devices):
+        raise ValueError(
+            f"no Vulkan device with index {index}: {len(devices)} device(s) "
+            f"found (valid indices 0..{len(devices) - 1})"
+        )
+    return devices[index]
+
+
+@functools.lru_cache(maxsize=None)
+def _enumerate_cached() -> tuple[DeviceInfo, ...]:
+    try:
+        import vulkan as vk  # raises OSError when libvulkan.so.1 is missing
+    except (ImportError, OSError) as e:
+        raise RuntimeError(f"cannot load Vulkan ({e}); {_INSTALL_HINT}") from e
+
+    app = vk.VkApplicationInfo(
+        pApplicationName="vkq",
+        pEngineName="vkq",
+        apiVersion=vk.VK_MAKE_VERSION(*_INSTANCE_API),
+    )
+    try:
+        instance = vk.vkCreateInstance(
+            vk.VkInstanceCreateInfo(pApplicationInfo=app), None
+        )
+    except (vk.VkError, vk.VkException) as e:
+        raise RuntimeError(
+            f"cannot create a Vulkan instance ({type(e).__name__}); "
+            f"{_INSTALL_HINT}"
+        ) from e
+    try:
+        physical = vk.vkEnumeratePhysicalDevices(instance)
+        if len(physical) == 0:
+            raise RuntimeError(f"no Vulkan device found; {_INSTALL_HINT}")
+        props2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceProperties2")
+        feats2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceFeatures2")
+        return tuple(
+            _query(vk, i, pd, props2, feats2) for i, pd in enumerate(physical)
+        )
+    finally:
+        vk.vkDestroyInstance(instance, None)
+
+
+def _instance_fn(vk, instance, name):
+    # vk.vkGetInstanceProcAddr only wraps extension functions (it rejects
+    # core 1.1 names), so look the pointer up raw and cast it ourselves.
+    ptr = vk.lib.vkGetInstanceProcAddr(instance, name.encode())
+    if ptr == vk.ffi.NULL:
+        raise RuntimeError(f"Vulkan loader lacks {name}; {_INSTALL_HINT}")
+    return vk.ffi.cast(f"PFN_{name}", ptr)
+
+
+def _version(v: int) -> tuple[int, int, int]:
+    # VK_API_VERSION_MAJOR/MINOR/PATCH (top 3 bits are the variant)
+    return (v >> 22) & 0x7F, (v >> 12) & 0x3FF, v & 0xFFF
+
+
+def _cstr(vk, chars) -> str:
+    return vk.ffi.string(chars).decode("utf-8", "replace")
+
+
+def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
+    ffi = vk.ffi
+    p = vk.vkGetPhysicalDeviceProperties(pd)
+    limits = p.limits
+    exts = frozenset(
+        _cstr(vk, e._extensionName)
+        for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)
+    )
+    device_api = _version(p.apiVersion)
+    # Core features of a newer version may be used only up to
+    # min(instance apiVersion, device apiVersion); beyond that, only through
+    # the device's extensions.
+    api = min(device_api, _INSTANCE_API)
+
+    def new(ctype, stype):  # stype: VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_<stype>
+        stype = getattr(vk, "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_" + stype)
+        return ffi.new(f"{ctype}*", {"sType": stype})
+
+    subgroup = driver = size_ctl = dot_props = dot_feats = None
+    if api >= (1, 1, 0):  # a 1.0 device may not be asked for *2 structs
+        subgroup = new("VkPhysicalDeviceSubgroupProperties", "SUBGROUP_PROPERTIES")
+        if api >= (1, 2, 0) or "VK_KHR_driver_properties" in exts:
+            driver = new("VkPhysicalDeviceDriverProperties", "DRIVER_PROPERTIES")
+        if api >= (1, 3, 0) or "VK_EXT_subgroup_size_control" in exts:
+            size_ctl = new(
+                "VkPhysicalDeviceSubgroupSizeControlProperties",
+                "SUBGROUP_SIZE_CONTROL_PROPERTIES")
+        if "VK_KHR_shader_integer_dot_product" in exts:
+            dot_props = new(
+                "VkPhysicalDeviceShaderIntegerDotProductProperties",
+                "SHADER_INTEGER_DOT_PRODUCT_PROPERTIES")
+            dot_feats = new(
+                "VkPhysicalDeviceShaderIntegerDotProductFeatures",
+                "SHADER_INTEGER_DOT_PRODUCT_FEATURES")
+        # The local names keep every struct of the chain alive until the
+        # calls return: cffi frees an ffi.new() object with its last
+        # Python reference, and a pNext pointer is not a reference.
+        head = new("VkPhysicalDeviceProperties2", "PROPERTIES_2")
+        _link(ffi, head, [subgroup, driver, size_ctl, dot_props])
+        props2(pd, head)
+        if dot_feats is not None:
+            fhead = new("VkPhysicalDeviceFeatures2", "FEATURES_2")
+            _link(ffi, fhead, [dot_feats])
+            feats2(pd, fhead)
+
+    # Kompute uses the first queue family with the compute bit.
+    families = vk.vkGetPhysicalDeviceQueueFamilyProperties(pd)
+    compute = next(
+        (f for f in families if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT), None
+    )
+    mem = vk.vkGetPhysicalDeviceMemoryProperties(pd)
+    heaps = [mem.memoryHeaps[i] for i in range(mem.memoryHeapCount)]
+
+    return DeviceInfo(
+        index=index,
+        name=_cstr(vk, p._deviceName),
+        vendor_id=p.vendorID,
+        device_id=p.deviceID,
+        device_type=(_DEVICE_TYPES[p.deviceType]
+                     if 0 <= p.deviceType < len(_DEVICE_TYPES) else "other"),
+        api_version="%d.%d.%d" % device_api,
+        driver_version=p.driverVersion,
+        driver_id=driver.driverID if driver else None,
+        driver_name=_cstr(vk, driver.driverName) if driver else None,
+        driver_info=_cstr(vk, driver.driverInfo) if driver else None,
+        # Without subgroup properties (Vulkan 1.0), assume no subgroup ops.
+        subgroup_size=subgroup.subgroupSize if subgroup else 1,
+        subgroup_min_size=size_ctl.minSubgroupSize if size_ctl else None,
+        subgroup_max_size=size_ctl.maxSubgroupSize if size_ctl else None,
+        subgroup_arithmetic=bool(
+            subgroup
+            and subgroup.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+            and subgroup.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+        ),
+        max_storage_buffer_range=limits.maxStorageBufferRange,
+        max_workgroup_invocations=limits.maxComputeWorkGroupInvocations,
+        max_workgroup_size=tuple(limits.maxComputeWorkGroupSize),
+        max_workgroup_count=tuple(limits.maxComputeWorkGroupCount),
+        max_push_constants_size=limits.maxPushConstantsSize,
+        max_compute_shared_memory_size=limits.maxComputeSharedMemorySize,
+        timestamp_period=float(limits.timestampPeriod),
+        timestamps_supported=bool(
+            limits.timestampComputeAndGraphics
+            or (compute is not None and compute.timestampValidBits > 0)
+        ),
+        extensions=exts,
+        integer_dot_product=bool(dot_feats and dot_feats.shaderIntegerDotProduct),
+        integer_dot_4x8_packed_accelerated=bool(
+            dot_props
+            and dot_props.integerDotProduct4x8BitPackedSignedAccelerated
+        ),
+        device_local_memory=max(
+            (h.size for h in heaps if h.flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT),
+            default=0,
+        ),
+    )
+
+
+def _link(ffi, head, structs) -> None:
+    """Chain the non-None structs after head through their pNext fields."""
+    prev = head
+    for s in structs:
+        if s is not None:
+            prev.pNext = ffi.cast("void *", s)
+            prev = s

@@ -1,0 +1,29 @@
+"""What the dispatcher decides for one mat-vec: a pipeline and its parameters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PATHS = ("dmmv", "mmvq")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    path: str  # "dmmv" (dequantize to float) or "mmvq" (int8 dot products)
+    int_dot: bool  # mmvq with OpSDot; False: int32 emulation
+    subgroup: bool  # subgroupAdd reduction; False: shared-memory tree
+    wg_size: int  # threads per workgroup (power of two)
+    rows_per_wg: int  # rows per workgroup; each thread keeps all of them
+    chunks_per_thread: int = 1  # consecutive 32-element chunks a thread takes at a time
+    source: str = "default"  # which rule chose it (shown by `vkq info`)
+
+    def __post_init__(self):
+        if self.path not in PATHS:
+            raise ValueError(f"unknown path {self.path!r}; expected one of {PATHS}")
+        if self.wg_size < 1 or self.wg_size & (self.wg_size - 1):
+            raise ValueError(f"wg_size must be a power of two, got {self.wg_size}")
+        if self.rows_per_wg < 1:
+            raise ValueError(f"rows_per_wg must be >= 1, got {self.rows_per_wg}")
+        if self.chunks_per_thread not in (1, 2, 4, 8):
+            raise ValueError(f"chunks_per_thread must be 1, 2, 4 or 8, got {self.chunks_per_thread}")
+        if self.int_dot and self.path != "mmvq":
+            raise ValueError("int_dot applies to the mmvq path only")

@@ -1,0 +1,219 @@
+"""Per-vendor tuning tables: which path and launch shape a device class gets.
+
+One JSON file per vendor in `tables/` (schema in README.md next to this
+file). A class has a `default` entry and ordered `rules`; every rule whose
+conditions hold overrides some of path / wg_size / rows_per_wg / reduction,
+later rules over earlier ones. `extends` names a class of the same table
+whose default and rules come first (used for driver or arch overlays).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+from ..formats import FORMATS
+from .classify import DeviceClass
+
+TABLES_DIR = Path(__file__).parent / "tables"
+VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm", "software", "unknown")
+
+PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
+# Parameters an entry may leave out, with their value when no entry sets them.
+OPTIONAL_PARAMS = {"chunks_per_thread": 1}
+CHUNKS_PER_THREAD = (1, 2, 4, 8)
+CONDITIONS = ("types", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
+META = ("basis", "note")
+BASES = ("ggml", "measured", "guess")
+ALL_PARAMS = PARAMS + tuple(OPTIONAL_PARAMS)
+PATHS = ("dmmv", "mmvq")
+REDUCTIONS = ("subgroup", "shared")
+MAX_WG_SIZE = 1024
+MAX_ROWS_PER_WG = 16
+FALLBACK_CLASS = "unknown/*"  # in unknown.json: the last resort for every device
+
+
+def load_table(vendor: str) -> dict:
+    """The table of one vendor, validated (ValueError listing the problems)."""
+    return copy.deepcopy(_load(vendor))  # the cached copy stays unmodified
+
+
+@functools.lru_cache(maxsize=None)
+def _load(vendor: str) -> dict:
+    if vendor not in VENDORS:
+        raise ValueError(f"no table for vendor {vendor!r}; tables exist for {', '.join(VENDORS)}")
+    path = TABLES_DIR / f"{vendor}.json"
+    table = json.loads(path.read_text())
+    problems = validate_table(table)
+    if table.get("vendor") != vendor:
+        problems.append(f"vendor is {table.get('vendor')!r}, file is {path.name}")
+    if problems:
+        raise ValueError(f"{path.name}: " + "; ".join(problems))
+    return table
+
+
+def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int) -> tuple[dict, str]:
+    """Parameters for one mat-vec (rows x k matrix, ncols vectors) on a class.
+
+    Returns (params with path, wg_size, rows_per_wg, reduction; a description
+    of the table entries that decided them).
+    """
+    qtype = qtype.upper()
+    if qtype not in FORMATS:
+        raise ValueError(f"unknown block type {qtype!r}; expected one of {', '.join(FORMATS)}")
+    table_name, class_key, table = _find_class(cls)
+    default, rules = _resolve(table, class_key)
+    params = {p: default[p] for p in PARAMS}
+    params.update({p: default.get(p, v) for p, v in OPTIONAL_PARAMS.items()})
+    used = [f"default [{default['basis']}]"]
+    for origin, i, rule in rules:
+        if _matches(rule, qtype, rows, k, ncols):
+            params.update({p: rule[p] for p in ALL_PARAMS if p in rule})
+            set_ = ", ".join(f"{p}={rule[p]}" for p in ALL_PARAMS if p in rule)
+            where = f"rule {i}" if origin == class_key else f"{origin} rule {i}"
+            used.append(f"{where} [{rule['basis']}] {set_}: {rule.get('note', '')}".rstrip(": "))
+    if params["path"] == "mmvq" and not FORMATS[qtype].has_int8_path:
+        # As in ggml, a type without an int8 pipeline falls back to DMMV.
+        params["path"] = "dmmv"
+        used.append(f"{qtype} has no int8 path -> dmmv")
+    desc = f"table {table_name} class {class_key} (device {cls.key}): " + "; ".join(used)
+    return params, desc
+
+
+def _find_class(cls: DeviceClass) -> tuple[str, str, dict]:
+    v, a, d = cls.vendor, cls.arch, cls.driver
+    if v in VENDORS:
+        table = _load(v)
+        for key in (f"{v}/{a}/{d}", f"{v}/{a}", f"{v}/*/{d}", f"{v}/*"):
+            if key in table["classes"]:
+                return f"{v}.json", key, table
+    return "unknown.json", FALLBACK_CLASS, _load("unknown")
+
+
+def _resolve(table: dict, key: str) -> tuple[dict, list[tuple[str, int, dict]]]:
+    """(merged default, [(class key, 1-based index, rule)]) following `extends`."""
+    cls = table["classes"][key]
+    if "extends" in cls:
+        default, rules = _resolve(table, cls["extends"])
+        default = {**default, **cls.get("default", {})}
+    else:
+        default, rules = dict(cls["default"]), []
+    rules = rules + [(key, i, r) for i, r in enumerate(cls.get("rules", []), 1)]
+    return default, rules
+
+
+def _matches(rule: dict, qtype: str, rows: int, k: int, ncols: int) -> bool:
+    if "types" in rule and qtype not in rule["types"]:
+        return False
+    for name, value in (("k", k), ("rows", rows), ("ncols", ncols)):
+        if value < rule.get(f"{name}_min", value) or value > rule.get(f"{name}_max", value):
+            return False
+    return True
+
+
+def class_entries(table: dict, key: str) -> list[tuple[str, dict]]:
+    """Every entry of a class as the parameters it would produce: the merged
+    default, then default + each rule's overrides (for checks and tests)."""
+    default, rules = _resolve(table, key)
+    out = [(f"{key} default", default)]
+    for origin, i, rule in rules:
+        out.append((f"{origin} rule {i}", {**default, **rule}))
+    return out
+
+
+def validate_table(table: dict) -> list[str]:
+    """Problems with a table (empty list: fine)."""
+    problems: list[str] = []
+    _keys(problems, "table", table, ("vendor", "note", "classes"), required=("vendor", "classes"))
+    classes = table.get("classes")
+    if not isinstance(classes, dict) or not classes:
+        return problems + ["table: 'classes' must be a non-empty object"]
+    vendor = table.get("vendor")
+    for key, cls in classes.items():
+        where = f"class {key}"
+        if not isinstance(cls, dict):
+            problems.append(f"{where}: not an object")
+            continue
+        if len(key.split("/")) not in (2, 3) or key.split("/")[0] != vendor:
+            problems.append(f"{where}: key must be '{vendor}/<arch or *>[/<driver>]'")
+        _keys(problems, where, cls, ("default", "rules", "extends", "note"))
+        base = cls.get("extends")
+        if base is None and "default" not in cls:
+            problems.append(f"{where}: needs a 'default' (or 'extends')")
+        if base is not None and _extends_cycle(classes, key):
+            problems.append(f"{where}: 'extends' {base!r} is missing or cyclic")
+        if "default" in cls:
+            full = base is None  # an overlay's default may set only some params
+            _entry(problems, f"{where} default", cls["default"], allow=ALL_PARAMS + META,
+                   required=PARAMS if full else ())
+        rules = cls.get("rules", [])
+        if not isinstance(rules, list):
+            problems.append(f"{where}: 'rules' must be a list")
+            continue
+        for i, rule in enumerate(rules, 1):
+            _entry(problems, f"{where} rule {i}", rule, allow=ALL_PARAMS + META + CONDITIONS, required=())
+            if isinstance(rule, dict) and not any(p in rule for p in ALL_PARAMS):
+                problems.append(f"{where} rule {i}: overrides nothing")
+    return problems
+
+
+def _extends_cycle(classes: dict, key: str) -> bool:
+    seen = {key}
+    while "extends" in classes.get(key, {}):
+        key = classes[key]["extends"]
+        if key in seen or key not in classes:
+            return True
+        seen.add(key)
+    return False
+
+
+def _keys(problems, where, obj, allow, required=()):
+    if not isinstance(obj, dict):
+        problems.append(f"{where}: not an object")
+        return
+    problems += [f"{where}: unknown key {k!r}" for k in obj if k not in allow]
+    problems += [f"{where}: missing {k!r}" for k in required if k not in obj]
+
+
+def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
+    _keys(problems, where, e, allow, required)
+    if not isinstance(e, dict):
+        return
+    if e.get("basis") not in BASES:
+        problems.append(f"{where}: basis must be one of {BASES}")
+    elif e["basis"] in ("ggml", "guess") and not e.get("note"):
+        problems.append(f"{where}: a {e['basis']} entry needs a note (cite the rule / say why)")
+    if "path" in e and e["path"] not in PATHS:
+        problems.append(f"{where}: path {e['path']!r} not in {PATHS}")
+    if "reduction" in e and e["reduction"] not in REDUCTIONS:
+        problems.append(f"{where}: reduction {e['reduction']!r} not in {REDUCTIONS}")
+    wg = e.get("wg_size", 1)
+    if not _int(wg) or wg < 1 or wg > MAX_WG_SIZE or wg & (wg - 1):
+        problems.append(f"{where}: wg_size {wg!r} is not a power of two <= {MAX_WG_SIZE}")
+    rpw = e.get("rows_per_wg", 1)
+    if not _int(rpw) or not 1 <= rpw <= MAX_ROWS_PER_WG:
+        problems.append(f"{where}: rows_per_wg {rpw!r} not in 1..{MAX_ROWS_PER_WG}")
+    cpt = e.get("chunks_per_thread", 1)
+    if cpt not in CHUNKS_PER_THREAD:
+        problems.append(f"{where}: chunks_per_thread {cpt!r} not in {CHUNKS_PER_THREAD}")
+    types = e.get("types")
+    if types is not None:
+        if not isinstance(types, list) or not types:
+            problems.append(f"{where}: 'types' must be a non-empty list")
+        else:
+            problems += [f"{where}: unknown type {t!r}" for t in types if t not in FORMATS]
+            plain = [t for t in types if t in FORMATS and not FORMATS[t].has_int8_path]
+            if e.get("path") == "mmvq" and plain:
+                problems.append(f"{where}: mmvq for {plain}, which have no int8 path")
+    for name in ("k", "rows", "ncols"):
+        lo, hi = e.get(f"{name}_min"), e.get(f"{name}_max")
+        for bound, v in ((f"{name}_min", lo), (f"{name}_max", hi)):
+            if v is not None and (not _int(v) or v < 0):
+                problems.append(f"{where}: {bound} {v!r} is not an integer >= 0")
+        if _int(lo) and _int(hi) and lo > hi:
+            problems.append(f"{where}: {name}_min > {name}_max (never matches)")
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

@@ -1,0 +1,77 @@
+"""Recordable GPU operations: the Q8_1 quantizer and the mat-vec dispatches.
+
+These build Kompute algorithms (one per weights buffer) bound to given
+input/output tensors; `record(seq)` appends their dispatches to a sequence.
+`Backend.matvec` records one mat-vec per sequence; `vkq.step` records a
+whole decode step. Pipelines are built once here, never per call.
+"""
+from __future__ import annotations
+
+import kp
+import numpy as np
+
+from .dispatch.config import PipelineConfig
+from .formats import CHUNK
+from .runtime import Device
+from .shader_variants import QUANTIZE_Q8_1, MatVecVariant
+
+Q8_1_WORDS = 12  # words per 32-value Q8_1 block on the device (shaders/quantize_q8_1.comp)
+QUANTIZE_WG = 64  # quantizer threads per workgroup (one per block; a tiny share of the time)
+MAX_GROUPS_X = 65535  # Vulkan guarantees this many workgroups per dimension
+
+
+def q8_1_words(n_vectors: int, k_pad: int) -> int:
+    return n_vectors * (k_pad // CHUNK) * Q8_1_WORDS
+
+
+class QuantizeQ8_1:
+    """x (n_vectors x k_pad floats) -> xq (Q8_1 blocks), for the int8 path."""
+
+    def __init__(self, device: Device, x, xq, n_vectors: int, k_pad: int):
+        nbx = k_pad // CHUNK
+        groups = (-(-nbx // QUANTIZE_WG), n_vectors, 1)
+        push = np.array([nbx, k_pad, nbx], np.uint32)
+        self.algorithm = device.algorithm([x, xq], QUANTIZE_Q8_1, groups, [QUANTIZE_WG], push)
+
+    def record(self, seq) -> None:
+        seq.record(kp.OpAlgoDispatch(self.algorithm))
+
+
+class MatVec:
+    """y = W @ x for every weights buffer of one matrix (or expert stack).
+
+    x_in: fp32 tensor (dmmv) or its Q8_1 tensor (mmvq), `ncols` columns of
+    k_pad values each. For MUL_MAT_ID, `n_slots` used-expert slots read the
+    expert in `ids[slot]` and x column `slot` (or column 0 when shared_x).
+    y: `ncols` (or `n_slots`) columns of `rows` floats.
+    """
+
+    def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
+                 ids=None, n_slots: int = 0, shared_x: bool = False):
+        lay = weights.layout
+        mul_mat_id = ids is not None
+        self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id)
+        x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
+        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread]
+        self.algorithms = []
+        for buf in weights.buffers:
+            groups = -(-buf.rows.count // cfg.rows_per_wg)
+            gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
+            fields = buf.field_offsets + [0] * (4 - len(buf.field_offsets))
+            push = np.array([
+                buf.rows.count, lay.nblocks, *fields,
+                x_stride, 0 if shared_x else x_stride,  # x_col_stride, x_slot_stride
+                lay.rows, lay.rows,  # y_col_stride, y_slot_stride
+                buf.rows.start, lay.n_expert,
+            ], np.uint32)
+            tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else [])
+            self.algorithms.append(device.algorithm(tensors, self.variant, (gx, max(n_slots, 1), gz), spec, push))
+        self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
+
+    def record(self, seq) -> None:
+        for i, algo in enumerate(self.algorithms):
+            if i and self._barrier:
+                # The buffers write disjoint rows of y; the barrier keeps the
+                # validation layer's hazard tracking (whole-buffer) clean.
+                seq.record(self._barrier())
+            seq.record(kp.OpAlgoDispatch(algo))

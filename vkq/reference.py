@@ -1,0 +1,69 @@
+"""numpy references: what a mat-vec should give, independent of the shaders.
+
+- `dequantize(qtype, shape, data)`: the gguf package's own dequantizer (written
+  by ggml's authors, not here) to float64.
+- `quantize_q8_1(x)`: vkq's Q8_1 activation quantizer, as shaders/quantize_q8_1.comp
+  computes it (fp32 arithmetic, round half away from zero).
+- `matvec_model(w, x, path)`: what each path computes in exact arithmetic: the
+  dequantize path multiplies by x itself, the int8 path by x's Q8_1 values
+  (every block type's value is scale*q + offset, so the int8 path's integer
+  dot products and sums add up to exactly W @ dequantize(quantize_q8_1(x))).
+"""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+
+from .formats import CHUNK, get_format
+
+
+def dequantize(qtype, shape, data) -> np.ndarray:
+    """float64 weights of the given shape from raw GGUF bytes, by gguf.quants."""
+    fmt = get_format(qtype)
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    k = shape[-1]
+    rows = int(np.prod(shape[:-1]))
+    values = gguf.quants.dequantize(raw.reshape(rows, fmt.row_bytes(k)), fmt.ggml_type)
+    return values.astype(np.float64).reshape(shape)
+
+
+def quantize_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x float32 (..., K), K a multiple of 32 -> (int8 quants (..., K), fp32 d (..., K/32))."""
+    x = np.asarray(x, np.float32)
+    blocks = x.reshape(*x.shape[:-1], -1, CHUNK)
+    amax = np.abs(blocks).max(axis=-1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    scaled = blocks * inv[..., None]
+    q = (np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))).astype(np.int8)
+    return q.reshape(x.shape), d
+
+
+def q8_1_values(x: np.ndarray) -> np.ndarray:
+    """float64 values the int8 path sees in place of x (K padded to 32 with zeros)."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1]
+    kp = -(-k // CHUNK) * CHUNK
+    if kp != k:
+        x = np.concatenate([x, np.zeros((*x.shape[:-1], kp - k), np.float32)], axis=-1)
+    q, d = quantize_q8_1(x)
+    vals = q.reshape(*q.shape[:-1], -1, CHUNK).astype(np.float64) * d[..., None].astype(np.float64)
+    return vals.reshape(x.shape)[..., :k]
+
+
+def matvec_model(w: np.ndarray, x: np.ndarray, path: str) -> np.ndarray:
+    """float64 model of a path: w (rows, K) float64, x (K,) or (K, n) float32."""
+    if path == "dmmv":
+        return w @ x.astype(np.float64)
+    if path == "mmvq":
+        return w @ q8_1_values(x.T).T
+    raise ValueError(f"unknown path {path!r}")
+
+
+def nmse(y: np.ndarray, ref: np.ndarray) -> float:
+    """Normalized mean squared error, as ggml's test-backend-ops computes it."""
+    ref = np.asarray(ref, np.float64)
+    err = np.asarray(y, np.float64) - ref
+    denom = float((ref * ref).sum())
+    return float((err * err).sum()) / denom if denom else float((err * err).sum())

@@ -1,0 +1,119 @@
+"""The Vulkan device as vkq uses it: a Kompute manager plus what it can do.
+
+Kompute (`kp`) is built by tools/install_kompute.sh with vkq's patch, which
+adds two things stock kp 0.9 lacks: the shaderIntegerDotProduct feature is
+enabled when the int-dot extension is requested, and
+`kp.OpGlobalMemoryBarrier` orders a dispatch after the one whose output it
+reads. Without the patch vkq still runs, but only on paths that need
+neither (the dequantize path with one dispatch per sequence step is not
+affected; the int8 path is refused with a clear error).
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import kp
+import numpy as np
+
+from .device_info import DeviceInfo, get_device_info
+from .dispatch.choose import DeviceCaps, Dispatcher
+from .shader_variants import load_spirv
+
+REQUIRED_KP_PATCH = 2  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
+INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
+
+# Vulkan flag bits used for barriers between dependent dispatches.
+STAGE_TRANSFER = 0x00001000
+STAGE_COMPUTE = 0x00000800
+ACCESS_SHADER_READ = 0x00000020
+ACCESS_SHADER_WRITE = 0x00000040
+
+
+def device_index_from_env(device: int | None) -> int:
+    if device is not None:
+        return int(device)
+    value = os.environ.get("VKQ_DEVICE", "").strip()
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"VKQ_DEVICE={value!r} is not a device index (0, 1, ...)") from None
+
+
+class Device:
+    """One logical Vulkan device, opened through Kompute."""
+
+    def __init__(self, index: int | None = None):
+        self.index = device_index_from_env(index)
+        self.info: DeviceInfo = get_device_info(self.index)
+        self.patched_kp = getattr(kp, "VKQ_PATCH_LEVEL", 0) >= REQUIRED_KP_PATCH
+        extensions = [INT_DOT_EXTENSION] if self.info.integer_dot_product and self.patched_kp else []
+        self.manager = kp.Manager(self.index, [], extensions)
+        self.int_dot_enabled = bool(extensions) and self.manager.integer_dot_product_enabled()
+
+    @functools.cached_property
+    def caps(self) -> DeviceCaps:
+        i = self.info
+        return DeviceCaps(
+            vendor=i.vendor,
+            device_type=i.device_type,
+            subgroup_size=i.subgroup_size,
+            subgroup_arithmetic=i.subgroup_arithmetic,
+            int_dot=self.int_dot_enabled,
+            max_shared_memory=i.max_compute_shared_memory_size,
+            max_workgroup_invocations=i.max_workgroup_invocations,
+        )
+
+    @functools.cached_property
+    def dispatcher(self) -> Dispatcher:
+        return Dispatcher.for_device(self.info, self.caps)
+
+    @property
+    def max_buffer_bytes(self) -> int:
+        return self.info.max_storage_buffer_range
+
+    # -- resources -------------------------------------------------------
+    @property
+    def unified_memory(self) -> bool:
+        """A CPU driver (lavapipe): "device" memory is host memory anyway."""
+        return self.info.device_type == "cpu"
+
+    def upload(self, array: np.ndarray):
+        """A tensor holding `array` (uint32/int32/float32) for shaders to read.
+
+        On a GPU: device-local memory, filled through Kompute's staging copy
+        (Kompute keeps the staging buffer for the tensor's life). On a CPU
+        driver: one host-visible buffer, which halves the host memory weights
+        take (a 4 GB model needs 4 GB, not 8)."""
+        array = np.ascontiguousarray(array)
+        if self.unified_memory:
+            return self.manager.tensor_t(array, kp.TensorTypes.host)
+        tensor = self.manager.tensor_t(array)
+        self.manager.sequence().eval(kp.OpTensorSyncDevice([tensor]))
+        return tensor
+
+    def tensor(self, n: int, dtype=np.float32):
+        """A device tensor of n zero elements (not yet synced)."""
+        return self.manager.tensor_t(np.zeros(max(n, 1), dtype))
+
+    @functools.lru_cache(maxsize=None)
+    def spirv(self, variant) -> bytes:
+        return load_spirv(variant)
+
+    def algorithm(self, tensors, variant, groups: tuple[int, int, int], spec: list[int], push: np.ndarray):
+        return self.manager.algorithm(
+            tensors, self.spirv(variant), groups, np.asarray(spec, np.uint32), np.asarray(push, np.uint32)
+        )
+
+    def compute_barrier(self):
+        """Orders a dispatch after the previous one whose output it reads."""
+        if not self.patched_kp:
+            raise RuntimeError(
+                "this kp build has no OpGlobalMemoryBarrier (vkq's Kompute patch); "
+                "reinstall it with tools/install_kompute.sh"
+            )
+        return kp.OpGlobalMemoryBarrier(
+            STAGE_COMPUTE, STAGE_COMPUTE, ACCESS_SHADER_WRITE, ACCESS_SHADER_READ | ACCESS_SHADER_WRITE
+        )

@@ -1,0 +1,99 @@
+"""The catalogue of compiled shader variants: one source, many defines.
+
+`tools/compile_shaders.py` compiles every variant listed here; the runtime
+looks variants up by the same `Variant` key. A variant's defines come from
+the block format table (`vkq.formats`), so a field's offset slot and the
+block size are never written twice.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .formats import FORMATS, BlockFormat
+
+# Where compiled modules live: inside the package, or VKQ_SPIRV_DIR (for
+# shader experiments next to an installed vkq).
+SPIRV_DIR = Path(os.environ.get("VKQ_SPIRV_DIR") or Path(__file__).parent / "spirv")
+
+# Push-constant slots that carry field offsets (shaders/common.glsl: field0..3).
+MAX_FIELDS = 4
+
+
+@dataclass(frozen=True)
+class MatVecVariant:
+    qtype: str
+    mmvq: bool  # int8 path (Q8_1 activations) instead of dequantize-to-float
+    int_dot: bool  # MMVQ with OpSDot; False: the same arithmetic in int32
+    subgroup: bool  # subgroupAdd reduction; False: shared-memory tree
+    mul_mat_id: bool  # expert-indexed (MUL_MAT_ID)
+
+    @property
+    def name(self) -> str:
+        path = ("mmvq_dot" if self.int_dot else "mmvq_emul") if self.mmvq else "dmmv"
+        red = "sg" if self.subgroup else "sh"
+        return f"mul_mat_vec{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_{path}_{red}"
+
+    @property
+    def source(self) -> str:
+        return "mul_mat_vec.comp"
+
+    def defines(self) -> dict[str, str]:
+        fmt: BlockFormat = FORMATS[self.qtype]
+        d = {f"TYPE_{self.qtype}": "1", "QK": f"{fmt.block_elems}u"}
+        for slot, field in enumerate(fmt.fields):
+            d[f"FIELD_OFF_{field.name}"] = f"p.field{slot}"
+        if self.mmvq:
+            d["MMVQ"] = "1"
+        if self.int_dot:
+            d["INT_DOT"] = "1"
+        if self.subgroup:
+            d["REDUCE_SUBGROUP"] = "1"
+        if self.mul_mat_id:
+            d["MUL_MAT_ID"] = "1"
+        return d
+
+
+@dataclass(frozen=True)
+class SimpleVariant:
+    """A shader compiled once, without defines."""
+
+    name: str
+    source: str
+
+    def defines(self) -> dict[str, str]:
+        return {}
+
+
+QUANTIZE_Q8_1 = SimpleVariant("quantize_q8_1", "quantize_q8_1.comp")
+# Device memory read bandwidth, the reference of `vkq bench`'s "% bw" column.
+MEMBW = SimpleVariant("membw", "membw.comp")
+
+
+def all_variants() -> list[MatVecVariant | SimpleVariant]:
+    out: list[MatVecVariant | SimpleVariant] = [QUANTIZE_Q8_1, MEMBW]
+    for name, fmt in FORMATS.items():
+        assert len(fmt.fields) <= MAX_FIELDS, name
+        for mul_mat_id in (False, True):
+            for subgroup in (False, True):
+                out.append(MatVecVariant(name, False, False, subgroup, mul_mat_id))
+                if fmt.has_int8_path:
+                    for int_dot in (False, True):
+                        out.append(MatVecVariant(name, True, int_dot, subgroup, mul_mat_id))
+    return out
+
+
+def spirv_path(variant: MatVecVariant | SimpleVariant) -> Path:
+    return SPIRV_DIR / f"{variant.name}.spv"
+
+
+def load_spirv(variant: MatVecVariant | SimpleVariant) -> bytes:
+    path = spirv_path(variant)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise RuntimeError(
+            f"compiled shader {path.name} is missing from {SPIRV_DIR}: run "
+            "`python tools/compile_shaders.py` (make does it for you)"
+        ) from None

@@ -1,0 +1,33 @@
+"""Random but valid GGUF weights, made fast (for benchmarks and presets).
+
+Quant bytes are uniformly random; scale fields get small finite fp16 values
+(random bytes there could be NaN or inf), MXFP4 exponents a sane range.
+Which field is a scale is read from the format table, not repeated here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import BlockFormat, GGMLType
+
+FP16_FIELDS = ("d", "dm")  # fields holding fp16 scales (and mins)
+
+
+def random_weights(fmt: BlockFormat, rows: int, k: int, rng: np.random.Generator | None = None,
+                   n_expert: int = 1) -> np.ndarray:
+    """uint8 (n_expert * rows, row_bytes) of valid `fmt` blocks."""
+    rng = rng or np.random.default_rng(0)
+    n_rows = n_expert * rows
+    if fmt.is_plain:
+        values = rng.standard_normal((n_rows, k), np.float32) * np.float32(0.05)
+        dtype = np.float32 if fmt.ggml_type == GGMLType.F32 else np.float16
+        return values.astype(dtype).view(np.uint8)
+    nblocks = n_rows * (k // fmt.block_elems)
+    blocks = rng.integers(0, 256, (nblocks, fmt.block_bytes), dtype=np.uint8)
+    for field in fmt.fields:
+        if field.name in FP16_FIELDS:
+            halves = rng.uniform(1e-3, 1e-2, (nblocks, field.size // 2)).astype(np.float16)
+            blocks[:, field.offset:field.offset + field.size] = halves.view(np.uint8)
+        elif field.name == "e":  # MXFP4 shared exponent: 2^(e-127) around 2^-6..2^-1
+            blocks[:, field.offset] = rng.integers(120, 127, nblocks, dtype=np.uint8)
+    return blocks.reshape(n_rows, fmt.row_bytes(k))
