@@ -29,8 +29,7 @@ import vkq.reference as ref
 from vkq.dispatch.choose import apply_limits
 from vkq.dispatch.config import PipelineConfig
 from vkq.formats import FORMATS
-
-import ggml_quant
+from vkq.layout import FIELD_ALIGN, MatrixLayout
 
 # With VKQ_VALIDATE=1 the session runs under the Khronos validation layer.
 pytest_plugins = ["vk_validation"]
@@ -151,8 +150,6 @@ def pytest_terminal_summary(terminalreporter):
 def force_split(monkeypatch, qtype: str, n_expert: int, rows_per_buffer: int, k: int) -> None:
     """Make every Device report a maxStorageBufferRange that holds exactly
     `rows_per_buffer` rows (of every expert) of a (.., K) matrix of qtype."""
-    from vkq.layout import FIELD_ALIGN, MatrixLayout
-
     fmt = FORMATS[qtype]
     per_row = MatrixLayout(fmt, n_expert, 1, k).device_nbytes(1)
     limit = rows_per_buffer * per_row + FIELD_ALIGN * len(fmt.fields)
@@ -163,13 +160,6 @@ def force_split(monkeypatch, qtype: str, n_expert: int, rows_per_buffer: int, k:
 def backend() -> vkq.Backend:
     """The one Backend (Vulkan device 0) the whole suite shares."""
     return vkq.Backend()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _ggml_quantizer():
-    if not ggml_quant.available():
-        pytest.exit("libggml-base (pip package libggml-python) cannot be loaded: "
-                    "the tests need ggml's quantizer to make their weights", returncode=3)
 
 
 @pytest.fixture(autouse=True)

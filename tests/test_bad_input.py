@@ -112,6 +112,13 @@ def test_bad_shape(backend, monkeypatch, shape):
         backend.upload("Q4_0", shape, np.zeros(Q4_0_BYTES, np.uint8))
 
 
+@pytest.mark.parametrize("shape", [(2.5, 32), (2, 32.5), ("2", "32")], ids=["float-rows", "float-k", "str"])
+def test_shape_of_non_integers(backend, monkeypatch, shape):
+    """Sizes are not silently truncated or parsed (2.5 rows is not 2 rows)."""
+    with raises_before_driver(monkeypatch, (TypeError, ValueError), "shape"):
+        backend.upload("Q4_0", shape, np.zeros(2 * 18, np.uint8))
+
+
 def test_shape_not_a_sequence(backend, monkeypatch):
     with raises_before_driver(monkeypatch, TypeError, "shape"):
         backend.upload("Q4_0", 64, np.zeros(Q4_0_BYTES, np.uint8))

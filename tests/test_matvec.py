@@ -20,6 +20,7 @@ import pytest
 
 import vkq
 import vkq.reference as ref
+from vkq.dispatch.config import PipelineConfig
 from vkq.formats import FORMATS, GGMLType
 
 import ggml_quant
@@ -131,6 +132,12 @@ def test_qtype_spellings(backend, qtype):
     assert (w.qtype, w.shape, w.nbytes) == ("Q4_K", (rows, k), data.nbytes)
     x = random_x(k)
     assert np.array_equal(backend.matvec(w, x), backend.matvec(backend.upload("Q4_K", (rows, k), data), x))
+
+
+@pytest.mark.parametrize("shape", [[5, 64], np.array([5, 64]), (np.int64(5), np.int32(64))], ids=["list", "array", "np-ints"])
+def test_shape_spellings(backend, shape):
+    w = backend.upload("Q8_0", shape, ggml_quant.random_weights(5, 64, "Q8_0"))
+    assert w.shape == (5, 64) and all(type(s) is int for s in w.shape)
 
 
 @pytest.mark.parametrize("data_kind", ["numpy", "bytes"])
@@ -266,13 +273,21 @@ def test_one_row_larger_than_buffer(backend, monkeypatch):
 
 @pytest.mark.parametrize("path", ["dmmv", "mmvq"])
 def test_more_than_65535_workgroups(backend, path):
-    """600000 rows need more workgroups than one grid dimension guarantees."""
+    """600000 rows at 2 rows per workgroup: 300000 workgroups, more than one
+    grid dimension guarantees (65535), for matvec and for an expert stack."""
     rows, k, qtype = 600_000, 32, "Q4_0"
+    config = PipelineConfig(path, path == "mmvq", True, wg_size=8, rows_per_wg=2, source="test")
     data = ggml_quant.random_weights(rows, k, qtype, seed=8)
-    w = backend.upload(qtype, (rows, k), data)
+    w64 = ref.dequantize(qtype, (rows, k), data)
     x = random_x(k, 2)
-    assert_matches(backend.matvec(w, x, path=path),
-                   references(ref.dequantize(qtype, (rows, k), data), x), path, f"{rows} rows {path}")
+    w = backend.upload(qtype, (rows, k), data)
+    assert_matches(backend.matvec(w, x, config=config), references(w64, x), path, f"{rows} rows {path}")
+
+    experts = backend.upload(qtype, (2, rows // 2, k), data)
+    ids = np.array([1, 0, 1], np.int32)
+    y = backend.matvec_id(experts, x[:, 0], ids, config=config)
+    for i, e in enumerate(ids):
+        assert_matches(y[i], references(w64.reshape(2, rows // 2, k)[e], x[:, 0]), path, f"expert {e} {path}")
 
 
 # -- F32 / F16 rows of any length -------------------------------------------

@@ -18,7 +18,8 @@ import vkq.reference as ref
 from vkq.formats import FORMATS
 
 import ggml_quant
-from conftest import TYPES, assert_matches, paths_for, random_ids, random_x, references, variant_config, variant_params
+from conftest import (assert_matches, paths_for, random_ids, random_x, references, type_paths, variant_config,
+                      variant_params)
 
 MOE_TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q6_K", "MXFP4", "Q2_K")
 # (n_expert, n_used, rows, K), like the qwen3-30b-a3b shapes of ggml's perf tests, smaller
@@ -33,7 +34,7 @@ class Experts:
 
     def values(self, ids: np.ndarray) -> np.ndarray:
         """float64 (len(ids), rows, K) of the selected experts."""
-        n_expert, rows, k = self.w.shape
+        _, rows, k = self.w.shape
         return ref.dequantize(self.w.qtype, (len(ids), rows, k), self.data[ids])
 
 
@@ -80,7 +81,7 @@ def test_matvec_id_matches_reference(backend, qtype, shape_id, x_kind, path):
 
 
 @pytest.mark.parametrize("x_kind", X_KINDS)
-@pytest.mark.parametrize("qtype, path", [pytest.param(t, p, id=f"{t}-{p}") for t in TYPES for p in paths_for(t)])
+@pytest.mark.parametrize("qtype, path", type_paths())
 def test_every_type_small(backend, qtype, path, x_kind):
     """ggml's MUL_MAT_ID case for all types, used > n_expert: 8 of 4 experts,
     rows 64, K three blocks."""

@@ -12,7 +12,6 @@ import functools
 import importlib.util
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import vkq

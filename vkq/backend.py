@@ -108,9 +108,12 @@ def _as_bytes(data, fmt: BlockFormat) -> np.ndarray:
 
 def _parse_shape(shape) -> tuple[int, int, int]:
     try:
-        dims = tuple(int(s) for s in shape)
+        dims = tuple(shape)
     except TypeError:
         raise TypeError(f"shape must be a tuple (rows, K) or (n_expert, rows, K), got {shape!r}") from None
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"shape must hold integers, got {shape!r}")
+    dims = tuple(int(d) for d in dims)
     if len(dims) not in (2, 3) or any(d < 1 for d in dims):
         raise ValueError(f"shape must be (rows, K) or (n_expert, rows, K) of positive sizes, got {shape!r}")
     return dims if len(dims) == 3 else (1, *dims)

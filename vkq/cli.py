@@ -1,4 +1,4 @@
-"""The `vkq` command line: info, bench, compare."""
+"""The `vkq` command line: info, bench, compare, tune, generate."""
 from __future__ import annotations
 
 import argparse
@@ -36,6 +36,12 @@ def cmd_tune(args) -> int:
     from .tune import run
 
     return run(args)
+
+
+def cmd_generate(args) -> int:
+    from .generate import run_cli
+
+    return run_cli(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +88,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("generate", help="greedy text generation of a llama GGUF model, every mat-vec on vkq",
+                       description="Greedy decoding of a llama-architecture GGUF model: every weight mat-vec on "
+                                   "vkq, norms/RoPE/attention in numpy. Prints the text, then tokens/s split "
+                                   "into mat-vec time and the rest (stderr).")
+    p.add_argument("model", help="a .gguf file (llama architecture, byte-level BPE tokenizer)")
+    p.add_argument("-p", "--prompt", required=True, help="the prompt text (no chat template is applied)")
+    p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    p.add_argument("--path", choices=("auto", "dmmv", "mmvq", "numpy"), default="auto",
+                   help="mat-vec path (default auto: the dispatcher's choice); numpy: the float64 reference")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-text token")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="one mat-vec call per matrix (default: Q/K/V and gate/up stacked into one call each)")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    p.set_defaults(func=cmd_generate)
     return ap
 
 

@@ -34,7 +34,8 @@ _VENDORS = {
     0x106B: "apple",
     0x5143: "qualcomm",
     0x13B5: "arm",
-    0x10005: "mesa",
+    0x10005: "mesa",  # Khronos vendor ID used by lavapipe
+    0x1AE0: "google",  # SwiftShader
     0x1010: "imgtec",
 }
 

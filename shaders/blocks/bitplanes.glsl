@@ -16,3 +16,8 @@ uvec4 bits1(uint off, uint sub, uint h) {  // 4 bytes per sub-block
 uint byte_pair(uint off, uint ib, uint sb) {
     return w32[off + 4u * ib + (sb >> 1)] >> (16u * (sb & 1u));
 }
+// Those two bytes as signed int8 values (Q3_K and Q6_K scales).
+vec2 int8_pair(uint off, uint ib, uint sb) {
+    int w = int(byte_pair(off, ib, sb));
+    return vec2(bitfieldExtract(w, 0, 8), bitfieldExtract(w, 8, 8));
+}

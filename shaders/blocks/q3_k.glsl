@@ -7,8 +7,6 @@ uvec4 block_quants(uint ib, uint sb, uint h) {
     return bits2(FIELD_OFF_qs, sub, h) | (bits1(FIELD_OFF_hmask, sub, h) << 2);
 }
 vec4 block_scales(uint ib, uint sb) {
-    int w = int(byte_pair(FIELD_OFF_scales, ib, sb));
-    float d = field_half(FIELD_OFF_d, ib);
-    float s0 = d * float(bitfieldExtract(w, 0, 8)), s1 = d * float(bitfieldExtract(w, 8, 8));
-    return vec4(s0, -4.0 * s0, s1, -4.0 * s1);
+    vec2 s = field_half(FIELD_OFF_d, ib) * int8_pair(FIELD_OFF_scales, ib, sb);
+    return vec4(s.x, -4.0 * s.x, s.y, -4.0 * s.y);
 }

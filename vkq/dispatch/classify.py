@@ -49,16 +49,8 @@ _DRIVERS = {
 }
 _DRIVER_LLVMPIPE, _DRIVER_SWIFTSHADER, _DRIVER_MOLTENVK = 13, 10, 14
 
-_VENDOR_IDS = {
-    0x10DE: "nvidia",
-    0x1002: "amd",
-    0x8086: "intel",
-    0x106B: "apple",
-    0x5143: "qualcomm",
-    0x13B5: "arm",
-}
-_MESA_VENDOR_ID = 0x10005  # Khronos vendor ID used by lavapipe
-_GOOGLE_VENDOR_ID = 0x1AE0  # SwiftShader
+# Vendors with a table of their own (vendor names: DeviceInfo.vendor).
+_GPU_VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm")
 
 # NVIDIA names that are Turing or newer. Every "RTX" product is Turing+;
 # GTX 16xx and MX450/550 are Turing without RT cores; T4/T400..T1200 Turing;
@@ -134,20 +126,20 @@ def _vendor(info: DeviceInfo, reasons: list[str]) -> str:
     if info.driver_id in (_DRIVER_LLVMPIPE, _DRIVER_SWIFTSHADER):
         reasons.append(f"vendor: software driver (VkDriverId {info.driver_id})")
         return "software"
-    if info.vendor_id in (_MESA_VENDOR_ID, _GOOGLE_VENDOR_ID) or info.device_type == "cpu":
+    if info.vendor in ("mesa", "google") or info.device_type == "cpu":
         reasons.append(f"vendor: {vid}, device type {info.device_type} -> software")
         return "software"
-    vendor = _VENDOR_IDS.get(info.vendor_id, "unknown")
+    vendor = info.vendor if info.vendor in _GPU_VENDORS else "unknown"
     reasons.append(f"vendor: {vid} -> {vendor}")
     return vendor
 
 
 def _arch_software(info: DeviceInfo, reasons: list[str]) -> str:
     if (info.driver_id == _DRIVER_LLVMPIPE or info.name.startswith("llvmpipe")
-            or info.vendor_id == _MESA_VENDOR_ID):
+            or info.vendor == "mesa"):
         reasons.append("arch: lavapipe (Mesa llvmpipe)")
         return "lavapipe"
-    if info.driver_id == _DRIVER_SWIFTSHADER or info.vendor_id == _GOOGLE_VENDOR_ID or "SwiftShader" in info.name:
+    if info.driver_id == _DRIVER_SWIFTSHADER or info.vendor == "google" or "SwiftShader" in info.name:
         reasons.append("arch: SwiftShader")
         return "swiftshader"
     reasons.append("arch: unknown CPU device")
