@@ -11,12 +11,12 @@ shape) the dispatches are recorded once into a Kompute sequence and replayed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import kp
 import numpy as np
 
-from .dispatch.choose import apply_limits
+from .dispatch.choose import apply_limits, env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
 from .layout import MatrixLayout, RowRange, pack_rows
@@ -42,6 +42,7 @@ class Weights:
         self.buffers = buffers
         self.shape = shape
         self._plans: dict[tuple, _Plan] = {}
+        self._configs: dict[tuple, PipelineConfig] = {}
 
     @property
     def qtype(self) -> str:
@@ -169,9 +170,16 @@ class Backend:
         return weights
 
     def pipeline(self, weights: Weights, ncols: int = 1, path: str | None = None) -> PipelineConfig:
-        """The pipeline the dispatcher picks for this weights matrix."""
-        lay = weights.layout
-        return self.device.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
+        """The pipeline the dispatcher picks for this weights matrix.
+
+        Remembered per matrix (the choice costs more than a small mat-vec);
+        the environment is part of the key, since it takes part in the choice."""
+        key = (ncols, path, env_path() if path is None else None, int_dot_disabled_by_env())
+        cfg = weights._configs.get(key)
+        if cfg is None:
+            lay = weights.layout
+            cfg = weights._configs[key] = self.device.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
+        return cfg
 
     def _config(self, w: Weights, ncols: int, path, config: PipelineConfig | None) -> PipelineConfig:
         if config is None:
@@ -183,7 +191,8 @@ class Backend:
     def _plan(self, weights: Weights, cfg: PipelineConfig, ncols: int, n_slots: int, shared_x: bool) -> _Plan:
         if cfg.path == "mmvq" and not self.device.patched_kp:
             raise RuntimeError("the int8 path needs vkq's Kompute patch (tools/install_kompute.sh)")
-        key = (cfg, ncols, n_slots, shared_x)
+        # The same pipeline, whichever rule chose it, is recorded once.
+        key = (replace(cfg, source=""), ncols, n_slots, shared_x)
         plan = weights._plans.get(key)
         if plan is None:
             plan = weights._plans[key] = _Plan(self.device, weights, cfg, ncols, n_slots, shared_x)

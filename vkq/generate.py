@@ -25,6 +25,7 @@ BPE built from the vocabulary and merges stored in the file.
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,7 +296,8 @@ class GenerationStats:
 
     @property
     def rest_ms_per_token(self) -> float:
-        return 1e3 * (self.decode_seconds - self.decode_matvec_seconds) / self.decode_steps if self.decode_steps else 0.0
+        rest = self.decode_seconds - self.decode_matvec_seconds
+        return 1e3 * rest / self.decode_steps if self.decode_steps else 0.0
 
     def summary(self) -> str:
         lines = [f"prompt: {self.n_prompt} tokens in {self.prompt_seconds:.2f} s "
@@ -367,6 +369,7 @@ class LlamaModel:
         groups += out
         self.output_group = out[0].names
         self.calls_per_step = len(groups)
+        self._group_list = groups
 
         if mode == "numpy":
             self.backend = None
@@ -388,6 +391,34 @@ class LlamaModel:
             inv_freq = inv_freq / vec("rope_freqs.weight").astype(np.float64)[:half]
         self.inv_freq = inv_freq / cfg.rope_scale
         self.reset()
+
+    def reference(self) -> "LlamaModel":
+        """The numpy float64 reference of this model: the same decoder, parsed
+        file and tokenizer, its own KV cache."""
+        other = copy.copy(self)
+        other.backend = None
+        other.matvecs = NumpyMatvecs(self.tensors, self._group_list)
+        other.reset()
+        return other
+
+    def warm_up(self, n_prompt: int = 0) -> float:
+        """Record the dispatches of every mat-vec for the column counts a prompt
+        of n_prompt tokens and the decode steps use, so that the timings that
+        follow are steady state (Backend.matvec records a matrix's pipeline on
+        its first call with a new column count: ~25 ms each on lavapipe).
+        Returns the seconds it took; the KV cache is untouched."""
+        if self.backend is None:
+            return 0.0
+        sizes = {1}
+        if n_prompt:
+            sizes.add(min(n_prompt, MAX_COLS))
+            if n_prompt % MAX_COLS:
+                sizes.add(n_prompt % MAX_COLS)
+        t0 = time.perf_counter()
+        for g in self._group_list:
+            for n in sorted(sizes):
+                self.matvecs._multiply(g, np.zeros((n, g.k), np.float32))
+        return time.perf_counter() - t0
 
     # -- set-up -----------------------------------------------------------------
     @property
@@ -629,10 +660,12 @@ def run_cli(args) -> int:
     t0 = time.perf_counter()
     model = LlamaModel(args.model, None, args.path, fuse=not args.no_fuse, device=args.device)
     load = time.perf_counter() - t0
+    warm = model.warm_up(len(model.tokenizer.encode(args.prompt)))
     cfg = model.config
     dev = "numpy float64 (reference)" if model.backend is None else model.backend.device_info.name
     print(f"{model.path.name}: {cfg.arch}, {cfg.n_layer} layers, {cfg.n_embd} wide, {cfg.n_head}/{cfg.n_head_kv} "
-          f"heads, vocab {model.n_vocab}; loaded in {load:.1f} s on {dev}", file=sys.stderr)
+          f"heads, vocab {model.n_vocab}; loaded in {load:.1f} s on {dev}, pipelines recorded in {warm:.1f} s",
+          file=sys.stderr)
     print(args.prompt, end="", flush=True)
     text, ids, stats = model.generate(args.prompt, args.n_tokens, stop_at_eos=not args.ignore_eos,
                                       on_text=lambda s: print(s, end="", flush=True))

@@ -96,6 +96,7 @@ def save(info: DeviceInfo, entries: dict[str, dict], extra: dict | None = None) 
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; it is a plain cache file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
