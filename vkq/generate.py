@@ -36,51 +36,22 @@ import numpy as np
 
 from .backend import MAX_COLS, Backend
 from .formats import get_format
-from .gguf_io import GGUFTensor
+from .gguf_io import GGUFTensor, metadata, open_gguf
+from .tokenizer import GGUFTokenizer
 
 SUPPORTED_ARCHS = ("llama",)
 PATH_MODES = ("auto", "dmmv", "mmvq", "numpy")
-_REQUIRED = object()
 
 # The matrices of one block by stage: a stage's matrices read the same input.
 LAYER_STAGES = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",))
 LAYER_VECTORS = ("attn_norm", "ffn_norm")
 
-# tokenizer.ggml.pre values whose pre-tokenizer is GPT-2's regex after splitting
-# digits one by one (llama.cpp's LLAMA_VOCAB_PRE_TYPE_STARCODER group).
-_PRE_DIGITS = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
-_PRE_GPT2 = ("gpt-2", "gpt2", "default", "")
-# llama 3's regex (llama.cpp LLAMA_VOCAB_PRE_TYPE_LLAMA3), for tokenizer.ggml.pre == "llama-bpe".
-_LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
 # -- the file ------------------------------------------------------------------
 
 def _open(path: str | Path) -> tuple[Path, gguf.GGUFReader, dict[str, GGUFTensor]]:
-    """One parse of the file (the reader takes seconds on a 49k-token vocabulary):
-    metadata reader and tensors, as vkq.gguf_io.load_gguf_all gives them."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no GGUF file at {path}")
-    try:
-        reader = gguf.GGUFReader(path)
-    except (ValueError, OSError) as e:
-        raise ValueError(f"{path} is not a readable GGUF file: {e}") from None
-    tensors = {}
-    for t in reader.tensors:
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # numpy order
-        tensors[t.name] = GGUFTensor(t.name, t.tensor_type.name, shape, t.data)
+    reader, tensors = open_gguf(path)
     return path, reader, tensors
-
-
-def _meta(reader: gguf.GGUFReader, path: Path, key: str, default=_REQUIRED):
-    f = reader.get_field(key)
-    if f is None:
-        if default is _REQUIRED:
-            raise ValueError(f"{path.name}: metadata key {key!r} is missing")
-        return default
-    return f.contents()
 
 
 @dataclass(frozen=True)
@@ -102,13 +73,13 @@ class LlamaConfig:
 
     @classmethod
     def from_gguf(cls, reader: gguf.GGUFReader, path: Path) -> "LlamaConfig":
-        arch = _meta(reader, path, "general.architecture")
+        arch = metadata(reader, path, "general.architecture")
         if arch not in SUPPORTED_ARCHS:
             raise ValueError(f"{path.name}: architecture {arch!r} is not supported by vkq generate "
                              f"(supported: {', '.join(SUPPORTED_ARCHS)})")
 
-        def get(key, default=_REQUIRED):
-            return _meta(reader, path, f"{arch}.{key}", default)
+        def get(key, *default):
+            return metadata(reader, path, f"{arch}.{key}", *default)
 
         for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
             if isinstance(get(key, 0), (list, tuple)):
@@ -132,59 +103,6 @@ class LlamaConfig:
             rms_eps=float(get("attention.layer_norm_rms_epsilon")),
             n_ctx_train=int(get("context_length", 4096)),
         )
-
-
-class GGUFTokenizer:
-    """Byte-level BPE (tokenizer.ggml.model == "gpt2") built with HF `tokenizers`
-    from the vocabulary and merges stored in the GGUF file."""
-
-    def __init__(self, reader: gguf.GGUFReader, path: Path):
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-
-        kind = _meta(reader, path, "tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(f"{path.name}: tokenizer model {kind!r} is not supported (only 'gpt2', byte-level BPE)")
-        tokens = list(_meta(reader, path, "tokenizer.ggml.tokens"))
-        merges = [tuple(m.split(" ", 1)) for m in _meta(reader, path, "tokenizer.ggml.merges")]
-        types = list(_meta(reader, path, "tokenizer.ggml.token_type", [1] * len(tokens)))
-        vocab = {}
-        for i, tok in enumerate(tokens):
-            vocab.setdefault(tok, i)
-        tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-        pre = str(_meta(reader, path, "tokenizer.ggml.pre", "default"))
-        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        if pre in _PRE_DIGITS:
-            tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-        elif pre in _PRE_GPT2:
-            tk.pre_tokenizer = byte_level
-        elif pre == "llama-bpe":
-            tk.pre_tokenizer = pre_tokenizers.Sequence([
-                pre_tokenizers.Split(Regex(_LLAMA3_REGEX), behavior="isolated"),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        else:
-            raise ValueError(f"{path.name}: pre-tokenizer {pre!r} is not supported "
-                             f"(supported: {', '.join(_PRE_DIGITS + ('gpt-2', 'llama-bpe'))})")
-        tk.decoder = decoders.ByteLevel()
-        # Control tokens (type 3) and user-defined ones (type 4) are matched whole in the text.
-        control = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3]
-        user = [AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4]
-        tk.add_special_tokens(control)
-        if user:
-            tk.add_tokens(user)
-        self.tokenizer = tk
-        self.n_vocab = len(tokens)
-        self.bos_id = _meta(reader, path, "tokenizer.ggml.bos_token_id", None)
-        self.eos_id = _meta(reader, path, "tokenizer.ggml.eos_token_id", None)
-        self.add_bos = bool(_meta(reader, path, "tokenizer.ggml.add_bos_token", False)) and self.bos_id is not None
-
-    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
-            ids = [int(self.bos_id)] + ids
-        return ids
-
-    def decode(self, ids, skip_special: bool = True) -> str:
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special)
 
 
 # -- mat-vecs -------------------------------------------------------------------
@@ -638,17 +556,18 @@ class LlamaModel:
         """Greedy continuation of a text prompt: (text, generated ids, stats).
         on_text receives the text as it grows, piece by piece."""
         prompt_ids = self.tokenizer.encode(prompt)
-        on_token = None
+        on_token: Callable[[int], None] | None = None
         if on_text is not None:
             ids: list[int] = []
             shown = [""]
 
-            def on_token(token: int) -> None:
+            def show_text(token: int) -> None:
                 ids.append(token)
                 text = self.tokenizer.decode(ids)
                 if not text.endswith("\ufffd") and text.startswith(shown[0]):  # whole UTF-8 characters only
                     on_text(text[len(shown[0]):])
                     shown[0] = text
+            on_token = show_text
         gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token)
         return self.tokenizer.decode(gen.tokens), gen.tokens, gen.stats
 

@@ -44,6 +44,12 @@ def load_gguf(path: str | Path) -> dict[str, GGUFTensor]:
 
 
 def load_gguf_all(path: str | Path) -> dict[str, GGUFTensor]:
+    return open_gguf(path)[1]
+
+
+def open_gguf(path: str | Path) -> tuple[gguf.GGUFReader, dict[str, GGUFTensor]]:
+    """One parse of a file (seconds for a large vocabulary): the reader, for
+    metadata, and every tensor, in file order."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
@@ -56,4 +62,17 @@ def load_gguf_all(path: str | Path) -> dict[str, GGUFTensor]:
         # GGUF lists dimensions innermost first; numpy order is the reverse.
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         out[t.name] = GGUFTensor(t.name, t.tensor_type.name, shape, t.data)
-    return out
+    return reader, out
+
+
+_REQUIRED = object()
+
+
+def metadata(reader: gguf.GGUFReader, path: Path, key: str, default=_REQUIRED):
+    """A metadata value; a missing required key is a ValueError naming it."""
+    f = reader.get_field(key)
+    if f is None:
+        if default is _REQUIRED:
+            raise ValueError(f"{Path(path).name}: metadata key {key!r} is missing")
+        return default
+    return f.contents()
