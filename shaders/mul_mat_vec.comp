@@ -27,6 +27,11 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const uint NUM_ROWS = 1;
 layout(constant_id = 2) const uint NCOLS = 1;
 layout(constant_id = 3) const uint CHUNKS_PER_THREAD = 1;  // 32-element chunks a thread takes at a time
+// true: a workgroup's threads split each row's K and reduce (GPUs);
+// false: each thread owns NUM_ROWS rows over the whole K, no reduction, and
+// every thread reads the same x at the same time (CPU drivers: lavapipe
+// loads a value shared by all lanes once instead of once per lane).
+layout(constant_id = 4) const bool SPLIT_K = true;
 
 #include "common.glsl"
 #include "blocks.glsl"
@@ -54,9 +59,12 @@ shared float partial[NUM_ROWS * NCOLS][WG_SIZE];
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     // Row groups beyond 65535 workgroups continue in z.
-    const uint row0 = (gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x) * NUM_ROWS;
+    const uint group = gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint row0 = (SPLIT_K ? group : group * WG_SIZE + tid) * NUM_ROWS;
     if (row0 >= p.nrows) {
-        return;  // uniform across the workgroup: no barrier is skipped by part of it
+        // With SPLIT_K uniform across the workgroup, so no barrier is skipped
+        // by part of it; without it no barrier follows.
+        return;
     }
     const uint slot = gl_WorkGroupID.y;
 #ifdef MUL_MAT_ID
@@ -79,7 +87,16 @@ void main() {
     const uint nchunks = p.nblocks * CHUNKS_PER_BLOCK;
     // CHUNKS_PER_THREAD divides the chunks of a row (the dispatcher checks).
     const uint nunits = nchunks / CHUNKS_PER_THREAD;
-    for (uint unit = tid; unit < nunits; unit += WG_SIZE) {
+    // A thread taking whole blocks loads each block's scales once (block_meta)
+    // instead of once per sub-block (block_scales).
+    const bool WHOLE_BLOCKS = CHUNKS_PER_THREAD == CHUNKS_PER_BLOCK;
+    for (uint unit = SPLIT_K ? tid : 0u; unit < nunits; unit += SPLIT_K ? WG_SIZE : 1u) {
+    BlockMeta meta[NUM_ROWS];
+    if (WHOLE_BLOCKS) {
+        for (uint r = 0u; r < NUM_ROWS; r++) {
+            meta[r] = block_meta(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + unit);
+        }
+    }
     for (uint j = 0u; j < CHUNKS_PER_THREAD; j++) {
         const uint c = unit * CHUNKS_PER_THREAD + j;
         const uint ib_in_row = c / CHUNKS_PER_BLOCK;
@@ -99,7 +116,7 @@ void main() {
             const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
             const uvec4 q0 = block_quants(ib, sb, 0u);
             const uvec4 q1 = block_quants(ib, sb, 1u);
-            const vec4 so = block_scales(ib, sb);
+            const vec4 so = WHOLE_BLOCKS ? meta_scales(meta[r], sb) : block_scales(ib, sb);
             for (uint col = 0u; col < NCOLS; col++) {
                 // sum_i (scale*q_i + offset) * d*qx_i = scale*d*dot(q, qx) + offset*s
                 const float dot0 = float(dot16x8(q0, xq_lo[col]));
@@ -112,7 +129,8 @@ void main() {
 #ifndef BLOCK_PLAIN
         vec4 so[NUM_ROWS];  // (scale, offset) of both halves, per row
         for (uint r = 0u; r < NUM_ROWS; r++) {
-            so[r] = block_scales(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row, sb);
+            so[r] = WHOLE_BLOCKS ? meta_scales(meta[r], sb)
+                                 : block_scales(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row, sb);
         }
 #endif
         for (uint h = 0u; h < 2u; h++) {
@@ -153,6 +171,18 @@ void main() {
         }
 #endif
     }
+    }
+
+    const uint y0 = slot * p.y_slot_stride + p.y_row_offset;
+    if (!SPLIT_K) {
+        // This thread's rows are complete.
+        for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
+            const uint r = i / NCOLS, col = i % NCOLS;
+            if (row0 + r < p.nrows) {
+                y[y0 + col * p.y_col_stride + row0 + r] = acc[i];
+            }
+        }
+        return;
     }
 
     // Reduce the partial sums of the workgroup's threads.
@@ -196,7 +226,6 @@ void main() {
 #endif
 
     // Every thread now holds the totals; thread i writes output i.
-    const uint y0 = slot * p.y_slot_stride + p.y_row_offset;
     for (uint i = tid; i < NUM_ROWS * NCOLS; i += WG_SIZE) {
         const uint r = i / NCOLS, col = i % NCOLS;
         if (row0 + r < p.nrows) {

@@ -15,8 +15,8 @@ LAVAPIPE_CLASS = DeviceClass("software", "lavapipe", "mesa")
 CAPS = DeviceCaps(vendor="mesa", device_type="cpu", subgroup_size=8, subgroup_arithmetic=True, int_dot=True,
                   max_shared_memory=32768, max_workgroup_invocations=1024)
 TUNED = {"Q4_0": {"best": "dmmv",
-                  "dmmv": {"wg_size": 16, "rows_per_wg": 2, "chunks_per_thread": 4, "reduction": "shared"},
-                  "mmvq": {"wg_size": 32, "rows_per_wg": 4, "chunks_per_thread": 1, "reduction": "subgroup"}}}
+                  "dmmv": {"wg_size": 16, "rows_per_wg": 2, "chunks_per_thread": 4, "reduction": "shared", "split_k": True},
+                  "mmvq": {"wg_size": 32, "rows_per_wg": 4, "chunks_per_thread": 1, "reduction": "subgroup", "split_k": False}}}
 
 
 def choose(qtype="Q4_0", path=None, caps=CAPS, tuned=None, k=4096, ncols=1):
@@ -37,7 +37,7 @@ def test_tuned_level_beats_table():
 
 def test_tuned_parameters_of_the_forced_path():
     cfg = choose(tuned=TUNED, path="mmvq")
-    assert (cfg.path, cfg.wg_size, cfg.rows_per_wg) == ("mmvq", 32, 4)
+    assert (cfg.path, cfg.wg_size, cfg.rows_per_wg, cfg.split_k) == ("mmvq", 32, 4, False)
 
 
 def test_env_beats_tuned(monkeypatch):

@@ -191,7 +191,7 @@ def test_lookup_grid(vendor, key):
             for ncols in range(1, MAX_NCOLS + 1):
                 params, desc = lookup(cls, qtype, 4096, k, ncols)
                 assert f"class {key} " in desc
-                assert set(params) == {"path", "wg_size", "rows_per_wg", "reduction", "chunks_per_thread"}
+                assert set(params) == {"path", "wg_size", "rows_per_wg", "reduction", "chunks_per_thread", "split_k"}
                 if not FORMATS[qtype].has_int8_path:
                     assert params["path"] == "dmmv"
                 check_params(params, qtype, desc)

@@ -11,16 +11,28 @@ from vkq.reference import dequantize, matvec_model, nmse
 ROWS, K = 45, 2048  # 45: not a multiple of any rows_per_wg > 1
 
 PARAMS = [
-    # (wg_size, rows_per_wg, chunks_per_thread, subgroup)
-    (1, 1, 1, False),
-    (8, 8, 1, True),
-    (8, 8, 8, True),
-    (16, 4, 2, False),
-    (32, 2, 4, True),
-    (64, 1, 8, False),
-    (128, 3, 1, True),
+    # (wg_size, rows_per_wg, chunks_per_thread, subgroup, split_k)
+    (1, 1, 1, False, True),
+    (8, 8, 1, True, True),
+    (8, 8, 8, True, True),
+    (16, 4, 2, False, True),
+    (32, 2, 4, True, True),
+    (64, 1, 8, False, True),
+    (128, 3, 1, True, True),
+    # a thread owns whole rows: 45 rows = 1 full and 1 partial workgroup
+    (8, 4, 1, True, False),
+    (4, 3, 8, False, False),
+    (64, 1, 2, True, False),
 ]
 TYPES = ["Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "F16"]
+# Every parameter set on one simple type and one k-quant; on the others the
+# sets that change which decoder functions run (a whole k-quant block per
+# thread reads block_meta; otherwise block_scales) and the row mapping.
+FULL_TYPES = ("Q4_0", "Q4_K")
+CORE = [PARAMS[1], PARAMS[2], PARAMS[8]]
+CASES = [pytest.param(t, p, id=f"{t}-" + "wg{}-rows{}-cpt{}-{}-{}".format(
+    *p[:3], "sg" if p[3] else "sh", "splitk" if p[4] else "rows"))
+    for t in TYPES for p in PARAMS if t in FULL_TYPES or p in CORE]
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +44,15 @@ def matrices(backend):
     return out
 
 
-@pytest.mark.parametrize("params", PARAMS, ids=lambda p: "wg{}-rows{}-cpt{}-{}".format(*p[:3], "sg" if p[3] else "sh"))
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype,params", CASES)
 @pytest.mark.parametrize("path,int_dot", [("dmmv", False), ("mmvq", True), ("mmvq", False)],
                          ids=["dmmv", "mmvq-dot", "mmvq-emul"])
 def test_params(backend, matrices, qtype, path, int_dot, params):
     w, w64 = matrices[qtype]
     if path == "mmvq" and not w.layout.fmt.has_int8_path:
         pytest.skip(f"{qtype} has no int8 path")
-    wg, rows, cpt, subgroup = params
-    cfg = PipelineConfig(path, int_dot, subgroup, wg, rows, cpt)
+    wg, rows, cpt, subgroup, split_k = params
+    cfg = PipelineConfig(path, int_dot, subgroup, wg, rows, cpt, split_k=split_k)
     x = np.random.default_rng(5).uniform(-1, 1, (K, 3)).astype(np.float32)
     y = backend.matvec(w, x, config=cfg)
     assert nmse(y, w64 @ x.astype(np.float64)) < 5e-4

@@ -52,10 +52,11 @@ class MatVec:
         mul_mat_id = ids is not None
         self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
-        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread]
+        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k)]
+        rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
         self.algorithms = []
         for buf in weights.buffers:
-            groups = -(-buf.rows.count // cfg.rows_per_wg)
+            groups = -(-buf.rows.count // rows_per_group)
             gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
             fields = buf.field_offsets + [0] * (4 - len(buf.field_offsets))
             push = np.array([

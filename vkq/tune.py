@@ -41,6 +41,7 @@ def candidates(dev) -> dict[str, list]:
         "rows_per_wg": [1, 2, 4, 8],
         "chunks_per_thread": [1, 2, 4, 8],
         "subgroup": [False, True] if dev.caps.subgroup_arithmetic else [False],
+        "split_k": [True, False],
     }
 
 
@@ -120,7 +121,7 @@ def tune_type(backend, qtype: str, shapes, repeats: int, passes: int, progress) 
                         cur, cur_time = cand, t
         result[path] = {
             "wg_size": cur.wg_size, "rows_per_wg": cur.rows_per_wg, "chunks_per_thread": cur.chunks_per_thread,
-            "reduction": "subgroup" if cur.subgroup else "shared",
+            "reduction": "subgroup" if cur.subgroup else "shared", "split_k": cur.split_k,
         }
         result["gbps"][path] = [round(total_bytes / default_time / 1e9, 3), round(total_bytes / cur_time / 1e9, 3)]
         if cur_time < best_time:
@@ -170,7 +171,8 @@ def print_table(entries: dict, types) -> None:
             p = e[path]
             mark = " (best)" if path == e["best"] else ""
             print(f"| {qtype} | {path}{mark} | {before:.2f} | {after:.2f} | {after / before:.2f}x | "
-                  f"wg {p['wg_size']}, rows {p['rows_per_wg']}, cpt {p['chunks_per_thread']}, {p['reduction']} |")
+                  f"wg {p['wg_size']}, rows {p['rows_per_wg']}, cpt {p['chunks_per_thread']}, {p['reduction']}, "
+                  f"{'split K' if p['split_k'] else 'rows per thread'} |")
 
 
 def show(info) -> int:

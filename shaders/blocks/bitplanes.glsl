@@ -16,8 +16,12 @@ uvec4 bits1(uint off, uint sub, uint h) {  // 4 bytes per sub-block
 uint byte_pair(uint off, uint ib, uint sb) {
     return w32[off + 4u * ib + (sb >> 1)] >> (16u * (sb & 1u));
 }
-// Those two bytes as signed int8 values (Q3_K and Q6_K scales).
-vec2 int8_pair(uint off, uint ib, uint sb) {
-    int w = int(byte_pair(off, ib, sb));
+// Bytes 2sb and 2sb+1 of `word` (which holds bytes 2sb & ~3 ..) as signed int8.
+vec2 int8_pair_of(uint word, uint sb) {
+    int w = int(word >> (16u * (sb & 1u)));
     return vec2(bitfieldExtract(w, 0, 8), bitfieldExtract(w, 8, 8));
+}
+// The same, read from a 16-byte-per-block byte field (Q3_K and Q6_K scales).
+vec2 int8_pair(uint off, uint ib, uint sb) {
+    return int8_pair_of(w32[off + 4u * ib + (sb >> 1)], sb);
 }

@@ -18,9 +18,11 @@ uvec4 block_quants(uint ib, uint sb, uint h) {
     uvec4 n = (w128[FIELD_OFF_qs / 4u + ib] >> (4u * h)) & 0x0F0F0F0Fu;
     return uvec4(e2m1_bytes(n.x), e2m1_bytes(n.y), e2m1_bytes(n.z), e2m1_bytes(n.w));
 }
-vec4 block_scales(uint ib, uint sb) {
+struct BlockMeta { float scale; };
+BlockMeta block_meta(uint ib) {
     uint e = field_byte(FIELD_OFF_e, ib);
     // 2^(e-128) exactly, as a denormal for e < 2
-    float scale = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
-    return vec4(scale, 0.0, scale, 0.0);
+    return BlockMeta(uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23)));
 }
+vec4 meta_scales(BlockMeta m, uint sb) { return vec4(m.scale, 0.0, m.scale, 0.0); }
+#include "generic_scales.glsl"

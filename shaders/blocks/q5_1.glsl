@@ -3,7 +3,7 @@
 uvec4 block_quants(uint ib, uint sb, uint h) {
     return nibbles(FIELD_OFF_qs, ib, h) | (bits1(FIELD_OFF_qh, ib, h) << 4);
 }
-vec4 block_scales(uint ib, uint sb) {
-    vec2 dm = field_half2(FIELD_OFF_dm, ib);
-    return vec4(dm, dm);
-}
+struct BlockMeta { vec2 dm; };
+BlockMeta block_meta(uint ib) { return BlockMeta(field_half2(FIELD_OFF_dm, ib)); }
+vec4 meta_scales(BlockMeta m, uint sb) { return vec4(m.dm, m.dm); }
+#include "generic_scales.glsl"

@@ -57,7 +57,7 @@ def apply_limits(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int
     """Make a configuration runnable on this device, whatever proposed it."""
     wg = min(cfg.wg_size, caps.max_workgroup_invocations)
     rows = cfg.rows_per_wg
-    # The reduction buffer holds wg x rows x ncols floats.
+    # The reduction buffer holds wg x rows x ncols floats (declared in either mode).
     while rows > 1 and wg * rows * ncols * 4 > caps.max_shared_memory:
         rows //= 2
     chunks = -(-k // CHUNK)
@@ -111,6 +111,7 @@ class Dispatcher:
             wg_size=params["wg_size"],
             rows_per_wg=params["rows_per_wg"],
             chunks_per_thread=params.get("chunks_per_thread", 1),
+            split_k=params.get("split_k", True),
             source=source,
         )
         return apply_limits(cfg, self.caps, fmt, k, ncols)

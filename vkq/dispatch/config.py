@@ -14,6 +14,7 @@ class PipelineConfig:
     wg_size: int  # threads per workgroup (power of two)
     rows_per_wg: int  # rows per workgroup; each thread keeps all of them
     chunks_per_thread: int = 1  # consecutive 32-element chunks a thread takes at a time
+    split_k: bool = True  # threads split K and reduce; False: a thread owns whole rows (CPU drivers)
     source: str = "default"  # which rule chose it (shown by `vkq info`)
 
     def __post_init__(self):

@@ -21,7 +21,7 @@ VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm", "software", "un
 
 PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
 # Parameters an entry may leave out, with their value when no entry sets them.
-OPTIONAL_PARAMS = {"chunks_per_thread": 1}
+OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True}
 CHUNKS_PER_THREAD = (1, 2, 4, 8)
 CONDITIONS = ("types", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
 META = ("basis", "note")
@@ -194,6 +194,8 @@ def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
     rpw = e.get("rows_per_wg", 1)
     if not _int(rpw) or not 1 <= rpw <= MAX_ROWS_PER_WG:
         problems.append(f"{where}: rows_per_wg {rpw!r} not in 1..{MAX_ROWS_PER_WG}")
+    if not isinstance(e.get("split_k", True), bool):
+        problems.append(f"{where}: split_k must be true or false")
     cpt = e.get("chunks_per_thread", 1)
     if cpt not in CHUNKS_PER_THREAD:
         problems.append(f"{where}: chunks_per_thread {cpt!r} not in {CHUNKS_PER_THREAD}")

@@ -54,7 +54,8 @@ def _entry_problems(qtype: str, entry: dict) -> list[str]:
         wg, rows = params["wg_size"], params["rows_per_wg"]
         if not isinstance(wg, int) or wg < 1 or wg & (wg - 1) or not isinstance(rows, int) or rows < 1:
             problems.append(f"{qtype}/{path}: bad wg_size/rows_per_wg")
-        if params["reduction"] not in REDUCTIONS or params["chunks_per_thread"] not in CHUNKS_PER_THREAD:
+        if (params["reduction"] not in REDUCTIONS or params["chunks_per_thread"] not in CHUNKS_PER_THREAD
+                or not isinstance(params["split_k"], bool)):
             problems.append(f"{qtype}/{path}: bad reduction/chunks_per_thread")
     if best in PATHS and best not in entry:
         problems.append(f"{qtype}: best path {best} has no parameters")
