@@ -53,6 +53,7 @@ layout(std430, binding = 3) readonly restrict buffer Ids { int ids[]; };
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint CHUNKS_PER_BLOCK = QK / 32u;
+const uint UNIT_CHUNKS = 8u;  // chunks covered by one unit_meta
 
 shared float partial[NUM_ROWS * NCOLS][WG_SIZE];
 
@@ -87,14 +88,16 @@ void main() {
     const uint nchunks = p.nblocks * CHUNKS_PER_BLOCK;
     // CHUNKS_PER_THREAD divides the chunks of a row (the dispatcher checks).
     const uint nunits = nchunks / CHUNKS_PER_THREAD;
-    // A thread taking whole blocks loads each block's scales once (block_meta)
-    // instead of once per sub-block (block_scales).
-    const bool WHOLE_BLOCKS = CHUNKS_PER_THREAD == CHUNKS_PER_BLOCK;
+    // A thread taking 8 chunks at a time (a k-quant superblock, or 8 small
+    // blocks) loads their scales at once (unit_meta: one 16-byte load where
+    // per chunk it would be 8 word loads), not per chunk (block_scales).
+    const bool WHOLE_UNITS = CHUNKS_PER_THREAD == UNIT_CHUNKS;
     for (uint unit = SPLIT_K ? tid : 0u; unit < nunits; unit += SPLIT_K ? WG_SIZE : 1u) {
-    BlockMeta meta[NUM_ROWS];
-    if (WHOLE_BLOCKS) {
+    UnitMeta meta[NUM_ROWS];
+    if (WHOLE_UNITS) {
+        const uint ib0 = unit * UNIT_CHUNKS / CHUNKS_PER_BLOCK;
         for (uint r = 0u; r < NUM_ROWS; r++) {
-            meta[r] = block_meta(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + unit);
+            meta[r] = unit_meta(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib0);
         }
     }
     for (uint j = 0u; j < CHUNKS_PER_THREAD; j++) {
@@ -116,7 +119,7 @@ void main() {
             const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
             const uvec4 q0 = block_quants(ib, sb, 0u);
             const uvec4 q1 = block_quants(ib, sb, 1u);
-            const vec4 so = WHOLE_BLOCKS ? meta_scales(meta[r], sb) : block_scales(ib, sb);
+            const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
             for (uint col = 0u; col < NCOLS; col++) {
                 // sum_i (scale*q_i + offset) * d*qx_i = scale*d*dot(q, qx) + offset*s
                 const float dot0 = float(dot16x8(q0, xq_lo[col]));
@@ -129,7 +132,7 @@ void main() {
 #ifndef BLOCK_PLAIN
         vec4 so[NUM_ROWS];  // (scale, offset) of both halves, per row
         for (uint r = 0u; r < NUM_ROWS; r++) {
-            so[r] = WHOLE_BLOCKS ? meta_scales(meta[r], sb)
+            so[r] = WHOLE_UNITS ? meta_scales(meta[r], j)
                                  : block_scales(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row, sb);
         }
 #endif

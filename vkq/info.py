@@ -50,7 +50,8 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
             red = "subgroup" if cfg.subgroup else "shared"
             dot = " OpSDot" if cfg.int_dot else (" emulated" if cfg.path == "mmvq" else "")
             lines.append(f"    {name:6s} {cfg.path}{dot}, wg {cfg.wg_size}, rows/wg {cfg.rows_per_wg}, "
-                         f"chunks/thread {cfg.chunks_per_thread}, {red} reduction")
+                         f"chunks/thread {cfg.chunks_per_thread}, "
+                         f"{f'{red} reduction' if cfg.split_k else 'rows per thread'}")
             lines.append(f"           <- {cfg.source}")
         lines.append("")
     return "\n".join(lines)

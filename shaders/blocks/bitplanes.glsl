@@ -25,3 +25,7 @@ vec2 int8_pair_of(uint word, uint sb) {
 vec2 int8_pair(uint off, uint ib, uint sb) {
     return int8_pair_of(w32[off + 4u * ib + (sb >> 1)], sb);
 }
+// fp16 number j (0..7) of 8 packed in a uvec4.
+float half_of(uvec4 v, uint j) {
+    return unpackHalf2x16(v[j >> 1] >> (16u * (j & 1u))).x;
+}

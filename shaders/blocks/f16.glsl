@@ -8,5 +8,5 @@ void block_values(uint ib, uint h, out vec4 v[4]) {
         v[2u * i + 1u] = vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w));
     }
 }
-struct BlockMeta { float unused; };  // plain values have no scales
-BlockMeta block_meta(uint ib) { return BlockMeta(0.0); }
+struct UnitMeta { float unused; };  // plain values have no scales
+UnitMeta unit_meta(uint ib0) { return UnitMeta(0.0); }

@@ -4,5 +4,5 @@ void block_values(uint ib, uint h, out vec4 v[4]) {
     uint base = FIELD_OFF_v / 4u + 8u * ib + 4u * h;
     for (uint i = 0u; i < 4u; i++) v[i] = uintBitsToFloat(w128[base + i]);
 }
-struct BlockMeta { float unused; };  // plain values have no scales
-BlockMeta block_meta(uint ib) { return BlockMeta(0.0); }
+struct UnitMeta { float unused; };  // plain values have no scales
+UnitMeta unit_meta(uint ib0) { return UnitMeta(0.0); }

@@ -18,11 +18,18 @@ uvec4 block_quants(uint ib, uint sb, uint h) {
     uvec4 n = (w128[FIELD_OFF_qs / 4u + ib] >> (4u * h)) & 0x0F0F0F0Fu;
     return uvec4(e2m1_bytes(n.x), e2m1_bytes(n.y), e2m1_bytes(n.z), e2m1_bytes(n.w));
 }
-struct BlockMeta { float scale; };
-BlockMeta block_meta(uint ib) {
-    uint e = field_byte(FIELD_OFF_e, ib);
+float e8m0_half(uint e) {
     // 2^(e-128) exactly, as a denormal for e < 2
-    return BlockMeta(uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23)));
+    return uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
 }
-vec4 meta_scales(BlockMeta m, uint sb) { return vec4(m.scale, 0.0, m.scale, 0.0); }
-#include "generic_scales.glsl"
+vec4 block_scales(uint ib, uint sb) {
+    float s = e8m0_half(field_byte(FIELD_OFF_e, ib));
+    return vec4(s, 0.0, s, 0.0);
+}
+// 8 blocks at a time: their exponent bytes in two word loads.
+struct UnitMeta { uvec2 e; };
+UnitMeta unit_meta(uint ib0) { return UnitMeta(uvec2(w32[FIELD_OFF_e + ib0 / 4u], w32[FIELD_OFF_e + ib0 / 4u + 1u])); }
+vec4 meta_scales(UnitMeta m, uint j) {
+    float s = e8m0_half(bitfieldExtract(m.e[j >> 2], int(8u * (j & 3u)), 8));
+    return vec4(s, 0.0, s, 0.0);
+}

@@ -9,12 +9,12 @@ vec4 block_scales(uint ib, uint sb) {
     vec2 s = field_half(FIELD_OFF_d, ib) * int8_pair(FIELD_OFF_scales, ib, sb);
     return vec4(s.x, -32.0 * s.x, s.y, -32.0 * s.y);
 }
-// With whole blocks per thread: the 16 scale bytes in one load.
-struct BlockMeta { uvec4 sc; float d; };
-BlockMeta block_meta(uint ib) {
-    return BlockMeta(w128[FIELD_OFF_scales / 4u + ib], field_half(FIELD_OFF_d, ib));
+// A whole superblock per thread (a unit = its 8 sub-blocks): the 16 scale bytes in one load.
+struct UnitMeta { uvec4 sc; float d; };
+UnitMeta unit_meta(uint ib) {
+    return UnitMeta(w128[FIELD_OFF_scales / 4u + ib], field_half(FIELD_OFF_d, ib));
 }
-vec4 meta_scales(BlockMeta m, uint sb) {
+vec4 meta_scales(UnitMeta m, uint sb) {
     vec2 s = m.d * int8_pair_of(m.sc[sb >> 1], sb);
     return vec4(s.x, -32.0 * s.x, s.y, -32.0 * s.y);
 }
