@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -117,7 +118,7 @@ class _Group:
     k: int
 
 
-class _Matvecs:
+class _Matvecs(ABC):
     """The model's weight mat-vecs, timed. `run(group, x)`: x float32 (n, K) ->
     one float32 (n, rows) array per matrix of the group."""
 
@@ -133,8 +134,9 @@ class _Matvecs:
         parts = [np.ascontiguousarray(tensors[n].data).reshape(-1).view(np.uint8) for n in group.names]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    @abstractmethod
     def _multiply(self, group: _Group, x: np.ndarray) -> np.ndarray:  # (n, K) -> (n, sum(rows))
-        raise NotImplementedError
+        """One call of the engine: x (n, K) -> (n, sum of the group's rows)."""
 
     def run(self, names: tuple[str, ...], x: np.ndarray) -> list[np.ndarray]:
         group = self.groups[names]
