@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", default="llama-3.2-1b:Q4_0",
                    help="preset NAME:MIX (see --list) or a .gguf file; several comma-separated "
                         "(default llama-3.2-1b:Q4_0)")
-    p.add_argument("-n", "--n-gen", type=int, default=16, help="tokens per test (default 16: test tg16)")
+    p.add_argument("-n", "--n-gen", type=int, default=64, help="tokens per test (default 64: test tg64)")
     p.add_argument("-r", "--repetitions", type=int, default=None, help="repetitions per test (default 3; --matvec 5)")
     p.add_argument("--path", default=None,
                    help="comma-separated paths: auto,dmmv,mmvq (default auto; --matvec dmmv,mmvq)")
