@@ -184,3 +184,12 @@ def smollm2_path():
         return None
     path = Path(spec.origin).parent / SMOLLM2_GGUF
     return path if path.is_file() else None
+
+
+def finish_gguf(writer, path):
+    """Write a gguf.GGUFWriter's header, metadata and tensors; return the path."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -22,7 +22,7 @@ import kp
 import numpy as np
 import pytest
 
-from conftest import smollm2_path
+from conftest import finish_gguf, smollm2_path
 
 import vkq
 import vkq.backend
@@ -327,11 +327,7 @@ def write_gguf(path: Path, tensors: dict[str, tuple[str, np.ndarray]], n_used: i
     for name, (qtype, data) in tensors.items():
         raw = None if data.dtype == np.float32 else gguf.GGMLQuantizationType[qtype]
         w.add_tensor(name, data, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return finish_gguf(w, path)
 
 
 @pytest.fixture(scope="module")

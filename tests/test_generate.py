@@ -30,7 +30,7 @@ from vkq import MAX_COLS
 from vkq.cli import main
 from vkq.generate import LlamaModel
 
-from conftest import NMSE_TIGHT, SMOLLM2_GGUF
+from conftest import finish_gguf, NMSE_TIGHT, SMOLLM2_GGUF
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived a"  # 16 tokens: 2 chunks
 N_PARITY = 32  # greedy tokens compared on the dequantize path
@@ -244,11 +244,7 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
         values = (scale * rng.standard_normal(shape)).astype(np.float32)
         qtype = gguf.GGMLQuantizationType.Q4_0 if "attn_v" in name else gguf.GGMLQuantizationType.Q8_0
         w.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return finish_gguf(w, path)
 
 
 @pytest.fixture(scope="session")
@@ -313,10 +309,7 @@ def test_unsupported_architecture_is_named(tmp_path, capsys):
     w = gguf.GGUFWriter(str(path), "mamba")
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w, path)
     with pytest.raises(ValueError, match="architecture 'mamba' is not supported"):
         LlamaModel(path, path_mode="numpy")
     assert main(["generate", str(path), "-p", "hi"]) == 2
