@@ -32,6 +32,9 @@ layout(constant_id = 3) const uint CHUNKS_PER_THREAD = 1;  // 32-element chunks 
 // every thread reads the same x at the same time (CPU drivers: lavapipe
 // loads a value shared by all lanes once instead of once per lane).
 layout(constant_id = 4) const bool SPLIT_K = true;
+// MMVQ: int8 planes per activation block (1: Q8_1 as ggml; 2: plus the
+// rounding residual, see quantize_q8_1.comp).
+layout(constant_id = 5) const uint X_PLANES = 1;
 
 #include "common.glsl"
 #include "blocks.glsl"
@@ -40,8 +43,10 @@ layout(constant_id = 4) const bool SPLIT_K = true;
 #ifdef BLOCK_PLAIN
 #error "plain types have no int8 path"
 #endif
-// Q8_1 activation: block b is 3 uvec4: 32 int8 quants, then (d, s0, s1, 0)
-// as float bits, s0/s1 = d * sum of the quants of each 16-element half.
+// Q8_1 activation: block b is 2*X_PLANES+1 uvec4: 32 int8 quants per plane,
+// then (d, s0, s1, d_r) as float bits, s0/s1 = the sum of each 16-element
+// half of the values the planes encode.
+const uint XQ_BLOCK = 2u * X_PLANES + 1u;
 layout(std430, binding = 1) readonly restrict buffer XQ { uvec4 xq[]; };
 #else
 layout(std430, binding = 1) readonly restrict buffer X { vec4 x4[]; };
@@ -105,14 +110,16 @@ void main() {
         const uint ib_in_row = c / CHUNKS_PER_BLOCK;
         const uint sb = c % CHUNKS_PER_BLOCK;
 #ifdef MMVQ
-        // One Q8_1 block per column: quants and (d, s0, s1).
-        uvec4 xq_lo[NCOLS], xq_hi[NCOLS];
-        vec3 xds[NCOLS];
+        // One Q8_1 block per column: quants and (d, s0, s1, d_r).
+        uvec4 xq_lo[NCOLS], xq_hi[NCOLS], xr_lo[NCOLS], xr_hi[NCOLS];
+        vec4 xds[NCOLS];
         for (uint col = 0u; col < NCOLS; col++) {
-            const uint b = 3u * (x0 + col * p.x_col_stride + c);
+            const uint b = XQ_BLOCK * (x0 + col * p.x_col_stride + c);
             xq_lo[col] = xq[b];
             xq_hi[col] = xq[b + 1u];
-            xds[col] = uintBitsToFloat(xq[b + 2u].xyz);
+            xr_lo[col] = X_PLANES == 2u ? xq[b + 2u] : uvec4(0u);
+            xr_hi[col] = X_PLANES == 2u ? xq[b + 3u] : uvec4(0u);
+            xds[col] = uintBitsToFloat(xq[b + XQ_BLOCK - 1u]);
         }
         for (uint r = 0u; r < NUM_ROWS; r++) {
             // Rows past the end repeat the last row; their sums are not written.
@@ -122,10 +129,11 @@ void main() {
             const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
             for (uint col = 0u; col < NCOLS; col++) {
                 // sum_i (scale*q_i + offset) * d*qx_i = scale*d*dot(q, qx) + offset*s
-                const float dot0 = float(dot16x8(q0, xq_lo[col]));
-                const float dot1 = float(dot16x8(q1, xq_hi[col]));
-                acc[r * NCOLS + col] += xds[col].x * (so.x * dot0 + so.z * dot1)
-                                        + so.y * xds[col].y + so.w * xds[col].z;
+                float v = xds[col].x * (so.x * float(dot16x8(q0, xq_lo[col])) + so.z * float(dot16x8(q1, xq_hi[col])));
+                if (X_PLANES == 2u) {
+                    v += xds[col].w * (so.x * float(dot16x8(q0, xr_lo[col])) + so.z * float(dot16x8(q1, xr_hi[col])));
+                }
+                acc[r * NCOLS + col] += v + so.y * xds[col].y + so.w * xds[col].z;
             }
         }
 #else

@@ -5,9 +5,17 @@
 // s0/s1 = d * (sum of q) over each 16-element half, which lets the int8 path
 // apply block minimums and offsets without unpacking. d and s are kept in
 // fp32 (ggml keeps them in fp16): exact sums, no fp16 overflow, same loads.
-// Output block b is 3 uvec4: the 32 quants, then (d, s0, s1, 0) as float bits.
+//
+// X_PLANES = 2 adds a second plane (vkq's "q8_1x2" activations): the rounding
+// residual r = x - d*q quantized the same way (d_r = amax(r)/127), so the
+// int8 path sees d*q + d_r*q_r, about 14 bits per value instead of 8, for
+// twice the integer dot products. s0/s1 then cover both planes.
+// Output block b is 2*X_PLANES+1 uvec4: the 32 quants of each plane, then
+// (d, s0, s1, d_r) as float bits (d_r = 0 with one plane).
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
+layout(constant_id = 1) const uint X_PLANES = 1;
+const uint XQ_BLOCK = 2u * X_PLANES + 1u;  // uvec4 per block
 
 layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };
 layout(std430, binding = 1) writeonly buffer XQ { uvec4 xq[]; };
@@ -39,16 +47,41 @@ void main() {
     const float d = amax / 127.0;
     const float id = d != 0.0 ? 1.0 / d : 0.0;
     uint packed[8];
-    ivec2 qsum = ivec2(0);
+    vec2 hsum = vec2(0.0);  // sum of the values the int8 path sees, per 16-element half
     for (uint i = 0u; i < 8u; i++) {
         const vec4 s = v[i] * id;
         const ivec4 q = ivec4(sign(s) * floor(abs(s) + 0.5));  // round half away from zero
         packed[i] = pack_i8x4(q);
-        qsum[i / 4u] += q.x + q.y + q.z + q.w;
+        hsum[i / 4u] += float(q.x + q.y + q.z + q.w);
+        if (X_PLANES == 2u) {
+            precise vec4 r = v[i] - d * vec4(q);  // no fused multiply-add: numpy's model rounds twice
+            v[i] = r;
+        }
     }
-    const uint o = 3u * (col * p.xq_col_stride + b);
+    hsum *= d;
+    const uint o = XQ_BLOCK * (col * p.xq_col_stride + b);
     xq[o] = uvec4(packed[0], packed[1], packed[2], packed[3]);
     xq[o + 1u] = uvec4(packed[4], packed[5], packed[6], packed[7]);
-    xq[o + 2u] = uvec4(floatBitsToUint(d), floatBitsToUint(d * float(qsum.x)),
-                       floatBitsToUint(d * float(qsum.y)), 0u);
+    float dr = 0.0;
+    if (X_PLANES == 2u) {
+        float ramax = 0.0;
+        for (uint i = 0u; i < 8u; i++) {
+            const vec4 a = abs(v[i]);
+            ramax = max(ramax, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+        dr = ramax / 127.0;
+        const float idr = dr != 0.0 ? 1.0 / dr : 0.0;
+        ivec2 rsum = ivec2(0);
+        for (uint i = 0u; i < 8u; i++) {
+            const vec4 s = v[i] * idr;
+            const ivec4 q = ivec4(sign(s) * floor(abs(s) + 0.5));
+            packed[i] = pack_i8x4(q);
+            rsum[i / 4u] += q.x + q.y + q.z + q.w;
+        }
+        hsum += dr * vec2(rsum);
+        xq[o + 2u] = uvec4(packed[0], packed[1], packed[2], packed[3]);
+        xq[o + 3u] = uvec4(packed[4], packed[5], packed[6], packed[7]);
+    }
+    xq[o + XQ_BLOCK - 1u] = uvec4(floatBitsToUint(d), floatBitsToUint(hsum.x), floatBitsToUint(hsum.y),
+                                  floatBitsToUint(dr));
 }

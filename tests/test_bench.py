@@ -160,10 +160,11 @@ def test_too_big_for_host_memory(capsys, monkeypatch):
 
 # -- the decode step ------------------------------------------------------------
 
-@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
-def test_step_computes_each_matvec(backend, path):
+@pytest.mark.parametrize("path, activations", [("dmmv", "q8_1"), ("mmvq", "q8_1"), ("mmvq", "q8_1x2")])
+def test_step_computes_each_matvec(backend, monkeypatch, path, activations):
     """After a replayed step, every output equals Backend.matvec(_id) of the
     same synthetic input (and the ids drawn for that token)."""
+    monkeypatch.setattr(backend, "activations", activations)
     model = models.resolve("tiny-moe:Q4_K_M")
     rng = np.random.default_rng(0)
     weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
@@ -257,6 +258,13 @@ def test_bench_markdown(capsys):
     assert table[0][5] == "mmvq" and table[1][5] == "mmvq¹"  # the router's footnote
     assert all(len(r) == 10 and r[6] == "tg2" and " ± " in r[7] for r in table)
     assert "synthetic activations" in out and "¹ mmvq falls back to dmmv" in out
+    assert "int8 path activations: q8_1 " in out
+
+
+def test_bench_activations(capsys):
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q4_0", "-n", "2", "-r", "1", "--path", "mmvq",
+                             "--activations", "q8_1x2", "-o", "json")
+    assert status == 0 and json.loads(out)[0]["activations"] == "q8_1x2"
 
 
 def fake_row(path: str, samples: list[float]) -> bench.Row:

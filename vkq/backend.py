@@ -5,6 +5,9 @@
     y = backend.matvec(w, x)                      # x: float32 (k,) or (k, n<=8)
     y = backend.matvec_id(experts, x, ids)        # mixture of experts (MUL_MAT_ID)
 
+The int8 path multiplies by quantized activations (vkq.activations: "q8_1",
+ggml's, by default, or the more precise "q8_1x2"), set per backend or per call.
+
 Everything a caller can get wrong is checked here, before anything reaches
 the driver. A mat-vec moves only x in and y out: for each (weights, path,
 shape) the dispatches are recorded once into a Kompute sequence and replayed.
@@ -20,6 +23,7 @@ from .dispatch.choose import apply_limits, env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
 from .layout import MatrixLayout, RowRange, pack_rows
+from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, check_activations
 from .ops import MatVec, QuantizeQ8_1, q8_1_words
 from .runtime import Device
 
@@ -78,8 +82,8 @@ class _Plan:
         self.seq.record(kp.OpTensorSyncDevice([self.x] + ([self.ids] if mul_mat_id else [])))
         x_in = self.x
         if cfg.path == "mmvq":
-            x_in = device.tensor(q8_1_words(n_inputs, self.k_pad), np.uint32)
-            QuantizeQ8_1(device, self.x, x_in, n_inputs, self.k_pad).record(self.seq)
+            x_in = device.tensor(q8_1_words(n_inputs, self.k_pad, cfg.x_planes), np.uint32)
+            QuantizeQ8_1(device, self.x, x_in, n_inputs, self.k_pad, cfg.x_planes).record(self.seq)
             self.seq.record(device.compute_barrier())
         MatVec(device, weights, cfg, x_in, self.y, ncols=ncols, ids=self.ids, n_slots=n_slots,
                shared_x=shared_x).record(self.seq)
@@ -135,7 +139,8 @@ def _check_x(x, k: int, what: str) -> np.ndarray:
 class Backend:
     """Quantized mat-vec on one Vulkan device."""
 
-    def __init__(self, device: int | None = None):
+    def __init__(self, device: int | None = None, *, activations: str = DEFAULT_ACTIVATIONS):
+        self.activations = check_activations(activations)
         self.device = Device(device)
         self.device_info = self.device.info
 
@@ -169,21 +174,30 @@ class Backend:
                              f"use {'matvec_id' if weights.is_expert_stack else 'matvec'}")
         return weights
 
-    def pipeline(self, weights: Weights, ncols: int = 1, path: str | None = None) -> PipelineConfig:
-        """The pipeline the dispatcher picks for this weights matrix.
+    def pipeline(self, weights: Weights, ncols: int = 1, path: str | None = None,
+                 activations: str | None = None) -> PipelineConfig:
+        """The pipeline the dispatcher picks for this weights matrix; on the
+        int8 path its activations are `activations` or the backend's.
 
         Remembered per matrix (the choice costs more than a small mat-vec);
         the environment is part of the key, since it takes part in the choice."""
-        key = (ncols, path, env_path() if path is None else None, int_dot_disabled_by_env())
+        activations = check_activations(activations or self.activations)
+        key = (ncols, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
         cfg = weights._configs.get(key)
         if cfg is None:
             lay = weights.layout
-            cfg = weights._configs[key] = self.device.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
+            cfg = self.device.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
+            if cfg.path == "mmvq":
+                cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
+            weights._configs[key] = cfg
         return cfg
 
-    def _config(self, w: Weights, ncols: int, path, config: PipelineConfig | None) -> PipelineConfig:
+    def _config(self, w: Weights, ncols: int, path, config: PipelineConfig | None,
+                activations: str | None) -> PipelineConfig:
         if config is None:
-            return self.pipeline(w, ncols, path)
+            return self.pipeline(w, ncols, path, activations)
+        if activations is not None:
+            raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
         if config.path == "mmvq" and not w.layout.fmt.has_int8_path:
             raise ValueError(f"{w.qtype} has no int8 (mmvq) path")
         return apply_limits(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
@@ -200,20 +214,21 @@ class Backend:
 
     # -- mat-vec -----------------------------------------------------------
     def matvec(self, weights: Weights, x: np.ndarray, path: str | None = None, *,
-               config: PipelineConfig | None = None) -> np.ndarray:
+               activations: str | None = None, config: PipelineConfig | None = None) -> np.ndarray:
         """y = W @ x. x: float32 (K,) -> (rows,), or (K, n) -> (rows, n) for n <= 8.
 
-        `config` bypasses the dispatcher (for `vkq tune` and parameter tests);
-        it is still held to the device's limits."""
+        `activations`: the int8 path's activation format for this call
+        (default: the backend's). `config` bypasses the dispatcher (for
+        `vkq tune` and parameter tests); it is still held to the device's limits."""
         w = self._check_weights(weights, expert_stack=False)
         x = _check_x(x, w.layout.k, "x")
         ncols = 1 if x.ndim == 1 else x.shape[1]
-        cfg = self._config(w, ncols, path, config)
+        cfg = self._config(w, ncols, path, config, activations)
         y = self._plan(w, cfg, ncols, 0, False).run(x.T if x.ndim == 2 else x[None])
         return y[0] if x.ndim == 1 else y.T.copy()
 
     def matvec_id(self, experts: Weights, x: np.ndarray, ids: np.ndarray, path: str | None = None, *,
-                  config: PipelineConfig | None = None) -> np.ndarray:
+                  activations: str | None = None, config: PipelineConfig | None = None) -> np.ndarray:
         """MUL_MAT_ID: y[i] = experts[ids[i]] @ x (or @ x[i]); returns (n_used, rows).
 
         ids: int32 (n_used,) expert indices; x: float32 (K,) shared by all
@@ -239,5 +254,5 @@ class Backend:
             shared = False
         else:
             raise ValueError(f"x must have shape ({lay.k},) or ({n_used}, {lay.k}) for {n_used} ids, got {x.shape}")
-        cfg = self._config(w, 1, path, config)
+        cfg = self._config(w, 1, path, config, activations)
         return self._plan(w, cfg, 1, n_used, shared).run(x[None] if shared else x, ids)

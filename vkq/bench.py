@@ -84,6 +84,7 @@ class Row:
     bytes_per_token: int  # weight bytes one token reads (MoE: the used experts)
     membw_gbps: float  # the device's memory read bandwidth (memory_bandwidth)
     paths_used: dict[str, int]  # how many matrices took each path
+    activations: str = "q8_1"  # the int8 path's activation format (vkq.activations)
     avg_ts: float = field(init=False)
     stddev_ts: float = field(init=False)
     gbps: float = field(init=False)  # effective: weight bytes read per token x t/s
@@ -154,7 +155,7 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, r
                 used = [cfg.path for cfg in step.configs.values()]
                 rows.append(Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path,
                                 f"tg{n_gen}", n_gen, samples, model.bytes_per_token, membw_gbps,
-                                {p: used.count(p) for p in sorted(set(used))}))
+                                {p: used.count(p) for p in sorted(set(used))}, backend.activations))
                 del step
             del weights  # free the device memory before the next model
     return rows
@@ -228,6 +229,9 @@ def render_md(rows: list[Row], comparisons: list[dict] | None) -> str:
     autos = {f"{r.model}: {', '.join(f'{p} {n}' for p, n in r.paths_used.items())}" for r in rows if r.path == "auto"}
     if autos:
         notes.append("auto = the dispatcher's choice per matrix (matrices per path): " + "; ".join(sorted(autos)))
+    int8 = sorted({r.activations for r in rows if r.paths_used.get("mmvq")})
+    if int8:
+        notes.append(f"int8 path activations: {', '.join(int8)} (--activations; q8_1 is ggml's Q8_1).")
     if fallback:
         notes.append("¹ mmvq falls back to dmmv for F32/F16 matrices (e.g. an MoE router): "
                      "they have no int8 path.")
@@ -287,7 +291,7 @@ def run(args) -> int:
             raise ValueError(f"--compare takes two different paths A,B, got {args.compare!r}")
     else:
         paths = _paths(args.path or "auto", "--path")
-    backend = Backend(args.device)
+    backend = Backend(args.device, activations=args.activations)
     for m in models:
         check_host_memory(m, backend.device_info.device_type)
     rows = bench(backend, models, paths, args.n_gen, args.repetitions)

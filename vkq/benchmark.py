@@ -43,12 +43,13 @@ def run_matvec_bench(args) -> int:
     rows, k = _parse_shape(args.shape)
     types = list(FORMATS) if args.types == "all" else [get_format(t).name for t in args.types.split(",")]
     paths = [p.strip().lower() for p in args.path.split(",") if p.strip()]
-    backend = Backend(args.device)
+    backend = Backend(args.device, activations=args.activations)
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, k).astype(np.float32)
 
     print(f"vkq bench: {rows} x {k} mat-vec, one column, on {backend.device_info.name}; "
-          f"{args.repetitions} runs per case, wall clock per call", file=sys.stderr)
+          f"{args.repetitions} runs per case, wall clock per call; int8 activations {backend.activations}",
+          file=sys.stderr)
     header = "| type | path | ms | weights GB/s | x numpy f32 |"
     print(header)
     print("|---|---|---:|---:|---:|")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
+
 
 def cmd_info(args) -> int:
     from .info import report
@@ -64,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated paths: auto,dmmv,mmvq (default auto; --matvec dmmv,mmvq)")
     p.add_argument("--compare", metavar="A,B", default=None,
                    help="measure two paths (e.g. dmmv,mmvq) side by side with the diff in %%")
+    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=DEFAULT_ACTIVATIONS,
+                   help=f"the int8 path's activations (default {DEFAULT_ACTIVATIONS}: ggml's Q8_1; q8_1x2: two "
+                        "planes, more precise, as vkq generate uses)")
     p.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="table format (default md)")
     p.add_argument("--list", action="store_true", help="list the model presets and exit")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
@@ -98,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
     p.add_argument("--path", choices=("auto", "dmmv", "mmvq", "numpy"), default="auto",
                    help="mat-vec path (default auto: the dispatcher's choice); numpy: the float64 reference")
+    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
+                   help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}: two int8 planes, logits "
+                        "within 1e-3 of float; q8_1: ggml's, faster on CPU drivers)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-text token")
     p.add_argument("--no-fuse", action="store_true",
                    help="one mat-vec call per matrix (default: Q/K/V and gate/up stacked into one call each)")

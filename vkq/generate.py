@@ -35,6 +35,7 @@ from typing import Callable
 import gguf
 import numpy as np
 
+from .activations import GENERATE_ACTIVATIONS, check_activations
 from .backend import MAX_COLS, Backend
 from .formats import get_format
 from .gguf_io import GGUFTensor, metadata, open_gguf
@@ -152,10 +153,11 @@ class _Matvecs(ABC):
 class VkqMatvecs(_Matvecs):
     """Every mat-vec a `Backend.matvec` on weights uploaded once."""
 
-    def __init__(self, tensors, groups, backend: Backend, path: str):
+    def __init__(self, tensors, groups, backend: Backend, path: str, activations: str):
         super().__init__(tensors, groups)
         self.backend = backend
         self.path = path
+        self.activations = activations
         self.weights = {g.names: backend.upload(g.qtype, (sum(g.rows), g.k), self._raw(tensors, g)) for g in groups}
 
     def _multiply(self, group, x):
@@ -163,9 +165,10 @@ class VkqMatvecs(_Matvecs):
         path = None if self.path == "auto" else self.path
         if path == "mmvq" and not w.layout.fmt.has_int8_path:
             path = "dmmv"  # F32/F16 matrices have no int8 path
+        act = self.activations
         if x.shape[0] == 1:
-            return self.backend.matvec(w, x[0], path=path)[None]
-        return self.backend.matvec(w, np.ascontiguousarray(x.T), path=path).T
+            return self.backend.matvec(w, x[0], path=path, activations=act)[None]
+        return self.backend.matvec(w, np.ascontiguousarray(x.T), path=path, activations=act).T
 
 
 class NumpyMatvecs(_Matvecs):
@@ -256,12 +259,14 @@ class LlamaModel:
 
     path_mode: None or "auto" (the dispatcher's choice per matrix), "dmmv",
     "mmvq" (int8; F32/F16 matrices fall back to dmmv), or "numpy" (the float64
-    reference, no device). fuse: one upload and call per stage for matrices of
-    the same block type (Q/K/V, gate/up). Without a backend, one is made on
-    `device` once the file has passed its checks."""
+    reference, no device). activations: the int8 path's activation format
+    (vkq.activations; default "q8_1x2", the one within 1e-3 of the reference's logits). fuse:
+    one upload and call per stage for matrices of the same block type (Q/K/V,
+    gate/up). Without a backend, one is made on `device` once the file has
+    passed its checks."""
 
     def __init__(self, path: str | Path, backend: Backend | None = None, path_mode: str | None = None,
-                 *, fuse: bool = True, device: int | None = None):
+                 *, activations: str = None, fuse: bool = True, device: int | None = None):
         mode = path_mode or "auto"
         if mode not in PATH_MODES:
             raise ValueError(f"unknown path {path_mode!r}; expected one of {', '.join(PATH_MODES)}")
@@ -296,7 +301,8 @@ class LlamaModel:
             self.matvecs: _Matvecs = NumpyMatvecs(tensors, groups)
         else:
             self.backend = backend if backend is not None else Backend(device)
-            self.matvecs = VkqMatvecs(tensors, groups, self.backend, mode)
+            self.matvecs = VkqMatvecs(tensors, groups, self.backend, mode,
+                                      check_activations(activations or GENERATE_ACTIVATIONS))
 
         def vec(name):
             from .reference import dequantize
@@ -357,6 +363,23 @@ class LlamaModel:
             raise ValueError(f"cannot switch a {self.path_mode} model to path {mode!r} "
                              f"(numpy is a separate LlamaModel(path_mode='numpy'))")
         self.matvecs.path = mode
+
+    @property
+    def activations(self) -> str | None:
+        """The int8 path's activation format (None for the numpy reference)."""
+        return None if self.backend is None else self.matvecs.activations
+
+    @activations.setter
+    def activations(self, name: str) -> None:
+        if self.backend is None:
+            raise ValueError("the numpy reference has no int8 activations")
+        self.matvecs.activations = check_activations(name)
+
+    @property
+    def path_label(self) -> str:
+        """The path mode, with the activations when the int8 path may run."""
+        mode = self.path_mode
+        return mode if mode in ("numpy", "dmmv") else f"{mode}, int8 activations {self.activations}"
 
     def _check_tensors(self) -> None:
         cfg, name = self.config, self.path.name
@@ -528,7 +551,7 @@ class LlamaModel:
         if len(prompt_ids) + n_tokens > self.config.n_ctx_train:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + {n_tokens} new tokens exceed the model's "
                              f"context length {self.config.n_ctx_train}")
-        stats = GenerationStats(self.path_mode, n_prompt=len(prompt_ids), matvec_calls_per_step=self.calls_per_step)
+        stats = GenerationStats(self.path_label, n_prompt=len(prompt_ids), matvec_calls_per_step=self.calls_per_step)
         mv = self.matvecs
         out, kept = [], [] if keep_logits else None
         t0, m0 = time.perf_counter(), mv.seconds
@@ -579,7 +602,8 @@ def run_cli(args) -> int:
     import sys
 
     t0 = time.perf_counter()
-    model = LlamaModel(args.model, None, args.path, fuse=not args.no_fuse, device=args.device)
+    model = LlamaModel(args.model, None, args.path, activations=args.activations, fuse=not args.no_fuse,
+                       device=args.device)
     load = time.perf_counter() - t0
     warm = model.warm_up(len(model.tokenizer.encode(args.prompt)))
     cfg = model.config

@@ -15,23 +15,24 @@ from .formats import CHUNK
 from .runtime import Device
 from .shader_variants import QUANTIZE_Q8_1, MatVecVariant
 
-Q8_1_WORDS = 12  # words per 32-value Q8_1 block on the device (shaders/quantize_q8_1.comp)
 QUANTIZE_WG = 64  # quantizer threads per workgroup (one per block; a tiny share of the time)
 MAX_GROUPS_X = 65535  # Vulkan guarantees this many workgroups per dimension
 
 
-def q8_1_words(n_vectors: int, k_pad: int) -> int:
-    return n_vectors * (k_pad // CHUNK) * Q8_1_WORDS
+def q8_1_words(n_vectors: int, k_pad: int, planes: int = 1) -> int:
+    """Words of n_vectors quantized activations: per block, 8 words of quants
+    per plane and 4 of scales and sums."""
+    return n_vectors * (k_pad // CHUNK) * (8 * planes + 4)
 
 
 class QuantizeQ8_1:
-    """x (n_vectors x k_pad floats) -> xq (Q8_1 blocks), for the int8 path."""
+    """x (n_vectors x k_pad floats) -> xq (Q8_1 blocks of `planes` planes), for the int8 path."""
 
-    def __init__(self, device: Device, x, xq, n_vectors: int, k_pad: int):
+    def __init__(self, device: Device, x, xq, n_vectors: int, k_pad: int, planes: int = 1):
         nbx = k_pad // CHUNK
         groups = (-(-nbx // QUANTIZE_WG), n_vectors, 1)
         push = np.array([nbx, k_pad, nbx], np.uint32)
-        self.algorithm = device.algorithm([x, xq], QUANTIZE_Q8_1, groups, [QUANTIZE_WG], push)
+        self.algorithm = device.algorithm([x, xq], QUANTIZE_Q8_1, groups, [QUANTIZE_WG, planes], push)
 
     def record(self, seq) -> None:
         seq.record(kp.OpAlgoDispatch(self.algorithm))
@@ -52,7 +53,7 @@ class MatVec:
         mul_mat_id = ids is not None
         self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
-        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k)]
+        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes]
         rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
         self.algorithms = []
         for buf in weights.buffers:

@@ -4,10 +4,13 @@
   by ggml's authors, not here) to float64.
 - `quantize_q8_1(x)`: vkq's Q8_1 activation quantizer, as shaders/quantize_q8_1.comp
   computes it (fp32 arithmetic, round half away from zero).
-- `matvec_model(w, x, path)`: what each path computes in exact arithmetic: the
-  dequantize path multiplies by x itself, the int8 path by x's Q8_1 values
-  (every block type's value is scale*q + offset, so the int8 path's integer
-  dot products and sums add up to exactly W @ dequantize(quantize_q8_1(x))).
+- `q8_1_values(x, planes)`: the values the int8 path sees in place of x: one
+  Q8_1 plane (activations "q8_1"), or that plus the Q8_1 plane of its fp32
+  rounding residual ("q8_1x2").
+- `matvec_model(w, x, path, planes)`: what each path computes in exact
+  arithmetic: the dequantize path multiplies by x itself, the int8 path by
+  q8_1_values(x) (every block type's value is scale*q + offset, so the int8
+  path's integer dot products and sums add up to exactly W @ q8_1_values(x)).
 """
 from __future__ import annotations
 
@@ -40,24 +43,42 @@ def quantize_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.reshape(x.shape), d
 
 
-def q8_1_values(x: np.ndarray) -> np.ndarray:
-    """float64 values the int8 path sees in place of x (K padded to 32 with zeros)."""
-    x = np.asarray(x, np.float32)
+def _pad_to_blocks(x: np.ndarray) -> np.ndarray:
     k = x.shape[-1]
     kp = -(-k // CHUNK) * CHUNK
-    if kp != k:
-        x = np.concatenate([x, np.zeros((*x.shape[:-1], kp - k), np.float32)], axis=-1)
-    q, d = quantize_q8_1(x)
-    vals = q.reshape(*q.shape[:-1], -1, CHUNK).astype(np.float64) * d[..., None].astype(np.float64)
-    return vals.reshape(x.shape)[..., :k]
+    if kp == k:
+        return x
+    return np.concatenate([x, np.zeros((*x.shape[:-1], kp - k), np.float32)], axis=-1)
 
 
-def matvec_model(w: np.ndarray, x: np.ndarray, path: str) -> np.ndarray:
+def _plane_values(q: np.ndarray, d: np.ndarray) -> np.ndarray:
+    blocks = q.reshape(*q.shape[:-1], -1, CHUNK).astype(np.float64) * d[..., None].astype(np.float64)
+    return blocks.reshape(q.shape)
+
+
+def q8_1_values(x: np.ndarray, planes: int = 1) -> np.ndarray:
+    """float64 values the int8 path sees in place of x, `planes` int8 planes per block."""
+    x = np.asarray(x, np.float32)
+    k = x.shape[-1]
+    xp = _pad_to_blocks(x)
+    q, d = quantize_q8_1(xp)
+    values = _plane_values(q, d)
+    if planes == 2:
+        # The shader's residual: fp32 x - fp32(d*q), each rounded (no fused multiply-add).
+        dq = (q.reshape(*q.shape[:-1], -1, CHUNK).astype(np.float32) * d[..., None]).reshape(q.shape)
+        qr, dr = quantize_q8_1((xp - dq).astype(np.float32))
+        values = values + _plane_values(qr, dr)
+    elif planes != 1:
+        raise ValueError(f"planes must be 1 or 2, got {planes}")
+    return values[..., :k]
+
+
+def matvec_model(w: np.ndarray, x: np.ndarray, path: str, planes: int = 1) -> np.ndarray:
     """float64 model of a path: w (rows, K) float64, x (K,) or (K, n) float32."""
     if path == "dmmv":
         return w @ x.astype(np.float64)
     if path == "mmvq":
-        return w @ q8_1_values(x.T).T
+        return w @ q8_1_values(x.T, planes).T
     raise ValueError(f"unknown path {path!r}")
 
 

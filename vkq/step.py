@@ -81,12 +81,14 @@ class DecodeStep:
         n_vectors = self.model.n_expert_used if stage[0].per_expert_input else 1
         x = self._input(n_vectors, k_pad)
         xq = None
-        if any(self.configs[m.name].path == "mmvq" for m in stage):
-            key = (n_vectors, k_pad)
+        planes = {self.configs[m.name].x_planes for m in stage if self.configs[m.name].path == "mmvq"}
+        if planes:
+            assert len(planes) == 1, "a stage's int8 matrices share one activation format"
+            key = (n_vectors, k_pad, *planes)
             if key not in self.quantized:
-                self.quantized[key] = dev.tensor(q8_1_words(n_vectors, k_pad), np.uint32)
+                self.quantized[key] = dev.tensor(q8_1_words(*key), np.uint32)
             xq = self.quantized[key]
-            quantize = QuantizeQ8_1(dev, x, xq, n_vectors, k_pad)
+            quantize = QuantizeQ8_1(dev, x, xq, *key)
             quantize.record(seq)
             seq.record(dev.compute_barrier())
             self._ops.append(quantize)

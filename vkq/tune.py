@@ -53,18 +53,25 @@ class Timer:
         self.gpu = backend.device_info.timestamps_supported
         dev, lay = backend.device, weights.layout
         self.x = dev.upload(np.random.default_rng(0).uniform(-1, 1, lay.k_padded).astype(np.float32))
-        self.xq = dev.tensor(q8_1_words(1, lay.k_padded), np.uint32)
         self.y = dev.tensor(lay.rows)
-        self.quantize = QuantizeQ8_1(dev, self.x, self.xq, 1, lay.k_padded)
+        self._quantized = {}  # x_planes -> (xq, QuantizeQ8_1)
+
+    def _quantize(self, planes: int):
+        if planes not in self._quantized:
+            dev, k_pad = self.backend.device, self.weights.layout.k_padded
+            xq = dev.tensor(q8_1_words(1, k_pad, planes), np.uint32)
+            self._quantized[planes] = xq, QuantizeQ8_1(dev, self.x, xq, 1, k_pad, planes)
+        return self._quantized[planes]
 
     def seconds(self, cfg: PipelineConfig) -> float:
         dev = self.backend.device
-        matvec = MatVec(dev, self.weights, cfg, self.xq if cfg.path == "mmvq" else self.x, self.y)
+        xq, quantize = self._quantize(cfg.x_planes) if cfg.path == "mmvq" else (None, None)
+        matvec = MatVec(dev, self.weights, cfg, xq if cfg.path == "mmvq" else self.x, self.y)
         runs = 3  # mat-vecs per measurement: timestamps around them, not around the submit
         ops = []
         for _ in range(runs):
             if cfg.path == "mmvq":
-                ops.append(kp.OpAlgoDispatch(self.quantize.algorithm))
+                ops.append(kp.OpAlgoDispatch(quantize.algorithm))
                 ops.append(dev.compute_barrier())
             ops += [kp.OpAlgoDispatch(a) for a in matvec.algorithms]
             ops.append(dev.compute_barrier())  # the next run overwrites y

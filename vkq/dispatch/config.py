@@ -15,6 +15,7 @@ class PipelineConfig:
     rows_per_wg: int  # rows per workgroup; each thread keeps all of them
     chunks_per_thread: int = 1  # consecutive 32-element chunks a thread takes at a time
     split_k: bool = True  # threads split K and reduce; False: a thread owns whole rows (CPU drivers)
+    x_planes: int = 1  # mmvq: int8 planes of the activation (vkq.activations); the caller's choice
     source: str = "default"  # which rule chose it (shown by `vkq info`)
 
     def __post_init__(self):
@@ -26,5 +27,7 @@ class PipelineConfig:
             raise ValueError(f"rows_per_wg must be >= 1, got {self.rows_per_wg}")
         if self.chunks_per_thread not in (1, 2, 4, 8):
             raise ValueError(f"chunks_per_thread must be 1, 2, 4 or 8, got {self.chunks_per_thread}")
+        if self.x_planes not in (1, 2) or (self.x_planes != 1 and self.path != "mmvq"):
+            raise ValueError(f"x_planes must be 1, or 2 on the mmvq path; got {self.x_planes} on {self.path}")
         if self.int_dot and self.path != "mmvq":
             raise ValueError("int_dot applies to the mmvq path only")
