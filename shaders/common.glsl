@@ -8,7 +8,11 @@
 // so nothing here reads bytes or halves from memory directly.
 
 layout(std430, binding = 0) readonly restrict buffer WeightWords { uint w32[]; };
+layout(std430, binding = 0) readonly restrict buffer WeightVec2 { uvec2 w64[]; };
 layout(std430, binding = 0) readonly restrict buffer WeightVec4 { uvec4 w128[]; };
+
+// The quants of one 32-element sub-block: two 16-element halves, 4 per word.
+struct Quants { uvec4 lo, hi; };
 
 // Field offsets (in 32-bit words) come as push constants so that one pipeline
 // serves every matrix of a type; FIELD_OFF_<name> is defined per type by
@@ -65,7 +69,9 @@ int dot16x8(uvec4 a, uvec4 b) {
 }
 
 // Four packed bytes to floats, unsigned or signed.
-vec4 unpack_u8x4(uint v) { return vec4(uvec4(v, v >> 8, v >> 16, v >> 24) & 0xFFu); }
+// Through int: AVX2 has no unsigned int-to-float conversion, so a uint one costs
+// several instructions on CPU drivers; values below 256 convert exactly either way.
+vec4 unpack_u8x4(uint v) { return vec4(ivec4(uvec4(v, v >> 8, v >> 16, v >> 24) & 0xFFu)); }
 vec4 unpack_i8x4(uint v) {
     return vec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
                 bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8));

@@ -124,61 +124,59 @@ void main() {
         for (uint r = 0u; r < NUM_ROWS; r++) {
             // Rows past the end repeat the last row; their sums are not written.
             const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
-            const uvec4 q0 = block_quants(ib, sb, 0u);
-            const uvec4 q1 = block_quants(ib, sb, 1u);
+            const Quants q = block_quants(ib, sb);
             const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
             for (uint col = 0u; col < NCOLS; col++) {
                 // sum_i (scale*q_i + offset) * d*qx_i = scale*d*dot(q, qx) + offset*s
-                float v = xds[col].x * (so.x * float(dot16x8(q0, xq_lo[col])) + so.z * float(dot16x8(q1, xq_hi[col])));
+                float v = xds[col].x * (so.x * float(dot16x8(q.lo, xq_lo[col])) + so.z * float(dot16x8(q.hi, xq_hi[col])));
                 if (X_PLANES == 2u) {
-                    v += xds[col].w * (so.x * float(dot16x8(q0, xr_lo[col])) + so.z * float(dot16x8(q1, xr_hi[col])));
+                    v += xds[col].w * (so.x * float(dot16x8(q.lo, xr_lo[col])) + so.z * float(dot16x8(q.hi, xr_hi[col])));
                 }
                 acc[r * NCOLS + col] += v + so.y * xds[col].y + so.w * xds[col].z;
             }
         }
 #else
-#ifndef BLOCK_PLAIN
-        vec4 so[NUM_ROWS];  // (scale, offset) of both halves, per row
-        for (uint r = 0u; r < NUM_ROWS; r++) {
-            so[r] = WHOLE_UNITS ? meta_scales(meta[r], j)
-                                 : block_scales(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row, sb);
-        }
-#endif
-        for (uint h = 0u; h < 2u; h++) {
-            // 16 values of x per column, and their sum (for the offsets).
-            vec4 xv[NCOLS][4];
-            float xsum[NCOLS];
-            for (uint col = 0u; col < NCOLS; col++) {
-                const uint k4 = (x0 + col * p.x_col_stride + c * 32u + h * 16u) / 4u;
-                for (uint i = 0u; i < 4u; i++) {
-                    xv[col][i] = x4[k4 + i];
-                }
-                xsum[col] = dot(xv[col][0] + xv[col][1] + xv[col][2] + xv[col][3], vec4(1.0));
+        // 32 values of x per column (both halves), and each half's sum (for the offsets).
+        vec4 xv[NCOLS][8];
+        vec2 xsum[NCOLS];
+        for (uint col = 0u; col < NCOLS; col++) {
+            const uint k4 = (x0 + col * p.x_col_stride + c * 32u) / 4u;
+            for (uint i = 0u; i < 8u; i++) {
+                xv[col][i] = x4[k4 + i];
             }
-            for (uint r = 0u; r < NUM_ROWS; r++) {
-                const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
+            xsum[col] = vec2(dot(xv[col][0] + xv[col][1] + xv[col][2] + xv[col][3], vec4(1.0)),
+                             dot(xv[col][4] + xv[col][5] + xv[col][6] + xv[col][7], vec4(1.0)));
+        }
+        for (uint r = 0u; r < NUM_ROWS; r++) {
+            const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
 #ifdef BLOCK_PLAIN
+            for (uint h = 0u; h < 2u; h++) {
                 vec4 wv[4];
                 block_values(ib, h, wv);
                 for (uint col = 0u; col < NCOLS; col++) {
-                    acc[r * NCOLS + col] += dot(wv[0], xv[col][0]) + dot(wv[1], xv[col][1])
-                                            + dot(wv[2], xv[col][2]) + dot(wv[3], xv[col][3]);
+                    acc[r * NCOLS + col] += dot(wv[0], xv[col][4u * h]) + dot(wv[1], xv[col][4u * h + 1u])
+                                            + dot(wv[2], xv[col][4u * h + 2u]) + dot(wv[3], xv[col][4u * h + 3u]);
                 }
+            }
 #else
-                const uvec4 q = block_quants(ib, sb, h);
-                const vec2 sh = h == 0u ? so[r].xy : so[r].zw;
+            // (scale, offset) of both halves; the quants loaded once for both.
+            const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
+            const Quants q = block_quants(ib, sb);
+            for (uint h = 0u; h < 2u; h++) {
+                const uvec4 qh = h == 0u ? q.lo : q.hi;
+                const vec2 sh = h == 0u ? so.xy : so.zw;
 #ifdef QUANTS_SIGNED
-                const vec4 q0 = unpack_i8x4(q.x), q1 = unpack_i8x4(q.y), q2 = unpack_i8x4(q.z), q3 = unpack_i8x4(q.w);
+                const vec4 q0 = unpack_i8x4(qh.x), q1 = unpack_i8x4(qh.y), q2 = unpack_i8x4(qh.z), q3 = unpack_i8x4(qh.w);
 #else
-                const vec4 q0 = unpack_u8x4(q.x), q1 = unpack_u8x4(q.y), q2 = unpack_u8x4(q.z), q3 = unpack_u8x4(q.w);
+                const vec4 q0 = unpack_u8x4(qh.x), q1 = unpack_u8x4(qh.y), q2 = unpack_u8x4(qh.z), q3 = unpack_u8x4(qh.w);
 #endif
                 for (uint col = 0u; col < NCOLS; col++) {
-                    const float qx = dot(q0, xv[col][0]) + dot(q1, xv[col][1])
-                                   + dot(q2, xv[col][2]) + dot(q3, xv[col][3]);
-                    acc[r * NCOLS + col] += sh.x * qx + sh.y * xsum[col];
+                    const float qx = dot(q0, xv[col][4u * h]) + dot(q1, xv[col][4u * h + 1u])
+                                   + dot(q2, xv[col][4u * h + 2u]) + dot(q3, xv[col][4u * h + 3u]);
+                    acc[r * NCOLS + col] += sh.x * qx + sh.y * xsum[col][h];
                 }
-#endif
             }
+#endif
         }
 #endif
     }

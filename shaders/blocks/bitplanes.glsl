@@ -1,16 +1,25 @@
 // Readers of the sub-block bit planes written by vkq/repack.py. `sub` is the
-// global sub-block index (block * sub-blocks per block + sub-block), `h` the
-// 16-element half; each returns 16 quants as 4 words of 4 bytes, in order.
-uvec4 nibbles(uint off, uint sub, uint h) {  // 16 bytes per sub-block
-    return (w128[off / 4u + sub] >> (4u * h)) & 0x0F0F0F0Fu;
+// global sub-block index (block * sub-blocks per block + sub-block). Each
+// loads the sub-block's bits once (one load per plane: on CPU drivers every
+// load instruction costs a loop over the lanes) and returns both 16-element
+// halves, 4 quants per word, in order.
+Quants nibbles(uint off, uint sub) {  // 16 bytes per sub-block
+    uvec4 q = w128[off / 4u + sub];
+    return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu);
 }
-uvec4 bits2(uint off, uint sub, uint h) {  // 8 bytes per sub-block
-    uint q = w32[off + 2u * sub + h];
-    return uvec4(q, q >> 2, q >> 4, q >> 6) & 0x03030303u;
+uvec4 bits2_half(uint q) { return uvec4(q, q >> 2, q >> 4, q >> 6) & 0x03030303u; }
+Quants bits2(uint off, uint sub) {  // 8 bytes per sub-block: a word per half
+    uvec2 q = w64[off / 2u + sub];
+    return Quants(bits2_half(q.x), bits2_half(q.y));
 }
-uvec4 bits1(uint off, uint sub, uint h) {  // 4 bytes per sub-block
-    uint q = w32[off + sub] >> (4u * h);
-    return uvec4(q, q >> 1, q >> 2, q >> 3) & 0x01010101u;
+Quants bits1(uint off, uint sub) {  // 4 bytes per sub-block: a nibble per element group
+    uint q = w32[off + sub];
+    uvec4 lo = uvec4(q, q >> 1, q >> 2, q >> 3) & 0x01010101u;
+    return Quants(lo, (uvec4(q, q >> 1, q >> 2, q >> 3) >> 4) & 0x01010101u);
+}
+// a | b << shift, half by half (a quant's high bits from a second plane).
+Quants with_high_bits(Quants a, Quants b, uint shift) {
+    return Quants(a.lo | (b.lo << shift), a.hi | (b.hi << shift));
 }
 // The two bytes 2sb and 2sb+1 of a 16-byte-per-block byte field, in bits 0..15.
 uint byte_pair(uint off, uint ib, uint sb) {

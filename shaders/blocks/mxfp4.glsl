@@ -2,6 +2,7 @@
 // The quant is the doubled e2m1 value (an integer in -12..12) and the scale
 // 2^(e-128) (half of 2^(e-127), which undoes the doubling).
 #define QUANTS_SIGNED
+#include "bitplanes.glsl"
 // e2m1 magnitudes doubled, {0,1,2,3,4,6,8,12}, as nibbles of one constant:
 // a shift instead of an array lookup (arrays are slow on some compilers).
 const uint E2M1_X2_NIBBLES = 0xC8643210u;
@@ -14,9 +15,10 @@ uint e2m1_bytes(uint nibbles) {
     }
     return r;
 }
-uvec4 block_quants(uint ib, uint sb, uint h) {
-    uvec4 n = (w128[FIELD_OFF_qs / 4u + ib] >> (4u * h)) & 0x0F0F0F0Fu;
-    return uvec4(e2m1_bytes(n.x), e2m1_bytes(n.y), e2m1_bytes(n.z), e2m1_bytes(n.w));
+uvec4 e2m1_words(uvec4 n) { return uvec4(e2m1_bytes(n.x), e2m1_bytes(n.y), e2m1_bytes(n.z), e2m1_bytes(n.w)); }
+Quants block_quants(uint ib, uint sb) {
+    Quants n = nibbles(FIELD_OFF_qs, ib);
+    return Quants(e2m1_words(n.lo), e2m1_words(n.hi));
 }
 float e8m0_half(uint e) {
     // 2^(e-128) exactly, as a denormal for e < 2

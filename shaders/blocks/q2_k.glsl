@@ -1,9 +1,7 @@
 // Q2_K: scales[16] (per 16 elements: low nibble scale, high nibble min),
 // qs as bits2 planes, d and dmin (fp16); value d*(sc&15)*q - dmin*(sc>>4).
 #include "bitplanes.glsl"
-uvec4 block_quants(uint ib, uint sb, uint h) {
-    return bits2(FIELD_OFF_qs, ib * 8u + sb, h);
-}
+Quants block_quants(uint ib, uint sb) { return bits2(FIELD_OFF_qs, ib * 8u + sb); }
 vec4 block_scales(uint ib, uint sb) {
     uint w = byte_pair(FIELD_OFF_scales, ib, sb);
     vec2 dm = field_half2(FIELD_OFF_dm, ib);

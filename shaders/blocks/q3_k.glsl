@@ -2,9 +2,9 @@
 // int8 (scale - 32), d (fp16). q = low 2 bits | high bit << 2 (0..7);
 // value d*(scale-32)*(q-4).
 #include "bitplanes.glsl"
-uvec4 block_quants(uint ib, uint sb, uint h) {
+Quants block_quants(uint ib, uint sb) {
     uint sub = ib * 8u + sb;
-    return bits2(FIELD_OFF_qs, sub, h) | (bits1(FIELD_OFF_hmask, sub, h) << 2);
+    return with_high_bits(bits2(FIELD_OFF_qs, sub), bits1(FIELD_OFF_hmask, sub), 2u);
 }
 #define Q_ZERO_POINT -4.0
 #include "int8_scales.glsl"

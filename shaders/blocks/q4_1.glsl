@@ -1,6 +1,4 @@
 // Q4_1: d, m (fp16), qs[16]; nibbles as in Q4_0; value d*q + m.
 #include "bitplanes.glsl"
-uvec4 block_quants(uint ib, uint sb, uint h) {
-    return nibbles(FIELD_OFF_qs, ib, h);
-}
+Quants block_quants(uint ib, uint sb) { return nibbles(FIELD_OFF_qs, ib); }
 #include "dm_scales.glsl"

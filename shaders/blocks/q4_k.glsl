@@ -1,7 +1,5 @@
 // Q4_K: d, dmin (fp16), (scale, min) byte pairs per sub-block (unpacked from
 // the 6-bit packing), qs as nibbles per sub-block; value d*sc*q - dmin*m.
 #include "bitplanes.glsl"
-uvec4 block_quants(uint ib, uint sb, uint h) {
-    return nibbles(FIELD_OFF_qs, ib * 8u + sb, h);
-}
+Quants block_quants(uint ib, uint sb) { return nibbles(FIELD_OFF_qs, ib * 8u + sb); }
 #include "k4_scales.glsl"

@@ -1,9 +1,9 @@
 // Q6_K: low 4 bits as nibbles and high 2 bits as bits2 planes per sub-block,
 // scales[16] int8 (one per 16 elements), d (fp16); value d*sc*(q-32).
 #include "bitplanes.glsl"
-uvec4 block_quants(uint ib, uint sb, uint h) {
+Quants block_quants(uint ib, uint sb) {
     uint sub = ib * 8u + sb;
-    return nibbles(FIELD_OFF_ql, sub, h) | (bits2(FIELD_OFF_qh, sub, h) << 4);
+    return with_high_bits(nibbles(FIELD_OFF_ql, sub), bits2(FIELD_OFF_qh, sub), 4u);
 }
 #define Q_ZERO_POINT -32.0
 #include "int8_scales.glsl"
