@@ -283,3 +283,30 @@ def test_lookup_description_names_rules():
 def test_lookup_rejects_unknown_type():
     with pytest.raises(ValueError, match="unknown block type"):
         lookup(cls_of("lavapipe"), "IQ4_NL", 16, 256, 1)
+
+
+# --- rules for one path ----------------------------------------------------
+
+def test_path_rules_apply_to_their_path_only():
+    """lavapipe launches its dequantize path with 16 rows per workgroup, its
+    int8 path with 8 (Q4_0); the table's own path choice ignores path rules."""
+    lp = cls_of("lavapipe")
+    auto, desc = lookup(lp, "Q4_0", 4096, 14336, 1)
+    mmvq = lookup(lp, "Q4_0", 4096, 14336, 1, "mmvq")[0]
+    dmmv, dmmv_desc = lookup(lp, "Q4_0", 4096, 14336, 1, "dmmv")
+    assert auto == mmvq and auto["path"] == "mmvq" and auto["rows_per_wg"] == 8
+    assert dmmv["path"] == "dmmv" and dmmv["rows_per_wg"] == 16
+    assert "dequantize path" in dmmv_desc and "dequantize path" not in desc
+    # A type without an int8 path asked for mmvq gets dmmv, and dmmv's rules.
+    assert lookup(lp, "F16", 4096, 14336, 1, "mmvq")[0]["path"] == "dmmv"
+
+
+def test_path_rules_are_validated():
+    table = load_table("software")
+    rules = table["classes"]["software/lavapipe"]["rules"]
+    rules.append({"paths": ["dmmv"], "path": "mmvq", "basis": "measured"})
+    rules.append({"paths": ["dmmv", "int4"], "wg_size": 8, "basis": "measured"})
+    rules.append({"paths": [], "wg_size": 8, "basis": "measured"})
+    problems = validate_table(table)
+    assert any("cannot set 'path'" in p for p in problems)
+    assert sum("'paths' must be a non-empty list" in p for p in problems) == 2

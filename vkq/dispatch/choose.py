@@ -100,8 +100,8 @@ class Dispatcher:
             chosen = path or tuned["best"]
             params, source = tuned[chosen], "tuned on this device (vkq tune)"
         else:
-            params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols)
-            chosen = path or params["path"]
+            params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols, path)
+            chosen = params["path"]
         if path is not None:
             source = f"path from {path_source}; parameters from {source}"
         cfg = PipelineConfig(

@@ -23,7 +23,7 @@ PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
 # Parameters an entry may leave out, with their value when no entry sets them.
 OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True}
 CHUNKS_PER_THREAD = (1, 2, 4, 8)
-CONDITIONS = ("types", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
+CONDITIONS = ("types", "paths", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
 META = ("basis", "note")
 BASES = ("ggml", "measured", "guess")
 ALL_PARAMS = PARAMS + tuple(OPTIONAL_PARAMS)
@@ -53,9 +53,11 @@ def _load(vendor: str) -> dict:
     return table
 
 
-def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int) -> tuple[dict, str]:
+def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: str | None = None) -> tuple[dict, str]:
     """Parameters for one mat-vec (rows x k matrix, ncols vectors) on a class.
 
+    The path is the caller's `path`, else the table's; then the rules apply
+    in order, those with a `paths` condition only where it holds for that path.
     Returns (params with path, wg_size, rows_per_wg, reduction; a description
     of the table entries that decided them).
     """
@@ -64,21 +66,37 @@ def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int) -> tuple
         raise ValueError(f"unknown block type {qtype!r}; expected one of {', '.join(FORMATS)}")
     table_name, class_key, table = _find_class(cls)
     default, rules = _resolve(table, class_key)
+    if path is None:
+        path, _ = _apply(default, rules, class_key, qtype, rows, k, ncols, None)
+        path = path["path"]
+    used_extra = []
+    if path == "mmvq" and not FORMATS[qtype].has_int8_path:
+        # As in ggml, a type without an int8 pipeline falls back to DMMV.
+        path = "dmmv"
+        used_extra.append(f"{qtype} has no int8 path -> dmmv")
+    params, used = _apply(default, rules, class_key, qtype, rows, k, ncols, path)
+    params["path"] = path
+    desc = f"table {table_name} class {class_key} (device {cls.key}): " + "; ".join(used + used_extra)
+    return params, desc
+
+
+def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k: int, ncols: int,
+           path: str | None) -> tuple[dict, list[str]]:
+    """The default overridden by every matching rule, in order; path None
+    skips the rules conditioned on a path (they cannot set one)."""
     params = {p: default[p] for p in PARAMS}
     params.update({p: default.get(p, v) for p, v in OPTIONAL_PARAMS.items()})
     used = [f"default [{default['basis']}]"]
     for origin, i, rule in rules:
-        if _matches(rule, qtype, rows, k, ncols):
-            params.update({p: rule[p] for p in ALL_PARAMS if p in rule})
-            set_ = ", ".join(f"{p}={rule[p]}" for p in ALL_PARAMS if p in rule)
-            where = f"rule {i}" if origin == class_key else f"{origin} rule {i}"
-            used.append(f"{where} [{rule['basis']}] {set_}: {rule.get('note', '')}".rstrip(": "))
-    if params["path"] == "mmvq" and not FORMATS[qtype].has_int8_path:
-        # As in ggml, a type without an int8 pipeline falls back to DMMV.
-        params["path"] = "dmmv"
-        used.append(f"{qtype} has no int8 path -> dmmv")
-    desc = f"table {table_name} class {class_key} (device {cls.key}): " + "; ".join(used)
-    return params, desc
+        if not _matches(rule, qtype, rows, k, ncols):
+            continue
+        if "paths" in rule and (path is None or path not in rule["paths"]):
+            continue
+        params.update({p: rule[p] for p in ALL_PARAMS if p in rule})
+        set_ = ", ".join(f"{p}={rule[p]}" for p in ALL_PARAMS if p in rule)
+        where = f"rule {i}" if origin == class_key else f"{origin} rule {i}"
+        used.append(f"{where} [{rule['basis']}] {set_}: {rule.get('note', '')}".rstrip(": "))
+    return params, used
 
 
 def _find_class(cls: DeviceClass) -> tuple[str, str, dict]:
@@ -199,6 +217,12 @@ def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
     cpt = e.get("chunks_per_thread", 1)
     if cpt not in CHUNKS_PER_THREAD:
         problems.append(f"{where}: chunks_per_thread {cpt!r} not in {CHUNKS_PER_THREAD}")
+    paths = e.get("paths")
+    if paths is not None:
+        if not isinstance(paths, list) or not paths or any(p not in PATHS for p in paths):
+            problems.append(f"{where}: 'paths' must be a non-empty list of {PATHS}")
+        if "path" in e:
+            problems.append(f"{where}: a rule conditioned on 'paths' cannot set 'path'")
     types = e.get("types")
     if types is not None:
         if not isinstance(types, list) or not types:
