@@ -38,7 +38,7 @@ def candidates(dev) -> dict[str, list]:
     wgs = sorted({w for w in (sg, 2 * sg, 4 * sg, 32, 64, 128) if w <= dev.caps.max_workgroup_invocations})
     return {
         "wg_size": wgs,
-        "rows_per_wg": [1, 2, 4, 8],
+        "rows_per_wg": [1, 2, 4, 8, 16],
         "chunks_per_thread": [1, 2, 4, 8],
         "subgroup": [False, True] if dev.caps.subgroup_arithmetic else [False],
         "split_k": [True, False],
