@@ -69,9 +69,7 @@ int dot16x8(uvec4 a, uvec4 b) {
 }
 
 // Four packed bytes to floats, unsigned or signed.
-// Through int: AVX2 has no unsigned int-to-float conversion, so a uint one costs
-// several instructions on CPU drivers; values below 256 convert exactly either way.
-vec4 unpack_u8x4(uint v) { return vec4(ivec4(uvec4(v, v >> 8, v >> 16, v >> 24) & 0xFFu)); }
+vec4 unpack_u8x4(uint v) { return vec4(uvec4(v, v >> 8, v >> 16, v >> 24) & 0xFFu); }
 vec4 unpack_i8x4(uint v) {
     return vec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
                 bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8));

@@ -30,6 +30,30 @@ uint pack_i8x4(ivec4 q) {
     return uint(q.x & 0xFF) | (uint(q.y & 0xFF) << 8) | (uint(q.z & 0xFF) << 16) | (uint(q.w & 0xFF) << 24);
 }
 
+// One int8 plane of a 32-value block: scale d = amax/127, q = round half away
+// from zero of v/d, packed 4 to a word. Returns d and the sum of q per
+// 16-element half; leaves in v the fp32 residual v - d*q (no fused
+// multiply-add: numpy's model rounds the product and the difference).
+float quantize_plane(inout vec4 v[8], out uint packed[8], out ivec2 qsum) {
+    float amax = 0.0;
+    for (uint i = 0u; i < 8u; i++) {
+        const vec4 a = abs(v[i]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    const float d = amax / 127.0;
+    const float id = d != 0.0 ? 1.0 / d : 0.0;
+    qsum = ivec2(0);
+    for (uint i = 0u; i < 8u; i++) {
+        const vec4 s = v[i] * id;
+        const ivec4 q = ivec4(sign(s) * floor(abs(s) + 0.5));
+        packed[i] = pack_i8x4(q);
+        qsum[i / 4u] += q.x + q.y + q.z + q.w;
+        precise vec4 r = v[i] - d * vec4(q);
+        v[i] = r;
+    }
+    return d;
+}
+
 void main() {
     const uint b = gl_GlobalInvocationID.x;
     const uint col = gl_WorkGroupID.y;
@@ -37,50 +61,23 @@ void main() {
         return;
     }
     vec4 v[8];
-    float amax = 0.0;
     const uint k4 = (col * p.x_col_stride + 32u * b) / 4u;
     for (uint i = 0u; i < 8u; i++) {
         v[i] = x4[k4 + i];
-        vec4 a = abs(v[i]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
     }
-    const float d = amax / 127.0;
-    const float id = d != 0.0 ? 1.0 / d : 0.0;
-    uint packed[8];
-    vec2 hsum = vec2(0.0);  // sum of the values the int8 path sees, per 16-element half
-    for (uint i = 0u; i < 8u; i++) {
-        const vec4 s = v[i] * id;
-        const ivec4 q = ivec4(sign(s) * floor(abs(s) + 0.5));  // round half away from zero
-        packed[i] = pack_i8x4(q);
-        hsum[i / 4u] += float(q.x + q.y + q.z + q.w);
-        if (X_PLANES == 2u) {
-            precise vec4 r = v[i] - d * vec4(q);  // no fused multiply-add: numpy's model rounds twice
-            v[i] = r;
-        }
-    }
-    hsum *= d;
     const uint o = XQ_BLOCK * (col * p.xq_col_stride + b);
+    uint packed[8];
+    ivec2 qsum;
+    const float d = quantize_plane(v, packed, qsum);
     xq[o] = uvec4(packed[0], packed[1], packed[2], packed[3]);
     xq[o + 1u] = uvec4(packed[4], packed[5], packed[6], packed[7]);
+    vec2 hsum = d * vec2(qsum);  // sum of the values the int8 path sees, per 16-element half
     float dr = 0.0;
     if (X_PLANES == 2u) {
-        float ramax = 0.0;
-        for (uint i = 0u; i < 8u; i++) {
-            const vec4 a = abs(v[i]);
-            ramax = max(ramax, max(max(a.x, a.y), max(a.z, a.w)));
-        }
-        dr = ramax / 127.0;
-        const float idr = dr != 0.0 ? 1.0 / dr : 0.0;
-        ivec2 rsum = ivec2(0);
-        for (uint i = 0u; i < 8u; i++) {
-            const vec4 s = v[i] * idr;
-            const ivec4 q = ivec4(sign(s) * floor(abs(s) + 0.5));
-            packed[i] = pack_i8x4(q);
-            rsum[i / 4u] += q.x + q.y + q.z + q.w;
-        }
-        hsum += dr * vec2(rsum);
+        dr = quantize_plane(v, packed, qsum);  // the residual's plane
         xq[o + 2u] = uvec4(packed[0], packed[1], packed[2], packed[3]);
         xq[o + 3u] = uvec4(packed[4], packed[5], packed[6], packed[7]);
+        hsum += dr * vec2(qsum);
     }
     xq[o + XQ_BLOCK - 1u] = uvec4(floatBitsToUint(d), floatBitsToUint(hsum.x), floatBitsToUint(hsum.y),
                                   floatBitsToUint(dr));
