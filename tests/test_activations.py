@@ -107,14 +107,11 @@ def test_two_planes_mul_mat_id(backend, qtype, shared_x):
 def test_backend_default_activations(small, backend):
     """A backend made with activations="q8_1x2" uses them unless a call says otherwise."""
     precise = vkq.Backend(activations="q8_1x2")
-    _, w64 = small("Q5_K")
-    data = ggml_quant.random_weights(37, 1024, "Q5_K", seed=5)
-    w = precise.upload("Q5_K", (37, 1024), data)
+    w = small("Q5_K")[0]
+    w_precise = precise.upload("Q5_K", (37, 1024), ggml_quant.random_weights(37, 1024, "Q5_K", seed=5))
     x = spiky_x(1024)
-    assert np.array_equal(precise.matvec(w, x, "mmvq"), backend.matvec(small("Q5_K")[0], x, "mmvq",
-                                                                           activations="q8_1x2"))
-    assert np.array_equal(precise.matvec(w, x, "mmvq", activations="q8_1"),
-                          backend.matvec(small("Q5_K")[0], x, "mmvq"))
+    assert np.array_equal(precise.matvec(w_precise, x, "mmvq"), backend.matvec(w, x, "mmvq", activations="q8_1x2"))
+    assert np.array_equal(precise.matvec(w_precise, x, "mmvq", activations="q8_1"), backend.matvec(w, x, "mmvq"))
 
 
 def test_dmmv_ignores_activations(backend, small):

@@ -266,7 +266,7 @@ class LlamaModel:
     passed its checks."""
 
     def __init__(self, path: str | Path, backend: Backend | None = None, path_mode: str | None = None,
-                 *, activations: str = None, fuse: bool = True, device: int | None = None):
+                 *, activations: str | None = None, fuse: bool = True, device: int | None = None):
         mode = path_mode or "auto"
         if mode not in PATH_MODES:
             raise ValueError(f"unknown path {path_mode!r}; expected one of {', '.join(PATH_MODES)}")

@@ -14,8 +14,8 @@ Quants bits2(uint off, uint sub) {  // 8 bytes per sub-block: a word per half
 }
 Quants bits1(uint off, uint sub) {  // 4 bytes per sub-block: a nibble per element group
     uint q = w32[off + sub];
-    uvec4 lo = uvec4(q, q >> 1, q >> 2, q >> 3) & 0x01010101u;
-    return Quants(lo, (uvec4(q, q >> 1, q >> 2, q >> 3) >> 4) & 0x01010101u);
+    uvec4 s = uvec4(q, q >> 1, q >> 2, q >> 3);  // bit 4h+w of byte k: element 16h+4w+k
+    return Quants(s & 0x01010101u, (s >> 4) & 0x01010101u);
 }
 // a | b << shift, half by half (a quant's high bits from a second plane).
 Quants with_high_bits(Quants a, Quants b, uint shift) {
