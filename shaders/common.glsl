@@ -5,11 +5,30 @@
 // and vkq/layout.py): field F of block `ib` starts at word FIELD_OFF_F +
 // ib * FIELD_WORDS_F. Every field array is 16-byte aligned, so 16-byte fields
 // are read with one uvec4 load. Kompute enables no 8/16-bit storage features,
-// so nothing here reads bytes or halves from memory directly.
+// so nothing here reads bytes or halves from memory directly. Decoders read
+// the weights only through load_w32/load_w64/load_w128.
 
+#ifdef TEXEL_WEIGHTS
+// The weights read through three uniform texel buffer views of the same
+// buffer (1, 2 and 4 words per texel; vkq/ops.py binds them). On lavapipe a
+// texel fetch is a branch-free gather, where a storage-buffer load at an
+// offset that varies across lanes is a loop over the lanes with a bounds
+// check per component: mat-vec is 20-40% faster this way there. The tables
+// choose it per device (weights_binding).
+layout(binding = W_TEXEL_BINDING) uniform usamplerBuffer w_u32;
+layout(binding = W_TEXEL_BINDING + 1) uniform usamplerBuffer w_u32x2;
+layout(binding = W_TEXEL_BINDING + 2) uniform usamplerBuffer w_u32x4;
+uint load_w32(uint i) { return texelFetch(w_u32, int(i)).x; }
+uvec2 load_w64(uint i) { return texelFetch(w_u32x2, int(i)).xy; }
+uvec4 load_w128(uint i) { return texelFetch(w_u32x4, int(i)); }
+#else
 layout(std430, binding = 0) readonly restrict buffer WeightWords { uint w32[]; };
 layout(std430, binding = 0) readonly restrict buffer WeightVec2 { uvec2 w64[]; };
 layout(std430, binding = 0) readonly restrict buffer WeightVec4 { uvec4 w128[]; };
+uint load_w32(uint i) { return w32[i]; }
+uvec2 load_w64(uint i) { return w64[i]; }
+uvec4 load_w128(uint i) { return w128[i]; }
+#endif
 
 // The quants of one 32-element sub-block: two 16-element halves, 4 per word.
 struct Quants { uvec4 lo, hi; };
@@ -33,14 +52,14 @@ layout(push_constant) uniform Params {
 } p;
 
 // fp16 pair field (e.g. d and m): one word per block.
-vec2 field_half2(uint off, uint ib) { return unpackHalf2x16(w32[off + ib]); }
+vec2 field_half2(uint off, uint ib) { return unpackHalf2x16(load_w32(off + ib)); }
 // fp16 field: two blocks share a word.
 float field_half(uint off, uint ib) {
-    return unpackHalf2x16(w32[off + (ib >> 1)] >> ((ib & 1u) * 16u)).x;
+    return unpackHalf2x16(load_w32(off + (ib >> 1)) >> ((ib & 1u) * 16u)).x;
 }
 // byte field: four blocks share a word.
 uint field_byte(uint off, uint ib) {
-    return bitfieldExtract(w32[off + (ib >> 2)], int((ib & 3u) * 8u), 8);
+    return bitfieldExtract(load_w32(off + (ib >> 2)), int((ib & 3u) * 8u), 8);
 }
 
 // Signed packed 4x8-bit dot product. With the device feature

@@ -10,6 +10,11 @@
 //   REDUCE_SUBGROUP  reduce partial sums with subgroupAdd (else shared memory)
 //   MUL_MAT_ID       W is a stack of experts; workgroup row y is a used-expert
 //                    slot and ids[slot] picks its expert
+//   TEXEL_WEIGHTS    W is read through uniform texel buffer views (common.glsl)
+//   UNIFORM_X        x (or its Q8_1 blocks) is a uniform buffer, not storage
+//
+// Bindings: 0 W, 1 x, 2 y, then 3 ids (MUL_MAT_ID), then the three texel
+// views of W (TEXEL_WEIGHTS; binding 0 is then not read).
 //
 // Work split: a workgroup computes NUM_ROWS consecutive rows. Its threads
 // stride over the 32-element sub-blocks ("chunks") of the row; each thread
@@ -35,6 +40,15 @@ layout(constant_id = 4) const bool SPLIT_K = true;
 // MMVQ: int8 planes per activation block (1: Q8_1 as ggml; 2: plus the
 // rounding residual, see quantize_q8_1.comp).
 layout(constant_id = 5) const uint X_PLANES = 1;
+// UNIFORM_X: the 16-byte elements of x bound (a uniform block has a size;
+// the host binds exactly this many and keeps it within maxUniformBufferRange).
+layout(constant_id = 6) const uint X_UNIFORM_VEC4S = 1;
+
+#ifdef MUL_MAT_ID
+#define W_TEXEL_BINDING 4
+#else
+#define W_TEXEL_BINDING 3
+#endif
 
 #include "common.glsl"
 #include "blocks.glsl"
@@ -47,9 +61,17 @@ layout(constant_id = 5) const uint X_PLANES = 1;
 // then (d, s0, s1, d_r) as float bits, s0/s1 = the sum of each 16-element
 // half of the values the planes encode.
 const uint XQ_BLOCK = 2u * X_PLANES + 1u;
+#ifdef UNIFORM_X
+layout(std140, binding = 1) uniform XQ { uvec4 xq[X_UNIFORM_VEC4S]; };
+#else
 layout(std430, binding = 1) readonly restrict buffer XQ { uvec4 xq[]; };
+#endif
+#else
+#ifdef UNIFORM_X
+layout(std140, binding = 1) uniform X { vec4 x4[X_UNIFORM_VEC4S]; };
 #else
 layout(std430, binding = 1) readonly restrict buffer X { vec4 x4[]; };
+#endif
 #endif
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 #ifdef MUL_MAT_ID

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vkq.device_info import DeviceInfo
+from vkq.dispatch import tables
 from vkq.dispatch.classify import DeviceClass, classify
 from vkq.dispatch.tables import VENDORS, _load, class_entries, load_table, lookup, validate_table
 from vkq.formats import FORMATS
@@ -168,10 +169,13 @@ def check_params(params: dict, qtype: str, where: str) -> None:
     # The shader's reduction buffer: float partial[rows * ncols][wg].
     assert rows * MAX_NCOLS * wg * 4 <= MIN_MAX_SHARED_MEMORY, where
     mmvq = params["path"] == "mmvq"
+    bindings = dict(texel_weights=params.get("weights_binding") == "texel",
+                    uniform_x=params.get("x_binding") == "uniform")
     for int_dot in ((False, True) if mmvq else (False,)):
-        v = MatVecVariant(qtype, mmvq=mmvq, int_dot=int_dot,
-                          subgroup=params["reduction"] == "subgroup", mul_mat_id=False)
-        assert spirv_path(v).exists(), f"{where}: {v.name}.spv missing"
+        for uniform_x in {False, bindings["uniform_x"]}:  # x may fall back to storage
+            v = MatVecVariant(qtype, mmvq=mmvq, int_dot=int_dot, subgroup=params["reduction"] == "subgroup",
+                              mul_mat_id=False, texel_weights=bindings["texel_weights"], uniform_x=uniform_x)
+            assert spirv_path(v).exists(), f"{where}: {v.name}.spv missing"
 
 
 @pytest.mark.parametrize("vendor,key", list(all_classes()))
@@ -191,7 +195,8 @@ def test_lookup_grid(vendor, key):
             for ncols in range(1, MAX_NCOLS + 1):
                 params, desc = lookup(cls, qtype, 4096, k, ncols)
                 assert f"class {key} " in desc
-                assert set(params) == {"path", "wg_size", "rows_per_wg", "reduction", "chunks_per_thread", "split_k"}
+                assert set(params) == {"path", "wg_size", "rows_per_wg", "reduction", "chunks_per_thread", "split_k",
+                                       "weights_binding", "x_binding"}
                 if not FORMATS[qtype].has_int8_path:
                     assert params["path"] == "dmmv"
                 check_params(params, qtype, desc)
@@ -287,15 +292,20 @@ def test_lookup_rejects_unknown_type():
 
 # --- rules for one path ----------------------------------------------------
 
-def test_path_rules_apply_to_their_path_only():
-    """lavapipe launches its dequantize path with 16 rows per workgroup, its
-    int8 path with 8 (Q4_0); the table's own path choice ignores path rules."""
+def test_path_rules_apply_to_their_path_only(monkeypatch):
+    """A rule for the dequantize path launches that path only (lavapipe's table
+    plus one such rule); the table's own path choice ignores path rules."""
+    table = load_table("software")
+    table["classes"]["software/lavapipe"]["rules"].append(
+        {"types": ["Q4_0"], "paths": ["dmmv"], "rows_per_wg": 2, "basis": "measured", "note": "dequantize path"})
+    assert not validate_table(table)
+    monkeypatch.setattr(tables, "_load", lambda vendor: table)
     lp = cls_of("lavapipe")
     auto, desc = lookup(lp, "Q4_0", 4096, 14336, 1)
     mmvq = lookup(lp, "Q4_0", 4096, 14336, 1, "mmvq")[0]
     dmmv, dmmv_desc = lookup(lp, "Q4_0", 4096, 14336, 1, "dmmv")
-    assert auto == mmvq and auto["path"] == "mmvq" and auto["rows_per_wg"] == 8
-    assert dmmv["path"] == "dmmv" and dmmv["rows_per_wg"] == 16
+    assert auto == mmvq and auto["path"] == "mmvq" and auto["rows_per_wg"] == 16
+    assert dmmv["path"] == "dmmv" and dmmv["rows_per_wg"] == 2
     assert "dequantize path" in dmmv_desc and "dequantize path" not in desc
     # A type without an int8 path asked for mmvq gets dmmv, and dmmv's rules.
     assert lookup(lp, "F16", 4096, 14336, 1, "mmvq")[0]["path"] == "dmmv"

@@ -4,6 +4,8 @@
 #   - the shaderIntegerDotProduct feature is enabled when the int-dot
 #     extension is requested (stock kp enables no device features),
 #   - kp.OpGlobalMemoryBarrier orders dependent dispatches in one sequence,
+#   - Manager.algorithm_with_bindings binds tensors as uniform buffers or
+#     uniform texel buffer views (tensors get those usage flags too),
 #   - timestamp queries are reset before use (stock kp never resets them),
 #   - setup.py passes -DPYTHON_EXECUTABLE (a missing comma dropped it).
 # The CMake options below make kp use Debian's Vulkan headers, fmt and
@@ -27,4 +29,4 @@ KOMPUTE_OPT_INSTALL=OFF \
 KOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON \
 KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON \
   "$PY" -m pip install --quiet --no-build-isolation --no-deps "$work/kp-0.9.0"
-"$PY" -c "import kp; assert kp.VKQ_PATCH_LEVEL >= 2; print('kp', kp.__version__, 'with vkq patch', kp.VKQ_PATCH_LEVEL)"
+"$PY" -c "import kp; assert kp.VKQ_PATCH_LEVEL >= 3; print('kp', kp.__version__, 'with vkq patch', kp.VKQ_PATCH_LEVEL)"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import kp
 import numpy as np
 
-from .dispatch.choose import apply_limits, env_path, int_dot_disabled_by_env
+from .dispatch.choose import apply_limits, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
 from .layout import MatrixLayout, RowRange, pack_rows
@@ -189,6 +189,7 @@ class Backend:
             cfg = self.device.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
             if cfg.path == "mmvq":
                 cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
+            cfg = self._fit_bindings(weights, cfg, ncols)
             weights._configs[key] = cfg
         return cfg
 
@@ -200,7 +201,16 @@ class Backend:
             raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
         if config.path == "mmvq" and not w.layout.fmt.has_int8_path:
             raise ValueError(f"{w.qtype} has no int8 (mmvq) path")
-        return apply_limits(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
+        cfg = apply_limits(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
+        return self._fit_bindings(w, cfg, ncols)
+
+    def _fit_bindings(self, w: Weights, cfg: PipelineConfig, ncols: int) -> PipelineConfig:
+        """Texel / uniform bindings within the device's limits for `ncols`
+        columns of x (MatVec checks again against the tensors it binds)."""
+        k_pad = w.layout.k_padded
+        x_words = q8_1_words(ncols, k_pad, cfg.x_planes) if cfg.path == "mmvq" else ncols * k_pad
+        weights_bytes = 4 * max(buf.tensor.size() for buf in w.buffers)
+        return fit_bindings(cfg, self.device.caps, 4 * x_words, weights_bytes)
 
     def _plan(self, weights: Weights, cfg: PipelineConfig, ncols: int, n_slots: int, shared_x: bool) -> _Plan:
         if cfg.path == "mmvq" and not self.device.patched_kp:

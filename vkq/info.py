@@ -25,7 +25,9 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
         lines.append(f"  subgroup        size {sg}, arithmetic {_yes(info.subgroup_arithmetic)}")
         lines.append(f"  int8 dot        extension+feature {_yes(info.integer_dot_product)}, "
                      f"accelerated {_yes(info.integer_dot_4x8_packed_accelerated)}")
-        lines.append(f"  storage buffer  max range {info.max_storage_buffer_range / 2**20:.0f} MiB; "
+        lines.append(f"  buffers         storage max range {info.max_storage_buffer_range / 2**20:.0f} MiB, "
+                     f"uniform {info.max_uniform_buffer_range / 2**10:.0f} KiB, "
+                     f"texel {info.max_texel_buffer_elements / 2**20:.0f} Mi elements; "
                      f"shared memory {info.max_compute_shared_memory_size // 1024} KiB; "
                      f"device memory {info.device_local_memory / 2**30:.1f} GiB")
         lines.append(f"  timestamps      {_yes(info.timestamps_supported)} "
@@ -51,7 +53,8 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
             dot = " OpSDot" if cfg.int_dot else (" emulated" if cfg.path == "mmvq" else "")
             lines.append(f"    {name:6s} {cfg.path}{dot}, wg {cfg.wg_size}, rows/wg {cfg.rows_per_wg}, "
                          f"chunks/thread {cfg.chunks_per_thread}, "
-                         f"{f'{red} reduction' if cfg.split_k else 'rows per thread'}")
+                         f"{f'{red} reduction' if cfg.split_k else 'rows per thread'}, "
+                         f"weights {cfg.weights_binding}, x {cfg.x_binding}")
             lines.append(f"           <- {cfg.source}")
         lines.append("")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import kp
 import numpy as np
 
+from .dispatch.choose import fit_bindings
 from .dispatch.config import PipelineConfig
 from .formats import CHUNK
 from .runtime import Device
@@ -45,15 +46,27 @@ class MatVec:
     k_pad values each. For MUL_MAT_ID, `n_slots` used-expert slots read the
     expert in `ids[slot]` and x column `slot` (or column 0 when shared_x).
     y: `ncols` (or `n_slots`) columns of `rows` floats.
+    `cfg` is held to the device's binding limits for these very tensors;
+    `self.cfg` is what runs.
     """
 
     def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
                  ids=None, n_slots: int = 0, shared_x: bool = False):
         lay = weights.layout
         mul_mat_id = ids is not None
-        self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id)
+        x_words = x_in.size()  # every vkq tensor holds 32-bit elements
+        cfg = fit_bindings(cfg, device.caps, 4 * x_words, 4 * max(buf.tensor.size() for buf in weights.buffers))
+        self.cfg = cfg
+        texel_weights, uniform_x = cfg.weights_binding == "texel", cfg.x_binding == "uniform"
+        self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id,
+                                     texel_weights, uniform_x)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
-        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes]
+        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
+                x_words // 4]  # X_UNIFORM_VEC4S: the uniform block's size in 16-byte elements
+        # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
+        kinds = ["storage", "uniform" if uniform_x else "storage", "storage"] + (["storage"] if mul_mat_id else [])
+        if texel_weights:
+            kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"]
         rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
         self.algorithms = []
         for buf in weights.buffers:
@@ -67,7 +80,10 @@ class MatVec:
                 buf.rows.start, lay.n_expert,
             ], np.uint32)
             tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else [])
-            self.algorithms.append(device.algorithm(tensors, self.variant, (gx, max(n_slots, 1), gz), spec, push))
+            if texel_weights:
+                tensors += [buf.tensor] * 3
+            self.algorithms.append(device.algorithm(tensors, self.variant, (gx, max(n_slots, 1), gz), spec, push,
+                                                    kinds))
         self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
 
     def record(self, seq) -> None:

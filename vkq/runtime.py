@@ -1,12 +1,13 @@
 """The Vulkan device as vkq uses it: a Kompute manager plus what it can do.
 
 Kompute (`kp`) is built by tools/install_kompute.sh with vkq's patch, which
-adds two things stock kp 0.9 lacks: the shaderIntegerDotProduct feature is
-enabled when the int-dot extension is requested, and
-`kp.OpGlobalMemoryBarrier` orders a dispatch after the one whose output it
-reads. Without the patch vkq still runs, but only on paths that need
-neither (the dequantize path with one dispatch per sequence step is not
-affected; the int8 path is refused with a clear error).
+adds what stock kp 0.9 lacks: the shaderIntegerDotProduct feature is
+enabled when the int-dot extension is requested, `kp.OpGlobalMemoryBarrier`
+orders a dispatch after the one whose output it reads, and
+`Manager.algorithm_with_bindings` binds tensors as uniform buffers or
+uniform texel buffer views, not only as storage buffers. Without the patch
+vkq still runs, but only on what needs none of these (the int8 path and
+texel / uniform bindings are refused with a clear error).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .device_info import DeviceInfo, get_device_info
 from .dispatch.choose import DeviceCaps, Dispatcher
 from .shader_variants import load_spirv
 
-REQUIRED_KP_PATCH = 2  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
+REQUIRED_KP_PATCH = 3  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 
 # Vulkan flag bits used for barriers between dependent dispatches.
@@ -64,6 +65,8 @@ class Device:
             int_dot=self.int_dot_enabled,
             max_shared_memory=i.max_compute_shared_memory_size,
             max_workgroup_invocations=i.max_workgroup_invocations,
+            max_uniform_buffer_range=i.max_uniform_buffer_range,
+            max_texel_buffer_elements=i.max_texel_buffer_elements,
         )
 
     @functools.cached_property
@@ -102,10 +105,17 @@ class Device:
     def spirv(self, variant) -> bytes:
         return load_spirv(variant)
 
-    def algorithm(self, tensors, variant, groups: tuple[int, int, int], spec: list[int], push: np.ndarray):
-        return self.manager.algorithm(
-            tensors, self.spirv(variant), groups, np.asarray(spec, np.uint32), np.asarray(push, np.uint32)
-        )
+    def algorithm(self, tensors, variant, groups: tuple[int, int, int], spec: list[int], push: np.ndarray,
+                  binding_kinds: list[str] | None = None):
+        """A Kompute algorithm; tensor i is binding i, bound as binding_kinds[i]
+        ("storage" when not given; "uniform", "texel_u32", "texel_u32x2",
+        "texel_u32x4" need vkq's Kompute patch)."""
+        spec, push = np.asarray(spec, np.uint32), np.asarray(push, np.uint32)
+        if binding_kinds and any(k != "storage" for k in binding_kinds):
+            if not self.patched_kp:
+                raise RuntimeError("uniform and texel bindings need vkq's Kompute patch (tools/install_kompute.sh)")
+            return self.manager.algorithm_with_bindings(tensors, binding_kinds, self.spirv(variant), groups, spec, push)
+        return self.manager.algorithm(tensors, self.spirv(variant), groups, spec, push)
 
     def compute_barrier(self):
         """Orders a dispatch after the previous one whose output it reads."""

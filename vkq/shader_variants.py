@@ -7,6 +7,7 @@ block size are never written twice.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +29,15 @@ class MatVecVariant:
     int_dot: bool  # MMVQ with OpSDot; False: the same arithmetic in int32
     subgroup: bool  # subgroupAdd reduction; False: shared-memory tree
     mul_mat_id: bool  # expert-indexed (MUL_MAT_ID)
+    texel_weights: bool = False  # weights read through uniform texel buffer views
+    uniform_x: bool = False  # x (or its Q8_1 blocks) in a uniform buffer
 
     @property
     def name(self) -> str:
         path = ("mmvq_dot" if self.int_dot else "mmvq_emul") if self.mmvq else "dmmv"
         red = "sg" if self.subgroup else "sh"
-        return f"mul_mat_vec{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_{path}_{red}"
+        bindings = ("_tw" if self.texel_weights else "") + ("_ux" if self.uniform_x else "")
+        return f"mul_mat_vec{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_{path}_{red}{bindings}"
 
     @property
     def source(self) -> str:
@@ -52,6 +56,10 @@ class MatVecVariant:
             d["REDUCE_SUBGROUP"] = "1"
         if self.mul_mat_id:
             d["MUL_MAT_ID"] = "1"
+        if self.texel_weights:
+            d["TEXEL_WEIGHTS"] = "1"
+        if self.uniform_x:
+            d["UNIFORM_X"] = "1"
         return d
 
 
@@ -75,12 +83,12 @@ def all_variants() -> list[MatVecVariant | SimpleVariant]:
     out: list[MatVecVariant | SimpleVariant] = [QUANTIZE_Q8_1, MEMBW]
     for name, fmt in FORMATS.items():
         assert len(fmt.fields) <= MAX_FIELDS, name
-        for mul_mat_id in (False, True):
-            for subgroup in (False, True):
-                out.append(MatVecVariant(name, False, False, subgroup, mul_mat_id))
-                if fmt.has_int8_path:
-                    for int_dot in (False, True):
-                        out.append(MatVecVariant(name, True, int_dot, subgroup, mul_mat_id))
+        for mul_mat_id, subgroup, texel_weights, uniform_x in itertools.product((False, True), repeat=4):
+            bindings = dict(texel_weights=texel_weights, uniform_x=uniform_x)
+            out.append(MatVecVariant(name, False, False, subgroup, mul_mat_id, **bindings))
+            if fmt.has_int8_path:
+                for int_dot in (False, True):
+                    out.append(MatVecVariant(name, True, int_dot, subgroup, mul_mat_id, **bindings))
     return out
 
 

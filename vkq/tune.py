@@ -2,7 +2,7 @@
 
 For every block type and path, starting from what the vendor table gives,
 each parameter (workgroup size, rows per workgroup, chunks per thread,
-reduction) is varied in turn and kept where it is faster (coordinate
+reduction, how weights and x are bound) is varied in turn and kept where it is faster (coordinate
 descent: a few dozen measurements per type instead of the full product).
 A candidate's time is the total over mat-vec shapes of real models, each
 measured as the median of several repeats with GPU timestamps where the
@@ -42,6 +42,8 @@ def candidates(dev) -> dict[str, list]:
         "chunks_per_thread": [1, 2, 4, 8],
         "subgroup": [False, True] if dev.caps.subgroup_arithmetic else [False],
         "split_k": [True, False],
+        "weights_binding": ["storage", "texel"],
+        "x_binding": ["storage", "uniform"],
     }
 
 
@@ -129,6 +131,7 @@ def tune_type(backend, qtype: str, shapes, repeats: int, passes: int, progress) 
         result[path] = {
             "wg_size": cur.wg_size, "rows_per_wg": cur.rows_per_wg, "chunks_per_thread": cur.chunks_per_thread,
             "reduction": "subgroup" if cur.subgroup else "shared", "split_k": cur.split_k,
+            "weights_binding": cur.weights_binding, "x_binding": cur.x_binding,
         }
         result["gbps"][path] = [round(total_bytes / default_time / 1e9, 3), round(total_bytes / cur_time / 1e9, 3)]
         if cur_time < best_time:
@@ -179,7 +182,8 @@ def print_table(entries: dict, types) -> None:
             mark = " (best)" if path == e["best"] else ""
             print(f"| {qtype} | {path}{mark} | {before:.2f} | {after:.2f} | {after / before:.2f}x | "
                   f"wg {p['wg_size']}, rows {p['rows_per_wg']}, cpt {p['chunks_per_thread']}, {p['reduction']}, "
-                  f"{'split K' if p['split_k'] else 'rows per thread'} |")
+                  f"{'split K' if p['split_k'] else 'rows per thread'}, weights {p.get('weights_binding', 'storage')}, "
+                  f"x {p.get('x_binding', 'storage')} |")
 
 
 def show(info) -> int:

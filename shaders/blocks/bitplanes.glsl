@@ -4,16 +4,16 @@
 // load instruction costs a loop over the lanes) and returns both 16-element
 // halves, 4 quants per word, in order.
 Quants nibbles(uint off, uint sub) {  // 16 bytes per sub-block
-    uvec4 q = w128[off / 4u + sub];
+    uvec4 q = load_w128(off / 4u + sub);
     return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu);
 }
 uvec4 bits2_half(uint q) { return uvec4(q, q >> 2, q >> 4, q >> 6) & 0x03030303u; }
 Quants bits2(uint off, uint sub) {  // 8 bytes per sub-block: a word per half
-    uvec2 q = w64[off / 2u + sub];
+    uvec2 q = load_w64(off / 2u + sub);
     return Quants(bits2_half(q.x), bits2_half(q.y));
 }
 Quants bits1(uint off, uint sub) {  // 4 bytes per sub-block: a nibble per element group
-    uint q = w32[off + sub];
+    uint q = load_w32(off + sub);
     uvec4 s = uvec4(q, q >> 1, q >> 2, q >> 3);  // bit 4h+w of byte k: element 16h+4w+k
     return Quants(s & 0x01010101u, (s >> 4) & 0x01010101u);
 }
@@ -23,7 +23,7 @@ Quants with_high_bits(Quants a, Quants b, uint shift) {
 }
 // The two bytes 2sb and 2sb+1 of a 16-byte-per-block byte field, in bits 0..15.
 uint byte_pair(uint off, uint ib, uint sb) {
-    return w32[off + 4u * ib + (sb >> 1)] >> (16u * (sb & 1u));
+    return load_w32(off + 4u * ib + (sb >> 1)) >> (16u * (sb & 1u));
 }
 // Bytes 2sb and 2sb+1 of `word` (which holds bytes 2sb & ~3 ..) as signed int8.
 vec2 int8_pair_of(uint word, uint sb) {
@@ -32,7 +32,7 @@ vec2 int8_pair_of(uint word, uint sb) {
 }
 // The same, read from a 16-byte-per-block byte field (Q3_K and Q6_K scales).
 vec2 int8_pair(uint off, uint ib, uint sb) {
-    return int8_pair_of(w32[off + 4u * ib + (sb >> 1)], sb);
+    return int8_pair_of(load_w32(off + 4u * ib + (sb >> 1)), sb);
 }
 // fp16 number j (0..7) of 8 packed in a uvec4.
 float half_of(uvec4 v, uint j) {

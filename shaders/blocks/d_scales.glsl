@@ -6,7 +6,7 @@ vec4 block_scales(uint ib, uint sb) {
 }
 // 8 blocks at a time: their 8 fp16 scales in one 16-byte load.
 struct UnitMeta { uvec4 d; };
-UnitMeta unit_meta(uint ib0) { return UnitMeta(w128[FIELD_OFF_d / 4u + ib0 / 8u]); }
+UnitMeta unit_meta(uint ib0) { return UnitMeta(load_w128(FIELD_OFF_d / 4u + ib0 / 8u)); }
 vec4 meta_scales(UnitMeta m, uint j) {
     float d = half_of(m.d, j);
     return vec4(d, D_ZERO_POINT * d, d, D_ZERO_POINT * d);

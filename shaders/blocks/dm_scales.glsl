@@ -5,7 +5,7 @@ vec4 block_scales(uint ib, uint sb) {
 }
 // 8 blocks at a time: their (d, m) pairs in two 16-byte loads.
 struct UnitMeta { uvec4 lo, hi; };
-UnitMeta unit_meta(uint ib0) { return UnitMeta(w128[FIELD_OFF_dm / 4u + ib0 / 4u], w128[FIELD_OFF_dm / 4u + ib0 / 4u + 1u]); }
+UnitMeta unit_meta(uint ib0) { return UnitMeta(load_w128(FIELD_OFF_dm / 4u + ib0 / 4u), load_w128(FIELD_OFF_dm / 4u + ib0 / 4u + 1u)); }
 vec4 meta_scales(UnitMeta m, uint j) {
     vec2 dm = unpackHalf2x16(j < 4u ? m.lo[j] : m.hi[j - 4u]);
     return vec4(dm, dm);

@@ -8,7 +8,7 @@ vec4 block_scales(uint ib, uint sb) {
 // A whole superblock per thread (a unit = its 8 sub-blocks): the 16 scale bytes in one load.
 struct UnitMeta { uvec4 sc; float d; };
 UnitMeta unit_meta(uint ib) {
-    return UnitMeta(w128[FIELD_OFF_scales / 4u + ib], field_half(FIELD_OFF_d, ib));
+    return UnitMeta(load_w128(FIELD_OFF_scales / 4u + ib), field_half(FIELD_OFF_d, ib));
 }
 vec4 meta_scales(UnitMeta m, uint sb) {
     vec2 s = m.d * int8_pair_of(m.sc[sb >> 1], sb);

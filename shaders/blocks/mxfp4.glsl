@@ -30,7 +30,7 @@ vec4 block_scales(uint ib, uint sb) {
 }
 // 8 blocks at a time: their exponent bytes in two word loads.
 struct UnitMeta { uvec2 e; };
-UnitMeta unit_meta(uint ib0) { return UnitMeta(uvec2(w32[FIELD_OFF_e + ib0 / 4u], w32[FIELD_OFF_e + ib0 / 4u + 1u])); }
+UnitMeta unit_meta(uint ib0) { return UnitMeta(uvec2(load_w32(FIELD_OFF_e + ib0 / 4u), load_w32(FIELD_OFF_e + ib0 / 4u + 1u))); }
 vec4 meta_scales(UnitMeta m, uint j) {
     float s = e8m0_half(bitfieldExtract(m.e[j >> 2], int(8u * (j & 3u)), 8));
     return vec4(s, 0.0, s, 0.0);

@@ -11,7 +11,7 @@ vec4 block_scales(uint ib, uint sb) {
 // A whole superblock per thread (a unit = its 8 sub-blocks): the 16 scale bytes in one load.
 struct UnitMeta { uvec4 sc; vec2 dm; };
 UnitMeta unit_meta(uint ib) {
-    return UnitMeta(w128[FIELD_OFF_scales / 4u + ib], field_half2(FIELD_OFF_dm, ib));
+    return UnitMeta(load_w128(FIELD_OFF_scales / 4u + ib), field_half2(FIELD_OFF_dm, ib));
 }
 vec4 meta_scales(UnitMeta m, uint sb) {
     uint w = m.sc[sb >> 1] >> (16u * (sb & 1u));

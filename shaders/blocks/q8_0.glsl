@@ -2,7 +2,7 @@
 #define QUANTS_SIGNED
 #include "bitplanes.glsl"
 Quants block_quants(uint ib, uint sb) {
-    return Quants(w128[FIELD_OFF_qs / 4u + 2u * ib], w128[FIELD_OFF_qs / 4u + 2u * ib + 1u]);
+    return Quants(load_w128(FIELD_OFF_qs / 4u + 2u * ib), load_w128(FIELD_OFF_qs / 4u + 2u * ib + 1u));
 }
 #define D_ZERO_POINT 0.0
 #include "d_scales.glsl"

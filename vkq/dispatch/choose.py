@@ -8,7 +8,9 @@ Choice order (each level wins over the ones after it):
   5. safe limits of the device, applied last to whatever was chosen: no
      subgroup reduction without subgroup arithmetic, OpSDot only where the
      int-dot feature is enabled, workgroup and shared memory within limits,
-     chunks per thread dividing the row.
+     chunks per thread dividing the row; and, once the buffers are known
+     (`fit_bindings`), texel or uniform bindings only where they fit the
+     device's texel and uniform buffer limits.
 """
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ class DeviceCaps:
     int_dot: bool  # shaderIntegerDotProduct is enabled on the logical device
     max_shared_memory: int
     max_workgroup_invocations: int
+    # Vulkan's guaranteed minimums unless the device reports more.
+    max_uniform_buffer_range: int = 16384
+    max_texel_buffer_elements: int = 65536
 
 
 def env_path() -> str | None:
@@ -74,6 +79,24 @@ def apply_limits(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int
     )
 
 
+def fit_bindings(cfg: PipelineConfig, caps: DeviceCaps, x_bytes: int, weights_buffer_bytes: int) -> PipelineConfig:
+    """Fall back to storage buffers where a texel or uniform binding would
+    exceed the device's limits: x larger than maxUniformBufferRange (e.g.
+    several fp32 columns of a long row), or a weights buffer with more
+    32-bit texels than maxTexelBufferElements. The fallback is named in
+    `source`; the numbers are the same either way."""
+    notes = []
+    if cfg.x_binding == "uniform" and (x_bytes > caps.max_uniform_buffer_range or x_bytes % 16):
+        # (the uniform block is an array of 16-byte elements)
+        notes.append(f"x as storage: {x_bytes} bytes, maxUniformBufferRange {caps.max_uniform_buffer_range}")
+        cfg = replace(cfg, x_binding="storage")
+    if cfg.weights_binding == "texel" and weights_buffer_bytes // 4 > caps.max_texel_buffer_elements:
+        notes.append(f"weights as storage: {weights_buffer_bytes // 4} words > maxTexelBufferElements "
+                     f"{caps.max_texel_buffer_elements}")
+        cfg = replace(cfg, weights_binding="storage")
+    return replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}") if notes else cfg
+
+
 class Dispatcher:
     """The choice for one device: its class, its vendor table and tuning."""
 
@@ -112,6 +135,8 @@ class Dispatcher:
             rows_per_wg=params["rows_per_wg"],
             chunks_per_thread=params.get("chunks_per_thread", 1),
             split_k=params.get("split_k", True),
+            weights_binding=params.get("weights_binding", "storage"),
+            x_binding=params.get("x_binding", "storage"),
             source=source,
         )
         return apply_limits(cfg, self.caps, fmt, k, ncols)

@@ -4,6 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PATHS = ("dmmv", "mmvq")
+# How the shader reads the weights: storage buffer loads, or uniform texel
+# buffer fetches (branch-free gathers on lavapipe, where storage loads at
+# varying offsets are a loop over the lanes).
+WEIGHTS_BINDINGS = ("storage", "texel")
+# How it reads x (or its Q8_1 blocks): a storage or a uniform buffer; the
+# latter only while x fits maxUniformBufferRange (vkq.dispatch.choose.fit_bindings).
+X_BINDINGS = ("storage", "uniform")
 
 
 @dataclass(frozen=True)
@@ -16,6 +23,8 @@ class PipelineConfig:
     chunks_per_thread: int = 1  # consecutive 32-element chunks a thread takes at a time
     split_k: bool = True  # threads split K and reduce; False: a thread owns whole rows (CPU drivers)
     x_planes: int = 1  # mmvq: int8 planes of the activation (vkq.activations); the caller's choice
+    weights_binding: str = "storage"  # one of WEIGHTS_BINDINGS
+    x_binding: str = "storage"  # one of X_BINDINGS
     source: str = "default"  # which rule chose it (shown by `vkq info`)
 
     def __post_init__(self):
@@ -29,5 +38,9 @@ class PipelineConfig:
             raise ValueError(f"chunks_per_thread must be 1, 2, 4 or 8, got {self.chunks_per_thread}")
         if self.x_planes not in (1, 2) or (self.x_planes != 1 and self.path != "mmvq"):
             raise ValueError(f"x_planes must be 1, or 2 on the mmvq path; got {self.x_planes} on {self.path}")
+        if self.weights_binding not in WEIGHTS_BINDINGS:
+            raise ValueError(f"weights_binding must be one of {WEIGHTS_BINDINGS}, got {self.weights_binding!r}")
+        if self.x_binding not in X_BINDINGS:
+            raise ValueError(f"x_binding must be one of {X_BINDINGS}, got {self.x_binding!r}")
         if self.int_dot and self.path != "mmvq":
             raise ValueError("int_dot applies to the mmvq path only")

@@ -15,13 +15,16 @@ from pathlib import Path
 
 from ..formats import FORMATS
 from .classify import DeviceClass
+from .config import WEIGHTS_BINDINGS, X_BINDINGS
 
 TABLES_DIR = Path(__file__).parent / "tables"
 VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm", "software", "unknown")
 
 PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
 # Parameters an entry may leave out, with their value when no entry sets them.
-OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True}
+OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True, "weights_binding": "storage", "x_binding": "storage"}
+# Parameters added after tuning files existed: a file without them keeps their defaults.
+BINDING_PARAMS = ("weights_binding", "x_binding")
 CHUNKS_PER_THREAD = (1, 2, 4, 8)
 CONDITIONS = ("types", "paths", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
 META = ("basis", "note")
@@ -214,6 +217,10 @@ def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
         problems.append(f"{where}: rows_per_wg {rpw!r} not in 1..{MAX_ROWS_PER_WG}")
     if not isinstance(e.get("split_k", True), bool):
         problems.append(f"{where}: split_k must be true or false")
+    if e.get("weights_binding", "storage") not in WEIGHTS_BINDINGS:
+        problems.append(f"{where}: weights_binding {e['weights_binding']!r} not in {WEIGHTS_BINDINGS}")
+    if e.get("x_binding", "storage") not in X_BINDINGS:
+        problems.append(f"{where}: x_binding {e['x_binding']!r} not in {X_BINDINGS}")
     cpt = e.get("chunks_per_thread", 1)
     if cpt not in CHUNKS_PER_THREAD:
         problems.append(f"{where}: chunks_per_thread {cpt!r} not in {CHUNKS_PER_THREAD}")

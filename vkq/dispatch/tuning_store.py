@@ -17,7 +17,8 @@ import warnings
 from pathlib import Path
 
 from ..device_info import DeviceInfo
-from .tables import ALL_PARAMS, CHUNKS_PER_THREAD, PATHS, REDUCTIONS
+from .config import WEIGHTS_BINDINGS, X_BINDINGS
+from .tables import ALL_PARAMS, BINDING_PARAMS, CHUNKS_PER_THREAD, PATHS, REDUCTIONS
 
 SCHEMA = 1
 
@@ -48,7 +49,8 @@ def _entry_problems(qtype: str, entry: dict) -> list[str]:
         params = entry.get(path)
         if params is None:
             continue
-        if not isinstance(params, dict) or any(p not in params for p in ALL_PARAMS if p != "path"):
+        required = [p for p in ALL_PARAMS if p != "path" and p not in BINDING_PARAMS]
+        if not isinstance(params, dict) or any(p not in params for p in required):
             problems.append(f"{qtype}/{path}: missing parameters")
             continue
         wg, rows = params["wg_size"], params["rows_per_wg"]
@@ -57,6 +59,9 @@ def _entry_problems(qtype: str, entry: dict) -> list[str]:
         if (params["reduction"] not in REDUCTIONS or params["chunks_per_thread"] not in CHUNKS_PER_THREAD
                 or not isinstance(params["split_k"], bool)):
             problems.append(f"{qtype}/{path}: bad reduction/chunks_per_thread")
+        if (params.get("weights_binding", "storage") not in WEIGHTS_BINDINGS
+                or params.get("x_binding", "storage") not in X_BINDINGS):
+            problems.append(f"{qtype}/{path}: bad weights_binding/x_binding")
     if best in PATHS and best not in entry:
         problems.append(f"{qtype}: best path {best} has no parameters")
     return problems
