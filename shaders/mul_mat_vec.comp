@@ -11,7 +11,8 @@
 //   MUL_MAT_ID       W is a stack of experts; workgroup row y is a used-expert
 //                    slot and ids[slot] picks its expert
 //   TEXEL_WEIGHTS    W is read through uniform texel buffer views (common.glsl)
-//   UNIFORM_X        x (or its Q8_1 blocks) is a uniform buffer, not storage
+//   TEXEL_X          x (or its Q8_1 blocks) is read through a uniform texel
+//                    buffer view of 16-byte texels, not as a storage buffer
 //
 // Bindings: 0 W, 1 x, 2 y, then 3 ids (MUL_MAT_ID), then the three texel
 // views of W (TEXEL_WEIGHTS; binding 0 is then not read).
@@ -40,9 +41,6 @@ layout(constant_id = 4) const bool SPLIT_K = true;
 // MMVQ: int8 planes per activation block (1: Q8_1 as ggml; 2: plus the
 // rounding residual, see quantize_q8_1.comp).
 layout(constant_id = 5) const uint X_PLANES = 1;
-// UNIFORM_X: the 16-byte elements of x bound (a uniform block has a size;
-// the host binds exactly this many and keeps it within maxUniformBufferRange).
-layout(constant_id = 6) const uint X_UNIFORM_VEC4S = 1;
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4
@@ -61,18 +59,16 @@ layout(constant_id = 6) const uint X_UNIFORM_VEC4S = 1;
 // then (d, s0, s1, d_r) as float bits, s0/s1 = the sum of each 16-element
 // half of the values the planes encode.
 const uint XQ_BLOCK = 2u * X_PLANES + 1u;
-#ifdef UNIFORM_X
-layout(std140, binding = 1) uniform XQ { uvec4 xq[X_UNIFORM_VEC4S]; };
-#else
-layout(std430, binding = 1) readonly restrict buffer XQ { uvec4 xq[]; };
 #endif
+// x: fp32 values (DMMV) or Q8_1 blocks (MMVQ), read 16 bytes at a time.
+#if defined(TEXEL_X)
+layout(binding = 1) uniform usamplerBuffer x_u32x4;
+uvec4 load_x(uint i) { return texelFetch(x_u32x4, int(i)); }
 #else
-#ifdef UNIFORM_X
-layout(std140, binding = 1) uniform X { vec4 x4[X_UNIFORM_VEC4S]; };
-#else
-layout(std430, binding = 1) readonly restrict buffer X { vec4 x4[]; };
+layout(std430, binding = 1) readonly restrict buffer X { uvec4 x_words[]; };
+uvec4 load_x(uint i) { return x_words[i]; }
 #endif
-#endif
+
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 #ifdef MUL_MAT_ID
 layout(std430, binding = 3) readonly restrict buffer Ids { int ids[]; };
@@ -137,11 +133,11 @@ void main() {
         vec4 xds[NCOLS];
         for (uint col = 0u; col < NCOLS; col++) {
             const uint b = XQ_BLOCK * (x0 + col * p.x_col_stride + c);
-            xq_lo[col] = xq[b];
-            xq_hi[col] = xq[b + 1u];
-            xr_lo[col] = X_PLANES == 2u ? xq[b + 2u] : uvec4(0u);
-            xr_hi[col] = X_PLANES == 2u ? xq[b + 3u] : uvec4(0u);
-            xds[col] = uintBitsToFloat(xq[b + XQ_BLOCK - 1u]);
+            xq_lo[col] = load_x(b);
+            xq_hi[col] = load_x(b + 1u);
+            xr_lo[col] = X_PLANES == 2u ? load_x(b + 2u) : uvec4(0u);
+            xr_hi[col] = X_PLANES == 2u ? load_x(b + 3u) : uvec4(0u);
+            xds[col] = uintBitsToFloat(load_x(b + XQ_BLOCK - 1u));
         }
         for (uint r = 0u; r < NUM_ROWS; r++) {
             // Rows past the end repeat the last row; their sums are not written.
@@ -164,7 +160,7 @@ void main() {
         for (uint col = 0u; col < NCOLS; col++) {
             const uint k4 = (x0 + col * p.x_col_stride + c * 32u) / 4u;
             for (uint i = 0u; i < 8u; i++) {
-                xv[col][i] = x4[k4 + i];
+                xv[col][i] = uintBitsToFloat(load_x(k4 + i));
             }
             xsum[col] = vec2(dot(xv[col][0] + xv[col][1] + xv[col][2] + xv[col][3], vec4(1.0)),
                              dot(xv[col][4] + xv[col][5] + xv[col][6] + xv[col][7], vec4(1.0)));

@@ -169,13 +169,11 @@ def check_params(params: dict, qtype: str, where: str) -> None:
     # The shader's reduction buffer: float partial[rows * ncols][wg].
     assert rows * MAX_NCOLS * wg * 4 <= MIN_MAX_SHARED_MEMORY, where
     mmvq = params["path"] == "mmvq"
-    bindings = dict(texel_weights=params.get("weights_binding") == "texel",
-                    uniform_x=params.get("x_binding") == "uniform")
     for int_dot in ((False, True) if mmvq else (False,)):
-        for uniform_x in {False, bindings["uniform_x"]}:  # x may fall back to storage
-            v = MatVecVariant(qtype, mmvq=mmvq, int_dot=int_dot, subgroup=params["reduction"] == "subgroup",
-                              mul_mat_id=False, texel_weights=bindings["texel_weights"], uniform_x=uniform_x)
-            assert spirv_path(v).exists(), f"{where}: {v.name}.spv missing"
+        v = MatVecVariant(qtype, mmvq=mmvq, int_dot=int_dot, subgroup=params["reduction"] == "subgroup",
+                          mul_mat_id=False, weights_binding=params.get("weights_binding", "storage"),
+                          x_binding=params.get("x_binding", "storage"))
+        assert spirv_path(v).exists(), f"{where}: {v.name}.spv missing"
 
 
 @pytest.mark.parametrize("vendor,key", list(all_classes()))

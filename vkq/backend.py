@@ -205,7 +205,7 @@ class Backend:
         return self._fit_bindings(w, cfg, ncols)
 
     def _fit_bindings(self, w: Weights, cfg: PipelineConfig, ncols: int) -> PipelineConfig:
-        """Texel / uniform bindings within the device's limits for `ncols`
+        """Texel bindings within the device's limits for `ncols`
         columns of x (MatVec checks again against the tensors it binds)."""
         k_pad = w.layout.k_padded
         x_words = q8_1_words(ncols, k_pad, cfg.x_planes) if cfg.path == "mmvq" else ncols * k_pad

@@ -54,17 +54,17 @@ class MatVec:
                  ids=None, n_slots: int = 0, shared_x: bool = False):
         lay = weights.layout
         mul_mat_id = ids is not None
-        x_words = x_in.size()  # every vkq tensor holds 32-bit elements
-        cfg = fit_bindings(cfg, device.caps, 4 * x_words, 4 * max(buf.tensor.size() for buf in weights.buffers))
+        # (every vkq tensor holds 32-bit elements)
+        cfg = fit_bindings(cfg, device.caps, 4 * x_in.size(), 4 * max(buf.tensor.size() for buf in weights.buffers))
         self.cfg = cfg
-        texel_weights, uniform_x = cfg.weights_binding == "texel", cfg.x_binding == "uniform"
+        texel_weights = cfg.weights_binding == "texel"
         self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id,
-                                     texel_weights, uniform_x)
+                                     cfg.weights_binding, cfg.x_binding)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
-        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
-                x_words // 4]  # X_UNIFORM_VEC4S: the uniform block's size in 16-byte elements
+        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes]
         # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
-        kinds = ["storage", "uniform" if uniform_x else "storage", "storage"] + (["storage"] if mul_mat_id else [])
+        kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
+        kinds += ["storage"] if mul_mat_id else []
         if texel_weights:
             kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"]
         rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)

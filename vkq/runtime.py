@@ -65,7 +65,6 @@ class Device:
             int_dot=self.int_dot_enabled,
             max_shared_memory=i.max_compute_shared_memory_size,
             max_workgroup_invocations=i.max_workgroup_invocations,
-            max_uniform_buffer_range=i.max_uniform_buffer_range,
             max_texel_buffer_elements=i.max_texel_buffer_elements,
         )
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .dispatch.config import WEIGHTS_BINDINGS, X_BINDINGS
 from .formats import FORMATS, BlockFormat
 
 # Where compiled modules live: inside the package, or VKQ_SPIRV_DIR (for
@@ -29,14 +30,14 @@ class MatVecVariant:
     int_dot: bool  # MMVQ with OpSDot; False: the same arithmetic in int32
     subgroup: bool  # subgroupAdd reduction; False: shared-memory tree
     mul_mat_id: bool  # expert-indexed (MUL_MAT_ID)
-    texel_weights: bool = False  # weights read through uniform texel buffer views
-    uniform_x: bool = False  # x (or its Q8_1 blocks) in a uniform buffer
+    weights_binding: str = "storage"  # "storage" or "texel" (uniform texel buffer views)
+    x_binding: str = "storage"  # "storage" or "texel"
 
     @property
     def name(self) -> str:
         path = ("mmvq_dot" if self.int_dot else "mmvq_emul") if self.mmvq else "dmmv"
         red = "sg" if self.subgroup else "sh"
-        bindings = ("_tw" if self.texel_weights else "") + ("_ux" if self.uniform_x else "")
+        bindings = ("_tw" if self.weights_binding == "texel" else "") + ("_tx" if self.x_binding == "texel" else "")
         return f"mul_mat_vec{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_{path}_{red}{bindings}"
 
     @property
@@ -56,10 +57,10 @@ class MatVecVariant:
             d["REDUCE_SUBGROUP"] = "1"
         if self.mul_mat_id:
             d["MUL_MAT_ID"] = "1"
-        if self.texel_weights:
+        if self.weights_binding == "texel":
             d["TEXEL_WEIGHTS"] = "1"
-        if self.uniform_x:
-            d["UNIFORM_X"] = "1"
+        if self.x_binding == "texel":
+            d["TEXEL_X"] = "1"
         return d
 
 
@@ -83,8 +84,9 @@ def all_variants() -> list[MatVecVariant | SimpleVariant]:
     out: list[MatVecVariant | SimpleVariant] = [QUANTIZE_Q8_1, MEMBW]
     for name, fmt in FORMATS.items():
         assert len(fmt.fields) <= MAX_FIELDS, name
-        for mul_mat_id, subgroup, texel_weights, uniform_x in itertools.product((False, True), repeat=4):
-            bindings = dict(texel_weights=texel_weights, uniform_x=uniform_x)
+        for mul_mat_id, subgroup, weights_binding, x_binding in itertools.product(
+                (False, True), (False, True), WEIGHTS_BINDINGS, X_BINDINGS):
+            bindings = dict(weights_binding=weights_binding, x_binding=x_binding)
             out.append(MatVecVariant(name, False, False, subgroup, mul_mat_id, **bindings))
             if fmt.has_int8_path:
                 for int_dot in (False, True):

@@ -43,7 +43,7 @@ def candidates(dev) -> dict[str, list]:
         "subgroup": [False, True] if dev.caps.subgroup_arithmetic else [False],
         "split_k": [True, False],
         "weights_binding": ["storage", "texel"],
-        "x_binding": ["storage", "uniform"],
+        "x_binding": ["storage", "texel"],
     }
 
 

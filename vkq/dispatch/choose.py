@@ -9,8 +9,8 @@ Choice order (each level wins over the ones after it):
      subgroup reduction without subgroup arithmetic, OpSDot only where the
      int-dot feature is enabled, workgroup and shared memory within limits,
      chunks per thread dividing the row; and, once the buffers are known
-     (`fit_bindings`), texel or uniform bindings only where they fit the
-     device's texel and uniform buffer limits.
+     (`fit_bindings`), texel bindings only where they fit the device's
+     texel buffer limit.
 """
 from __future__ import annotations
 
@@ -34,9 +34,7 @@ class DeviceCaps:
     int_dot: bool  # shaderIntegerDotProduct is enabled on the logical device
     max_shared_memory: int
     max_workgroup_invocations: int
-    # Vulkan's guaranteed minimums unless the device reports more.
-    max_uniform_buffer_range: int = 16384
-    max_texel_buffer_elements: int = 65536
+    max_texel_buffer_elements: int = 65536  # Vulkan's guaranteed minimum unless the device reports more
 
 
 def env_path() -> str | None:
@@ -80,15 +78,13 @@ def apply_limits(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int
 
 
 def fit_bindings(cfg: PipelineConfig, caps: DeviceCaps, x_bytes: int, weights_buffer_bytes: int) -> PipelineConfig:
-    """Fall back to storage buffers where a texel or uniform binding would
-    exceed the device's limits: x larger than maxUniformBufferRange (e.g.
-    several fp32 columns of a long row), or a weights buffer with more
-    32-bit texels than maxTexelBufferElements. The fallback is named in
-    `source`; the numbers are the same either way."""
+    """Fall back to storage buffers where a texel view would hold more texels
+    than the device's maxTexelBufferElements (x in 16-byte texels, the
+    weights in 4-byte ones, the smallest of their views). The fallback is
+    named in `source`; the numbers are the same either way."""
     notes = []
-    if cfg.x_binding == "uniform" and (x_bytes > caps.max_uniform_buffer_range or x_bytes % 16):
-        # (the uniform block is an array of 16-byte elements)
-        notes.append(f"x as storage: {x_bytes} bytes, maxUniformBufferRange {caps.max_uniform_buffer_range}")
+    if cfg.x_binding == "texel" and x_bytes // 16 > caps.max_texel_buffer_elements:
+        notes.append(f"x as storage: {x_bytes // 16} texels > maxTexelBufferElements {caps.max_texel_buffer_elements}")
         cfg = replace(cfg, x_binding="storage")
     if cfg.weights_binding == "texel" and weights_buffer_bytes // 4 > caps.max_texel_buffer_elements:
         notes.append(f"weights as storage: {weights_buffer_bytes // 4} words > maxTexelBufferElements "

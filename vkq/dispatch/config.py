@@ -8,9 +8,10 @@ PATHS = ("dmmv", "mmvq")
 # buffer fetches (branch-free gathers on lavapipe, where storage loads at
 # varying offsets are a loop over the lanes).
 WEIGHTS_BINDINGS = ("storage", "texel")
-# How it reads x (or its Q8_1 blocks): a storage or a uniform buffer; the
-# latter only while x fits maxUniformBufferRange (vkq.dispatch.choose.fit_bindings).
-X_BINDINGS = ("storage", "uniform")
+# How it reads x (or its Q8_1 blocks): the same two ways. (A uniform buffer
+# for x was measured too: slower than texels on lavapipe, and limited to
+# 64 KiB there.)
+X_BINDINGS = ("storage", "texel")
 
 
 @dataclass(frozen=True)
