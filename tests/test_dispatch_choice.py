@@ -134,6 +134,7 @@ def test_tuned_entry_used_on_next_run(backend, tuning_dir):
     assert "tuned" in cfg.source
     best = entries["Q8_0"][entries["Q8_0"]["best"]]
     assert (cfg.path, cfg.wg_size, cfg.rows_per_wg) == (entries["Q8_0"]["best"], best["wg_size"], best["rows_per_wg"])
+    assert (cfg.weights_binding, cfg.x_binding) == (best["weights_binding"], best["x_binding"])
     args.reset = True
     tune.run(args)
     assert tuning_store.load(backend.device_info) == {}
