@@ -71,7 +71,6 @@ class DeviceInfo:
     integer_dot_product: bool  # extension present and feature supported
     integer_dot_4x8_packed_accelerated: bool
     device_local_memory: int  # bytes, largest DEVICE_LOCAL heap
-    max_uniform_buffer_range: int
     max_texel_buffer_elements: int
 
     @property
@@ -266,7 +265,6 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
             (h.size for h in heaps if h.flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT),
             default=0,
         ),
-        max_uniform_buffer_range=limits.maxUniformBufferRange,
         max_texel_buffer_elements=limits.maxTexelBufferElements,
     )
 

@@ -26,7 +26,6 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
         lines.append(f"  int8 dot        extension+feature {_yes(info.integer_dot_product)}, "
                      f"accelerated {_yes(info.integer_dot_4x8_packed_accelerated)}")
         lines.append(f"  buffers         storage max range {info.max_storage_buffer_range / 2**20:.0f} MiB, "
-                     f"uniform {info.max_uniform_buffer_range / 2**10:.0f} KiB, "
                      f"texel {info.max_texel_buffer_elements / 2**20:.0f} Mi elements; "
                      f"shared memory {info.max_compute_shared_memory_size // 1024} KiB; "
                      f"device memory {info.device_local_memory / 2**30:.1f} GiB")
