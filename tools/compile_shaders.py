@@ -3,8 +3,8 @@
 
 Variants come from `vkq.shader_variants` (one GLSL source, many defines).
 The target is Vulkan 1.1 (SPIR-V 1.3), the version of Kompute's instance.
-Each module is checked with `spirv-val`. A variant is rebuilt only when the
-shader sources, its defines or the compiler changed (hashes are kept in
+Each module is checked with `spirv-val`. A variant is rebuilt only when its
+shader source (or a file it includes), its defines or the compiler changed (hashes are kept in
 vkq/spirv/manifest.json), so a second run takes well under a second.
 
 Usage: python tools/compile_shaders.py [--force] [--only SUBSTRING] [-j N]
@@ -14,9 +14,11 @@ directory, for shader experiments; the runtime reads VKQ_SPIRV_DIR too.)
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,13 +43,34 @@ def find_tool(name: str) -> str:
     return path
 
 
-def sources_digest() -> str:
-    """One hash of every shader source: includes make finer tracking fragile."""
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def source_files(source: str) -> list[Path]:
+    """A shader source and every file it may include, transitively: each
+    `#include` line counts, whatever #if surrounds it (a superset is safe).
+    Resolved as glslang does: next to the including file, then in SHADER_DIR."""
+    seen: dict[Path, None] = {}
+    todo = [SHADER_DIR / source]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen[path] = None
+        for name in INCLUDE.findall(path.read_text()):
+            near = path.parent / name
+            todo.append(near if near.is_file() else SHADER_DIR / name)
+    return sorted(seen)
+
+
+@functools.lru_cache(maxsize=None)
+def source_digest(source: str) -> str:
+    """One hash of a shader source and what it includes: editing one shader
+    rebuilds only the variants built from it."""
     h = hashlib.sha256()
-    for path in sorted(SHADER_DIR.rglob("*")):
-        if path.is_file() and path.suffix in (".comp", ".glsl"):
-            h.update(str(path.relative_to(SHADER_DIR)).encode())
-            h.update(path.read_bytes())
+    for path in source_files(source):
+        h.update(str(path.relative_to(SHADER_DIR)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -88,11 +111,11 @@ def main() -> int:
         except json.JSONDecodeError:
             manifest = {}
 
-    digest = sources_digest()
     variants = [v for v in all_variants() if args.only in v.name]
 
     def key(v) -> str:
-        return hashlib.sha256(json.dumps([digest, version, sorted(v.defines().items())]).encode()).hexdigest()
+        return hashlib.sha256(json.dumps([source_digest(v.source), version, sorted(v.defines().items())])
+                              .encode()).hexdigest()
 
     todo = [v for v in variants if manifest.get(v.name) != key(v) or not spirv_path(v).exists()]
     if not todo:

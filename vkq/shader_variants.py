@@ -23,6 +23,15 @@ SPIRV_DIR = Path(os.environ.get("VKQ_SPIRV_DIR") or Path(__file__).parent / "spi
 MAX_FIELDS = 4
 
 
+def block_defines(qtype: str) -> dict[str, str]:
+    """The defines that select a block type's decoder (shaders/blocks.glsl)."""
+    fmt: BlockFormat = FORMATS[qtype]
+    d = {f"TYPE_{qtype}": "1", "QK": f"{fmt.block_elems}u"}
+    for slot, field in enumerate(fmt.fields):
+        d[f"FIELD_OFF_{field.name}"] = f"p.field{slot}"
+    return d
+
+
 @dataclass(frozen=True)
 class MatVecVariant:
     qtype: str
@@ -45,10 +54,7 @@ class MatVecVariant:
         return "mul_mat_vec.comp"
 
     def defines(self) -> dict[str, str]:
-        fmt: BlockFormat = FORMATS[self.qtype]
-        d = {f"TYPE_{self.qtype}": "1", "QK": f"{fmt.block_elems}u"}
-        for slot, field in enumerate(fmt.fields):
-            d[f"FIELD_OFF_{field.name}"] = f"p.field{slot}"
+        d = block_defines(self.qtype)
         if self.mmvq:
             d["MMVQ"] = "1"
         if self.int_dot:
@@ -80,8 +86,35 @@ QUANTIZE_Q8_1 = SimpleVariant("quantize_q8_1", "quantize_q8_1.comp")
 MEMBW = SimpleVariant("membw", "membw.comp")
 
 
-def all_variants() -> list[MatVecVariant | SimpleVariant]:
-    out: list[MatVecVariant | SimpleVariant] = [QUANTIZE_Q8_1, MEMBW]
+@dataclass(frozen=True)
+class GetRowsVariant:
+    """Rows of a quantized matrix as floats (the token embedding lookup)."""
+
+    qtype: str
+
+    @property
+    def name(self) -> str:
+        return f"get_rows_{self.qtype.lower()}"
+
+    @property
+    def source(self) -> str:
+        return "get_rows.comp"
+
+    def defines(self) -> dict[str, str]:
+        return block_defines(self.qtype)
+
+
+# The vector ops of a llama decode step (vkq/llama/ops.py).
+RMS_NORM = SimpleVariant("rms_norm", "rms_norm.comp")
+ROPE_KV = SimpleVariant("rope_kv", "rope_kv.comp")
+ATTENTION = SimpleVariant("attention", "attention.comp")
+SWIGLU = SimpleVariant("swiglu", "swiglu.comp")
+ARGMAX = SimpleVariant("argmax", "argmax.comp")
+LLAMA_OPS = (RMS_NORM, ROPE_KV, ATTENTION, SWIGLU, ARGMAX)
+
+
+def all_variants() -> list:
+    out: list = [QUANTIZE_Q8_1, MEMBW]
     for name, fmt in FORMATS.items():
         assert len(fmt.fields) <= MAX_FIELDS, name
         for mul_mat_id, subgroup, weights_binding, x_binding in itertools.product(
@@ -91,14 +124,15 @@ def all_variants() -> list[MatVecVariant | SimpleVariant]:
             if fmt.has_int8_path:
                 for int_dot in (False, True):
                     out.append(MatVecVariant(name, True, int_dot, subgroup, mul_mat_id, **bindings))
+    out += [*LLAMA_OPS, *(GetRowsVariant(name) for name in FORMATS)]
     return out
 
 
-def spirv_path(variant: MatVecVariant | SimpleVariant) -> Path:
+def spirv_path(variant) -> Path:
     return SPIRV_DIR / f"{variant.name}.spv"
 
 
-def load_spirv(variant: MatVecVariant | SimpleVariant) -> bytes:
+def load_spirv(variant) -> bytes:
     path = spirv_path(variant)
     try:
         return path.read_bytes()

@@ -1,0 +1,304 @@
+"""The vector ops of a llama decode step (vkq.llama.ops) against float64 numpy.
+
+Odd sizes throughout: odd vector lengths, odd head counts and GQA ratios,
+head_dim 64 and odd ones, RoPE over part of a head, a context of 1 and of
+several hundred positions, several vectors at once (causal), vectors at
+offsets and strides inside bigger tensors (the parts of a stacked mat-vec's
+output). Every block type's embedding rows, on one buffer and split over
+several. The bounds are far below what a wrong index or formula gives
+(NMSE ~1e-2 and up) and far above float32 rounding (1e-14).
+"""
+from __future__ import annotations
+
+import kp
+import numpy as np
+import pytest
+
+import ggml_quant
+import vkq.reference as ref
+from conftest import TYPES, force_split
+from vkq.formats import FORMATS
+from vkq.llama.ops import (Argmax, Attention, AttentionShape, EmbedRows, RMSNorm, RopeKV, SwiGLU, Vectors,
+                           rope_table)
+
+NMSE_F32 = 1e-12  # float32 arithmetic against float64
+
+
+def run(backend, ops, inputs=(), outputs=()):
+    """One sequence: inputs to the device, the ops with a barrier between each
+    (each may read what the one before wrote), outputs back."""
+    dev = backend.device
+    seq = dev.manager.sequence()
+    if inputs:
+        seq.record(kp.OpTensorSyncDevice(list(inputs)))
+    for i, op in enumerate(ops):
+        if i:
+            seq.record(dev.compute_barrier())
+        op.record(seq)
+    if outputs:
+        seq.record(kp.OpTensorSyncLocal(list(outputs)))
+    seq.eval()
+
+
+def upload(backend, values, dtype=np.float32):
+    return backend.device.upload(np.ascontiguousarray(values, dtype).reshape(-1))
+
+
+def zeros(backend, n, dtype=np.float32):
+    """A device tensor of n zeros (on the device too: what an op leaves alone stays zero)."""
+    return upload(backend, np.zeros(n, dtype), dtype)
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+# -- embedding rows ----------------------------------------------------------------
+
+def embed_case(backend, qtype, rows, ids, stride_extra=32):
+    fmt = FORMATS[qtype]
+    k = 70 if fmt.is_plain else 2 * fmt.block_elems  # plain types: a row padded on the device
+    data = ggml_quant.random_weights(rows, k, qtype, seed=rows)
+    w = backend.upload(qtype, (rows, k), data)
+    want = ref.dequantize(qtype, (rows, k), data)[ids]
+    stride = w.layout.k_padded + stride_extra
+    n = len(ids)
+    ids_t = upload(backend, ids, np.int32)
+    out = zeros(backend, n * stride)
+    run(backend, [EmbedRows(backend.device, w, ids_t, Vectors(out, k, 0, stride), n)], outputs=[out])
+    got = out.data().reshape(n, stride)
+    for v in range(n):
+        e = ref.nmse(got[v, :k], want[v])
+        assert e < NMSE_F32, f"{qtype} row {ids[v]}: NMSE {e:.3g}"
+        assert not got[v, k:].any(), "values past the row (padding and stride) stay zero"
+    return w
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_embed_rows_every_type(backend, qtype):
+    embed_case(backend, qtype, rows=37, ids=np.array([0, 36, 17, 17, 5], np.int32))
+
+
+def test_embed_rows_of_a_split_matrix(backend, monkeypatch):
+    force_split(monkeypatch, "Q4_1", 1, 5, 64)
+    w = embed_case(backend, "Q4_1", rows=37, ids=np.array([36, 0, 4, 5, 20, 35], np.int32))
+    assert len(w.buffers) == 8
+
+
+def test_embed_rows_refuses_bad_output(backend):
+    w = backend.upload("Q8_0", (3, 64), ggml_quant.random_weights(3, 64, "Q8_0"))
+    ids = upload(backend, [0], np.int32)
+    with pytest.raises(ValueError, match="need 160 elements; the tensor has 100"):
+        EmbedRows(backend.device, w, ids, Vectors(zeros(backend, 100), 64, 0, 96), 2)
+    with pytest.raises(ValueError, match="from element 0"):
+        EmbedRows(backend.device, w, ids, Vectors(zeros(backend, 200), 64, 4, 96), 1)
+
+
+# -- RMSNorm -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_rms_norm(backend, residual):
+    length, n, eps = 333, 3, 1e-5
+    r = rng(1)
+    # x: vectors at offset 5, stride 340, of values with an outlier 90x the RMS (like SmolLM2's)
+    x_host = np.zeros(5 + n * 340, np.float32)
+    xs = r.standard_normal((n, length)).astype(np.float32)
+    xs[:, 7] *= 90
+    for v in range(n):
+        x_host[5 + v * 340: 5 + v * 340 + length] = xs[v]
+    res = r.standard_normal((n, length)).astype(np.float32)
+    w = (1 + 0.1 * r.standard_normal(length)).astype(np.float32)
+    x_t, w_t, res_t = upload(backend, x_host), upload(backend, w), upload(backend, res)
+    y_t = zeros(backend, n * 352)
+    op = RMSNorm(backend.device, Vectors(x_t, length, 5, 340), w_t, Vectors(y_t, length, 0, 352), eps, n,
+                 residual=Vectors(res_t, length) if residual else None)
+    assert (x_t in op.writes) == residual
+    run(backend, [op], outputs=[x_t, y_t])
+    x_new = x_t.data()[5:].reshape(-1)[: n * 340].reshape(n, 340)[:, :length]
+    want_x = (xs + res) if residual else xs  # float32 adds, as the reference decoder does them
+    assert np.array_equal(x_new, want_x)
+    x64 = want_x.astype(np.float64)
+    want = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w
+    got = y_t.data().reshape(n, 352)
+    assert ref.nmse(got[:, :length], want) < NMSE_F32
+    assert not got[:, length:].any()
+
+
+# -- RoPE, KV cache, attention ---------------------------------------------------------
+
+SHAPES = [  # n_head, n_head_kv, head_dim, n_rot
+    pytest.param(9, 3, 64, 64, id="smollm2-9x3x64"),
+    pytest.param(5, 5, 64, 64, id="mha-5x64"),
+    pytest.param(7, 1, 37, 20, id="mqa-7x37-rot20"),
+    pytest.param(6, 2, 33, 32, id="gqa3-6x33-rot32"),
+]
+
+
+def inv_freq(n_rot, base=10000.0, scale=1.0, factors=None):
+    f = base ** (-2.0 * np.arange(n_rot // 2) / n_rot)
+    return f / (1.0 if factors is None else factors) / scale
+
+
+def rope64(x, positions, freqs, n_rot):
+    """x (n, heads, hd) float64: adjacent pairs rotate by pos * freqs[i]."""
+    out = x.astype(np.float64).copy()
+    ang = np.asarray(positions, np.float64)[:, None, None] * freqs[None, None, :]
+    x0, x1 = out[..., 0:n_rot:2].copy(), out[..., 1:n_rot:2].copy()
+    out[..., 0:n_rot:2] = x0 * np.cos(ang) - x1 * np.sin(ang)
+    out[..., 1:n_rot:2] = x0 * np.sin(ang) + x1 * np.cos(ang)
+    return out
+
+
+def attention64(q, keys, values, n_head, n_head_kv, pos0):
+    """q (n, H, hd); keys/values (T, Hkv, hd) float64; query v sees keys <= pos0 + v."""
+    n, _, hd = q.shape
+    out = np.zeros_like(q, dtype=np.float64)
+    for v in range(n):
+        for h in range(n_head):
+            g = h // (n_head // n_head_kv)
+            s = keys[: pos0 + v + 1, g] @ q[v, h] / np.sqrt(hd)
+            p = np.exp(s - s.max())
+            out[v, h] = (p / p.sum()) @ values[: pos0 + v + 1, g]
+    return out
+
+
+def cache_tensors(backend, shape: AttentionShape, keys, values):
+    """K/V caches (n_head_kv, capacity, hd) holding keys/values (T, Hkv, hd) at positions 0..T-1."""
+    def lay(x):
+        c = np.full((shape.n_head_kv, shape.capacity, shape.head_dim), np.nan, np.float32)  # unwritten: NaN
+        c[:, : x.shape[0]] = x.transpose(1, 0, 2)
+        return c
+    return upload(backend, lay(keys)), upload(backend, lay(values))
+
+
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
+@pytest.mark.parametrize("n_ctx", [1, 300])
+def test_attention_over_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, n_ctx):
+    """One query vector at position n_ctx - 1 over a cache of n_ctx keys
+    (positions past it hold NaN: the attention must not read them)."""
+    shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=n_ctx + 13)
+    r = rng(n_ctx + head_dim)
+    keys = r.standard_normal((n_ctx, n_head_kv, head_dim)).astype(np.float32)
+    values = r.standard_normal((n_ctx, n_head_kv, head_dim)).astype(np.float32)
+    q = (2 * r.standard_normal((1, n_head, head_dim))).astype(np.float32)
+    k_c, v_c = cache_tensors(backend, shape, keys, values)
+    q_t = upload(backend, q)
+    pos = upload(backend, [n_ctx - 1], np.int32)
+    scores = zeros(backend, n_head * shape.capacity)
+    out = zeros(backend, n_head * head_dim)
+    run(backend, [Attention(backend.device, shape, Vectors(q_t, n_head * head_dim), k_c, v_c, pos, scores,
+                            Vectors(out, n_head * head_dim))], outputs=[out])
+    want = attention64(q.astype(np.float64), keys.astype(np.float64), values.astype(np.float64),
+                       n_head, n_head_kv, n_ctx - 1)
+    got = out.data().reshape(1, n_head, head_dim)
+    assert np.isfinite(got).all()
+    assert ref.nmse(got, want) < NMSE_F32
+
+
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
+def test_rope_kv_then_attention_of_a_chunk(backend, n_head, n_head_kv, head_dim, n_rot):
+    """Three new vectors at positions 5, 6, 7 of a cache holding 5: RoPE of q
+    (in place) and k (into the cache), v into the cache, then causal attention.
+    q, k and v are parts of one tensor, as the stacked Q/K/V mat-vec writes them."""
+    n, p0 = 3, 5
+    shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=11)
+    freqs = inv_freq(n_rot, base=500.0, scale=2.0)
+    r = rng(head_dim)
+    old_k = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
+    old_v = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
+    qd, kvd = n_head * head_dim, n_head_kv * head_dim
+    stride = qd + 2 * kvd + 7
+    qkv = r.standard_normal((n, stride)).astype(np.float32)
+    q, k, v = (qkv[:, :qd].reshape(n, n_head, head_dim), qkv[:, qd:qd + kvd].reshape(n, n_head_kv, head_dim),
+               qkv[:, qd + kvd:qd + 2 * kvd].reshape(n, n_head_kv, head_dim))
+    k_c, v_c = cache_tensors(backend, shape, old_k, old_v)
+    qkv_t = upload(backend, qkv)
+    table = upload(backend, rope_table(freqs, shape.capacity))
+    pos = upload(backend, [p0], np.int32)
+    scores = zeros(backend, n * n_head * shape.capacity)
+    out = zeros(backend, n * qd)
+    dev = backend.device
+    rope = RopeKV(dev, shape, Vectors(qkv_t, qd, 0, stride), Vectors(qkv_t, kvd, qd, stride),
+                  Vectors(qkv_t, kvd, qd + kvd, stride), k_c, v_c, table, pos, n)
+    attn = Attention(dev, shape, Vectors(qkv_t, qd, 0, stride), k_c, v_c, pos, scores, Vectors(out, qd), n)
+    run(backend, [rope, attn], outputs=[qkv_t, k_c, v_c, out])
+
+    positions = np.arange(p0, p0 + n)
+    q_rot, k_rot = rope64(q, positions, freqs, n_rot), rope64(k, positions, freqs, n_rot)
+    got_qkv = qkv_t.data().reshape(n, stride)
+    assert ref.nmse(got_qkv[:, :qd].reshape(q.shape), q_rot) < NMSE_F32
+    assert np.array_equal(got_qkv[:, qd:], qkv[:, qd:]), "k, v and the gap are only read"
+    k_cache = k_c.data().reshape(n_head_kv, shape.capacity, head_dim)
+    v_cache = v_c.data().reshape(n_head_kv, shape.capacity, head_dim)
+    assert np.array_equal(k_cache[:, :p0], old_k.transpose(1, 0, 2)), "older positions untouched"
+    assert ref.nmse(k_cache[:, p0:p0 + n].transpose(1, 0, 2), k_rot) < NMSE_F32
+    assert np.array_equal(v_cache[:, p0:p0 + n].transpose(1, 0, 2), v)
+    assert np.isnan(k_cache[:, p0 + n:]).all() and np.isnan(v_cache[:, p0 + n:]).all(), "later positions untouched"
+
+    keys = np.concatenate([old_k, k_rot]).astype(np.float64)
+    values = np.concatenate([old_v, v]).astype(np.float64)
+    want = attention64(q_rot, keys, values, n_head, n_head_kv, p0)
+    assert ref.nmse(out.data().reshape(n, n_head, head_dim), want) < NMSE_F32
+
+
+def test_rope_table_matches_the_formula():
+    freqs = inv_freq(64, base=100000.0)
+    table = rope_table(freqs, 300)
+    assert table.shape == (300, 32, 2) and table.dtype == np.float32
+    assert table[0, :, 0].tolist() == [1.0] * 32 and not table[0, :, 1].any()
+    np.testing.assert_allclose(table[299, 5], [np.cos(299 * freqs[5]), np.sin(299 * freqs[5])], rtol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_head=9, n_head_kv=2), "9 attention heads do not split into 2 KV groups"),
+    (dict(n_rot=63), "must be even"),
+    (dict(n_rot=66), "at most head_dim 64"),
+    (dict(capacity=70000), "at most 65535"),
+])
+def test_attention_shape_refuses(kwargs, match):
+    args = dict(n_head=9, n_head_kv=3, head_dim=64, n_rot=64, capacity=16) | kwargs
+    with pytest.raises(ValueError, match=match):
+        AttentionShape(**args)
+
+
+def test_attention_refuses_a_small_scratch(backend):
+    shape = AttentionShape(4, 2, 8, 8, 10)
+    dev = backend.device
+    t = zeros(backend, 1000)
+    with pytest.raises(ValueError, match="scores scratch holds 39 values, 40 needed"):
+        Attention(dev, shape, Vectors(t, 32), t, t, zeros(backend, 1, np.int32), zeros(backend, 39), Vectors(t, 32))
+
+
+# -- SwiGLU, argmax ----------------------------------------------------------------
+
+def test_swiglu(backend):
+    n_ff, n = 1001, 2
+    r = rng(3)
+    gu = (4 * r.standard_normal((n, 2 * n_ff + 3))).astype(np.float32)  # gate | up | 3 of padding
+    gu[0, :3] = [-100.0, 100.0, 0.0]  # exp overflow, saturation, zero
+    gu_t = upload(backend, gu)
+    out = zeros(backend, n * 1024)
+    stride = gu.shape[1]
+    run(backend, [SwiGLU(backend.device, Vectors(gu_t, n_ff, 0, stride), Vectors(gu_t, n_ff, n_ff, stride),
+                         Vectors(out, n_ff, 0, 1024), n)], outputs=[out])
+    g, u = gu[:, :n_ff].astype(np.float64), gu[:, n_ff:2 * n_ff].astype(np.float64)
+    want = g / (1 + np.exp(-g)) * u
+    got = out.data().reshape(n, 1024)
+    assert np.isfinite(got).all()
+    assert ref.nmse(got[:, :n_ff], want) < NMSE_F32
+    assert abs(got[0, 0]) < 1e-30 and got[0, 1] == pytest.approx(100.0 * u[0, 1])
+
+
+def test_argmax(backend):
+    n_vocab = 49157
+    r = rng(4)
+    x = r.standard_normal((5, n_vocab)).astype(np.float32)
+    x[1, [7, 40000]] = 50.0  # a tie: the first wins
+    x[2, [123, 30000]] = np.nan  # NaN wins, the first of them
+    x[2, 5] = np.inf
+    x[3] = -np.inf  # all equal: index 0
+    x[4, n_vocab - 1] = 9.0  # the last element
+    x_t = upload(backend, x)
+    out = zeros(backend, 5, np.int32)
+    run(backend, [Argmax(backend.device, Vectors(x_t, n_vocab), out, 5)], outputs=[out])
+    assert out.data().tolist() == np.argmax(x, axis=1).tolist() == [int(np.argmax(x[0])), 7, 123, 0, n_vocab - 1]

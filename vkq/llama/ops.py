@@ -1,0 +1,279 @@
+"""The vector ops of a llama decode step on the device: one compute shader each.
+
+Each op binds the tensors it is given once, at construction, and
+`record(seq)` appends its dispatch to a Kompute sequence; `reads` and
+`writes` name the tensors it touches, so that a graph can put barriers only
+where one op reads what another wrote. The tensors are vkq.Tensor or plain
+kp.Tensor objects; `Vectors` says where a run of vectors sits inside one
+(an offset, for one part of a stacked mat-vec's output, and a stride).
+
+- EmbedRows: rows of a quantized matrix (the token embedding) by id, decoded
+  by the mat-vec's own block decoders from the same device layout.
+- RMSNorm: with weight; optionally adds a residual first (x += r, kept), the
+  way a llama layer's residual adds run: fused into the norm after them.
+- RopeKV: RoPE of the queries (in place) and keys (into the K cache), the
+  values into the V cache, at the position in a device int32 tensor.
+- Attention: grouped-query attention over the float32 KV cache, causal.
+- SwiGLU: silu(gate) * up.
+- Argmax: greedy sampling, numpy's argmax order.
+
+Every op takes n vectors (a prompt chunk, or 1 for a decode step); the
+position of vector v is pos[0] + v.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kp
+import numpy as np
+
+from ..formats import CHUNK
+from ..ops import MAX_GROUPS_X
+from ..shader_variants import ARGMAX, ATTENTION, RMS_NORM, ROPE_KV, SWIGLU, GetRowsVariant
+
+# Workgroup sizes (powers of two: the reductions are trees). Small: every op
+# here moves a few KB per token; what matters is not leaving lanes idle.
+ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
+NORM_WG = 64
+ROPE_WG = 32  # one invocation per pair of a head: 32 for head_dim 64
+ATTENTION_WG = 64
+SWIGLU_WG = 64
+ARGMAX_WG = 256
+# llvmpipe ends a shader loop after about 65535 iterations without a word
+# (see shaders/membw.comp); the attention's weighted sum loops over the keys.
+MAX_KV_CAPACITY = 65535
+
+
+def kp_tensor(t):
+    """The kp.Tensor of a vkq.Tensor, or the kp.Tensor itself."""
+    return getattr(t, "kp", t)
+
+
+def _size(t) -> int:
+    return kp_tensor(t).size()
+
+
+def _f32_bits(x: float) -> int:
+    return int(np.float32(x).view(np.uint32))
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """n vectors of `length` values inside a tensor: value i of vector v is
+    element offset + v * stride + i. stride 0: that of the tensor (vkq.Tensor's
+    `stride`), or `length` for a kp.Tensor."""
+
+    tensor: object
+    length: int
+    offset: int = 0
+    stride: int = 0
+
+    @property
+    def step(self) -> int:
+        return self.stride or getattr(self.tensor, "stride", 0) or self.length
+
+    def check(self, n: int, what: str) -> None:
+        """n vectors fit in the tensor."""
+        need = self.offset + (n - 1) * self.step + self.length
+        if n < 1 or need > _size(self.tensor):
+            raise ValueError(f"{what}: {n} vector(s) of {self.length} at offset {self.offset}, stride {self.step} "
+                             f"need {need} elements; the tensor has {_size(self.tensor)}")
+
+
+class _Op:
+    """One dispatch (or one per weights buffer), recorded as many times as asked."""
+
+    reads: tuple
+    writes: tuple
+
+    def __init__(self, device):
+        self.device = device
+        self.algorithms: list = []
+
+    def record(self, seq) -> None:
+        for i, algo in enumerate(self.algorithms):
+            if i:
+                # Dispatches of one op write disjoint parts of its output; the
+                # barrier keeps the validation layer's (whole-buffer) tracking clean.
+                seq.record(self.device.compute_barrier())
+            seq.record(kp.OpAlgoDispatch(algo))
+
+
+def _groups(n: int, per_group: int) -> int:
+    g = -(-n // per_group)
+    if g > MAX_GROUPS_X:
+        raise ValueError(f"{n} items need {g} workgroups; at most {MAX_GROUPS_X}")
+    return g
+
+
+class EmbedRows(_Op):
+    """out[v] = W[ids[v]] as floats, for v < n: W a matrix uploaded with
+    Backend.upload (any block type vkq supports). The host range-checks ids."""
+
+    def __init__(self, device, weights, ids, out: Vectors, n: int = 1):
+        super().__init__(device)
+        lay = weights.layout
+        if weights.is_expert_stack:
+            raise ValueError(f"EmbedRows takes a matrix, got weights of shape {weights.shape}")
+        if out.length != lay.k or out.step % 4 or out.offset:
+            raise ValueError(f"EmbedRows: output vectors of {lay.k} values from element 0, a stride that is a "
+                             f"multiple of 4 (got length {out.length}, offset {out.offset}, stride {out.step})")
+        # The padding of a plain type's row (to 32 values) is written too: it is zero.
+        Vectors(out.tensor, lay.k_padded, out.offset, out.step).check(n, "EmbedRows output")
+        if _size(ids) < n:
+            raise ValueError(f"EmbedRows: {n} ids, the ids tensor holds {_size(ids)}")
+        self.reads, self.writes = (ids,), (out.tensor,)  # (the weights are never written)
+        self.n_rows = lay.rows
+        variant = GetRowsVariant(lay.fmt.name)
+        nchunks = lay.k_padded // CHUNK
+        for buf in weights.buffers:
+            fields = buf.field_offsets + [0] * (4 - len(buf.field_offsets))
+            # common.glsl's Params: nrows, nblocks, field0..3, x_col_stride (the
+            # output's stride here), x_slot_stride, y_col_stride, y_slot_stride,
+            # y_row_offset (the buffer's first row), n_expert.
+            push = [buf.rows.count, lay.nblocks, *fields, out.step, 0, 0, 0, buf.rows.start, 1]
+            self.algorithms.append(device.algorithm(
+                [buf.tensor, kp_tensor(ids), kp_tensor(out.tensor)], variant,
+                (_groups(nchunks, ROWS_WG), n, 1), [ROWS_WG], push))
+
+
+class RMSNorm(_Op):
+    """y = x / sqrt(mean(x^2) + eps) * w for n vectors; with `residual`,
+    x += residual first (written back to x)."""
+
+    def __init__(self, device, x: Vectors, w, y: Vectors, eps: float, n: int = 1,
+                 residual: Vectors | None = None):
+        super().__init__(device)
+        length = x.length
+        for vec, what in ((x, "RMSNorm x"), (y, "RMSNorm y")) + (((residual, "RMSNorm residual"),) if residual else ()):
+            if vec.length != length:
+                raise ValueError(f"{what}: {vec.length} values per vector, x has {length}")
+            vec.check(n, what)
+        if _size(w) < length:
+            raise ValueError(f"RMSNorm weight: {_size(w)} values for vectors of {length}")
+        r = residual or x
+        self.reads = (x.tensor, w) + ((residual.tensor,) if residual else ())
+        self.writes = (y.tensor,) + ((x.tensor,) if residual else ())
+        push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps)]
+        self.algorithms.append(device.algorithm(
+            [kp_tensor(x.tensor), kp_tensor(r.tensor), kp_tensor(w), kp_tensor(y.tensor)], RMS_NORM,
+            (n, 1, 1), [NORM_WG, int(residual is not None)], push))
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The attention geometry of a layer."""
+
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    capacity: int  # positions the KV cache holds
+
+    def __post_init__(self):
+        if min(self.n_head, self.n_head_kv, self.head_dim, self.capacity) < 1:
+            raise ValueError(f"attention sizes must be positive: {self}")
+        if self.n_head % self.n_head_kv:
+            raise ValueError(f"{self.n_head} attention heads do not split into {self.n_head_kv} KV groups")
+        if self.n_rot % 2 or not 0 <= self.n_rot <= self.head_dim:
+            raise ValueError(f"RoPE dimensions {self.n_rot}: must be even and at most head_dim {self.head_dim}")
+        if self.capacity > MAX_KV_CAPACITY:
+            raise ValueError(f"a KV cache of {self.capacity} positions: at most {MAX_KV_CAPACITY}")
+
+    @property
+    def cache_size(self) -> int:
+        """Elements of one layer's K (or V) cache: (n_head_kv, capacity, head_dim)."""
+        return self.n_head_kv * self.capacity * self.head_dim
+
+
+def rope_table(inv_freq: np.ndarray, capacity: int) -> np.ndarray:
+    """(capacity, n_rot/2, 2) float32 (cos, sin) of pos * inv_freq[i], computed
+    in float64 and rounded once, as the numpy reference computes them."""
+    ang = np.arange(capacity, dtype=np.float64)[:, None] * np.asarray(inv_freq, np.float64)[None, :]
+    return np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
+
+
+class RopeKV(_Op):
+    """RoPE (ggml's normal mode: adjacent pairs) of n query vectors in place and
+    of n key vectors into the K cache; the value vectors into the V cache; at
+    positions pos[0] + v. table: rope_table(inv_freq, shape.capacity)."""
+
+    def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors,
+                 k_cache, v_cache, table, pos, n: int = 1):
+        super().__init__(device)
+        s = shape
+        q.check(n, "RopeKV q")
+        k.check(n, "RopeKV k")
+        v.check(n, "RopeKV v")
+        if q.length != s.n_head * s.head_dim or k.length != v.length or k.length != s.n_head_kv * s.head_dim:
+            raise ValueError(f"RopeKV: q/k/v of {q.length}/{k.length}/{v.length} values; {s} needs "
+                             f"{s.n_head * s.head_dim}/{s.n_head_kv * s.head_dim}/{s.n_head_kv * s.head_dim}")
+        for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
+            if _size(cache) < s.cache_size:
+                raise ValueError(f"RopeKV: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
+        if _size(table) < s.capacity * s.n_rot:
+            raise ValueError(f"RopeKV: the RoPE table holds {_size(table)} values, {s.capacity * s.n_rot} needed")
+        self.reads = (q.tensor, k.tensor, v.tensor, table, pos)
+        self.writes = (q.tensor, k_cache, v_cache)
+        push = [q.offset, q.step, k.offset, k.step, v.offset, v.step,
+                s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity]
+        tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos]
+        self.algorithms.append(device.algorithm(
+            [kp_tensor(t) for t in tensors], ROPE_KV, (s.n_head + s.n_head_kv, n, 1), [ROPE_WG], push))
+
+
+class Attention(_Op):
+    """out = softmax(q . K^T / sqrt(head_dim)) V per query head over the cache,
+    query vector v seeing positions 0 .. pos[0] + v. scores: a float32 scratch
+    tensor of at least n * n_head * capacity values."""
+
+    def __init__(self, device, shape: AttentionShape, q: Vectors, k_cache, v_cache, pos, scores, out: Vectors,
+                 n: int = 1):
+        super().__init__(device)
+        s = shape
+        q.check(n, "Attention q")
+        out.check(n, "Attention out")
+        if q.length != s.n_head * s.head_dim or out.length != q.length:
+            raise ValueError(f"Attention: q and out of {q.length} and {out.length} values; "
+                             f"{s} needs {s.n_head * s.head_dim}")
+        if _size(scores) < n * s.n_head * s.capacity:
+            raise ValueError(f"Attention: the scores scratch holds {_size(scores)} values, "
+                             f"{n * s.n_head * s.capacity} needed")
+        self.reads = (q.tensor, k_cache, v_cache, pos)
+        self.writes = (scores, out.tensor)
+        push = [q.offset, q.step, out.offset, out.step, s.n_head, s.n_head_kv, s.head_dim, s.capacity,
+                _f32_bits(1.0 / np.sqrt(s.head_dim))]
+        tensors = [q.tensor, k_cache, v_cache, pos, scores, out.tensor]
+        self.algorithms.append(device.algorithm(
+            [kp_tensor(t) for t in tensors], ATTENTION, (s.n_head, n, 1), [ATTENTION_WG], push))
+
+
+class SwiGLU(_Op):
+    """out = silu(gate) * up for n vectors."""
+
+    def __init__(self, device, gate: Vectors, up: Vectors, out: Vectors, n: int = 1):
+        super().__init__(device)
+        for vec, what in ((gate, "SwiGLU gate"), (up, "SwiGLU up"), (out, "SwiGLU out")):
+            if vec.length != gate.length:
+                raise ValueError(f"{what}: {vec.length} values per vector, gate has {gate.length}")
+            vec.check(n, what)
+        self.reads, self.writes = (gate.tensor, up.tensor), (out.tensor,)
+        push = [gate.length, gate.offset, gate.step, up.offset, up.step, out.offset, out.step]
+        self.algorithms.append(device.algorithm(
+            [kp_tensor(gate.tensor), kp_tensor(up.tensor), kp_tensor(out.tensor)], SWIGLU,
+            (_groups(gate.length, SWIGLU_WG), n, 1), [SWIGLU_WG], push))
+
+
+class Argmax(_Op):
+    """out[v] = argmax of vector v (int32), for n vectors: numpy's choice
+    (the first of equal values; the first NaN if any)."""
+
+    def __init__(self, device, x: Vectors, out, n: int = 1):
+        super().__init__(device)
+        x.check(n, "Argmax x")
+        if _size(out) < n:
+            raise ValueError(f"Argmax: {n} results, the output tensor holds {_size(out)}")
+        self.reads, self.writes = (x.tensor,), (out,)
+        push = [x.length, x.offset, x.step]
+        self.algorithms.append(device.algorithm(
+            [kp_tensor(x.tensor), kp_tensor(out)], ARGMAX, (n, 1, 1), [ARGMAX_WG], push))
