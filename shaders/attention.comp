@@ -9,6 +9,9 @@
 //
 // Bindings: 0 q, 1 K cache, 2 V cache, 3 pos, 4 scores (scratch), 5 out.
 // Caches are (n_head_kv, capacity, head_dim), written by rope_kv.comp.
+// Variants: REDUCE_SUBGROUP (reduce.glsl).
+
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 
@@ -28,38 +31,7 @@ layout(push_constant) uniform Params {
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
-shared float partial[WG_SIZE];
-
-// Tree reduction over the workgroup (WG_SIZE a power of two: the host checks).
-float reduce_max(float x) {
-    const uint tid = gl_LocalInvocationID.x;
-    partial[tid] = x;
-    barrier();
-    for (uint s = WG_SIZE / 2u; s > 0u; s >>= 1) {
-        if (tid < s) {
-            partial[tid] = max(partial[tid], partial[tid + s]);
-        }
-        barrier();
-    }
-    const float r = partial[0];
-    barrier();  // partial is reused by the next reduction
-    return r;
-}
-
-float reduce_sum(float x) {
-    const uint tid = gl_LocalInvocationID.x;
-    partial[tid] = x;
-    barrier();
-    for (uint s = WG_SIZE / 2u; s > 0u; s >>= 1) {
-        if (tid < s) {
-            partial[tid] += partial[tid + s];
-        }
-        barrier();
-    }
-    const float r = partial[0];
-    barrier();
-    return r;
-}
+#include "reduce.glsl"
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -83,14 +55,14 @@ void main() {
         scores[sb + t] = s;
         m = max(m, s);
     }
-    m = reduce_max(m);
+    m = workgroup_max(m);
     float sum = 0.0;
     for (uint t = tid; t < n_keys; t += WG_SIZE) {
         const float e = exp(scores[sb + t] - m);
         scores[sb + t] = e;
         sum += e;
     }
-    const float inv_sum = 1.0 / reduce_sum(sum);
+    const float inv_sum = 1.0 / workgroup_sum(sum);
     // Every invocation reads every weight below: make the writes visible.
     memoryBarrierBuffer();
     barrier();

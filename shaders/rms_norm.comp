@@ -7,6 +7,9 @@
 // them, so the residual stream is read once.
 //
 // Bindings: 0 x (read-write), 1 r (read when ADD_RESIDUAL), 2 w, 3 y.
+// Variants: REDUCE_SUBGROUP (reduce.glsl).
+
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const bool ADD_RESIDUAL = false;
@@ -28,7 +31,7 @@ layout(push_constant) uniform Params {
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
-shared float partial[WG_SIZE];
+#include "reduce.glsl"
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -43,16 +46,7 @@ void main() {
         }
         sum += xi * xi;
     }
-    // Tree reduction; WG_SIZE is a power of two (the host checks).
-    partial[tid] = sum;
-    barrier();
-    for (uint s = WG_SIZE / 2u; s > 0u; s >>= 1) {
-        if (tid < s) {
-            partial[tid] += partial[tid + s];
-        }
-        barrier();
-    }
-    const float scale = 1.0 / sqrt(partial[0] / float(p.n) + p.eps);
+    const float scale = 1.0 / sqrt(workgroup_sum(sum) / float(p.n) + p.eps);
     const uint yb = p.y_off + v * p.y_stride;
     for (uint i = tid; i < p.n; i += WG_SIZE) {
         y[yb + i] = (x[xb + i] * scale) * w[i];

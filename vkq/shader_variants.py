@@ -104,13 +104,29 @@ class GetRowsVariant:
         return block_defines(self.qtype)
 
 
-# The vector ops of a llama decode step (vkq/llama/ops.py).
-RMS_NORM = SimpleVariant("rms_norm", "rms_norm.comp")
-ROPE_KV = SimpleVariant("rope_kv", "rope_kv.comp")
-ATTENTION = SimpleVariant("attention", "attention.comp")
-SWIGLU = SimpleVariant("swiglu", "swiglu.comp")
-ARGMAX = SimpleVariant("argmax", "argmax.comp")
-LLAMA_OPS = (RMS_NORM, ROPE_KV, ATTENTION, SWIGLU, ARGMAX)
+@dataclass(frozen=True)
+class VectorOpVariant:
+    """A vector op of the llama decode step (vkq/llama/ops.py), shaders/<op>.comp;
+    `subgroup`: its workgroup reductions use subgroup arithmetic (shaders/reduce.glsl)."""
+
+    op: str
+    subgroup: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}_sg" if self.subgroup else self.op
+
+    @property
+    def source(self) -> str:
+        return f"{self.op}.comp"
+
+    def defines(self) -> dict[str, str]:
+        return {"REDUCE_SUBGROUP": "1"} if self.subgroup else {}
+
+
+REDUCING_OPS = ("rms_norm", "attention")  # the ops with workgroup reductions
+LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)) + tuple(
+    VectorOpVariant(op) for op in ("rope_kv", "swiglu", "argmax"))
 
 
 def all_variants() -> list:

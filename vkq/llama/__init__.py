@@ -1,0 +1,10 @@
+"""A llama-architecture decoder on vkq (`vkq generate`), by job:
+
+- config: what a llama GGUF must hold, its hyper-parameters (refusals here);
+- model: the parsed, checked file, shared by every engine;
+- matvecs: the weight mat-vecs of the host engine, grouped into stacked calls;
+- ops: the decode step's vector ops as compute shaders;
+- host: the host-driven decoder (engine "host", and the float64 numpy reference);
+- gpu_step: the whole decode step on the device (engine "graph");
+- decoding: the token loop (greedy, scoring) and its statistics.
+"""

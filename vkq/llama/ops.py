@@ -29,16 +29,15 @@ import numpy as np
 
 from ..formats import CHUNK
 from ..ops import MAX_GROUPS_X
-from ..shader_variants import ARGMAX, ATTENTION, RMS_NORM, ROPE_KV, SWIGLU, GetRowsVariant
+from ..shader_variants import GetRowsVariant, VectorOpVariant
 
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
 # here moves a few KB per token; what matters is not leaving lanes idle.
 ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
-NORM_WG = 64
 ROPE_WG = 32  # one invocation per pair of a head: 32 for head_dim 64
-ATTENTION_WG = 64
 SWIGLU_WG = 64
-ARGMAX_WG = 256
+ARGMAX_WG = 64
+REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
 # llvmpipe ends a shader loop after about 65535 iterations without a word
 # (see shaders/membw.comp); the attention's weighted sum loops over the keys.
 MAX_KV_CAPACITY = 65535
@@ -99,6 +98,19 @@ class _Op:
             seq.record(kp.OpAlgoDispatch(algo))
 
 
+def reducing_variant(device, op: str) -> tuple[VectorOpVariant, int]:
+    """The variant and workgroup size of an op that reduces over its workgroup:
+    one subgroup per workgroup where subgroup arithmetic exists (the reduction
+    then needs no barrier: on lavapipe a barrier costs more than the sums),
+    else REDUCE_WG invocations and a shared-memory tree."""
+    caps = device.caps
+    size = caps.subgroup_size
+    if caps.subgroup_arithmetic and size >= 1 and size & (size - 1) == 0 \
+            and size <= caps.max_workgroup_invocations:
+        return VectorOpVariant(op, True), size
+    return VectorOpVariant(op, False), REDUCE_WG
+
+
 def _groups(n: int, per_group: int) -> int:
     g = -(-n // per_group)
     if g > MAX_GROUPS_X:
@@ -155,9 +167,10 @@ class RMSNorm(_Op):
         self.reads = (x.tensor, w) + ((residual.tensor,) if residual else ())
         self.writes = (y.tensor,) + ((x.tensor,) if residual else ())
         push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps)]
+        variant, wg = reducing_variant(device, "rms_norm")
         self.algorithms.append(device.algorithm(
-            [kp_tensor(x.tensor), kp_tensor(r.tensor), kp_tensor(w), kp_tensor(y.tensor)], RMS_NORM,
-            (n, 1, 1), [NORM_WG, int(residual is not None)], push))
+            [kp_tensor(x.tensor), kp_tensor(r.tensor), kp_tensor(w), kp_tensor(y.tensor)], variant,
+            (n, 1, 1), [wg, int(residual is not None)], push))
 
 
 @dataclass(frozen=True)
@@ -219,7 +232,8 @@ class RopeKV(_Op):
                 s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity]
         tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos]
         self.algorithms.append(device.algorithm(
-            [kp_tensor(t) for t in tensors], ROPE_KV, (s.n_head + s.n_head_kv, n, 1), [ROPE_WG], push))
+            [kp_tensor(t) for t in tensors], VectorOpVariant("rope_kv"), (s.n_head + s.n_head_kv, n, 1), [ROPE_WG],
+            push))
 
 
 class Attention(_Op):
@@ -244,8 +258,9 @@ class Attention(_Op):
         push = [q.offset, q.step, out.offset, out.step, s.n_head, s.n_head_kv, s.head_dim, s.capacity,
                 _f32_bits(1.0 / np.sqrt(s.head_dim))]
         tensors = [q.tensor, k_cache, v_cache, pos, scores, out.tensor]
+        variant, wg = reducing_variant(device, "attention")
         self.algorithms.append(device.algorithm(
-            [kp_tensor(t) for t in tensors], ATTENTION, (s.n_head, n, 1), [ATTENTION_WG], push))
+            [kp_tensor(t) for t in tensors], variant, (s.n_head, n, 1), [wg], push))
 
 
 class SwiGLU(_Op):
@@ -260,7 +275,7 @@ class SwiGLU(_Op):
         self.reads, self.writes = (gate.tensor, up.tensor), (out.tensor,)
         push = [gate.length, gate.offset, gate.step, up.offset, up.step, out.offset, out.step]
         self.algorithms.append(device.algorithm(
-            [kp_tensor(gate.tensor), kp_tensor(up.tensor), kp_tensor(out.tensor)], SWIGLU,
+            [kp_tensor(gate.tensor), kp_tensor(up.tensor), kp_tensor(out.tensor)], VectorOpVariant("swiglu"),
             (_groups(gate.length, SWIGLU_WG), n, 1), [SWIGLU_WG], push))
 
 
@@ -276,4 +291,4 @@ class Argmax(_Op):
         self.reads, self.writes = (x.tensor,), (out,)
         push = [x.length, x.offset, x.step]
         self.algorithms.append(device.algorithm(
-            [kp_tensor(x.tensor), kp_tensor(out)], ARGMAX, (n, 1, 1), [ARGMAX_WG], push))
+            [kp_tensor(x.tensor), kp_tensor(out)], VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG], push))

@@ -1,0 +1,227 @@
+"""The host-driven llama decoder: the float64 numpy reference, and `--engine host`.
+
+llama.cpp's llama graph: RMSNorm, RoPE (ggml's "normal" mode: adjacent pairs
+(x[2i], x[2i+1]) rotate; GGUF llama files store Q and K permuted for it),
+grouped-query attention over a KV cache, SwiGLU FFN, final norm and output
+head (`output.weight`, or the tied `token_embd.weight`). The vector ops run
+in numpy float32 here; each weight mat-vec is one call of a `Matvecs`
+engine: `Backend.matvec` (path "auto", "dmmv", "mmvq": one submit per call)
+or float64 numpy ("numpy": the reference; nothing else differs).
+
+The prompt is processed in chunks of up to `vkq.MAX_COLS` tokens (one
+mat-vec with that many columns per matrix, causal attention inside the
+chunk), then one token per step.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..activations import GENERATE_ACTIVATIONS, check_activations
+from ..backend import MAX_COLS, Backend
+from .decoding import Decoder
+from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs
+from .model import LlamaFile
+
+PATH_MODES = ("auto", "dmmv", "mmvq", "numpy")
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps))) * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (np.float32(1) + np.exp(-x))
+
+
+def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int) -> np.ndarray:
+    """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]).
+    cos and sin of float64 angles, rounded to float32 (as the GPU's table)."""
+    ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
+    cos = np.cos(ang).astype(np.float32)[:, None, :]
+    sin = np.sin(ang).astype(np.float32)[:, None, :]
+    x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+    out = x.copy()
+    out[..., 0:n_rot:2] = x0 * cos - x1 * sin
+    out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    return out
+
+
+class LlamaModel(Decoder):
+    """A llama GGUF model, host-driven: its weight mat-vecs on vkq (or numpy).
+
+    path_mode: None or "auto" (the dispatcher's choice per matrix), "dmmv",
+    "mmvq" (int8; F32/F16 matrices fall back to dmmv), or "numpy" (the float64
+    reference, no device). activations: the int8 path's activation format
+    (vkq.activations; default "q8_1x2", the one within 1e-3 of the reference's
+    logits). fuse: one upload and call per stage for matrices of the same
+    block type (Q/K/V, gate/up). ctx: the positions the KV cache may hold
+    (default: the model's context length). `file`: an already parsed
+    LlamaFile (path is then ignored). Without a backend, one is made on `device` once the file
+    has passed its checks."""
+
+    def __init__(self, path: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
+                 *, activations: str | None = None, fuse: bool = True, device: int | None = None,
+                 ctx: int | None = None, file: LlamaFile | None = None):
+        mode = path_mode or "auto"
+        if mode not in PATH_MODES:
+            raise ValueError(f"unknown path {path_mode!r}; expected one of {', '.join(PATH_MODES)}")
+        activations = check_activations(activations or GENERATE_ACTIVATIONS)
+        self.file = file if file is not None else LlamaFile(path, fuse)
+        self._set_context(ctx)
+        groups = self.file.groups
+        if mode == "numpy":
+            self.backend = None
+            self.matvecs: Matvecs = NumpyMatvecs(self.file.tensors, groups)
+        else:
+            self.backend = backend if backend is not None else Backend(device)
+            self.matvecs = VkqMatvecs(self.file.tensors, groups, self.backend, mode, activations)
+        self.reset()
+
+    def reference(self) -> "LlamaModel":
+        """The numpy float64 reference of this model: the same decoder, parsed
+        file and tokenizer, its own KV cache."""
+        other = copy.copy(self)
+        other.backend = None
+        other.matvecs = NumpyMatvecs(self.file.tensors, self.file.groups)
+        other.reset()
+        return other
+
+    def warm_up(self, n_prompt: int = 0) -> float:
+        """Record the dispatches of every mat-vec for the column counts a prompt
+        of n_prompt tokens and the decode steps use, so that the timings that
+        follow are steady state (Backend.matvec records a matrix's pipeline on
+        its first call with a new column count: ~25 ms each on lavapipe).
+        Returns the seconds it took; the KV cache is untouched."""
+        if self.backend is None:
+            return 0.0
+        sizes = {1}
+        if n_prompt:
+            sizes.add(min(n_prompt, MAX_COLS))
+            if n_prompt % MAX_COLS:
+                sizes.add(n_prompt % MAX_COLS)
+        t0 = time.perf_counter()
+        for g in self.file.groups:
+            for n in sorted(sizes):
+                self.matvecs.multiply(g, np.zeros((n, g.k), np.float32))
+        return time.perf_counter() - t0
+
+    # -- settings -----------------------------------------------------------------
+    @property
+    def calls_per_step(self) -> int:
+        return len(self.file.groups)
+
+    @property
+    def path_mode(self) -> str:
+        return "numpy" if self.backend is None else self.matvecs.path
+
+    @path_mode.setter
+    def path_mode(self, mode: str | None) -> None:
+        """Switch between auto, dmmv and mmvq on the same uploaded weights."""
+        mode = mode or "auto"
+        if self.backend is None or mode not in ("auto", "dmmv", "mmvq"):
+            raise ValueError(f"cannot switch a {self.path_mode} model to path {mode!r} "
+                             f"(numpy is a separate LlamaModel(path_mode='numpy'))")
+        self.matvecs.path = mode
+
+    @property
+    def activations(self) -> str | None:
+        """The int8 path's activation format (None for the numpy reference)."""
+        return None if self.backend is None else self.matvecs.activations
+
+    @activations.setter
+    def activations(self, name: str) -> None:
+        if self.backend is None:
+            raise ValueError("the numpy reference has no int8 activations")
+        self.matvecs.activations = check_activations(name)
+
+    @property
+    def label(self) -> str:
+        mode = self.path_mode
+        if mode == "numpy":
+            return "engine numpy (float64 reference)"
+        return f"engine host, path {mode}" + ("" if mode == "dmmv" else f", int8 activations {self.activations}")
+
+    def counters(self) -> tuple[float, int]:
+        return self.matvecs.seconds, (0 if self.backend is None else self.matvecs.calls)
+
+    # -- the forward pass ---------------------------------------------------------
+    def reset(self) -> None:
+        cfg = self.config
+        self.n_past = 0
+        self._cap = 0
+        self.k_cache = [np.zeros((0, cfg.n_head_kv, cfg.head_dim), np.float32) for _ in range(cfg.n_layer)]
+        self.v_cache = [np.zeros((0, cfg.n_head_kv, cfg.head_dim), np.float32) for _ in range(cfg.n_layer)]
+
+    def _grow(self, n_needed: int) -> None:
+        if n_needed <= self._cap:
+            return
+        cap = max(64, self._cap)
+        while cap < n_needed:
+            cap *= 2
+        for caches in (self.k_cache, self.v_cache):
+            for i, c in enumerate(caches):
+                grown = np.zeros((cap, *c.shape[1:]), np.float32)
+                grown[: self.n_past] = c[: self.n_past]
+                caches[i] = grown
+        self._cap = cap
+
+    def _attention(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """q (n, n_head, hd), k/v (n, n_head_kv, hd) of positions n_past.. ; -> (n, n_head * hd)."""
+        cfg = self.config
+        n, p0 = q.shape[0], self.n_past
+        self.k_cache[layer][p0 : p0 + n] = k
+        self.v_cache[layer][p0 : p0 + n] = v
+        keys, values = self.k_cache[layer][: p0 + n], self.v_cache[layer][: p0 + n]
+        group = cfg.n_head // cfg.n_head_kv  # query head h reads KV head h // group, as ggml broadcasts
+        qg = q.reshape(n, cfg.n_head_kv, group, cfg.head_dim)
+        scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(1.0 / np.sqrt(cfg.head_dim))
+        if n > 1:  # causal inside the chunk: query i sees keys up to p0 + i
+            future = np.arange(p0 + n)[None, :] > (p0 + np.arange(n))[:, None]
+            scores[..., future] = -np.inf
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        out = np.einsum("kgnt,tkd->nkgd", scores, values)
+        return out.reshape(n, cfg.n_head * cfg.head_dim)
+
+    def forward(self, tokens, all_logits: bool = False) -> np.ndarray:
+        """Feed up to MAX_COLS tokens at positions n_past..; they join the KV cache.
+        Returns the logits (n_vocab,) of the last position, or (n, n_vocab)."""
+        cfg, mv, f = self.config, self.matvecs, self.file
+        n = len(tokens)
+        if not 1 <= n <= MAX_COLS:
+            raise ValueError(f"forward takes 1 to {MAX_COLS} tokens, got {n}")
+        self._grow(self.n_past + n)
+        pos = np.arange(self.n_past, self.n_past + n)
+        x = f.embed(tokens)
+        for i in range(cfg.n_layer):
+            norms, (s_qkv, s_o, s_gu, s_down) = f.norms[i], f.stages[i]
+            h = rms_norm(x, norms["attn_norm"], cfg.rms_eps)
+            q, k, v = [y for g in s_qkv for y in mv.run(g, h)]
+            q = rope(q.reshape(n, cfg.n_head, cfg.head_dim), pos, f.inv_freq, cfg.n_rot)
+            k = rope(k.reshape(n, cfg.n_head_kv, cfg.head_dim), pos, f.inv_freq, cfg.n_rot)
+            a = self._attention(i, q, k, v.reshape(n, cfg.n_head_kv, cfg.head_dim))
+            x = x + mv.run(s_o[0], a)[0]
+            h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
+            gate, up = [y for g in s_gu for y in mv.run(g, h)]
+            x = x + mv.run(s_down[0], silu(gate) * up)[0]
+        self.n_past += n
+        h = rms_norm(x if all_logits else x[-1:], f.output_norm, cfg.rms_eps)
+        logits = mv.run(f.output_group, h)[0]
+        return logits if all_logits else logits[0]
+
+    def feed(self, tokens, want_logits: bool = True):
+        tokens = self.file.check_ids(tokens)
+        if not tokens:
+            raise ValueError("no tokens to feed (empty prompt?)")
+        self.check_room(self.n_past, len(tokens))
+        for s in range(0, len(tokens), MAX_COLS):
+            logits = self.forward(tokens[s : s + MAX_COLS])
+        return int(np.argmax(logits)), logits
+
+    def prefill(self, tokens) -> np.ndarray:
+        """Feed a sequence in chunks of MAX_COLS; the logits of its last position."""
+        return self.feed(tokens, True)[1]

@@ -1,0 +1,88 @@
+"""A llama GGUF file, parsed and checked once, shared by every engine.
+
+The file is refused before the full parse if its architecture is not one
+vkq generate supports, then its hyper-parameters and every tensor the
+decoder reads are checked (vkq.llama.config). Holds the tokenizer, the
+norm weights and RoPE frequencies as float32/float64 arrays, and the
+grouping of the weight matrices into mat-vec calls (vkq.llama.matvecs).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from ..formats import get_format
+from ..gguf_io import open_gguf
+from ..tokenizer import GGUFTokenizer
+from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
+from .matvecs import Group, make_groups
+
+# The matrices of one block by stage: a stage's matrices read the same input.
+LAYER_STAGES = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",))
+
+
+class LlamaFile:
+    """A llama-architecture GGUF file vkq generate can run. `fuse`: matrices
+    of one stage and block type stacked into one mat-vec (Q/K/V, gate/up)."""
+
+    def __init__(self, path: str | Path, fuse: bool = True):
+        self.path = path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no GGUF file at {path}")
+        arch = read_architecture(path)
+        if arch is not None:  # else the full parse below says what is wrong
+            check_architecture(arch, path)
+        reader, tensors = open_gguf(path)
+        self.config = cfg = LlamaConfig.from_gguf(reader, path)
+        self.tensors = tensors
+        self.n_vocab = check_tensors(cfg, tensors, path)
+        self.tokenizer = GGUFTokenizer(reader, path)
+        if self.tokenizer.n_vocab != self.n_vocab:
+            raise ValueError(f"{path.name}: the tokenizer has {self.tokenizer.n_vocab} tokens, "
+                             f"token_embd.weight {self.n_vocab} rows")
+        del reader
+
+        self.output_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+        self.stages: list[list[tuple[str, ...]]] = []  # per layer, per stage: the groups' names
+        self.groups: list[Group] = []
+        for i in range(cfg.n_layer):
+            layer = []
+            for stage in LAYER_STAGES:
+                gs = make_groups(tensors, [f"blk.{i}.{r}.weight" for r in stage], fuse)
+                self.groups += gs
+                layer.append([g.names for g in gs])
+            self.stages.append(layer)
+        out = make_groups(tensors, [self.output_name], fuse)
+        self.groups += out
+        self.output_group = out[0].names
+
+        self.norms = [{v: self.vector(f"blk.{i}.{v}.weight") for v in LAYER_VECTORS} for i in range(cfg.n_layer)]
+        self.output_norm = self.vector("output_norm.weight")
+        factors = self.vector("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
+        self.inv_freq = cfg.inv_freq(factors)
+
+    def vector(self, name: str) -> np.ndarray:
+        from ..reference import dequantize
+
+        t = self.tensors[name]
+        return dequantize(t.qtype, t.shape, t.data).astype(np.float32)
+
+    def group(self, names: tuple[str, ...]) -> Group:
+        return next(g for g in self.groups if g.names == names)
+
+    def check_ids(self, tokens) -> list[int]:
+        ids = [int(t) for t in tokens]
+        bad = [i for i in ids if not 0 <= i < self.n_vocab]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:4]}")
+        return ids
+
+    def embed(self, tokens) -> np.ndarray:
+        """(n, n_embd) float32 rows of the token embedding, each dequantized by the gguf package."""
+        t = self.tensors["token_embd.weight"]
+        fmt = get_format(t.qtype)
+        rows = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8).reshape(t.shape[0], fmt.row_bytes(t.shape[1]))
+        ids = np.asarray(self.check_ids(tokens), np.int64)
+        return gguf.quants.dequantize(rows[ids], fmt.ggml_type).astype(np.float32)
