@@ -42,7 +42,7 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
                 else "int32 emulation (no int-dot feature)")
         lines.append(f"                  mmvq (int8 dot products): quantized types, {mmvq}")
         rows, k = shape
-        disp = dev.dispatcher
+        disp = backend.dispatcher
         lines.append(f"  device class    {disp.device_class.key} ({'; '.join(disp.device_class.reasons)})")
         lines.append(f"  tuning file     {tuning_path(info)} ({'loaded' if disp.tuned else 'none'})")
         lines.append(f"  dispatcher      choice for a {rows} x {k} mat-vec, one column:")

@@ -18,7 +18,7 @@ import kp
 import numpy as np
 
 from .device_info import DeviceInfo, get_device_info
-from .dispatch.choose import DeviceCaps, Dispatcher
+from .dispatch.choose import DeviceCaps
 from .shader_variants import load_spirv
 
 REQUIRED_KP_PATCH = 3  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
@@ -67,10 +67,6 @@ class Device:
             max_workgroup_invocations=i.max_workgroup_invocations,
             max_texel_buffer_elements=i.max_texel_buffer_elements,
         )
-
-    @functools.cached_property
-    def dispatcher(self) -> Dispatcher:
-        return Dispatcher.for_device(self.info, self.caps)
 
     @property
     def max_buffer_bytes(self) -> int:

@@ -116,7 +116,7 @@ def tune_type(backend, qtype: str, shapes, repeats: int, passes: int, progress) 
     best_path, best_time = None, float("inf")
     for path in ("dmmv", "mmvq") if fmt.has_int8_path else ("dmmv",):
         rows0, k0 = shapes[0]
-        start = dev.dispatcher.choose(fmt, rows0, k0, 1, path=path)
+        start = backend.dispatcher.choose(fmt, rows0, k0, 1, path=path)
         default_time = cur_time = cost(start)
         cur = start
         for _ in range(passes):
