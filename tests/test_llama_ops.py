@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import kp
 import numpy as np
 import pytest
 
@@ -26,29 +25,27 @@ from vkq.llama.ops import (Argmax, Attention, AttentionShape, EmbedRows, RMSNorm
 NMSE_F32 = 1e-12  # float32 arithmetic against float64
 
 
-def run(backend, ops, inputs=(), outputs=()):
-    """One sequence: inputs to the device, the ops with a barrier between each
-    (each may read what the one before wrote), outputs back."""
-    dev = backend.device
-    seq = dev.manager.sequence()
-    if inputs:
-        seq.record(kp.OpTensorSyncDevice(list(inputs)))
-    for i, op in enumerate(ops):
-        if i:
-            seq.record(dev.compute_barrier())
-        op.record(seq)
-    if outputs:
-        seq.record(kp.OpTensorSyncLocal(list(outputs)))
-    seq.eval()
+def run(backend, ops, outputs=()):
+    """The ops in one graph (vkq.Graph): its barriers come from the ops'
+    reads and writes, so a wrong declaration shows here as a wrong result."""
+    g = backend.graph()
+    for op in ops:
+        g.add(op)
+    for t in outputs:
+        g.output(t)
+    g.run()
 
 
 def upload(backend, values, dtype=np.float32):
-    return backend.device.upload(np.ascontiguousarray(values, dtype).reshape(-1))
+    """A tensor of these values (one vector), on the device at the first replay."""
+    values = np.ascontiguousarray(values, dtype).reshape(-1)
+    t = backend.tensor(values.size, dtype=dtype)
+    t.write(values)
+    return t
 
 
 def zeros(backend, n, dtype=np.float32):
-    """A device tensor of n zeros (on the device too: what an op leaves alone stays zero)."""
-    return upload(backend, np.zeros(n, dtype), dtype)
+    return backend.tensor(n, dtype=dtype)
 
 
 def rng(seed=0):
@@ -81,7 +78,7 @@ def embed_case(backend, qtype, rows, ids, stride_extra=32):
     ids_t = upload(backend, ids, np.int32)
     out = zeros(backend, n * stride)
     run(backend, [EmbedRows(backend.device, w, ids_t, Vectors(out, k, 0, stride), n)], outputs=[out])
-    got = out.data().reshape(n, stride)
+    got = out.read().reshape(n, stride)
     for v in range(n):
         e = ref.nmse(got[v, :k], want[v])
         assert e < NMSE_F32, f"{qtype} row {ids[v]}: NMSE {e:.3g}"
@@ -103,8 +100,8 @@ def test_embed_rows_of_a_split_matrix(backend, monkeypatch):
 def test_embed_rows_refuses_bad_output(backend):
     w = backend.upload("Q8_0", (3, 64), ggml_quant.random_weights(3, 64, "Q8_0"))
     ids = upload(backend, [0], np.int32)
-    with pytest.raises(ValueError, match="need 160 elements; the tensor has 100"):
-        EmbedRows(backend.device, w, ids, Vectors(zeros(backend, 100), 64, 0, 96), 2)
+    with pytest.raises(ValueError, match="need 160 elements; the tensor has 128"):
+        EmbedRows(backend.device, w, ids, Vectors(zeros(backend, 100), 64, 0, 96), 2)  # (100 padded to 128)
     with pytest.raises(ValueError, match="from element 0"):
         EmbedRows(backend.device, w, ids, Vectors(zeros(backend, 200), 64, 4, 96), 1)
 
@@ -126,15 +123,15 @@ def test_rms_norm(backend, residual, reduction):
     x_t, w_t, res_t = upload(backend, x_host), upload(backend, w), upload(backend, res)
     y_t = zeros(backend, n * 352)
     op = RMSNorm(backend.device, Vectors(x_t, length, 5, 340), w_t, Vectors(y_t, length, 0, 352), eps, n,
-                 residual=Vectors(res_t, length) if residual else None)
+                 residual=Vectors(res_t, length, 0, length) if residual else None)
     assert (x_t in op.writes) == residual
     run(backend, [op], outputs=[x_t, y_t])
-    x_new = x_t.data()[5:].reshape(-1)[: n * 340].reshape(n, 340)[:, :length]
+    x_new = x_t.read()[5:][: n * 340].reshape(n, 340)[:, :length]
     want_x = (xs + res) if residual else xs  # float32 adds, as the reference decoder does them
     assert np.array_equal(x_new, want_x)
     x64 = want_x.astype(np.float64)
     want = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w
-    got = y_t.data().reshape(n, 352)
+    got = y_t.read().reshape(n, 352)
     assert ref.nmse(got[:, :length], want) < NMSE_F32
     assert not got[:, length:].any()
 
@@ -205,7 +202,7 @@ def test_attention_over_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, n
                             Vectors(out, n_head * head_dim))], outputs=[out])
     want = attention64(q.astype(np.float64), keys.astype(np.float64), values.astype(np.float64),
                        n_head, n_head_kv, n_ctx - 1)
-    got = out.data().reshape(1, n_head, head_dim)
+    got = out.read().reshape(1, n_head, head_dim)
     assert np.isfinite(got).all()
     assert ref.nmse(got, want) < NMSE_F32
 
@@ -231,7 +228,7 @@ def test_rope_kv_then_attention_of_a_chunk(backend, n_head, n_head_kv, head_dim,
     table = upload(backend, rope_table(freqs, shape.capacity))
     pos = upload(backend, [p0], np.int32)
     scores = zeros(backend, n * n_head * shape.capacity)
-    out = zeros(backend, n * qd)
+    out = backend.tensor(qd, n)  # n vectors, padded apart
     dev = backend.device
     rope = RopeKV(dev, shape, Vectors(qkv_t, qd, 0, stride), Vectors(qkv_t, kvd, qd, stride),
                   Vectors(qkv_t, kvd, qd + kvd, stride), k_c, v_c, table, pos, n)
@@ -240,11 +237,11 @@ def test_rope_kv_then_attention_of_a_chunk(backend, n_head, n_head_kv, head_dim,
 
     positions = np.arange(p0, p0 + n)
     q_rot, k_rot = rope64(q, positions, freqs, n_rot), rope64(k, positions, freqs, n_rot)
-    got_qkv = qkv_t.data().reshape(n, stride)
+    got_qkv = qkv_t.read().reshape(n, stride)
     assert ref.nmse(got_qkv[:, :qd].reshape(q.shape), q_rot) < NMSE_F32
     assert np.array_equal(got_qkv[:, qd:], qkv[:, qd:]), "k, v and the gap are only read"
-    k_cache = k_c.data().reshape(n_head_kv, shape.capacity, head_dim)
-    v_cache = v_c.data().reshape(n_head_kv, shape.capacity, head_dim)
+    k_cache = k_c.read().reshape(n_head_kv, shape.capacity, head_dim)
+    v_cache = v_c.read().reshape(n_head_kv, shape.capacity, head_dim)
     assert np.array_equal(k_cache[:, :p0], old_k.transpose(1, 0, 2)), "older positions untouched"
     assert ref.nmse(k_cache[:, p0:p0 + n].transpose(1, 0, 2), k_rot) < NMSE_F32
     assert np.array_equal(v_cache[:, p0:p0 + n].transpose(1, 0, 2), v)
@@ -253,7 +250,7 @@ def test_rope_kv_then_attention_of_a_chunk(backend, n_head, n_head_kv, head_dim,
     keys = np.concatenate([old_k, k_rot]).astype(np.float64)
     values = np.concatenate([old_v, v]).astype(np.float64)
     want = attention64(q_rot, keys, values, n_head, n_head_kv, p0)
-    assert ref.nmse(out.data().reshape(n, n_head, head_dim), want) < NMSE_F32
+    assert ref.nmse(out.read().reshape(n, n_head, head_dim), want) < NMSE_F32
 
 
 def test_rope_table_matches_the_formula():
@@ -277,11 +274,11 @@ def test_attention_shape_refuses(kwargs, match):
 
 
 def test_attention_refuses_a_small_scratch(backend):
-    shape = AttentionShape(4, 2, 8, 8, 10)
+    shape = AttentionShape(4, 2, 8, 8, 20)
     dev = backend.device
     t = zeros(backend, 1000)
-    with pytest.raises(ValueError, match="scores scratch holds 39 values, 40 needed"):
-        Attention(dev, shape, Vectors(t, 32), t, t, zeros(backend, 1, np.int32), zeros(backend, 39), Vectors(t, 32))
+    with pytest.raises(ValueError, match="scores scratch holds 64 values, 80 needed"):
+        Attention(dev, shape, Vectors(t, 32), t, t, zeros(backend, 1, np.int32), zeros(backend, 64), Vectors(t, 32))
 
 
 # -- SwiGLU, argmax ----------------------------------------------------------------
@@ -298,7 +295,7 @@ def test_swiglu(backend):
                          Vectors(out, n_ff, 0, 1024), n)], outputs=[out])
     g, u = gu[:, :n_ff].astype(np.float64), gu[:, n_ff:2 * n_ff].astype(np.float64)
     want = g / (1 + np.exp(-g)) * u
-    got = out.data().reshape(n, 1024)
+    got = out.read().reshape(n, 1024)
     assert np.isfinite(got).all()
     assert ref.nmse(got[:, :n_ff], want) < NMSE_F32
     assert abs(got[0, 0]) < 1e-30 and got[0, 1] == pytest.approx(100.0 * u[0, 1])
@@ -315,5 +312,5 @@ def test_argmax(backend):
     x[4, n_vocab - 1] = 9.0  # the last element
     x_t = upload(backend, x)
     out = zeros(backend, 5, np.int32)
-    run(backend, [Argmax(backend.device, Vectors(x_t, n_vocab), out, 5)], outputs=[out])
-    assert out.data().tolist() == np.argmax(x, axis=1).tolist() == [int(np.argmax(x[0])), 7, 123, 0, n_vocab - 1]
+    run(backend, [Argmax(backend.device, Vectors(x_t, n_vocab, 0, n_vocab), out, 5)], outputs=[out])
+    assert out.read().tolist() == np.argmax(x, axis=1).tolist() == [int(np.argmax(x[0])), 7, 123, 0, n_vocab - 1]

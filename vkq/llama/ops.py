@@ -1,11 +1,11 @@
 """The vector ops of a llama decode step on the device: one compute shader each.
 
-Each op binds the tensors it is given once, at construction, and
-`record(seq)` appends its dispatch to a Kompute sequence; `reads` and
-`writes` name the tensors it touches, so that a graph can put barriers only
-where one op reads what another wrote. The tensors are vkq.Tensor or plain
-kp.Tensor objects; `Vectors` says where a run of vectors sits inside one
-(an offset, for one part of a stacked mat-vec's output, and a stride).
+Each op binds the vkq.Tensor objects it is given once, at construction,
+and `record(seq)` appends its dispatch to a Kompute sequence; `reads` and
+`writes` name the tensors it touches, so that a vkq.Graph (`g.add(op)`) puts
+barriers only where one op reads what another wrote. `Vectors` says where a
+run of vectors sits inside a tensor (an offset, for one part of a stacked
+mat-vec's output, and a stride).
 
 - EmbedRows: rows of a quantized matrix (the token embedding) by id, decoded
   by the mat-vec's own block decoders from the same device layout.
@@ -44,12 +44,13 @@ MAX_KV_CAPACITY = 65535
 
 
 def kp_tensor(t):
-    """The kp.Tensor of a vkq.Tensor, or the kp.Tensor itself."""
-    return getattr(t, "kp", t)
+    """The kp.Tensor of a vkq.Tensor."""
+    return t.kp
 
 
 def _size(t) -> int:
-    return kp_tensor(t).size()
+    """Elements of a tensor's buffer: its n vectors, each padded to its stride."""
+    return t.kp.size()
 
 
 def _f32_bits(x: float) -> int:
@@ -58,9 +59,8 @@ def _f32_bits(x: float) -> int:
 
 @dataclass(frozen=True)
 class Vectors:
-    """n vectors of `length` values inside a tensor: value i of vector v is
-    element offset + v * stride + i. stride 0: that of the tensor (vkq.Tensor's
-    `stride`), or `length` for a kp.Tensor."""
+    """n vectors of `length` values inside a vkq.Tensor: value i of vector v is
+    element offset + v * stride + i of its buffer. stride 0: the tensor's own."""
 
     tensor: object
     length: int
@@ -69,7 +69,7 @@ class Vectors:
 
     @property
     def step(self) -> int:
-        return self.stride or getattr(self.tensor, "stride", 0) or self.length
+        return self.stride or self.tensor.stride
 
     def check(self, n: int, what: str) -> None:
         """n vectors fit in the tensor."""
