@@ -32,6 +32,7 @@ import gguf
 import numpy as np
 import pytest
 
+import vkq
 import vkq.reference as ref
 from vkq import MAX_COLS
 from vkq.cli import main
@@ -149,7 +150,7 @@ def test_path_logits_match_reference(smol, ref_run, path):
 @pytest.fixture(scope="session")
 def smol_graph(backend, smol) -> GpuLlama:
     """SmolLM2 on the GPU step (default path and activations), the file parsed once."""
-    return GpuLlama(None, backend, file=smol.file, ctx=64)
+    return GpuLlama(None, backend, file=smol.file, ctx=64, weights=smol.matvecs)
 
 
 @needs_smollm2
@@ -172,7 +173,7 @@ def test_graph_greedy_tokens_and_logits_match_reference(smol_graph, ref_run):
 def test_graph_dmmv_logits_match_reference(backend, smol, ref_run):
     """On the dequantize path only float32 rounding separates the GPU step from the reference."""
     ids, want = ref_run
-    model = GpuLlama(None, backend, "dmmv", file=smol.file, ctx=32)
+    model = GpuLlama(None, backend, "dmmv", file=smol.file, ctx=32, weights=smol.matvecs)
     got = model.score(ids, want.tokens[:4])
     errors = [ref.nmse(got[i], want.logits[i]) for i in range(4)]
     print(f"graph dmmv: logits NMSE per step {', '.join(f'{e:.2g}' for e in errors)}")
@@ -396,6 +397,21 @@ def test_cli_same_tokens_on_both_engines(tiny_file, capsys):
                      "--engine", engine]) == 0
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and len(texts[0]) > len("the the\n")
+
+
+@pytest.mark.parametrize("path", ["dmmv", "auto"])
+def test_cli_compare_engines(tiny_file, capsys, path):
+    """Both engines on the same uploaded weights, rounds alternating: same tokens, both timed."""
+    assert main(["generate", str(tiny_file), "-p", "the", "-n", "6", "--compare-engines", "2", "--path", path]) == 0
+    out = capsys.readouterr().out
+    assert out.count("engine graph") == 2 and out.count("engine host") == 2
+    assert "1 submit/token" in out and "11 submits/token" in out and "same tokens: yes" in out  # 2 layers x 5 + 1
+
+
+def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):
+    other = LlamaModel(None, vkq.Backend(), "dmmv", file=tiny_ref.file)
+    with pytest.raises(ValueError, match="weights: the mat-vecs of a host engine of this file, on this backend"):
+        GpuLlama(None, vkq.Backend(), "dmmv", file=tiny_ref.file, weights=other.matvecs)
 
 
 def test_cli_refuses_a_prompt_longer_than_the_context(tiny_file, capsys):

@@ -92,9 +92,12 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     file = LlamaFile(model, fuse)
     ids = file.tokenizer.encode(prompt)
     ctx = len(ids) + n_tokens
+    from .llama.gpu_step import GpuLlama
+
     backend = Backend(device)
-    engines = {name: load(model, engine=name, path=path, activations=activations, ctx=ctx, fuse=fuse,
-                          backend=backend, file=file) for name in ENGINES}
+    host = LlamaModel(None, backend, path, activations=activations, fuse=fuse, ctx=ctx, file=file)
+    engines = {"graph": GpuLlama(None, backend, path, activations=activations, ctx=ctx, file=file,
+                                 weights=host.matvecs), "host": host}  # the same uploaded weights
     for d in engines.values():
         d.warm_up(len(ids))
     tps: dict[str, list[float]] = {name: [] for name in engines}

@@ -43,11 +43,12 @@ class GpuLlama(Decoder):
     Arguments as vkq.llama.host.LlamaModel's (no numpy path: that is the host
     decoder's reference); ctx: the positions the KV cache holds (default:
     the model's context length; `vkq generate` gives it what the prompt and
-    the new tokens need)."""
+    the new tokens need). weights: the uploaded matrices of a host engine of
+    the same file and backend, to share instead of uploading them again."""
 
     def __init__(self, path: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
-                 ctx: int | None = None, file: LlamaFile | None = None):
+                 ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None):
         mode = path_mode or "auto"
         if mode not in STEP_PATHS:
             raise ValueError(f"unknown path {path_mode!r} for the GPU step; expected one of {', '.join(STEP_PATHS)}")
@@ -56,7 +57,10 @@ class GpuLlama(Decoder):
         self.file = f = file if file is not None else LlamaFile(path, fuse)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
-        self.matvecs = VkqMatvecs(f.tensors, f.groups, self.backend, mode, self.activations)
+        if weights is not None and (weights.backend is not self.backend or set(weights.weights) != set(
+                gr.names for gr in f.groups)):
+            raise ValueError("weights: the mat-vecs of a host engine of this file, on this backend")
+        self.weights = (weights or VkqMatvecs(f.tensors, f.groups, self.backend, mode, self.activations)).weights
         self.submits = 0
         self.kernel_seconds = 0.0  # GPU time of the replays so far (timestamps)
         self._build()
@@ -75,7 +79,7 @@ class GpuLlama(Decoder):
     # -- the recorded step ---------------------------------------------------------
     def _build(self) -> None:
         f, cfg, b = self.file, self.config, self.backend
-        dev, mv = b.device, self.matvecs
+        dev = b.device
         g = self.graph = b.graph(timestamps=True)
         shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
         qd = cfg.n_head * cfg.head_dim
@@ -106,11 +110,11 @@ class GpuLlama(Decoder):
             return Vectors(y[gr.names], gr.rows[i], gr.offsets[i])
 
         def matvec(names, x_in) -> None:
-            w = mv.weights[names]
+            w = self.weights[names]
             g.matvec(w, x_in, matvec_path(self.path_mode, w), activations=self.activations, out=y[names])
 
         if f.output_name == "token_embd.weight":
-            embd = mv.weights[f.output_group]  # the tied output head: one upload serves both
+            embd = self.weights[f.output_group]  # the tied output head: one upload serves both
         else:
             t = f.tensors["token_embd.weight"]
             embd = b.upload(t.qtype, t.shape, t.data)
