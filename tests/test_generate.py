@@ -26,6 +26,7 @@ context) through the API and the CLI.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import gguf
@@ -404,8 +405,15 @@ def test_cli_compare_engines(tiny_file, capsys, path):
     """Both engines on the same uploaded weights, rounds alternating: same tokens, both timed."""
     assert main(["generate", str(tiny_file), "-p", "the", "-n", "6", "--compare-engines", "2", "--path", path]) == 0
     out = capsys.readouterr().out
-    assert out.count("engine graph") == 2 and out.count("engine host") == 2
+    assert out.count("engine graph") == 3 and out.count("engine host") == 2 and out.count(", timed") == 1
     assert "1 submit/token" in out and "11 submits/token" in out and "same tokens: yes" in out  # 2 layers x 5 + 1
+    assert re.search(r"kernels \d+% of the step in a timed round", out)
+
+
+def test_cli_timestamps_give_the_kernels_share(tiny_file, capsys):
+    assert main(["generate", str(tiny_file), "-p", "the", "-n", "5", "--ignore-eos", "--timestamps"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"ms/token = kernels [\d.]+ ms \[\d+%\] \+ rest", err), err
 
 
 def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):

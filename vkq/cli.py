@@ -48,7 +48,7 @@ def cmd_generate(args) -> int:
                                activations=args.activations, fuse=not args.no_fuse, device=args.device)
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine, path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
-                    fuse=not args.no_fuse, device=args.device)
+                    fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}: two int8 planes, logits "
                         "within 1e-3 of float; q8_1: ggml's, faster on CPU drivers)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-text token")
+    p.add_argument("--timestamps", action="store_true",
+                   help="graph engine: time its kernels with GPU timestamps and print their share of the step "
+                        "(slows the step down on lavapipe)")
     p.add_argument("--compare-engines", type=int, metavar="ROUNDS", default=0,
                    help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
                         "between them (EOS ignored)")

@@ -20,7 +20,7 @@ class GenerationStats:
     by GPU timestamps (the graph engine); the rest is everything else."""
 
     engine: str  # a label: engine, path, activations
-    device_label: str  # what device time measures: "mat-vec" or "kernels"
+    device_label: str | None  # what device time measures: "mat-vec", "kernels"; None: not measured
     n_prompt: int = 0
     n_generated: int = 0
     prompt_seconds: float = 0.0
@@ -56,14 +56,16 @@ class GenerationStats:
         return self.decode_device_seconds / self.decode_seconds if self.decode_seconds else 0.0
 
     def summary(self) -> str:
+        dev_s = f"; {self.device_label} {self.prompt_device_seconds:.2f} s" if self.device_label else ""
         lines = [f"prompt: {self.n_prompt} tokens in {self.prompt_seconds:.2f} s "
-                 f"({self.prompt_tokens_per_second:.1f} t/s; {self.device_label} {self.prompt_device_seconds:.2f} s)"]
+                 f"({self.prompt_tokens_per_second:.1f} t/s{dev_s})"]
         if self.decode_steps:
             ms, dev = self.ms_per_token, self.device_ms_per_token
+            split = (f" = {self.device_label} {dev:.1f} ms [{100 * self.device_share:.0f}%] + rest {ms - dev:.1f} ms"
+                     if self.device_label else "")
             lines.append(
                 f"decode: {self.n_generated} tokens, {self.decode_steps} steps in {self.decode_seconds:.2f} s: "
-                f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token = {self.device_label} {dev:.1f} ms "
-                f"[{100 * self.device_share:.0f}%] + rest {ms - dev:.1f} ms; "
+                f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
                 f"{self.submits_per_token:g} submits/token); {self.engine}")
         else:
             lines.append(f"decode: {self.n_generated} tokens, no decode step; {self.engine}")

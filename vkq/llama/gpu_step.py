@@ -44,11 +44,14 @@ class GpuLlama(Decoder):
     decoder's reference); ctx: the positions the KV cache holds (default:
     the model's context length; `vkq generate` gives it what the prompt and
     the new tokens need). weights: the uploaded matrices of a host engine of
-    the same file and backend, to share instead of uploading them again."""
+    the same file and backend, to share instead of uploading them again.
+    timestamps: time the kernels of every replay (GPU timestamps; on lavapipe
+    latching them after every op makes the step about 13% slower)."""
 
     def __init__(self, path: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
-                 ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None):
+                 ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
+                 timestamps: bool = False):
         mode = path_mode or "auto"
         if mode not in STEP_PATHS:
             raise ValueError(f"unknown path {path_mode!r} for the GPU step; expected one of {', '.join(STEP_PATHS)}")
@@ -63,7 +66,8 @@ class GpuLlama(Decoder):
         self.weights = (weights or VkqMatvecs(f.tensors, f.groups, self.backend, mode, self.activations)).weights
         self.submits = 0
         self.kernel_seconds = 0.0  # GPU time of the replays so far (timestamps)
-        self._build()
+        self.device_label = "kernels" if timestamps else None
+        self._build(timestamps)
         self.reset()
 
     @property
@@ -71,16 +75,14 @@ class GpuLlama(Decoder):
         return f"engine graph, path {self.path_mode}" + (
             "" if self.path_mode == "dmmv" else f", int8 activations {self.activations}")
 
-    device_label = "kernels"
-
     def counters(self) -> tuple[float, int]:
         return self.kernel_seconds, self.submits
 
     # -- the recorded step ---------------------------------------------------------
-    def _build(self) -> None:
+    def _build(self, timestamps: bool) -> None:
         f, cfg, b = self.file, self.config, self.backend
         dev = b.device
-        g = self.graph = b.graph(timestamps=True)
+        g = self.graph = b.graph(timestamps=timestamps)
         shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
         qd = cfg.n_head * cfg.head_dim
 
