@@ -1,8 +1,9 @@
 """The llama decode step on the device: recorded once, one submit per token.
 
 Per token the host writes two int32s (the token id and its position) and
-gets back one (the argmax of the logits; the logits too when asked). In
-between, everything runs on the device, layer by layer:
+reads back one, the argmax of the logits (the logits come back too, 4 bytes
+per vocabulary entry, and are read only when asked). In between, everything
+runs on the device, layer by layer:
 
     x = embed(token)                                        EmbedRows
     per layer:
