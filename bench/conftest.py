@@ -11,7 +11,7 @@ import pytest
 
 import vkq
 
-_RESULTS: dict[str, dict[str, tuple[float, float]]] = {}  # group -> name -> (mean s, bytes)
+_RESULTS: dict[str, dict[str, tuple[float, float]]] = {}  # group -> name -> (median s, bytes)
 _BASELINES: dict[str, str] = {}  # group -> the name of its baseline case
 
 
@@ -23,12 +23,12 @@ def backend():
 @pytest.fixture
 def record(request):
     """record(benchmark, group, name, nbytes): keep the median for the ratio table
-    (`mean=` instead of a benchmark: a figure measured another way, e.g. by
+    (`seconds=` instead of a benchmark: a figure measured another way, e.g. by
     GPU timestamps)."""
 
     def _record(benchmark, group: str, name: str, nbytes: int, *, baseline: bool = False,
-                mean: float | None = None):
-        _RESULTS.setdefault(group, {})[name] = (benchmark.stats.stats.median if mean is None else mean, nbytes)
+                seconds: float | None = None):
+        _RESULTS.setdefault(group, {})[name] = (benchmark.stats.stats.median if seconds is None else seconds, nbytes)
         if baseline:
             _BASELINES[group] = name
 
