@@ -1,0 +1,129 @@
+"""How vkq times GPU work: warm clocks, enough work per sample, interleaved candidates.
+
+Pure logic, no Vulkan: every function takes the work to time as a callable
+that runs it and returns the seconds it took (GPU timestamps where the device
+has them, the wall clock otherwise), and a `clock` for wall-clock budgets, so
+the unit tests drive it with a fake clock. `vkq tune`, `vkq bench` and the
+bandwidth probe (vkq/bench.py) all time through here.
+
+Why each step (the traps measured on an H100, ../shared/gpu-h100.md):
+- GPU clocks idle low and ramp up only under sustained load: `warm_up` runs
+  the work back to back for a while before anything is timed;
+- a few short dispatches measure launch latency and clock state, not the
+  kernel: `calibrate` repeats the work until one sample is tens of ms;
+- the order of measurements drifts (clocks, other processes): `interleave`
+  times candidates in rounds A B C, C B A, ... so a linear drift cancels;
+- an odd sample (a preempted run) must not decide: `summarize` keeps the
+  median, rejects samples far from it, and reports the spread of the rest.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Mapping
+
+WARM_SECONDS = 0.3  # sustained work before timing: clocks ramp up within ~0.1 s on the H100
+SAMPLE_SECONDS = 0.02  # GPU time per sample: tens of ms, far above launch and timer noise
+REJECT = 0.25  # a sample further than this from the median (relative) is an outlier
+# Bytes one pass of timed work reads, at least: past any GPU's last-level
+# cache (H100 L2 50 MB, RDNA3 up to 96 MB, MI300X 256 MB) and any CPU's L3.
+ROTATION_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds per unit of work: the median of the kept samples and their spread."""
+
+    median: float
+    spread: float  # (max - min) / median of the kept samples
+    samples: tuple[float, ...] = field(repr=False)
+    rejected: int = 0  # samples dropped as outliers
+
+    @property
+    def kept(self) -> int:
+        return len(self.samples) - self.rejected
+
+
+def summarize(samples: list[float]) -> Estimate:
+    """Median and spread of `samples`, outliers (further than REJECT from the
+    median) left out of the spread; the median is robust to them anyway."""
+    if not samples:
+        raise ValueError("no samples to summarize")
+    med = statistics.median(samples)
+    kept = [s for s in samples if abs(s - med) <= REJECT * med] or [med]
+    med = statistics.median(kept)
+    spread = (max(kept) - min(kept)) / med if med > 0 else 0.0
+    return Estimate(med, spread, tuple(samples), len(samples) - len(kept))
+
+
+def warm_up(run: Callable[[], float], seconds: float = WARM_SECONDS,
+            clock: Callable[[], float] = time.perf_counter) -> int:
+    """Run the work back to back for `seconds` of wall clock; returns how often.
+    At least once (the first run also builds pipelines, touches memory)."""
+    start, calls = clock(), 0
+    while True:
+        run()
+        calls += 1
+        if clock() - start >= seconds:
+            return calls
+
+
+def calibrate(run_once: Callable[[], float], target: float = SAMPLE_SECONDS, max_repeats: int = 4096) -> int:
+    """How many back-to-back repeats of the work make one sample of about
+    `target` seconds (its own timer), from one timed run of it."""
+    t = run_once()
+    if t <= 0:
+        return max_repeats
+    return max(1, min(max_repeats, math.ceil(target / t)))
+
+
+def interleave(candidates: Mapping[Hashable, Callable[[], float]], rounds: int) -> dict[Hashable, Estimate]:
+    """Time every candidate `rounds` times, in rounds of alternating order
+    (A B C, C B A, A B C, ...): a drift over the run weighs on all alike.
+    Each callable returns the seconds of one sample of its work."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    keys = list(candidates)
+    samples: dict[Hashable, list[float]] = {k: [] for k in keys}
+    for r in range(rounds):
+        for k in keys if r % 2 == 0 else reversed(keys):
+            samples[k].append(candidates[k]())
+    return {k: summarize(v) for k, v in samples.items()}
+
+
+def faster(challenger: Estimate, incumbent: Estimate, margin: float = 0.02) -> bool:
+    """Whether the challenger is clearly faster: by more than `margin` and
+    by more than the noise (half the larger spread) of either measurement."""
+    need = max(margin, 0.5 * max(challenger.spread, incumbent.spread))
+    return challenger.median < incumbent.median * (1 - need)
+
+
+def best(estimates: Mapping[Hashable, Estimate], incumbent: Hashable, margin: float = 0.02) -> Hashable:
+    """The fastest candidate if it is clearly faster than the incumbent, else the incumbent."""
+    fastest = min(estimates, key=lambda k: estimates[k].median)
+    return fastest if fastest != incumbent and faster(estimates[fastest], estimates[incumbent], margin) else incumbent
+
+
+def rotation(sizes: list[int], past: int = ROTATION_BYTES) -> list[tuple[int, int]]:
+    """One pass over enough copies of some buffers (`sizes` bytes each) that
+    it reads at least `past` bytes: [(buffer index, copy)], copy-major, so a
+    buffer is read again only after every other copy has been (a cache
+    smaller than `past` then holds none of it any more)."""
+    total = sum(sizes)
+    if total <= 0:
+        raise ValueError("rotation over no bytes")
+    copies = max(1, math.ceil(past / total))
+    return [(i, c) for c in range(copies) for i in range(len(sizes))]
+
+
+def wall_samples(fn: Callable[[], object], repeats: int, clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Wall-clock seconds of `repeats` calls of fn, after one untimed warm-up call."""
+    fn()
+    out = []
+    for _ in range(repeats):
+        t = clock()
+        fn()
+        out.append(clock() - t)
+    return out
