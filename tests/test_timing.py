@@ -68,6 +68,19 @@ def test_interleave_order_alternates():
         timing.interleave(cands, rounds=0)
 
 
+def test_interleave_prunes_clear_losers():
+    calls = {"fast": 0, "slow": 0, "close": 0}
+    times = {"fast": 1.0, "slow": 2.0, "close": 1.1}
+
+    def work(k):
+        calls[k] += 1
+        return times[k]
+
+    est = timing.interleave({k: (lambda k=k: work(k)) for k in times}, rounds=4, prune=1.5)
+    assert calls == {"fast": 4, "slow": 1, "close": 4}
+    assert est["slow"].median == 2.0 and est["slow"].kept == 1
+
+
 def test_interleaving_cancels_drift():
     """Two equal candidates on a device slowing down linearly (thermal,
     another process): back to back, the first looks 30% faster; interleaved
@@ -132,6 +145,7 @@ def test_rotation_defeats_the_cache(cache_mb):
 
 def test_rotation_of_a_big_buffer_is_one_copy():
     assert timing.rotation([300 << 20]) == [(0, 0)]
+    assert len(timing.rotation([1 << 20], max_copies=8)) == 8
     with pytest.raises(ValueError):
         timing.rotation([0])
 

@@ -21,6 +21,7 @@ from .backend import Backend, Weights
 from .dispatch.config import PipelineConfig
 from .models import Matrix, Model
 from .ops import MatVec, QuantizeQ8_1, q8_1_words
+from .timing import timestamp_span
 
 STEP_PATHS = ("auto", "dmmv", "mmvq")
 
@@ -35,6 +36,18 @@ def step_config(backend: Backend, w: Weights, path: str) -> PipelineConfig:
     if path == "mmvq" and not w.layout.fmt.has_int8_path:
         path = "dmmv"
     return backend.pipeline(w, 1, path)
+
+
+class _Ops:
+    """Ops recorded before the sequence exists: a sequence with timestamps
+    needs their number up front (one timestamp after each)."""
+
+    def __init__(self):
+        self.ops: list = []
+
+    def record(self, op) -> "_Ops":
+        self.ops.append(op)
+        return self
 
 
 class DecodeStep:
@@ -55,15 +68,26 @@ class DecodeStep:
         self.n_expert = {m.layer: m.shape[0] for m in model.matrices if m.is_expert_stack}
         self.ids = {layer: dev.tensor(model.n_expert_used, np.int32) for layer in self.n_expert}
 
-        self.seq = dev.manager.sequence()
+        ops = self.seq = _Ops()
         if self.ids:
-            self.seq.record(kp.OpTensorSyncDevice(list(self.ids.values())))
+            ops.record(kp.OpTensorSyncDevice(list(self.ids.values())))
         for i, stage in enumerate(model.stages()):
             if i:
-                self.seq.record(dev.compute_barrier())
+                ops.record(dev.compute_barrier())
             self._record_stage(stage, weights)
         self.logits = self.outputs[model.matrices[-1].name]
-        self.seq.record(kp.OpTensorSyncLocal([self.logits]))
+        ops.record(kp.OpTensorSyncLocal([self.logits]))
+
+        info = backend.device_info
+        self._period = info.timestamp_period if info.timestamps_supported else None
+        # The kernels run between the ids upload (op 1, if any) and the logits
+        # read-back (the last op): timestamps[first] .. timestamps[n - 1].
+        n = len(ops.ops)
+        self._kernel_span = (1 if self.ids else 0, n - 1)
+        self.seq = dev.manager.sequence(0, n + 1) if self._period else dev.manager.sequence()
+        for op in ops.ops:
+            self.seq.record(op)
+        self._ran = False
 
     def _input(self, n_vectors: int, k_pad: int):
         key = (n_vectors, k_pad)
@@ -111,3 +135,12 @@ class DecodeStep:
         """One token: new expert ids, then the whole recorded step."""
         self.draw_ids()
         self.seq.eval()
+        self._ran = True
+
+    def kernel_seconds(self) -> float | None:
+        """GPU time of the last `run()`'s kernels (GPU timestamps; the uploads
+        of ids and the logits read-back not counted); None where the device
+        has no timestamps, or before the first run."""
+        if self._period is None or not self._ran:
+            return None
+        return timestamp_span(self.seq.get_timestamps(), self._period, *self._kernel_span)

@@ -79,10 +79,13 @@ def calibrate(run_once: Callable[[], float], target: float = SAMPLE_SECONDS, max
     return max(1, min(max_repeats, math.ceil(target / t)))
 
 
-def interleave(candidates: Mapping[Hashable, Callable[[], float]], rounds: int) -> dict[Hashable, Estimate]:
+def interleave(candidates: Mapping[Hashable, Callable[[], float]], rounds: int,
+               prune: float | None = None) -> dict[Hashable, Estimate]:
     """Time every candidate `rounds` times, in rounds of alternating order
     (A B C, C B A, A B C, ...): a drift over the run weighs on all alike.
-    Each callable returns the seconds of one sample of its work."""
+    Each callable returns the seconds of one sample of its work. `prune`:
+    after the first round, a candidate slower than `prune` x the fastest is
+    not timed again (a clear loser need not cost the time of a close race)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     keys = list(candidates)
@@ -90,6 +93,9 @@ def interleave(candidates: Mapping[Hashable, Callable[[], float]], rounds: int) 
     for r in range(rounds):
         for k in keys if r % 2 == 0 else reversed(keys):
             samples[k].append(candidates[k]())
+        if r == 0 and prune is not None:
+            fastest = min(v[0] for v in samples.values())
+            keys = [k for k in keys if samples[k][0] <= prune * fastest]
     return {k: summarize(v) for k, v in samples.items()}
 
 
@@ -106,21 +112,33 @@ def best(estimates: Mapping[Hashable, Estimate], incumbent: Hashable, margin: fl
     return fastest if fastest != incumbent and faster(estimates[fastest], estimates[incumbent], margin) else incumbent
 
 
-def rotation(sizes: list[int], past: int = ROTATION_BYTES) -> list[tuple[int, int]]:
+def rotation(sizes: list[int], past: int = ROTATION_BYTES, max_copies: int | None = None) -> list[tuple[int, int]]:
     """One pass over enough copies of some buffers (`sizes` bytes each) that
-    it reads at least `past` bytes: [(buffer index, copy)], copy-major, so a
-    buffer is read again only after every other copy has been (a cache
-    smaller than `past` then holds none of it any more)."""
+    it reads at least `past` bytes (or `max_copies` copies, if fewer):
+    [(buffer index, copy)], copy-major, so a buffer is read again only after
+    every other copy has been (a cache smaller than `past` then holds none of
+    it any more)."""
     total = sum(sizes)
     if total <= 0:
         raise ValueError("rotation over no bytes")
     copies = max(1, math.ceil(past / total))
+    if max_copies is not None:
+        copies = min(copies, max_copies)
     return [(i, c) for c in range(copies) for i in range(len(sizes))]
 
 
-def wall_samples(fn: Callable[[], object], repeats: int, clock: Callable[[], float] = time.perf_counter) -> list[float]:
-    """Wall-clock seconds of `repeats` calls of fn, after one untimed warm-up call."""
-    fn()
+def timestamp_span(timestamps: list[int], period_ns: float, first: int = 0, last: int = -1) -> float:
+    """Seconds between two GPU timestamps of a Kompute sequence made with
+    timestamps (one latched at its start, then one after each recorded op:
+    timestamps[i] is the end of op i, 1-based)."""
+    return (timestamps[last] - timestamps[first]) * period_ns * 1e-9
+
+
+def wall_samples(fn: Callable[[], object], repeats: int, clock: Callable[[], float] = time.perf_counter,
+                 warm: bool = True) -> list[float]:
+    """Wall-clock seconds of `repeats` calls of fn, after one untimed warm-up call (unless not `warm`)."""
+    if warm:
+        fn()
     out = []
     for _ in range(repeats):
         t = clock()
