@@ -59,6 +59,12 @@ def test_summarize_rejects_a_preempted_sample():
         timing.summarize([])
 
 
+def test_summarize_reports_noise_it_cannot_reject():
+    """Most samples scattered: nothing is an outlier, the spread shows it."""
+    est = timing.summarize([1.0, 2.0, 3.0, 4.0])
+    assert est.rejected == 0 and est.median == pytest.approx(2.5) and est.spread == pytest.approx(1.2)
+
+
 def test_interleave_order_alternates():
     order = []
     cands = {name: (lambda name=name: order.append(name) or 1.0) for name in "ABC"}

@@ -47,12 +47,15 @@ class Estimate:
 
 
 def summarize(samples: list[float]) -> Estimate:
-    """Median and spread of `samples`, outliers (further than REJECT from the
-    median) left out of the spread; the median is robust to them anyway."""
+    """Median and spread of `samples`. Outliers (further than REJECT from the
+    median) are left out of the spread, as long as they are a minority: when
+    most samples scatter that far, it is noise, and the spread says so."""
     if not samples:
         raise ValueError("no samples to summarize")
     med = statistics.median(samples)
-    kept = [s for s in samples if abs(s - med) <= REJECT * med] or [med]
+    kept = [s for s in samples if abs(s - med) <= REJECT * med]
+    if 2 * len(kept) < len(samples):
+        kept = list(samples)
     med = statistics.median(kept)
     spread = (max(kept) - min(kept)) / med if med > 0 else 0.0
     return Estimate(med, spread, tuple(samples), len(samples) - len(kept))

@@ -40,7 +40,8 @@ from .timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, in
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 QUICK_SHAPES = [(4096, 4096)]
 MAX_COPIES = 8  # of each shape's weights in the rotation (--quick's small matrix stays below ROTATION_BYTES)
-ROUNDS, QUICK_ROUNDS = 4, 2  # interleaved samples per candidate
+ROUNDS, QUICK_ROUNDS = 3, 2  # interleaved samples per candidate of a group
+FINAL_ROUNDS = 4  # for the figures: the table's and the tuned configurations side by side
 PRUNE = 1.5  # a candidate this much slower than the fastest after one round is not timed again
 
 
@@ -55,7 +56,9 @@ def search_space(dev, quick: bool) -> list[tuple[str, list]]:
     if caps.device_type == "cpu":  # whole rows per thread only pays where lanes share loads (CPU drivers)
         groups.append(("split_k", [True, False]))
     groups.append(("rows_per_wg", [2, 8, 16] if quick else [1, 2, 4, 8, 16]))
-    if not quick:
+    if not quick and caps.device_type != "cpu":
+        # (A CPU driver runs a workgroup of its subgroup size as one SIMD loop:
+        # the tables' wg = subgroup size there.)
         groups.append(("wg_size", sorted({w for w in (sg, 2 * sg, 4 * sg) if w <= caps.max_workgroup_invocations})))
     groups.append(("chunks_per_thread", [1, 8] if quick else [1, 2, 8]))
     return groups
@@ -179,10 +182,11 @@ class TypeBench:
         one.destroy()
         return n
 
-    def race(self, candidates: list[Candidate], rounds: int) -> dict[PipelineConfig, Estimate]:
+    def race(self, candidates: list[Candidate], rounds: int, prune: float | None = PRUNE
+             ) -> dict[PipelineConfig, Estimate]:
         """The candidates timed interleaved after a warm-up (building them left the device idle)."""
         warm_up(candidates[0].sample, WARM_SECONDS)
-        return interleave({c.cfg: c.sample for c in candidates}, rounds, prune=PRUNE)
+        return interleave({c.cfg: c.sample for c in candidates}, rounds, prune=prune)
 
 
 def tune_path(tb: TypeBench, path: str, passes: int, groups, rounds: int, on_group) -> PipelineConfig:
@@ -211,7 +215,7 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
     on_group("both", "final")
     finals = {(p, kind): cfg for p in paths for kind, cfg in (("table", tb.table_config(p)), ("tuned", tuned[p]))}
     cands = [Candidate(tb, cfg, passes) for cfg in dict.fromkeys(finals.values())]
-    est = tb.race(cands, max(rounds, 4))
+    est = tb.race(cands, FINAL_ROUNDS if not quick else rounds, prune=None)
     for c in cands:
         c.destroy()
     result = {"gbps": {}, "spread": {}}
