@@ -61,8 +61,8 @@ def test_summarize_rejects_a_preempted_sample():
 
 def test_summarize_reports_noise_it_cannot_reject():
     """Most samples scattered: nothing is an outlier, the spread shows it."""
-    est = timing.summarize([1.0, 2.0, 3.0, 4.0])
-    assert est.rejected == 0 and est.median == pytest.approx(2.5) and est.spread == pytest.approx(1.2)
+    est = timing.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert est.rejected == 0 and est.median == pytest.approx(3.0) and est.spread == pytest.approx(4 / 3)
 
 
 def test_interleave_order_alternates():
