@@ -13,8 +13,10 @@ Why each step (the traps measured on an H100, ../shared/gpu-h100.md):
   kernel: `calibrate` repeats the work until one sample is tens of ms;
 - the order of measurements drifts (clocks, other processes): `interleave`
   times candidates in rounds A B C, C B A, ... so a linear drift cancels;
-- an odd sample (a preempted run) must not decide: `summarize` keeps the
-  median, rejects samples far from it, and reports the spread of the rest.
+- other work on the device or machine only ever slows a sample down (a
+  preempted run, another process): `summarize` takes the fastest sample as
+  the estimate and the median's distance from it as the spread, so a few
+  slowed samples change neither.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Callable, Hashable, Mapping
 
 WARM_SECONDS = 0.3  # sustained work before timing: clocks ramp up within ~0.1 s on the H100
 SAMPLE_SECONDS = 0.02  # GPU time per sample: tens of ms, far above launch and timer noise
-REJECT = 0.25  # a sample further than this from the median (relative) is an outlier
+REJECT = 0.25  # a sample this much slower than the median (relative) counts as disturbed
 # Bytes one pass of timed work reads, at least: past any GPU's last-level
 # cache (H100 L2 50 MB, RDNA3 up to 96 MB, MI300X 256 MB) and any CPU's L3.
 ROTATION_BYTES = 256 << 20
@@ -34,31 +36,21 @@ ROTATION_BYTES = 256 << 20
 
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds per unit of work: the median of the kept samples and their spread."""
+    """Seconds per unit of work: the fastest of the kept samples, and their spread."""
 
-    median: float
-    spread: float  # (max - min) / median of the kept samples
+    seconds: float
+    spread: float  # (median - fastest) / fastest
     samples: tuple[float, ...] = field(repr=False)
-    rejected: int = 0  # samples dropped as outliers
-
-    @property
-    def kept(self) -> int:
-        return len(self.samples) - self.rejected
+    disturbed: int = 0  # samples more than REJECT slower than the median (reported, not used)
 
 
 def summarize(samples: list[float]) -> Estimate:
-    """Median and spread of `samples`. Outliers (further than REJECT from the
-    median) are left out of the spread, as long as they are a minority: when
-    most samples scatter that far, it is noise, and the spread says so."""
+    """The fastest sample, and how far the median lies above it."""
     if not samples:
         raise ValueError("no samples to summarize")
-    med = statistics.median(samples)
-    kept = [s for s in samples if abs(s - med) <= REJECT * med]
-    if 2 * len(kept) < len(samples):
-        kept = list(samples)
-    med = statistics.median(kept)
-    spread = (max(kept) - min(kept)) / med if med > 0 else 0.0
-    return Estimate(med, spread, tuple(samples), len(samples) - len(kept))
+    low, med = min(samples), statistics.median(samples)
+    spread = (med - low) / low if low > 0 else 0.0
+    return Estimate(low, spread, tuple(samples), sum(s > (1 + REJECT) * med for s in samples))
 
 
 def warm_up(run: Callable[[], float], seconds: float = WARM_SECONDS,
@@ -106,12 +98,12 @@ def faster(challenger: Estimate, incumbent: Estimate, margin: float = 0.02) -> b
     """Whether the challenger is clearly faster: by more than `margin` and
     by more than the noise (half the larger spread) of either measurement."""
     need = max(margin, 0.5 * max(challenger.spread, incumbent.spread))
-    return challenger.median < incumbent.median * (1 - need)
+    return challenger.seconds < incumbent.seconds * (1 - need)
 
 
 def best(estimates: Mapping[Hashable, Estimate], incumbent: Hashable, margin: float = 0.02) -> Hashable:
     """The fastest candidate if it is clearly faster than the incumbent, else the incumbent."""
-    fastest = min(estimates, key=lambda k: estimates[k].median)
+    fastest = min(estimates, key=lambda k: estimates[k].seconds)
     return fastest if fastest != incumbent and faster(estimates[fastest], estimates[incumbent], margin) else incumbent
 
 

@@ -9,8 +9,8 @@ follows vkq/timing.py: clocks warmed up before each group; one sample is
 many back-to-back mat-vecs (tens of ms of GPU time, GPU timestamps where the
 device has them, wall clock otherwise) over copies of the weights of
 real-model shapes rotated so that one pass reads more than any cache holds;
-the candidates of a group are timed interleaved, median of the rounds, with
-their spread. At the end the table's choice and the tuned one of both paths
+the candidates of a group are timed interleaved, the fastest of the rounds,
+with their spread. At the end the table's choice and the tuned one of both paths
 are timed once more side by side: the figures shown and saved come from that.
 
 The best path and the parameters of both paths are saved per device, type by
@@ -221,15 +221,15 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
     result = {"gbps": {}, "spread": {}}
     for p in paths:
         t, d = est[tuned[p]], est[finals[p, "table"]]
-        if not (t.median < d.median or tuned[p] == finals[p, "table"]):
+        if not (t.seconds < d.seconds or tuned[p] == finals[p, "table"]):
             tuned[p], t = finals[p, "table"], d  # the race says the table's is no slower: keep it
         cfg = tuned[p]
         result[p] = {"wg_size": cfg.wg_size, "rows_per_wg": cfg.rows_per_wg, "chunks_per_thread": cfg.chunks_per_thread,
                      "reduction": "subgroup" if cfg.subgroup else "shared", "split_k": cfg.split_k,
                      "weights_binding": cfg.weights_binding, "x_binding": cfg.x_binding}
-        result["gbps"][p] = [round(tb.pass_bytes / d.median / 1e9, 3), round(tb.pass_bytes / t.median / 1e9, 3)]
+        result["gbps"][p] = [round(tb.pass_bytes / d.seconds / 1e9, 3), round(tb.pass_bytes / t.seconds / 1e9, 3)]
         result["spread"][p] = round(t.spread, 4)
-    result["best"] = min(paths, key=lambda p: est[tuned[p]].median)
+    result["best"] = min(paths, key=lambda p: est[tuned[p]].seconds)
     return result
 
 
@@ -263,7 +263,7 @@ class Progress:
 
 
 def _summary(qtype: str, e: dict, seconds: float) -> str:
-    parts = [f"{p} {after:.2f} GB/s (table {before:.2f}, ±{100 * e['spread'][p] / 2:.1f}%)"
+    parts = [f"{p} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][p]:.1f}%)"
              for p, (before, after) in e["gbps"].items()]
     return f"{qtype}: best {e['best']}; " + "; ".join(parts) + f"; {seconds:.0f} s"
 
@@ -311,12 +311,14 @@ def table(entries: dict, types) -> str:
             p = e[path]
             spread = e.get("spread", {}).get(path)
             cells.append([qtype, path + (" (best)" if path == e["best"] else ""), f"{before:.2f}", f"{after:.2f}",
-                          f"{after / before:.2f}x", "-" if spread is None else f"±{100 * spread / 2:.1f}%",
+                          f"{after / before:.2f}x", "-" if spread is None else f"{100 * spread:.1f}%",
                           f"wg {p['wg_size']}, rows {p['rows_per_wg']}, cpt {p['chunks_per_thread']}, "
                           f"{p['reduction']}, {'split K' if p['split_k'] else 'rows per thread'}, "
                           f"weights {p.get('weights_binding', 'storage')}, x {p.get('x_binding', 'storage')}"])
     return markdown(["type", "path", "table GB/s", "tuned GB/s", "gain", "spread", "parameters"], cells,
-                    {"table GB/s", "tuned GB/s", "gain", "spread"})
+                    {"table GB/s", "tuned GB/s", "gain", "spread"}) + (
+        "\n\nGB/s: weight bytes per second of GPU time, the fastest of the interleaved samples (other work only "
+        "slows a sample); spread: how far the median sample lay above it (tuned configuration).")
 
 
 def show(device: int | None = None) -> int:
