@@ -21,18 +21,13 @@ layout(binding = 0) uniform usamplerBuffer data0;
 layout(binding = 1) uniform usamplerBuffer data1;
 layout(binding = 2) uniform usamplerBuffer data2;
 layout(binding = 3) uniform usamplerBuffer data3;
-uvec4 load(uint b, uint i) {
-    return b == 0u ? texelFetch(data0, int(i)) : b == 1u ? texelFetch(data1, int(i))
-         : b == 2u ? texelFetch(data2, int(i)) : texelFetch(data3, int(i));
-}
+#define LOAD(buf, i) texelFetch(buf, int(i))
 #else
 layout(std430, binding = 0) readonly restrict buffer Data0 { uvec4 data0[]; };
 layout(std430, binding = 1) readonly restrict buffer Data1 { uvec4 data1[]; };
 layout(std430, binding = 2) readonly restrict buffer Data2 { uvec4 data2[]; };
 layout(std430, binding = 3) readonly restrict buffer Data3 { uvec4 data3[]; };
-uvec4 load(uint b, uint i) {
-    return b == 0u ? data0[i] : b == 1u ? data1[i] : b == 2u ? data2[i] : data3[i];
-}
+#define LOAD(buf, i) buf[i]
 #endif
 layout(std430, binding = 4) writeonly restrict buffer Out { uint sums[]; };
 
@@ -40,12 +35,22 @@ layout(push_constant) uniform Params {
     uint chunk;  // uvec4 elements per workgroup
 } p;
 
+// One buffer per loop, the branch outside it: a load that picks its buffer
+// per iteration runs several times slower on lavapipe.
+#define READ(buf) for (uint i = gl_LocalInvocationID.x; i < p.chunk; i += gl_WorkGroupSize.x) { acc += LOAD(buf, begin + i); }
+
 void main() {
     const uint b = gl_WorkGroupID.y;  // uniform across the workgroup
     const uint begin = gl_WorkGroupID.x * p.chunk;
     uvec4 acc = uvec4(0u);
-    for (uint i = gl_LocalInvocationID.x; i < p.chunk; i += gl_WorkGroupSize.x) {
-        acc += load(b, begin + i);
+    if (b == 0u) {
+        READ(data0)
+    } else if (b == 1u) {
+        READ(data1)
+    } else if (b == 2u) {
+        READ(data2)
+    } else {
+        READ(data3)
     }
     sums[(b * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x + gl_LocalInvocationID.x] =
         acc.x + acc.y + acc.z + acc.w;
