@@ -28,6 +28,7 @@ import numpy as np
 
 from .ops import MatVec, QuantizeQ8_1, q8_1_words
 from .tensor import Tensor
+from .timing import timestamp_span
 
 
 class Replay:
@@ -277,10 +278,9 @@ class Graph:
         replay.done = True
         self._replay = None
         if self.timestamps and self._kernel_span:
-            ts = self._seq.get_timestamps()
-            first, last = self._kernel_span
-            period = self.backend.device_info.timestamp_period
-            self._kernel_seconds = (ts[last + 1] - ts[first]) * period * 1e-9
+            first, last = self._kernel_span  # timestamps[i + 1] is the end of op i
+            self._kernel_seconds = timestamp_span(self._seq.get_timestamps(), self.backend.device_info.timestamp_period,
+                                                  first, last + 1)
 
     def run(self) -> None:
         """One replay: submit and wait."""
@@ -293,9 +293,14 @@ class Graph:
         return self._kernel_seconds
 
     def destroy(self) -> None:
-        """Free the recorded sequence now (the tensors stay the caller's)."""
+        """Free the recorded sequence and the pipelines of vkq's own nodes now
+        (the tensors, and what `add` was given, stay the caller's)."""
         if self._replay is not None:
             raise RuntimeError("a replay of this graph is in flight: wait() for it first")
         if self._seq is not None:
             self._seq.destroy()
+        for keep in self._keep:
+            for node in keep if isinstance(keep, tuple) else (keep,):
+                if isinstance(node, (MatVec, QuantizeQ8_1)):
+                    node.destroy()
         self._seq, self._ops, self._keep, self._destroyed = None, [], [], True

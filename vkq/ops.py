@@ -38,6 +38,9 @@ class QuantizeQ8_1:
     def record(self, seq) -> None:
         seq.record(kp.OpAlgoDispatch(self.algorithm))
 
+    def destroy(self) -> None:
+        self.algorithm.destroy()
+
 
 class MatVec:
     """y = W @ x for every weights buffer of one matrix (or expert stack).
@@ -95,3 +98,7 @@ class MatVec:
                 # validation layer's hazard tracking (whole-buffer) clean.
                 seq.record(self._barrier())
             seq.record(kp.OpAlgoDispatch(algo))
+
+    def destroy(self) -> None:
+        for algo in self.algorithms:
+            algo.destroy()

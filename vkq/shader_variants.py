@@ -72,18 +72,21 @@ class MatVecVariant:
 
 @dataclass(frozen=True)
 class SimpleVariant:
-    """A shader compiled once, without defines."""
+    """A shader compiled once per set of defines."""
 
     name: str
     source: str
+    define_items: tuple[tuple[str, str], ...] = ()
 
     def defines(self) -> dict[str, str]:
-        return {}
+        return dict(self.define_items)
 
 
 QUANTIZE_Q8_1 = SimpleVariant("quantize_q8_1", "quantize_q8_1.comp")
-# Device memory read bandwidth, the reference of `vkq bench`'s "% bw" column.
+# Device memory read bandwidth, the reference of `vkq bench`'s "% bw" column:
+# through storage buffers, and through texel views (the faster on lavapipe).
 MEMBW = SimpleVariant("membw", "membw.comp")
+MEMBW_TEXEL = SimpleVariant("membw_texel", "membw.comp", (("TEXEL", "1"),))
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (Fals
 
 
 def all_variants() -> list:
-    out: list = [QUANTIZE_Q8_1, MEMBW]
+    out: list = [QUANTIZE_Q8_1, MEMBW, MEMBW_TEXEL]
     for name, fmt in FORMATS.items():
         assert len(fmt.fields) <= MAX_FIELDS, name
         for mul_mat_id, subgroup, weights_binding, x_binding in itertools.product(
