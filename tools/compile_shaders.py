@@ -4,8 +4,9 @@
 Variants come from `vkq.shader_variants` (one GLSL source, many defines).
 The target is Vulkan 1.1 (SPIR-V 1.3), the version of Kompute's instance.
 Each module is checked with `spirv-val`. A variant is rebuilt only when its
-shader source (or a file it includes), its defines or the compiler changed (hashes are kept in
-vkq/spirv/manifest.json), so a second run takes well under a second.
+shader source (or a file it includes), its defines or the compiler changed
+(hashes are kept in vkq/spirv/manifest.json), so a second run takes well
+under a second.
 
 Usage: python tools/compile_shaders.py [--force] [--only SUBSTRING] [-j N]
 (VKQ_SHADER_SRC and VKQ_SPIRV_DIR point it at other sources / another output

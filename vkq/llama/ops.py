@@ -43,11 +43,6 @@ REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-me
 MAX_KV_CAPACITY = 65535
 
 
-def kp_tensor(t):
-    """The kp.Tensor of a vkq.Tensor."""
-    return t.kp
-
-
 def _size(t) -> int:
     """Elements of a tensor's buffer: its n vectors, each padded to its stride."""
     return t.kp.size()
@@ -145,7 +140,7 @@ class EmbedRows(_Op):
             # y_row_offset (the buffer's first row), n_expert.
             push = [buf.rows.count, lay.nblocks, *fields, out.step, 0, 0, 0, buf.rows.start, 1]
             self.algorithms.append(device.algorithm(
-                [buf.tensor, kp_tensor(ids), kp_tensor(out.tensor)], variant,
+                [buf.tensor, ids.kp, out.tensor.kp], variant,
                 (_groups(nchunks, ROWS_WG), n, 1), [ROWS_WG], push))
 
 
@@ -169,7 +164,7 @@ class RMSNorm(_Op):
         push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps)]
         variant, wg = reducing_variant(device, "rms_norm")
         self.algorithms.append(device.algorithm(
-            [kp_tensor(x.tensor), kp_tensor(r.tensor), kp_tensor(w), kp_tensor(y.tensor)], variant,
+            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp], variant,
             (n, 1, 1), [wg, int(residual is not None)], push))
 
 
@@ -232,7 +227,7 @@ class RopeKV(_Op):
                 s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity]
         tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos]
         self.algorithms.append(device.algorithm(
-            [kp_tensor(t) for t in tensors], VectorOpVariant("rope_kv"), (s.n_head + s.n_head_kv, n, 1), [ROPE_WG],
+            [t.kp for t in tensors], VectorOpVariant("rope_kv"), (s.n_head + s.n_head_kv, n, 1), [ROPE_WG],
             push))
 
 
@@ -260,7 +255,7 @@ class Attention(_Op):
         tensors = [q.tensor, k_cache, v_cache, pos, scores, out.tensor]
         variant, wg = reducing_variant(device, "attention")
         self.algorithms.append(device.algorithm(
-            [kp_tensor(t) for t in tensors], variant, (s.n_head, n, 1), [wg], push))
+            [t.kp for t in tensors], variant, (s.n_head, n, 1), [wg], push))
 
 
 class SwiGLU(_Op):
@@ -275,7 +270,7 @@ class SwiGLU(_Op):
         self.reads, self.writes = (gate.tensor, up.tensor), (out.tensor,)
         push = [gate.length, gate.offset, gate.step, up.offset, up.step, out.offset, out.step]
         self.algorithms.append(device.algorithm(
-            [kp_tensor(gate.tensor), kp_tensor(up.tensor), kp_tensor(out.tensor)], VectorOpVariant("swiglu"),
+            [gate.tensor.kp, up.tensor.kp, out.tensor.kp], VectorOpVariant("swiglu"),
             (_groups(gate.length, SWIGLU_WG), n, 1), [SWIGLU_WG], push))
 
 
@@ -291,4 +286,4 @@ class Argmax(_Op):
         self.reads, self.writes = (x.tensor,), (out,)
         push = [x.length, x.offset, x.step]
         self.algorithms.append(device.algorithm(
-            [kp_tensor(x.tensor), kp_tensor(out)], VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG], push))
+            [x.tensor.kp, out.kp], VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG], push))
