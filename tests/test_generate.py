@@ -493,12 +493,21 @@ def test_unsupported_rope_scaling_is_named(tmp_path, capsys):
     assert "RoPE scaling 'yarn' is not supported" in capsys.readouterr().err
 
 
-def test_linear_rope_scaling_divides_positions(tmp_path):
-    path = write_gguf(tmp_path / "linear.gguf", metadata={"llama.rope.scaling.type": "linear",
-                                                         "llama.rope.scaling.factor": 4.0})
-    model = LlamaModel(path, path_mode="numpy")
-    assert model.config.rope_scale == 4.0
-    np.testing.assert_allclose(model.file.inv_freq, 10000.0 ** (-np.arange(8) / 8) / 4.0)
+def test_rope_scaling_and_frequency_factors(backend, tmp_path):
+    """Linear scaling divides the positions, rope_freqs (llama 3.1 style)
+    divides each pair's frequency; the GPU step's table follows both."""
+    path = write_gguf(tmp_path / "scaled.gguf", reshape={"rope_freqs.weight": (8,)},
+                      metadata={"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0})
+    reference = LlamaModel(path, path_mode="numpy")
+    factors = reference.file.vector("rope_freqs.weight")
+    assert reference.config.rope_scale == 4.0 and not np.allclose(factors, 1.0)
+    np.testing.assert_allclose(reference.file.inv_freq, 10000.0 ** (-np.arange(8) / 8) / factors / 4.0, rtol=1e-12)
+    ids = reference.tokenizer.encode(TINY_PROMPT)
+    want = reference.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+    got = GpuLlama(None, backend, "dmmv", file=reference.file, ctx=32).greedy(ids, 6, stop_at_eos=False,
+                                                                           keep_logits=True)
+    assert got.tokens == want.tokens
+    assert max(ref.nmse(a, b) for a, b in zip(got.logits, want.logits)) < 1e-10
 
 
 def test_not_a_gguf_file(tmp_path):
