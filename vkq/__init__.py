@@ -1,7 +1,18 @@
 """vkq: quantized matrix-vector products on any Vulkan GPU, driven from Python."""
-from .backend import MAX_COLS, Backend, Weights
 from .formats import FORMATS, get_format
 from .gguf_io import GGUFTensor, load_gguf
 
 __all__ = ["Backend", "Weights", "FORMATS", "get_format", "load_gguf", "GGUFTensor", "MAX_COLS"]
 __version__ = "0.1.0"
+
+# Imported on first use: they load Kompute and the Vulkan loader, which
+# `vkq --version`, `vkq --help` and the CLI's error report must not need.
+_FROM_BACKEND = ("Backend", "Weights", "MAX_COLS")
+
+
+def __getattr__(name: str):
+    if name in _FROM_BACKEND:
+        from . import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module 'vkq' has no attribute {name!r}")
