@@ -7,7 +7,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from .formats import BlockFormat, get_format
+from .formats import get_format
 
 
 @dataclass(frozen=True)
@@ -18,14 +18,6 @@ class GGUFTensor:
     qtype: str
     shape: tuple[int, ...]  # numpy order: (rows, K) or (n_expert, rows, K); vectors (K,)
     data: np.ndarray  # raw bytes in GGUF order (memory-mapped)
-
-    @property
-    def format(self) -> BlockFormat:
-        return get_format(self.qtype)
-
-    @property
-    def is_matrix(self) -> bool:
-        return len(self.shape) in (2, 3)
 
 
 def load_gguf(path: str | Path) -> dict[str, GGUFTensor]:
