@@ -51,7 +51,7 @@ TYPES = tuple(FORMATS)  # every block type vkq supports, F32 and F16 included
 
 def paths_for(qtype: str) -> tuple[str, ...]:
     """The mat-vec paths a block type has: F32/F16 have no int8 path."""
-    return ("dmmv", "mmvq") if FORMATS[qtype].has_int8_path else ("dmmv",)
+    return FORMATS[qtype].paths
 
 
 def type_paths(types=TYPES) -> list:

@@ -66,6 +66,11 @@ class BlockFormat:
         """F32/F16: a 'block' is 32 plain values, padded on the device."""
         return self.ggml_type in (GGMLType.F32, GGMLType.F16)
 
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The mat-vec paths this type has: F32/F16 have no int8 path."""
+        return ("dmmv", "mmvq") if self.has_int8_path else ("dmmv",)
+
     def row_bytes(self, k: int) -> int:
         """Bytes of one row of k elements in a GGUF file."""
         if self.is_plain:
