@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import kp
 import numpy as np
 
-from .dispatch.choose import apply_limits, env_path, fit_bindings, int_dot_disabled_by_env
+from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
 from .layout import MatrixLayout, RowRange, pack_rows
@@ -199,9 +199,7 @@ class Backend:
             return self.pipeline(w, ncols, path, activations)
         if activations is not None:
             raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
-        if config.path == "mmvq" and not w.layout.fmt.has_int8_path:
-            raise ValueError(f"{w.qtype} has no int8 (mmvq) path")
-        cfg = apply_limits(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
+        cfg = check_config(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
         return self._fit_bindings(w, cfg, ncols)
 
     def _fit_bindings(self, w: Weights, cfg: PipelineConfig, ncols: int) -> PipelineConfig:

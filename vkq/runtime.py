@@ -18,7 +18,7 @@ import kp
 import numpy as np
 
 from .device_info import DeviceInfo, get_device_info
-from .dispatch.choose import DeviceCaps, Dispatcher
+from .dispatch.choose import DeviceCaps, Dispatcher, loop_iteration_limit
 from .shader_variants import load_spirv
 
 REQUIRED_KP_PATCH = 3  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
@@ -66,6 +66,8 @@ class Device:
             max_shared_memory=i.max_compute_shared_memory_size,
             max_workgroup_invocations=i.max_workgroup_invocations,
             max_texel_buffer_elements=i.max_texel_buffer_elements,
+            max_workgroup_size_x=i.max_workgroup_size[0],
+            max_loop_iterations=loop_iteration_limit(i),
         )
 
     @functools.cached_property
