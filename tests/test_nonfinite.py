@@ -15,7 +15,7 @@ import pytest
 
 import vkq.reference as ref
 from ggml_quant import random_weights
-from conftest import TYPES, paths_for, type_paths
+from conftest import TYPES, type_paths
 
 ROWS, K = 19, 512
 N_EXPERT = 3
@@ -94,4 +94,3 @@ def test_model_marks_nonfinite_blocks():
     assert np.isnan(seen[32:64]).all()
     np.testing.assert_array_equal(seen[:32], clean[:32])
     np.testing.assert_array_equal(seen[64:], clean[64:])
-    assert paths_for("F16") == ("dmmv",)
