@@ -171,23 +171,43 @@ def test_step_computes_each_matvec(backend, monkeypatch, path, activations):
     step = DecodeStep(backend, model, weights, path)
     for _ in range(2):
         step.run()
-    backend.device.manager.sequence().eval(kp.OpTensorSyncLocal(list(step.outputs.values())))
+    backend.device.manager.sequence().eval(kp.OpTensorSyncLocal([t.kp for t in step.outputs.values()]))
     n_used = model.n_expert_used
     for m in model.matrices:
         w = weights[m.name]
-        k, k_pad, rows = m.shape[-1], w.layout.k_padded, m.shape[-2]
         n_vec = n_used if m.per_expert_input else 1
-        x = step.inputs[n_vec, k_pad].data().reshape(n_vec, k_pad)[:, :k].copy()
-        y = step.outputs[m.name].data()
+        x = step.inputs[n_vec, m.shape[-1]].read()
+        got = step.outputs[m.name].read()
         if m.is_expert_stack:
-            ids = step.ids[m.layer].data().copy()
+            ids = step.ids[m.layer].read()
             assert len(set(ids.tolist())) == n_used and 0 <= ids.min() and ids.max() < m.shape[0]
-            want = backend.matvec_id(w, x[0] if n_vec == 1 else x, ids, path=path)
-            got = y.reshape(n_used, rows)
+            want = backend.matvec_id(w, x, ids, config=step.configs[m.name])
         else:
-            want = backend.matvec(w, x[0], path=path if w.layout.fmt.has_int8_path else "dmmv")
-            got = y
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=m.name)
+            want = backend.matvec(w, x, config=step.configs[m.name])
+        assert np.array_equal(got, want), m.name  # the same pipeline gives the same bits
+
+
+def test_step_kernel_seconds(backend, monkeypatch):
+    """GPU time of the last run's kernels: None before a run, then positive and
+    below the wall time of the run; None on a device without timestamps."""
+    import time
+
+    model = models.resolve("tiny-llama:Q4_0")
+    rng = np.random.default_rng(0)
+    weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
+    step = DecodeStep(backend, model, weights, "auto")
+    assert step.kernel_seconds() is None
+    step.run()
+    t = time.perf_counter()
+    step.run()
+    wall = time.perf_counter() - t
+    assert 0 < step.kernel_seconds() < wall
+    import dataclasses
+
+    monkeypatch.setattr(backend, "device_info", dataclasses.replace(backend.device_info, timestamps_supported=False))
+    untimed = DecodeStep(backend, model, weights, "auto")
+    untimed.run()
+    assert untimed.kernel_seconds() is None
 
 
 def test_step_ids_change_per_token(backend):
@@ -198,7 +218,7 @@ def test_step_ids_change_per_token(backend):
     drawn = set()
     for _ in range(6):
         step.draw_ids()
-        drawn.add(tuple(step.ids[0].data().tolist()))
+        drawn.add(tuple(step.ids[0].read().tolist()))
     assert len(drawn) > 1
 
 
@@ -206,7 +226,8 @@ def test_step_ids_change_per_token(backend):
 
 BENCH = ("bench", "-m", "tiny-llama:Q4_0,tiny-moe:Q4_K_M", "-n", "2", "-r", "2")
 FIELDS = ("model", "model_size", "model_n_params", "backend", "device", "path", "test", "n_gen",
-          "samples_ts", "avg_ts", "stddev_ts", "bytes_per_token", "gbps", "membw_gbps", "bw_pct")
+          "samples_ts", "avg_ts", "stddev_ts", "kernel_samples_ts", "kernel_avg_ts", "kernel_stddev_ts",
+          "bytes_per_token", "gbps", "membw_gbps", "bw_pct")
 
 
 def check_row(row: dict) -> None:
@@ -216,7 +237,12 @@ def check_row(row: dict) -> None:
     avg = float(row["avg_ts"])
     assert avg == pytest.approx(statistics.mean(samples))
     assert float(row["stddev_ts"]) == pytest.approx(statistics.stdev(samples))
-    assert float(row["gbps"]) == pytest.approx(int(row["bytes_per_token"]) * avg / 1e9)
+    # lavapipe has timestamps: the kernels alone take less than submit-to-read-back.
+    kernel = [float(s) for s in row["kernel_samples_ts"]]
+    assert len(kernel) == 2 and all(k > w for k, w in zip(kernel, samples))
+    kernel_avg = float(row["kernel_avg_ts"])
+    assert kernel_avg == pytest.approx(statistics.mean(kernel))
+    assert float(row["gbps"]) == pytest.approx(int(row["bytes_per_token"]) * kernel_avg / 1e9)
     assert float(row["bw_pct"]) == pytest.approx(100 * float(row["gbps"]) / float(row["membw_gbps"]))
     assert float(row["membw_gbps"]) > 0 and row["test"] == "tg2" and row["backend"] == "Vulkan (vkq)"
 
@@ -232,6 +258,11 @@ def test_bench_json(capsys):
         model = models.resolve(row["model"])
         assert row["model_n_params"] == model.params and row["model_size"] == model.nbytes
         assert sum(row["paths_used"].values()) == len(model.matrices)
+        assert [m["name"] for m in row["matrices"]] == [m.name for m in model.matrices]
+        ran = [m["path"] for m in row["matrices"]]
+        assert {p: ran.count(p) for p in set(ran)} == row["paths_used"]
+        assert all(m["wg_size"] >= 1 and m["rows_per_wg"] >= 1 and m["source"] for m in row["matrices"])
+        assert row["over_bandwidth"] == (row["bw_pct"] > 100)
     moe = [r for r in rows if r["model"] == "tiny-moe:Q4_K_M"]
     # MoE: a token reads only the used experts' bytes; the F32 router takes dmmv under mmvq.
     assert moe[0]["bytes_per_token"] < moe[0]["model_size"]
@@ -244,6 +275,7 @@ def test_bench_csv(capsys):
     assert status == 0 and len(rows) == 2
     for row in rows:
         row["samples_ts"] = row["samples_ts"].split()
+        row["kernel_samples_ts"] = row["kernel_samples_ts"].split()
         check_row(row)
 
 
@@ -251,14 +283,28 @@ def test_bench_markdown(capsys):
     status, out, _ = run_cli(capsys, *BENCH, "--path", "mmvq")
     lines = out.splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header == ["model", "size", "params", "backend", "device", "path", "test", "t/s", "GB/s", "% bw"]
+    assert header == ["model", "size", "params", "backend", "device", "path", "test", "t/s", "kernel t/s", "GB/s",
+                      "% bw"]
     assert set(lines[1]) <= set("|-: ")
     table = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:4]]
     assert [r[0] for r in table] == ["tiny-llama:Q4_0", "tiny-moe:Q4_K_M"]
     assert table[0][5] == "mmvq" and table[1][5] == "mmvq¹"  # the router's footnote
-    assert all(len(r) == 10 and r[6] == "tg2" and " ± " in r[7] for r in table)
+    assert all(len(r) == 11 and r[6] == "tg2" and " ± " in r[7] and " ± " in r[8] for r in table)
+    # Tiny models sit in the CPU's cache: faster than its memory, so no % is printed.
+    assert all(r[10] == bench.OVER or float(r[10]) <= 100 for r in table)
     assert "synthetic activations" in out and "¹ mmvq falls back to dmmv" in out
     assert "int8 path activations: q8_1 " in out
+
+
+def test_bench_verbose_shows_each_matrix_config(capsys):
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-moe:Q4_K_M", "-n", "1", "-r", "1", "--path", "mmvq",
+                             "--verbose")
+    assert status == 0
+    detail = out.split("\n\n")[-1].splitlines()
+    assert detail[0].split("|")[1:4] == [" model           ", " bench path ", " type "]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in detail[2:]]
+    assert {r[4].split()[0] for r in rows} == {"mmvq", "dmmv"}  # the F32 router falls back
+    assert sum(int(r[-1].split()[0]) for r in rows) == len(models.resolve("tiny-moe:Q4_K_M").matrices)
 
 
 def test_bench_activations(capsys):
@@ -267,8 +313,27 @@ def test_bench_activations(capsys):
     assert status == 0 and json.loads(out)[0]["activations"] == "q8_1x2"
 
 
-def fake_row(path: str, samples: list[float]) -> bench.Row:
-    return bench.Row("m", 2**30, 10**9, bench.BACKEND, "dev", path, "tg4", 4, samples, 10**9, 10.0, {path: 1})
+def fake_row(path: str, samples: list[float], kernel: list[float] | None = None, membw: float = 10.0) -> bench.Row:
+    return bench.Row("m", 2**30, 10**9, bench.BACKEND, "dev", path, "tg4", 4, samples, kernel, 10**9, membw,
+                     {path: 1})
+
+
+def test_percent_of_bandwidth_never_over_100():
+    """A figure above the device's measured bandwidth is not printed as a
+    share of it; the table says why (JSON keeps the number)."""
+    ok, over = fake_row("mmvq", [2.0, 2.0], [5.0, 5.0], membw=10.0), fake_row("mmvq", [2.0], [20.0], membw=10.0)
+    assert ok.gbps == pytest.approx(5.0) and ok.bw_pct == pytest.approx(50.0) and not ok.over_bandwidth
+    assert over.bw_pct == pytest.approx(200.0) and over.over_bandwidth
+    md = bench.render([ok, over], "md")
+    cells = [line.split("|")[-2].strip() for line in md.splitlines()[2:4]]
+    assert cells == ["50.0", bench.OVER] and "200" not in md.split("\n\n")[0]
+    assert "² faster than the device's memory" in md
+    assert json.loads(bench.render([over], "json"))[0]["over_bandwidth"] is True
+    # Without timestamps the wall clock is all there is.
+    wall_only = fake_row("dmmv", [2.0, 2.0])
+    assert wall_only.kernel_avg_ts is None and wall_only.gbps == pytest.approx(2.0)
+    kernel_cell = bench.render([wall_only], "md").splitlines()[2].split("|")[9]
+    assert kernel_cell.strip() == "-"
 
 
 def test_compare_diff_from_rows():

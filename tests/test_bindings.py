@@ -94,7 +94,8 @@ def test_weights_over_the_texel_limit_fall_back(backend, monkeypatch):
     words = max(b.tensor.size() for b in w.buffers)
     caps = replace(backend.device.caps, max_texel_buffer_elements=words - 1)
     monkeypatch.setattr(backend.device, "caps", caps)
-    w._plans.clear()
+    w._calls.clear()
+    w._calls_by_config.clear()
     fitted = backend._config(w, 1, None, config("mmvq", True, "texel", "texel"), None)
     assert fitted.weights_binding == "storage" and "maxTexelBufferElements" in fitted.source
     assert np.array_equal(backend.matvec(w, x, config=config("mmvq", True, "texel", "texel")), expected)

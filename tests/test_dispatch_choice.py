@@ -119,13 +119,9 @@ def test_bad_tuning_file_warns_and_falls_back(backend, tuning_dir, content):
 
 def test_tuned_entry_used_on_next_run(backend, tuning_dir):
     """`vkq tune` on one type, then a new Backend picks the tuned entry up."""
-    import argparse
-
     from vkq import tune
 
-    args = argparse.Namespace(device=None, reset=False, show=False, types="Q8_0", quick=True, repetitions=1,
-                              no_progress=True)
-    assert tune.run(args) == 0
+    assert tune.run(["Q8_0"], quick=True, progress=False, shapes=[(64, 256)]) == 0
     entries = tuning_store.load(backend.device_info)
     assert set(entries) == {"Q8_0"} and entries["Q8_0"]["best"] in ("dmmv", "mmvq")
     fresh = vkq.Backend()
@@ -135,8 +131,7 @@ def test_tuned_entry_used_on_next_run(backend, tuning_dir):
     best = entries["Q8_0"][entries["Q8_0"]["best"]]
     assert (cfg.path, cfg.wg_size, cfg.rows_per_wg) == (entries["Q8_0"]["best"], best["wg_size"], best["rows_per_wg"])
     assert (cfg.weights_binding, cfg.x_binding) == (best["weights_binding"], best["x_binding"])
-    args.reset = True
-    tune.run(args)
+    tune.reset()
     assert tuning_store.load(backend.device_info) == {}
 
 

@@ -15,6 +15,7 @@ from vkq.dispatch import tables
 from vkq.dispatch.classify import DeviceClass, classify
 from vkq.dispatch.tables import VENDORS, _load, class_entries, load_table, lookup, validate_table
 from vkq.formats import FORMATS
+from vkq.info import evidence
 from vkq.shader_variants import MatVecVariant, spirv_path
 
 DEVICES = Path(__file__).parent / "devices"
@@ -204,19 +205,46 @@ def path(fname: str, qtype: str, k: int, ncols: int = 1, **changes) -> str:
     return lookup(cls_of(fname, **changes), qtype, 4096, k, ncols)[0]["path"]
 
 
-def test_ggml_choices_nvidia():
-    # ggml: NVIDIA n==1: k<=4096 -> DMMV; k>4096 Q8_0/MXFP4 MMVQ only pre-Turing.
-    assert path("nvidia_rtx3090", "Q8_0", 4096) == "dmmv"
-    assert path("nvidia_rtx3090", "Q8_0", 14336) == "dmmv"
-    assert path("nvidia_rtx3090", "MXFP4", 14336) == "dmmv"
-    assert path("nvidia_rtx3090", "Q4_0", 14336) == "mmvq"
-    assert path("nvidia_rtx3090", "Q4_0", 4096) == "dmmv"
-    assert path("nvidia_rtx3090", "Q2_K", 1024) == "mmvq"
-    assert path("nvidia_rtx3090", "Q3_K", 4096) == "mmvq"
-    assert path("nvidia_rtx3090", "Q8_0", 4096, ncols=2) == "mmvq"
+def test_measured_choices_nvidia():
+    """Turing+ (the H100's class): the int8 path for every quantized type at
+    n = 1..8 and any K, with the launch measured there (gpu-h100.md)."""
+    for name in ("nvidia_rtx3090", "nvidia_rtx2060"):
+        cls = cls_of(name)
+        for qtype, fmt in FORMATS.items():
+            for k in (256, 4096, 14336):
+                for ncols in range(1, MAX_NCOLS + 1):
+                    params, desc = lookup(cls, qtype, 4096, k, ncols)
+                    want = "mmvq" if fmt.has_int8_path else "dmmv"
+                    assert params["path"] == want, (name, qtype, k, ncols)
+                    if want == "mmvq":
+                        assert (params["wg_size"], params["rows_per_wg"], params["reduction"]) == (32, 2, "subgroup")
+                        assert (params["weights_binding"], params["x_binding"]) == ("storage", "storage")
+                        assert desc.endswith("default [measured]"), desc
+    # An unclassified NVIDIA arch is treated as Turing+.
+    assert lookup(class_for_key("nvidia/*"), "Q6_K", 4096, 4096, 1)[0]["path"] == "mmvq"
+
+
+def test_ggml_choices_nvidia_pre_turing():
+    # ggml: NVIDIA n==1: k<=4096 -> DMMV; k>4096 Q8_0/MXFP4 MMVQ only pre-Turing: unmeasured, kept.
     assert path("nvidia_gtx1080", "Q8_0", 14336) == "mmvq"
     assert path("nvidia_gtx1080", "Q8_0", 4096) == "dmmv"
-    assert path("nvidia_rtx2060", "MXFP4", 14336) == "dmmv"
+    assert path("nvidia_gtx1080", "Q4_0", 14336) == "mmvq"
+    assert path("nvidia_gtx1080", "Q2_K", 1024) == "mmvq"
+    assert path("nvidia_gtx1080", "Q8_0", 4096, ncols=2) == "mmvq"
+    assert path("nvidia_gtx1080", "Q6_K", 14336, ncols=2) == "dmmv"
+
+
+def test_gpu_dequantize_path_takes_more_rows():
+    """Every GPU table launches the dequantize path with 8 rows per workgroup
+    (x read 4x less often than at 2), whatever picked the path; lavapipe keeps
+    its measured launch."""
+    for name in EXPECTED_CLASS:
+        for qtype in ("F16", "Q4_0", "Q6_K"):
+            params, desc = lookup(cls_of(name), qtype, 4096, 14336, 1, "dmmv")
+            if name == "lavapipe":
+                assert params["rows_per_wg"] == (4 if qtype == "F16" else 16), qtype
+            else:
+                assert params["rows_per_wg"] == 8 and "reasoned, unmeasured" in desc, (name, qtype)
 
 
 def test_ggml_choices_amd():
@@ -250,12 +278,14 @@ def test_ggml_choices_intel():
     assert path("intel_arc_b580", "Q4_K", 4096, **b580_win) == "dmmv"
 
 
-def test_q6_k_dmmv_everywhere_but_intel_and_lavapipe():
-    """ggml's rule on the GPU tables; lavapipe's entry is measured (mmvq faster)."""
+def test_q6_k_dmmv_where_ggml_rules_remain():
+    """ggml's rule on the unmeasured GPU tables; lavapipe's and NVIDIA Turing+'s
+    entries are measured (mmvq faster)."""
     for name in EXPECTED_CLASS:
         for ncols in (1, 4):
             got = path(name, "Q6_K", 14336, ncols=ncols)
-            if name == "lavapipe" or (name.startswith("intel_") and not name.endswith("_windows")):
+            if name in ("lavapipe", "nvidia_rtx3090", "nvidia_rtx2060") or (
+                    name.startswith("intel_") and not name.endswith("_windows")):
                 assert got == "mmvq", name
             elif not name.startswith("intel_"):
                 assert got == "dmmv", name
@@ -277,10 +307,26 @@ def test_other_vendors_and_software():
 
 
 def test_lookup_description_names_rules():
-    params, desc = lookup(cls_of("nvidia_rtx3090"), "Q8_0", 4096, 4096, 1)
-    assert desc.startswith("table nvidia.json class nvidia/turing+ (device nvidia/turing+/proprietary)")
-    assert "nvidia/pre-turing rule 1 [ggml]" in desc  # inherited k<=4096 rule
-    assert "rule 1 [ggml] path=dmmv: ggml: NVIDIA n==1 Q8_0/MXFP4" in desc
+    params, desc = lookup(cls_of("nvidia_gtx1080"), "Q8_0", 4096, 4096, 1)
+    assert desc.startswith("table nvidia.json class nvidia/pre-turing (device nvidia/pre-turing/proprietary)")
+    assert "rule 1 [ggml] path=dmmv: ggml: NVIDIA n==1 and k<=4096 -> DMMV" in desc
+    params, desc = lookup(cls_of("amd_rx6800xt"), "Q8_0", 4096, 4096, 1)
+    assert "amd/* rule 2 [ggml]" not in desc and "rule 2 [ggml] path=dmmv: ggml: AMD n==1 Q8_0" in desc
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CLASS))
+def test_info_says_what_is_unmeasured(name):
+    """`vkq info`'s evidence line comes from the bases of the entries used:
+    the vendors vkq has not measured say "unmeasured", whatever the type."""
+    measured = name in ("lavapipe", "nvidia_rtx3090", "nvidia_rtx2060")
+    for qtype, fmt in FORMATS.items():
+        params, desc = lookup(cls_of(name), qtype, 4096, 14336, 1)
+        said = evidence(desc)
+        if measured and (name == "lavapipe" or fmt.has_int8_path):
+            assert said == "measured", (name, qtype, desc)
+        else:
+            assert said.startswith("unmeasured ("), (name, qtype, desc)
+    assert evidence("tuned on this device (vkq tune)").startswith("measured on this device")
 
 
 def test_lookup_rejects_unknown_type():

@@ -148,10 +148,10 @@ def test_dispatcher_adapts_table_choice_to_loop_budget(backend):
     (split_k false); past the loop budget the dispatcher splits K instead,
     and the result stays right."""
     budget = backend.device.caps.max_loop_iterations
-    if budget is None or backend.device.dispatcher.device_class.arch != "lavapipe":
+    if budget is None or backend.dispatcher.device_class.arch != "lavapipe":
         pytest.skip("lavapipe's table and loop budget")
     fmt = FORMATS["Q8_0"]
-    small = backend.device.dispatcher.choose(fmt, 8, 4096, 1, "mmvq")
+    small = backend.dispatcher.choose(fmt, 8, 4096, 1, "mmvq")
     assert not small.split_k
     k = _largest_k(small, fmt, 1, budget) + 32
     data = random_weights(8, k, "Q8_0", seed=6)
@@ -165,9 +165,9 @@ def test_dispatcher_adapts_table_choice_to_loop_budget(backend):
 def test_dispatcher_clamps_named_in_source(backend):
     """A table entry beyond a smaller device's limits is adapted, each change named."""
     caps = replace(backend.device.caps, max_workgroup_invocations=4, max_shared_memory=64)
-    d = Dispatcher(caps, backend.device.dispatcher.device_class, {})
+    d = Dispatcher(caps, backend.dispatcher.device_class, {})
     chosen = d.choose(FORMATS["Q4_K"], 4096, 4096, 1, "mmvq")
-    table = backend.device.dispatcher.choose(FORMATS["Q4_K"], 4096, 4096, 1, "mmvq")
+    table = backend.dispatcher.choose(FORMATS["Q4_K"], 4096, 4096, 1, "mmvq")
     assert chosen.wg_size == 4 and f"wg_size {table.wg_size} -> 4" in chosen.source
     assert chosen.rows_per_wg * chosen.wg_size * 4 <= 64 and "shared memory" in chosen.source
 

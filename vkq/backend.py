@@ -14,18 +14,20 @@ shape) the dispatches are recorded once into a Kompute sequence and replayed.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
-import kp
 import numpy as np
 
-from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
+from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, check_activations
+from .dispatch.choose import Dispatcher, check_config, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
+from .graph import Graph
 from .layout import MatrixLayout, RowRange, pack_rows
-from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, check_activations
-from .ops import MatVec, QuantizeQ8_1, q8_1_words
+from .ops import q8_1_words
 from .runtime import Device
+from .tensor import Tensor
 
 MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding)
 
@@ -45,8 +47,23 @@ class Weights:
         self.layout = layout
         self.buffers = buffers
         self.shape = shape
-        self._plans: dict[tuple, _Plan] = {}
+        self.freed = False
+        self._calls: dict[tuple, _Call] = {}  # per call key (shape, path, activations, ...)
+        self._calls_by_config: dict[tuple, _Call] = {}  # the same pipeline, whichever key chose it
         self._configs: dict[tuple, PipelineConfig] = {}
+
+    def free(self) -> None:
+        """Release the device memory now; any later use is refused."""
+        with self.backend._lock:
+            if self.freed:
+                return
+            for call in self._calls_by_config.values():
+                call.graph.destroy()
+            self._calls.clear()
+            self._calls_by_config.clear()
+            for buf in self.buffers:
+                buf.tensor.destroy()
+            self.freed = True
 
     @property
     def qtype(self) -> str:
@@ -61,41 +78,18 @@ class Weights:
         return self.layout.gguf_nbytes
 
     def __repr__(self) -> str:
-        return f"<vkq.Weights {self.qtype} shape={self.shape} buffers={len(self.buffers)}>"
+        state = " freed" if self.freed else ""
+        return f"<vkq.Weights {self.qtype} shape={self.shape} buffers={len(self.buffers)}{state}>"
 
 
-class _Plan:
-    """One mat-vec recorded once (x in, dispatches, y out) and replayed per call."""
+class _Call:
+    """One Backend.matvec / matvec_id / matvec_many shape on its matrices: a
+    graph (x in, mat-vecs, y out) recorded once and replayed per call."""
 
-    def __init__(self, device: Device, weights: Weights, cfg: PipelineConfig, ncols: int,
-                 n_slots: int, shared_x: bool):
-        lay = weights.layout
-        self.k, self.k_pad, self.rows = lay.k, lay.k_padded, lay.rows
-        mul_mat_id = n_slots > 0
-        n_inputs = (1 if shared_x else n_slots) if mul_mat_id else ncols
-        n_outputs = n_slots if mul_mat_id else ncols
+    __slots__ = ("graph", "xs", "ys", "ids")
 
-        self.x = device.tensor(n_inputs * self.k_pad)
-        self.y = device.tensor(n_outputs * self.rows)
-        self.ids = device.tensor(n_slots, np.int32) if mul_mat_id else None
-        self.seq = device.manager.sequence()
-        self.seq.record(kp.OpTensorSyncDevice([self.x] + ([self.ids] if mul_mat_id else [])))
-        x_in = self.x
-        if cfg.path == "mmvq":
-            x_in = device.tensor(q8_1_words(n_inputs, self.k_pad, cfg.x_planes), np.uint32)
-            QuantizeQ8_1(device, self.x, x_in, n_inputs, self.k_pad, cfg.x_planes).record(self.seq)
-            self.seq.record(device.compute_barrier())
-        MatVec(device, weights, cfg, x_in, self.y, ncols=ncols, ids=self.ids, n_slots=n_slots,
-               shared_x=shared_x).record(self.seq)
-        self.seq.record(kp.OpTensorSyncLocal([self.y]))
-
-    def run(self, x: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
-        """x: (n_inputs, k) float32; returns (n_outputs, rows)."""
-        self.x.data().reshape(-1, self.k_pad)[:, : self.k] = x
-        if ids is not None:
-            self.ids.data()[:] = ids
-        self.seq.eval()
-        return self.y.data().reshape(-1, self.rows).copy()
+    def __init__(self, graph: Graph, xs: list[Tensor], ys: list[Tensor], ids: Tensor | None = None):
+        self.graph, self.xs, self.ys, self.ids = graph, xs, ys, ids
 
 
 def _as_bytes(data, fmt: BlockFormat) -> np.ndarray:
@@ -137,14 +131,21 @@ def _check_x(x, k: int, what: str) -> np.ndarray:
 
 
 class Backend:
-    """Quantized mat-vec on one Vulkan device."""
+    """Quantized mat-vec on one Vulkan device.
+
+    Thread-safe: calls from several threads on one Backend (same or different
+    weights) give exactly the single-threaded results. A lock orders what
+    shares state: each cached call's tensors and the device's one queue;
+    Kompute holds Python's GIL while it waits for the GPU anyway."""
 
     def __init__(self, device: int | None = None, *, activations: str = DEFAULT_ACTIVATIONS):
         self.activations = check_activations(activations)
         self.device = Device(device)
         self.device_info = self.device.info
+        self.dispatcher = Dispatcher.for_device(self.device_info, self.device.caps)
+        self._lock = threading.RLock()
 
-    # -- weights -----------------------------------------------------------
+    # -- weights and tensors -----------------------------------------------
     def upload(self, qtype, shape, data) -> Weights:
         """Put GGUF weights on the device; `data` is their raw bytes in GGUF order."""
         fmt = get_format(qtype)
@@ -165,15 +166,27 @@ class Backend:
             buffers.append(_Buffer(rr, self.device.upload(words), offsets))
         return Weights(self, layout, buffers, tuple(int(s) for s in shape))
 
+    def tensor(self, length: int, n: int = 1, dtype=np.float32, *, name: str = "") -> Tensor:
+        """A device tensor of `n` vectors of `length` zeros (vkq.tensor)."""
+        return Tensor(self, length, n, dtype, name)
+
+    def graph(self, timestamps: bool = False) -> Graph:
+        """A graph of operations recorded once, replayed with one submit (vkq.graph).
+        timestamps: time each replay's kernels on the GPU (Graph.kernel_seconds)."""
+        return Graph(self, timestamps)
+
     def _check_weights(self, weights, expert_stack: bool) -> Weights:
         if not isinstance(weights, Weights) or weights.backend is not self:
             raise TypeError("weights must be a vkq.Weights returned by this backend's upload()")
+        if weights.freed:
+            raise ValueError(f"{weights!r} was freed")
         if weights.is_expert_stack != expert_stack:
             want = "an expert stack (n_expert, rows, K)" if expert_stack else "a matrix (rows, K)"
             raise ValueError(f"expected {want}, got weights of shape {weights.shape}; "
                              f"use {'matvec_id' if weights.is_expert_stack else 'matvec'}")
         return weights
 
+    # -- the dispatcher's choice -------------------------------------------
     def pipeline(self, weights: Weights, ncols: int = 1, path: str | None = None,
                  activations: str | None = None) -> PipelineConfig:
         """The pipeline the dispatcher picks for this weights matrix; on the
@@ -186,7 +199,7 @@ class Backend:
         cfg = weights._configs.get(key)
         if cfg is None:
             lay = weights.layout
-            cfg = self.device.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
+            cfg = self.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
             if cfg.path == "mmvq":
                 cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
             cfg = self._fit_bindings(weights, cfg, ncols)
@@ -195,6 +208,8 @@ class Backend:
 
     def _config(self, w: Weights, ncols: int, path, config: PipelineConfig | None,
                 activations: str | None) -> PipelineConfig:
+        if path == "auto":
+            path = None
         if config is None:
             return self.pipeline(w, ncols, path, activations)
         if activations is not None:
@@ -210,30 +225,53 @@ class Backend:
         weights_bytes = 4 * max(buf.tensor.size() for buf in w.buffers)
         return fit_bindings(cfg, self.device.caps, 4 * x_words, weights_bytes)
 
-    def _plan(self, weights: Weights, cfg: PipelineConfig, ncols: int, n_slots: int, shared_x: bool) -> _Plan:
-        if cfg.path == "mmvq" and not self.device.patched_kp:
-            raise RuntimeError("the int8 path needs vkq's Kompute patch (tools/install_kompute.sh)")
-        # The same pipeline, whichever rule chose it, is recorded once.
-        key = (replace(cfg, source=""), ncols, n_slots, shared_x)
-        plan = weights._plans.get(key)
-        if plan is None:
-            plan = weights._plans[key] = _Plan(self.device, weights, cfg, ncols, n_slots, shared_x)
-        return plan
+    def _call(self, w: Weights, ncols: int, n_slots: int, shared_x: bool, path, activations,
+              config) -> _Call:
+        """The cached graph of one mat-vec call shape (made on first use)."""
+        key = (ncols, n_slots, shared_x, path, activations, config,
+               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
+        call = w._calls.get(key)
+        if call is not None:
+            return call
+        with self._lock:
+            cfg = self._config(w, ncols, path, config, activations)
+            if cfg.path == "mmvq" and not self.device.patched_kp:
+                raise RuntimeError("the int8 path needs vkq's Kompute patch (tools/install_kompute.sh)")
+            # The same pipeline, whichever rule or key chose it, is recorded once.
+            cfg_key = (replace(cfg, source=""), ncols, n_slots, shared_x)
+            call = w._calls_by_config.get(cfg_key)
+            if call is None:
+                g = Graph(self)
+                n_x = (1 if shared_x else n_slots) if n_slots else ncols
+                x = g.input(self.tensor(w.layout.k, n_x, name="x"))
+                if n_slots:
+                    ids = g.input(self.tensor(n_slots, dtype=np.int32, name="ids"))
+                    y = g.matvec_id(w, x, ids, config=cfg)
+                else:
+                    ids, y = None, g.matvec(w, x, config=cfg)
+                g.output(y)
+                call = w._calls_by_config[cfg_key] = _Call(g, [x], [y], ids)
+            w._calls[key] = call
+        return call
 
     # -- mat-vec -----------------------------------------------------------
     def matvec(self, weights: Weights, x: np.ndarray, path: str | None = None, *,
                activations: str | None = None, config: PipelineConfig | None = None) -> np.ndarray:
         """y = W @ x. x: float32 (K,) -> (rows,), or (K, n) -> (rows, n) for n <= 8.
 
+        `path`: "dmmv", "mmvq", or None / "auto" (the dispatcher's choice).
         `activations`: the int8 path's activation format for this call
         (default: the backend's). `config` bypasses the dispatcher (for
         `vkq tune` and parameter tests); it is still held to the device's limits."""
         w = self._check_weights(weights, expert_stack=False)
         x = _check_x(x, w.layout.k, "x")
-        ncols = 1 if x.ndim == 1 else x.shape[1]
-        cfg = self._config(w, ncols, path, config, activations)
-        y = self._plan(w, cfg, ncols, 0, False).run(x.T if x.ndim == 2 else x[None])
-        return y[0] if x.ndim == 1 else y.T.copy()
+        call = self._call(w, 1 if x.ndim == 1 else x.shape[1], 0, False, path, activations, config)
+        k, rows = w.layout.k, w.layout.rows
+        with self._lock:
+            call.xs[0]._host[:, :k] = x.T if x.ndim == 2 else x
+            call.graph.run()
+            y = call.ys[0]._host[:, :rows]
+            return y[0].copy() if x.ndim == 1 else y.T.copy()
 
     def matvec_id(self, experts: Weights, x: np.ndarray, ids: np.ndarray, path: str | None = None, *,
                   activations: str | None = None, config: PipelineConfig | None = None) -> np.ndarray:
@@ -244,13 +282,7 @@ class Backend:
         """
         w = self._check_weights(experts, expert_stack=True)
         lay = w.layout
-        if not isinstance(ids, np.ndarray) or ids.dtype != np.int32:
-            raise TypeError(f"ids must be a numpy int32 array, got {getattr(ids, 'dtype', type(ids).__name__)}")
-        if ids.ndim != 1 or ids.size < 1:
-            raise ValueError(f"ids must have shape (n_used,) with n_used >= 1, got {ids.shape}")
-        bad = ids[(ids < 0) | (ids >= lay.n_expert)]
-        if bad.size:
-            raise ValueError(f"ids out of range: {bad[:4].tolist()} not in [0, {lay.n_expert})")
+        _check_ids(ids, lay.n_expert)
         if not isinstance(x, np.ndarray):
             raise TypeError(f"x must be a numpy float32 array, got {type(x).__name__}")
         if x.dtype != np.float32:
@@ -262,5 +294,63 @@ class Backend:
             shared = False
         else:
             raise ValueError(f"x must have shape ({lay.k},) or ({n_used}, {lay.k}) for {n_used} ids, got {x.shape}")
-        cfg = self._config(w, 1, path, config, activations)
-        return self._plan(w, cfg, 1, n_used, shared).run(x[None] if shared else x, ids)
+        call = self._call(w, 1, n_used, shared, path, activations, config)
+        with self._lock:
+            call.xs[0]._host[:, : lay.k] = x
+            call.ids._host[0] = ids
+            call.graph.run()
+            return call.ys[0]._host[:, : lay.rows].copy()
+
+    def matvec_many(self, products, path: str | None = None, *,
+                    activations: str | None = None) -> list[np.ndarray]:
+        """[W @ x for (W, x) in products] in one submit; x as in matvec.
+
+        The mat-vecs are independent (no barrier between them) and those
+        given the very same x array share one upload and one Q8_1
+        quantization. Recorded once per combination of matrices and shapes."""
+        products = list(products)
+        if not products:
+            raise ValueError("matvec_many needs at least one (weights, x) pair")
+        ws, xs, slots = [], [], []
+        for i, pair in enumerate(products):
+            try:
+                weights, x = pair
+            except (TypeError, ValueError):
+                raise TypeError(f"products[{i}] must be a (weights, x) pair") from None
+            w = self._check_weights(weights, expert_stack=False)
+            x = _check_x(x, w.layout.k, f"products[{i}] x")
+            slot = next((j for j, seen in enumerate(xs) if seen is x), None)
+            if slot is None:
+                xs.append(x)
+                slot = len(xs) - 1
+            ws.append(w)
+            slots.append(slot)
+        ncols = [1 if x.ndim == 1 else x.shape[1] for x in xs]
+        key = ("many", tuple(id(w) for w in ws), tuple(slots), tuple(ncols), path, activations,
+               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
+        call = ws[0]._calls.get(key)
+        with self._lock:
+            if call is None:
+                g = Graph(self)
+                inputs = [g.input(self.tensor(x.shape[0], n, name=f"x{j}")) for j, (x, n) in enumerate(zip(xs, ncols))]
+                ys = [g.output(g.matvec(w, inputs[slot], path, activations=activations))
+                      for w, slot in zip(ws, slots)]
+                call = ws[0]._calls[key] = _Call(g, inputs, ys)
+            for t, x in zip(call.xs, xs):
+                t._host[:, : x.shape[0]] = x.T if x.ndim == 2 else x
+            call.graph.run()
+            out = []
+            for w, slot, y in zip(ws, slots, call.ys):
+                values = y._host[:, : w.layout.rows]
+                out.append(values[0].copy() if xs[slot].ndim == 1 else values.T.copy())
+            return out
+
+
+def _check_ids(ids, n_expert: int) -> None:
+    if not isinstance(ids, np.ndarray) or ids.dtype != np.int32:
+        raise TypeError(f"ids must be a numpy int32 array, got {getattr(ids, 'dtype', type(ids).__name__)}")
+    if ids.ndim != 1 or ids.size < 1:
+        raise ValueError(f"ids must have shape (n_used,) with n_used >= 1, got {ids.shape}")
+    bad = ids[(ids < 0) | (ids >= n_expert)]
+    if bad.size:
+        raise ValueError(f"ids out of range: {bad[:4].tolist()} not in [0, {n_expert})")

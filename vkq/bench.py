@@ -1,12 +1,17 @@
 """`vkq bench`: llama-bench's table for the mat-vec share of decoding.
 
-For each model (preset or GGUF file) and path, the decode step (vkq.step)
-is recorded once and replayed: after one warm-up token, each repetition
-times n tokens by wall clock (ids drawn, submitted, waited for, logits read
-back) and gives n / seconds; the table shows mean ± standard deviation over
-the repetitions, like llama-bench's `tg` tests. Effective GB/s is the
-weight bytes one token reads times t/s, and "% bw" relates it to this
-device's memory read bandwidth as vkq measures it (shaders/membw.comp).
+For each model (preset or GGUF file) and path, the decode step (vkq/step.py)
+is recorded once and replayed: after the clocks are warmed up (vkq/timing.py),
+each repetition times n tokens by wall clock (ids drawn, submitted, waited
+for, logits read back) and, where the device has GPU timestamps, by kernel
+time alone; the table shows both as t/s, mean ± standard deviation over the
+repetitions, like llama-bench's `tg` tests: the difference is what the
+submission costs. Effective GB/s is the weight bytes one token reads per
+second of kernel time, and "% bw" relates it to this device's memory read
+bandwidth as vkq measures it (`memory_bandwidth`, shaders/membw.comp).
+
+`vkq bench --matvec` times one matrix per block type and path instead
+(`bench_matvec`), against numpy on the dequantized weights.
 """
 from __future__ import annotations
 
@@ -15,18 +20,22 @@ import io
 import json
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 
 import kp
 import numpy as np
-from tqdm import tqdm
 
+from .activations import DEFAULT_ACTIVATIONS
 from .backend import Backend
+from .formats import FORMATS, get_format
 from .models import Model, list_presets, resolve
+from .reference import dequantize
 from .runtime import Device
-from .shader_variants import MEMBW
+from .shader_variants import MEMBW, MEMBW_TEXEL
 from .step import STEP_PATHS, DecodeStep
+from .synthetic import random_weights
+from .table import markdown
+from .timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
 
 BACKEND = "Vulkan (vkq)"
 NOTE = ("vkq bench measures the mat-vec share of decoding: every weight matrix of one token, in "
@@ -35,35 +44,69 @@ NOTE = ("vkq bench measures the mat-vec share of decoding: every weight matrix o
 # -- device memory bandwidth ------------------------------------------------
 
 MEMBW_WG = 64  # invocations per workgroup (shaders/membw.comp)
-MEMBW_GROUPS = 1024  # workgroups, each one contiguous chunk: <= 256 loop iterations per invocation
-MEMBW_MAX_BYTES = 256 << 20  # far beyond any cache; lavapipe allows 128 MiB per binding
+MEMBW_LOADS = 16  # 16-byte loads per invocation: short loops, many workgroups in flight
+MEMBW_BUFFERS = 4  # bindings of shaders/membw.comp
+MEMBW_SAMPLE_SECONDS = 0.05  # GPU time per sample
+MEMBW_SAMPLES = 7  # the best of them counts: the device's bandwidth, not the machine's load
 _BANDWIDTH: dict[int, float] = {}  # device index -> bytes/s, measured once per process
 
 
-def memory_bandwidth(device: Device, runs: int = 5) -> float:
+def memory_bandwidth(device: Device) -> float:
     """Read bandwidth (bytes/s) of the device's memory as a shader sees it:
-    best of `runs` passes over one big buffer, wall clock per pass."""
+    four buffers of together ROTATION_BYTES (past any cache) read by one
+    dispatch, repeated back to back for MEMBW_SAMPLE_SECONDS of GPU time per
+    sample after WARM_SECONDS of warm-up, best of MEMBW_SAMPLES samples;
+    read through storage buffers and, where they fit, texel views (the
+    faster of the two, as the tables pick the faster for the mat-vec)."""
     if device.index in _BANDWIDTH:
         return _BANDWIDTH[device.index]
-    unit = 16 * MEMBW_GROUPS  # whole uvec4 chunks per workgroup
-    nbytes = min(MEMBW_MAX_BYTES, device.max_buffer_bytes) // unit * unit
-    data = device.upload(np.ones(nbytes // 4, np.uint32))
-    sums = device.tensor(MEMBW_GROUPS * MEMBW_WG, np.uint32)
-    push = np.array([nbytes // unit], np.uint32)
-    algo = device.algorithm([data, sums], MEMBW, (MEMBW_GROUPS, 1, 1), [MEMBW_WG], push)
-    seq = device.manager.sequence()
-    seq.record(kp.OpAlgoDispatch(algo))
-    # Warm-up (pipeline compile, first touch), and proof that every word was read.
-    device.manager.sequence().record(kp.OpAlgoDispatch(algo)).record(kp.OpTensorSyncLocal([sums])).eval()
-    if int(sums.data().astype(np.int64).sum()) != nbytes // 4:
-        raise RuntimeError("shaders/membw.comp did not read its whole buffer on this device")
-    best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
+    unit = 16 * MEMBW_WG * MEMBW_LOADS  # bytes one workgroup reads
+    per_buffer = min(ROTATION_BYTES // MEMBW_BUFFERS, device.max_buffer_bytes) // unit * unit
+    groups = per_buffer // unit
+    data = [device.upload(np.ones(per_buffer // 4, np.uint32)) for _ in range(MEMBW_BUFFERS)]
+    sums = device.tensor(MEMBW_BUFFERS * groups * MEMBW_WG, np.uint32)
+    variants = [(MEMBW, None)]
+    if device.patched_kp and per_buffer // 16 <= device.info.max_texel_buffer_elements:
+        variants.append((MEMBW_TEXEL, ["texel_u32x4"] * MEMBW_BUFFERS + ["storage"]))
+    best = 0.0
+    for variant, kinds in variants:
+        algo = device.algorithm(data + [sums], variant, (groups, MEMBW_BUFFERS, 1), [MEMBW_WG],
+                                np.array([per_buffer // 16 // groups], np.uint32), kinds)
+        # First run: pipeline compile, first touch, and proof that every word was read.
+        device.manager.sequence().record(kp.OpAlgoDispatch(algo)).record(kp.OpTensorSyncLocal([sums])).eval()
+        if int(sums.data().astype(np.int64).sum()) != MEMBW_BUFFERS * per_buffer // 4:
+            raise RuntimeError(f"shaders/membw.comp ({variant.name}) did not read all of its buffers on this device")
+        best = max(best, MEMBW_BUFFERS * per_buffer / _seconds_per_pass(device, algo))
+        algo.destroy()
+    for t in data + [sums]:
+        t.destroy()
+    _BANDWIDTH[device.index] = best
+    return best
+
+
+def _seconds_per_pass(device: Device, algo) -> float:
+    """Best GPU seconds (wall clock without timestamps) of one dispatch of
+    `algo`, timed as samples of many back-to-back dispatches, warm."""
+    info = device.info
+
+    def sequence(passes: int):
+        n_ops = 2 * passes
+        seq = device.manager.sequence(0, n_ops + 1) if info.timestamps_supported else device.manager.sequence()
+        for _ in range(passes):
+            seq.record(kp.OpAlgoDispatch(algo))
+            seq.record(device.compute_barrier())  # the next pass rewrites the sums
+        return seq
+
+    def timed(seq) -> float:
+        if not info.timestamps_supported:
+            return wall_samples(seq.eval, 1)[0]
         seq.eval()
-        best = min(best, time.perf_counter() - t)
-    _BANDWIDTH[device.index] = nbytes / best
-    return _BANDWIDTH[device.index]
+        return timestamp_span(seq.get_timestamps(), info.timestamp_period)
+
+    passes = calibrate(lambda: timed(sequence(1)), MEMBW_SAMPLE_SECONDS, max_repeats=2048)
+    seq = sequence(passes)
+    warm_up(lambda: timed(seq), WARM_SECONDS)
+    return min(timed(seq) for _ in range(MEMBW_SAMPLES)) / passes
 
 
 # -- measurement ------------------------------------------------------------
@@ -80,21 +123,36 @@ class Row:
     path: str
     test: str
     n_gen: int
-    samples_ts: list[float]  # tokens per second of each repetition
+    samples_ts: list[float]  # tokens per second of each repetition, wall clock
+    kernel_samples_ts: list[float] | None  # the same by GPU time of the kernels (None: no timestamps)
     bytes_per_token: int  # weight bytes one token reads (MoE: the used experts)
     membw_gbps: float  # the device's memory read bandwidth (memory_bandwidth)
     paths_used: dict[str, int]  # how many matrices took each path
     activations: str = "q8_1"  # the int8 path's activation format (vkq.activations)
+    matrices: list[dict] = field(default_factory=list)  # each matrix: name, type, shape, path, parameters
     avg_ts: float = field(init=False)
     stddev_ts: float = field(init=False)
-    gbps: float = field(init=False)  # effective: weight bytes read per token x t/s
+    kernel_avg_ts: float | None = field(init=False)
+    kernel_stddev_ts: float | None = field(init=False)
+    gbps: float = field(init=False)  # weight bytes read per second of kernel time (wall without timestamps)
     bw_pct: float = field(init=False)  # gbps as a share of membw
 
     def __post_init__(self):
-        self.avg_ts = statistics.mean(self.samples_ts)
-        self.stddev_ts = statistics.stdev(self.samples_ts) if len(self.samples_ts) > 1 else 0.0
-        self.gbps = self.bytes_per_token * self.avg_ts / 1e9
+        self.avg_ts, self.stddev_ts = _mean_sd(self.samples_ts)
+        self.kernel_avg_ts, self.kernel_stddev_ts = (_mean_sd(self.kernel_samples_ts) if self.kernel_samples_ts
+                                                     else (None, None))
+        self.gbps = self.bytes_per_token * (self.kernel_avg_ts or self.avg_ts) / 1e9
         self.bw_pct = 100 * self.gbps / self.membw_gbps
+
+    @property
+    def over_bandwidth(self) -> bool:
+        """Faster than the device's memory reads: the weights came from a cache
+        (a model that fits in it), or the probe measured low."""
+        return self.bw_pct > 100
+
+
+def _mean_sd(samples: list[float]) -> tuple[float, float]:
+    return statistics.mean(samples), (statistics.stdev(samples) if len(samples) > 1 else 0.0)
 
 
 def _available_memory() -> int | None:
@@ -117,47 +175,73 @@ def check_host_memory(model: Model, device_type: str) -> None:
                          f"this device, {avail / 2**30:.1f} GiB are available")
 
 
-def upload(backend: Backend, model: Model, bar: tqdm) -> dict:
+class Progress:
+    """One status line on a terminal (rewritten in place); nothing in a log."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.live = stream.isatty()
+
+    def show(self, text: str) -> None:
+        if self.live:
+            self.stream.write(f"\r\033[K{text}")
+            self.stream.flush()
+
+    def done(self) -> None:
+        self.show("")
+
+
+def upload(backend: Backend, model: Model, progress: Progress) -> dict:
     """Every matrix of the model on the device; preset data is made, uploaded and dropped one by one."""
     rng = np.random.default_rng(0)
     weights = {}
     for i, m in enumerate(model.matrices):
-        bar.set_description(f"{model.name}: upload {i + 1}/{len(model.matrices)}")
+        progress.show(f"{model.name}: upload {i + 1}/{len(model.matrices)}")
         weights[m.name] = backend.upload(m.qtype, m.shape, model.data(m, rng))
     return weights
 
 
-def measure(step: DecodeStep, n_gen: int, repetitions: int, bar: tqdm) -> list[float]:
-    step.run()  # warm-up: the driver compiles pipelines on first use
-    bar.update(1)
-    samples = []
+def measure(step: DecodeStep, n_gen: int, repetitions: int) -> tuple[list[float], list[float] | None]:
+    """t/s of each repetition: by wall clock, and by kernel time (None without timestamps)."""
+    warm_up(step.run, WARM_SECONDS)  # also: the driver compiles pipelines on first use
+    wall, kernel = [], []
     for _ in range(repetitions):
-        t = time.perf_counter()
+        seconds, kernel_seconds = 0.0, 0.0
         for _ in range(n_gen):
-            step.run()
-            bar.update(1)
-        samples.append(n_gen / (time.perf_counter() - t))
-    return samples
+            seconds += wall_samples(step.run, 1, warm=False)[0]
+            k = step.kernel_seconds()
+            kernel_seconds = None if k is None or kernel_seconds is None else kernel_seconds + k
+        wall.append(n_gen / seconds)
+        kernel.append(None if kernel_seconds is None else n_gen / kernel_seconds)
+    return wall, (None if None in kernel else kernel)
+
+
+def _matrix_record(name: str, w, cfg) -> dict:
+    return {"name": name, "type": w.qtype, "shape": list(w.shape), "path": cfg.path, "int_dot": cfg.int_dot,
+            "wg_size": cfg.wg_size, "rows_per_wg": cfg.rows_per_wg, "chunks_per_thread": cfg.chunks_per_thread,
+            "reduction": "subgroup" if cfg.subgroup else "shared", "split_k": cfg.split_k,
+            "weights_binding": cfg.weights_binding, "x_binding": cfg.x_binding, "source": cfg.source}
 
 
 def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, repetitions: int) -> list[Row]:
+    progress = Progress()
+    progress.show("measuring the device's memory bandwidth")
     membw_gbps = memory_bandwidth(backend.device) / 1e9
     rows = []
-    total = len(models) * len(paths) * (1 + n_gen * repetitions)
-    with tqdm(total=total, unit="tok", file=sys.stderr, disable=None, leave=False) as bar:
-        for model in models:
-            weights = upload(backend, model, bar)
-            for path in paths:
-                bar.set_description(f"{model.name}: record {path}")
-                step = DecodeStep(backend, model, weights, path)
-                bar.set_description(f"{model.name}: {path}")
-                samples = measure(step, n_gen, repetitions, bar)
-                used = [cfg.path for cfg in step.configs.values()]
-                rows.append(Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path,
-                                f"tg{n_gen}", n_gen, samples, model.bytes_per_token, membw_gbps,
-                                {p: used.count(p) for p in sorted(set(used))}, backend.activations))
-                del step
-            del weights  # free the device memory before the next model
+    for model in models:
+        weights = upload(backend, model, progress)
+        for path in paths:
+            progress.show(f"{model.name}: {path}: record, warm up, {repetitions} x {n_gen} tokens")
+            step = DecodeStep(backend, model, weights, path)
+            wall, kernel = measure(step, n_gen, repetitions)
+            used = [cfg.path for cfg in step.configs.values()]
+            matrices = [_matrix_record(m.name, weights[m.name], step.configs[m.name]) for m in model.matrices]
+            rows.append(Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path,
+                            f"tg{n_gen}", n_gen, wall, kernel, model.bytes_per_token, membw_gbps,
+                            {p: used.count(p) for p in sorted(set(used))}, backend.activations, matrices))
+            del step
+        del weights  # free the device memory before the next model
+    progress.done()
     return rows
 
 
@@ -166,8 +250,8 @@ def compare(a: Row, b: Row) -> dict:
     return {
         "model": a.model, "model_size": a.model_size, "model_n_params": a.model_n_params,
         "backend": a.backend, "device": a.device, "test": a.test,
-        "path_a": a.path, "avg_ts_a": a.avg_ts, "stddev_ts_a": a.stddev_ts,
-        "path_b": b.path, "avg_ts_b": b.avg_ts, "stddev_ts_b": b.stddev_ts,
+        "path_a": a.path, "avg_ts_a": a.avg_ts, "stddev_ts_a": a.stddev_ts, "kernel_avg_ts_a": a.kernel_avg_ts,
+        "path_b": b.path, "avg_ts_b": b.avg_ts, "stddev_ts_b": b.stddev_ts, "kernel_avg_ts_b": b.kernel_avg_ts,
         "diff_pct": 100 * (b.avg_ts / a.avg_ts - 1),
     }
 
@@ -183,23 +267,14 @@ def _params(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e7 else f"{n / 1e6:.2f} M"
 
 
-def _ts(mean: float, sd: float) -> str:
-    return f"{mean:.2f} ± {sd:.2f}"
+def _ts(mean: float | None, sd: float | None) -> str:
+    return "-" if mean is None else f"{mean:.2f} ± {sd:.2f}"
 
 
-def markdown(header: list[str], cells: list[list[str]], right: set[str]) -> str:
-    """A markdown table padded to aligned columns, numbers right-aligned (like llama-bench)."""
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
-
-    def line(vals: list[str]) -> str:
-        return "| " + " | ".join(v.rjust(w) if h in right else v.ljust(w)
-                                 for v, h, w in zip(vals, header, widths)) + " |"
-
-    rule = "| " + " | ".join("-" * (w - 1) + ":" if h in right else "-" * w for h, w in zip(header, widths)) + " |"
-    return "\n".join([line(header), rule] + [line(c) for c in cells])
+OVER = "over 100²"  # what the % bw column shows instead of a figure above the device's bandwidth
 
 
-def render_md(rows: list[Row], comparisons: list[dict] | None) -> str:
+def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = False) -> str:
     fallback = any(r.path == "mmvq" and r.paths_used.get("dmmv") for r in rows)
 
     def path_label(path: str) -> str:
@@ -213,19 +288,27 @@ def render_md(rows: list[Row], comparisons: list[dict] | None) -> str:
                   f"{c['diff_pct']:+.1f}%"] for c in comparisons]
         right = {"size", "params", "test", header[6], header[7], "diff"}
     else:
-        header = ["model", "size", "params", "backend", "device", "path", "test", "t/s", "GB/s", "% bw"]
+        header = ["model", "size", "params", "backend", "device", "path", "test", "t/s", "kernel t/s", "GB/s", "% bw"]
         cells = [[r.model, _size(r.model_size), _params(r.model_n_params), r.backend, r.device,
                   path_label(r.path) if r.paths_used.get("dmmv") else r.path, r.test,
-                  _ts(r.avg_ts, r.stddev_ts), f"{r.gbps:.2f}", f"{r.bw_pct:.1f}"] for r in rows]
-        right = {"size", "params", "test", "t/s", "GB/s", "% bw"}
+                  _ts(r.avg_ts, r.stddev_ts), _ts(r.kernel_avg_ts, r.kernel_stddev_ts), f"{r.gbps:.2f}",
+                  OVER if r.over_bandwidth else f"{r.bw_pct:.1f}"] for r in rows]
+        right = {"size", "params", "test", "t/s", "kernel t/s", "GB/s", "% bw"}
     r0 = rows[0]
-    notes = [NOTE, f"t/s: mean ± std over {len(r0.samples_ts)} repetition(s) of {r0.n_gen} tokens, wall clock "
-                   "per token (submit to logits read back)."]
+    notes = [NOTE, f"t/s: mean ± std over {len(r0.samples_ts)} repetition(s) of {r0.n_gen} tokens after "
+                   f"{WARM_SECONDS:g} s of warm-up, wall clock per token (submit to logits read back); "
+                   "kernel t/s: the same by GPU timestamps of the mat-vec kernels alone (- where the device "
+                   "has none). The difference is what submitting and waiting cost."]
     if comparisons:
         notes.append("diff: t/s of the second path relative to the first.")
     else:
-        notes.append("GB/s: weight bytes read per token (MoE: the used experts only) x t/s; % bw: of "
-                     f"{r0.membw_gbps:.1f} GB/s, this device's memory read bandwidth as vkq measures it.")
+        notes.append("GB/s: weight bytes read per token (MoE: the used experts only) per second of kernel time; "
+                     f"% bw: of {r0.membw_gbps:.1f} GB/s, this device's memory read bandwidth as vkq measures it "
+                     f"({ROTATION_BYTES >> 20} MiB read back to back, warm, GPU timestamps: shaders/membw.comp).")
+        if any(r.over_bandwidth for r in rows):
+            notes.append("² faster than the device's memory: the weights were read from a cache (a model that "
+                         "fits in it), or the bandwidth probe measured low; the figure is not a share of memory "
+                         "bandwidth, so it is not printed (-o json has it).")
     autos = {f"{r.model}: {', '.join(f'{p} {n}' for p, n in r.paths_used.items())}" for r in rows if r.path == "auto"}
     if autos:
         notes.append("auto = the dispatcher's choice per matrix (matrices per path): " + "; ".join(sorted(autos)))
@@ -235,23 +318,48 @@ def render_md(rows: list[Row], comparisons: list[dict] | None) -> str:
     if fallback:
         notes.append("¹ mmvq falls back to dmmv for F32/F16 matrices (e.g. an MoE router): "
                      "they have no int8 path.")
-    return markdown(header, cells, right) + "\n\n" + "\n".join(notes)
+    if not verbose:
+        notes.append("--verbose (or -o json) shows which path and launch parameters each matrix ran with.")
+    out = markdown(header, cells, right) + "\n\n" + "\n".join(notes)
+    if verbose:
+        out += "\n\n" + render_matrices(rows)
+    return out
+
+
+def render_matrices(rows: list[Row]) -> str:
+    """Which path and launch parameters the matrices ran with: one line per
+    model, bench path, block type, shape and configuration, with a count."""
+    groups: dict[tuple, list[str]] = {}
+    for r in rows:
+        for m in r.matrices:
+            key = (r.model, r.path, m["type"], "x".join(map(str, m["shape"])), m["path"] + (
+                " OpSDot" if m["int_dot"] else (" emulated" if m["path"] == "mmvq" else "")),
+                m["wg_size"], m["rows_per_wg"], m["chunks_per_thread"], m["reduction"],
+                "split K" if m["split_k"] else "rows per thread", m["weights_binding"], m["x_binding"])
+            groups.setdefault(key, []).append(m["name"])
+    header = ["model", "bench path", "type", "shape", "ran", "wg", "rows/wg", "chunks/thread", "reduction",
+              "work split", "weights", "x", "matrices"]
+    cells = [[*map(str, key), f"{len(names)} ({names[0]}{', ...' if len(names) > 1 else ''})"]
+             for key, names in groups.items()]
+    return markdown(header, cells, {"wg", "rows/wg", "chunks/thread"})
 
 
 def _csv_record(row: Row) -> dict:
-    """A row with its list and dict fields as space-separated text."""
+    """A row with its list and dict fields as space-separated text (the matrices: -o json)."""
     d = asdict(row)
+    d.pop("matrices")
     d["samples_ts"] = " ".join(map(str, row.samples_ts))
+    d["kernel_samples_ts"] = " ".join(map(str, row.kernel_samples_ts or []))
     d["paths_used"] = " ".join(f"{p}:{n}" for p, n in row.paths_used.items())
     return d
 
 
-def render(rows: list[Row], fmt: str, comparisons: list[dict] | None = None) -> str:
+def render(rows: list[Row], fmt: str, comparisons: list[dict] | None = None, verbose: bool = False) -> str:
     """The table as md, csv or json: the measured rows, or with --compare the comparisons."""
     if fmt == "md":
-        return render_md(rows, comparisons)
+        return render_md(rows, comparisons, verbose)
     if fmt == "json":
-        return json.dumps(comparisons or [asdict(r) for r in rows], indent=2)
+        return json.dumps(comparisons or [asdict(r) | {"over_bandwidth": r.over_bandwidth} for r in rows], indent=2)
     records = comparisons or [_csv_record(r) for r in rows]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(records[0]), lineterminator="\n")
@@ -260,46 +368,105 @@ def render(rows: list[Row], fmt: str, comparisons: list[dict] | None = None) -> 
     return out.getvalue().rstrip("\n")
 
 
-# -- command line -----------------------------------------------------------
+# -- the command ------------------------------------------------------------
 
 def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _paths(text: str, what: str) -> list[str]:
+def _paths(text: str, what: str, allowed=STEP_PATHS) -> list[str]:
     paths = [p.lower() for p in _split(text)]
-    bad = [p for p in paths if p not in STEP_PATHS]
+    bad = [p for p in paths if p not in allowed]
     if bad or not paths:
-        raise ValueError(f"{what}: unknown path(s) {', '.join(bad) or text!r}; expected {', '.join(STEP_PATHS)}")
+        raise ValueError(f"{what}: unknown path(s) {', '.join(bad) or text!r}; expected {', '.join(allowed)}")
     return paths
 
 
-def run(args) -> int:
-    if args.list:
-        print("\n".join(list_presets()))
-        return 0
-    if args.n_gen < 1 or args.repetitions < 1:
+def run_bench(model: str, n_gen: int = 64, repetitions: int = 3, path: str | None = None,
+              compare_paths: str | None = None, activations: str = DEFAULT_ACTIVATIONS, output: str = "md",
+              verbose: bool = False, device: int | None = None) -> int:
+    """`vkq bench`: the table for the models (comma-separated presets or .gguf files)."""
+    if n_gen < 1 or repetitions < 1:
         raise ValueError("-n and -r must be at least 1")
-    models = [resolve(m) for m in _split(args.model)]  # every name checked before any work
+    models = [resolve(m) for m in _split(model)]  # every name checked before any work
     for m in models:
         if m.ignored:
             print(f"vkq bench: {m.name}: left out {len(m.ignored)} weight matrices the decode step does "
                   f"not model: {', '.join(m.ignored[:4])}" + (" ..." if len(m.ignored) > 4 else ""), file=sys.stderr)
-    if args.compare:
-        paths = _paths(args.compare, "--compare")
+    if compare_paths:
+        paths = _paths(compare_paths, "--compare")
         if len(paths) != 2 or paths[0] == paths[1]:
-            raise ValueError(f"--compare takes two different paths A,B, got {args.compare!r}")
+            raise ValueError(f"--compare takes two different paths A,B, got {compare_paths!r}")
     else:
-        paths = _paths(args.path or "auto", "--path")
-    backend = Backend(args.device, activations=args.activations)
+        paths = _paths(path or "auto", "--path")
+    backend = Backend(device, activations=activations)
     for m in models:
         check_host_memory(m, backend.device_info.device_type)
-    rows = bench(backend, models, paths, args.n_gen, args.repetitions)
+    rows = bench(backend, models, paths, n_gen, repetitions)
     comparisons = None
-    if args.compare:
+    if compare_paths:
         by_key = {(r.model, r.path): r for r in rows}
         comparisons = [compare(by_key[m.name, paths[0]], by_key[m.name, paths[1]]) for m in models]
-    if args.output != "md":
+    if output != "md":
         print(NOTE, file=sys.stderr)
-    print(render(rows, args.output, comparisons))
+    print(render(rows, output, comparisons, verbose))
+    return 0
+
+
+def list_models() -> int:
+    print("\n".join(list_presets()))
+    return 0
+
+
+# -- one matrix per block type (--matvec) ---------------------------------------
+
+def parse_shape(text: str) -> tuple[int, int]:
+    try:
+        rows, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--shape must look like 4096x14336, got {text!r}") from None
+    return rows, k
+
+
+def bench_matvec(types: str = "all", shape: str = "4096x14336", path: str = "dmmv,mmvq", repetitions: int = 5,
+                 activations: str = DEFAULT_ACTIVATIONS, device: int | None = None) -> int:
+    """`vkq bench --matvec`: one rows x K matrix per block type, `Backend.matvec`
+    per call (x in, y out: wall clock including the host round trip), the
+    paths interleaved call by call; the baseline, measured in the same run, is
+    numpy's float32 mat-vec on the already-dequantized weights: the fastest
+    thing a numpy user can do with the same matrix."""
+    rows, k = parse_shape(shape)
+    names = list(FORMATS) if types == "all" else [get_format(t).name for t in _split(types)]
+    paths = _paths(path, "--path", ("auto", "dmmv", "mmvq"))
+    if repetitions < 1:
+        raise ValueError("-r must be at least 1")
+    backend = Backend(device, activations=activations)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, k).astype(np.float32)
+    print(f"vkq bench: {rows} x {k} mat-vec, one column, on {backend.device_info.name}; {repetitions} calls per "
+          f"case after {WARM_SECONDS:g} s of warm-up, wall clock per call, median ± spread (max - min) / 2; "
+          f"int8 activations {backend.activations}", file=sys.stderr)
+    cells = []
+    for name in names:
+        fmt = FORMATS[name]
+        data = random_weights(fmt, rows, k, rng)
+        w = backend.upload(name, (rows, k), data)
+        w32 = dequantize(name, (rows, k), data).astype(np.float32)
+        base = statistics.median(wall_samples(lambda: w32 @ x, repetitions))
+        del w32
+        calls = {p: (lambda p=p: backend.matvec(w, x, path=None if p == "auto" else p))
+                 for p in paths if p != "mmvq" or fmt.has_int8_path}
+        for call in calls.values():
+            warm_up(call, WARM_SECONDS)
+        samples = {p: [] for p in calls}
+        for _ in range(repetitions):  # interleaved: drift weighs on every path alike
+            for p, call in calls.items():
+                samples[p] += wall_samples(call, 1, warm=False)
+        for p, s in samples.items():
+            mid = statistics.median(s)
+            cells.append([name, p, f"{mid * 1e3:.2f} ± {(max(s) - min(s)) / 2 * 1e3:.2f}",
+                          f"{w.nbytes / mid / 1e9:.2f}", f"{base / mid:.2f}x"])
+        print(f"  {name} done", file=sys.stderr, flush=True)
+    print(markdown(["type", "path", "ms", "weights GB/s", "x numpy f32"], cells,
+                   {"ms", "weights GB/s", "x numpy f32"}))
     return 0

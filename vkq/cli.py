@@ -15,16 +15,17 @@ def cmd_info(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    from . import bench
+
+    if args.list:
+        return bench.list_models()
     if args.matvec:
-        from .benchmark import run_matvec_bench
-
-        args.path = args.path or "dmmv,mmvq"
-        args.repetitions = args.repetitions or 5
-        return run_matvec_bench(args)
-    from .bench import run
-
-    args.repetitions = args.repetitions or 3
-    return run(args)
+        return bench.bench_matvec(types=args.types, shape=args.shape, path=args.path or "dmmv,mmvq",
+                                  repetitions=args.repetitions or 5, activations=args.activations,
+                                  device=args.device)
+    return bench.run_bench(args.model, n_gen=args.n_gen, repetitions=args.repetitions or 3, path=args.path,
+                           compare_paths=args.compare, activations=args.activations, output=args.output,
+                           verbose=args.verbose, device=args.device)
 
 
 def cmd_compare(args) -> int:
@@ -35,9 +36,14 @@ def cmd_compare(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .tune import run
+    from . import tune
 
-    return run(args)
+    if args.reset:
+        return tune.reset(args.device)
+    if args.show:
+        return tune.show(args.device)
+    types = None if args.types == "all" else [t.strip() for t in args.types.split(",") if t.strip()]
+    return tune.run(types, quick=args.quick, retune=args.retune, progress=not args.no_progress, device=args.device)
 
 
 def cmd_generate(args) -> int:
@@ -71,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "planes, more precise, as vkq generate uses)")
     p.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="table format (default md)")
     p.add_argument("--list", action="store_true", help="list the model presets and exit")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also show which path and launch parameters each matrix ran with (md output)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     g = p.add_argument_group("per-type mat-vec table")
     g.add_argument("--matvec", action="store_true", help="time one matrix per block type instead of a model")
@@ -86,11 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
-    p.add_argument("--quick", action="store_true", help="one small shape, one pass (about a minute on lavapipe)")
-    p.add_argument("-r", "--repetitions", type=int, default=3, help="timed repeats per candidate (median)")
+    p.add_argument("--quick", action="store_true",
+                   help="one small shape, fewer candidates (about a minute on lavapipe)")
+    p.add_argument("--retune", action="store_true",
+                   help="measure again the types already in this device's tuning file (default: skip them, "
+                        "so an interrupted run resumes where it stopped)")
     p.add_argument("--show", action="store_true", help="print this device's saved tuning results")
     p.add_argument("--reset", action="store_true", help="delete this device's tuning results")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_tune)
 

@@ -1,6 +1,8 @@
 """`vkq info`: the Vulkan devices, what they can do, and which paths vkq picks."""
 from __future__ import annotations
 
+import re
+
 from .device_info import enumerate_devices
 from .dispatch.tuning_store import tuning_path
 from .formats import FORMATS
@@ -8,6 +10,18 @@ from .formats import FORMATS
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
+
+
+def evidence(source: str) -> str:
+    """What a choice rests on, from the bases of the table entries that made
+    it (tables.lookup names each as [basis]): measured only when all were."""
+    if "tuned on this device" in source:
+        return "measured on this device (vkq tune)"
+    bases = set(re.findall(r"\[(ggml|measured|guess)\]", source))
+    if bases == {"measured"}:
+        return "measured"
+    words = {"ggml": "ggml's rules", "guess": "guesses"}
+    return f"unmeasured ({' and '.join(words[b] for b in sorted(bases - {'measured'}))}; `vkq tune` measures this device)"
 
 
 def report(shape: tuple[int, int] = (4096, 4096)) -> str:
@@ -42,7 +56,7 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
                 else "int32 emulation (no int-dot feature)")
         lines.append(f"                  mmvq (int8 dot products): quantized types, {mmvq}")
         rows, k = shape
-        disp = dev.dispatcher
+        disp = backend.dispatcher
         lines.append(f"  device class    {disp.device_class.key} ({'; '.join(disp.device_class.reasons)})")
         lines.append(f"  tuning file     {tuning_path(info)} ({'loaded' if disp.tuned else 'none'})")
         lines.append(f"  dispatcher      choice for a {rows} x {k} mat-vec, one column:")
@@ -55,5 +69,6 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
                          f"{f'{red} reduction' if cfg.split_k else 'rows per thread'}, "
                          f"weights {cfg.weights_binding}, x {cfg.x_binding}")
             lines.append(f"           <- {cfg.source}")
+            lines.append(f"           {evidence(cfg.source)}")
         lines.append("")
     return "\n".join(lines)

@@ -38,6 +38,9 @@ class QuantizeQ8_1:
     def record(self, seq) -> None:
         seq.record(kp.OpAlgoDispatch(self.algorithm))
 
+    def destroy(self) -> None:
+        self.algorithm.destroy()
+
 
 class MatVec:
     """y = W @ x for every weights buffer of one matrix (or expert stack).
@@ -45,13 +48,14 @@ class MatVec:
     x_in: fp32 tensor (dmmv) or its Q8_1 tensor (mmvq), `ncols` columns of
     k_pad values each. For MUL_MAT_ID, `n_slots` used-expert slots read the
     expert in `ids[slot]` and x column `slot` (or column 0 when shared_x).
-    y: `ncols` (or `n_slots`) columns of `rows` floats.
+    y: `ncols` (or `n_slots`) vectors of `rows` floats, `y_stride` apart
+    (default `rows`).
     `cfg` is held to the device's binding limits for these very tensors;
     `self.cfg` is what runs.
     """
 
     def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
-                 ids=None, n_slots: int = 0, shared_x: bool = False):
+                 ids=None, n_slots: int = 0, shared_x: bool = False, y_stride: int | None = None):
         lay = weights.layout
         mul_mat_id = ids is not None
         # (every vkq tensor holds 32-bit elements)
@@ -61,6 +65,7 @@ class MatVec:
         self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id,
                                      cfg.weights_binding, cfg.x_binding)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
+        y_stride = lay.rows if y_stride is None else y_stride
         spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes]
         # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
@@ -76,7 +81,7 @@ class MatVec:
             push = np.array([
                 buf.rows.count, lay.nblocks, *fields,
                 x_stride, 0 if shared_x else x_stride,  # x_col_stride, x_slot_stride
-                lay.rows, lay.rows,  # y_col_stride, y_slot_stride
+                y_stride, y_stride,  # y_col_stride, y_slot_stride
                 buf.rows.start, lay.n_expert,
             ], np.uint32)
             tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else [])
@@ -93,3 +98,7 @@ class MatVec:
                 # validation layer's hazard tracking (whole-buffer) clean.
                 seq.record(self._barrier())
             seq.record(kp.OpAlgoDispatch(algo))
+
+    def destroy(self) -> None:
+        for algo in self.algorithms:
+            algo.destroy()

@@ -18,7 +18,7 @@ import kp
 import numpy as np
 
 from .device_info import DeviceInfo, get_device_info
-from .dispatch.choose import DeviceCaps, Dispatcher, loop_iteration_limit
+from .dispatch.choose import DeviceCaps, loop_iteration_limit
 from .shader_variants import load_spirv
 
 REQUIRED_KP_PATCH = 3  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
@@ -69,10 +69,6 @@ class Device:
             max_workgroup_size_x=i.max_workgroup_size[0],
             max_loop_iterations=loop_iteration_limit(i),
         )
-
-    @functools.cached_property
-    def dispatcher(self) -> Dispatcher:
-        return Dispatcher.for_device(self.info, self.caps)
 
     @property
     def max_buffer_bytes(self) -> int:

@@ -66,22 +66,25 @@ class MatVecVariant:
 
 @dataclass(frozen=True)
 class SimpleVariant:
-    """A shader compiled once, without defines."""
+    """A shader compiled once per set of defines."""
 
     name: str
     source: str
+    define_items: tuple[tuple[str, str], ...] = ()
 
     def defines(self) -> dict[str, str]:
-        return {}
+        return dict(self.define_items)
 
 
 QUANTIZE_Q8_1 = SimpleVariant("quantize_q8_1", "quantize_q8_1.comp")
-# Device memory read bandwidth, the reference of `vkq bench`'s "% bw" column.
+# Device memory read bandwidth, the reference of `vkq bench`'s "% bw" column:
+# through storage buffers, and through texel views (the faster on lavapipe).
 MEMBW = SimpleVariant("membw", "membw.comp")
+MEMBW_TEXEL = SimpleVariant("membw_texel", "membw.comp", (("TEXEL", "1"),))
 
 
 def all_variants() -> list[MatVecVariant | SimpleVariant]:
-    out: list[MatVecVariant | SimpleVariant] = [QUANTIZE_Q8_1, MEMBW]
+    out: list[MatVecVariant | SimpleVariant] = [QUANTIZE_Q8_1, MEMBW, MEMBW_TEXEL]
     for name, fmt in FORMATS.items():
         assert len(fmt.fields) <= MAX_FIELDS, name
         for mul_mat_id, subgroup, weights_binding, x_binding in itertools.product(

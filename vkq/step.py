@@ -1,113 +1,86 @@
 """One decode step of a model: all its mat-vecs, recorded once, replayed per token.
 
-The step is one Kompute sequence: the ids of the selected experts go to the
-device, then stage after stage (see `Model.stages`) the stage's input is
-quantized to Q8_1 once if any of its matrices takes the int8 path, and its
-mat-vecs run; a barrier separates each stage from the next, because in a
-real decode each stage reads what the one before produced. Inputs are
-synthetic activations (fixed random values, one tensor per input size), so
-the step measures the mat-vec share of decoding: no attention, norms or
-sampling. The logits are read back, as a decode loop would.
-
-The dispatches are `vkq.ops.MatVec` and `QuantizeQ8_1`, the same ones
-`Backend.matvec` replays, bound to the step's own tensors.
+The step is one `vkq.Graph`: the ids of the selected experts go to the
+device, then stage after stage (see `Model.stages`) the stage's mat-vecs
+run on the stage's input; every int8 mat-vec of a stage reads one Q8_1
+quantization of it (the graph shares it). Inputs are synthetic activations
+(fixed random values, one tensor per input size), so the step measures the
+mat-vec share of decoding: no attention, norms or sampling. Because of
+that, no stage reads what the one before wrote, and the graph would let
+them all run at once; in a real decode each stage depends on the previous
+one, so the step puts a barrier between stages. The logits are read back,
+as a decode loop would.
 """
 from __future__ import annotations
 
-import kp
 import numpy as np
 
 from .backend import Backend, Weights
-from .dispatch.config import PipelineConfig
+from .dispatch.paths import PATH_REQUESTS, resolve_path
 from .models import Matrix, Model
-from .ops import MatVec, QuantizeQ8_1, q8_1_words
+from .tensor import Tensor
 
-STEP_PATHS = ("auto", "dmmv", "mmvq")
-
-
-def step_config(backend: Backend, w: Weights, path: str) -> PipelineConfig:
-    """auto: the dispatcher's choice; mmvq falls back to dmmv where a type has
-    no int8 path (F32/F16, e.g. an MoE router)."""
-    if path not in STEP_PATHS:
-        raise ValueError(f"unknown path {path!r}; expected one of {', '.join(STEP_PATHS)}")
-    if path == "auto":
-        return backend.pipeline(w, 1, None)
-    if path == "mmvq" and not w.layout.fmt.has_int8_path:
-        path = "dmmv"
-    return backend.pipeline(w, 1, path)
+STEP_PATHS = PATH_REQUESTS
 
 
 class DecodeStep:
-    """The recorded decode step of one model on one path; `run()` is one token."""
+    """The recorded decode step of one model on one path; `run()` is one token.
+
+    path: "auto" (the dispatcher's choice per matrix), "dmmv", or "mmvq"
+    (the int8 path where the type has one; vkq.dispatch.paths)."""
 
     def __init__(self, backend: Backend, model: Model, weights: dict[str, Weights], path: str = "auto",
-                 seed: int = 0):
-        dev = self.device = backend.device
+                 seed: int = 0, timestamps: bool = True):
         self.model = model
         self.rng = np.random.default_rng(seed)
-        self.configs = {m.name: step_config(backend, weights[m.name], path) for m in model.matrices}
-        self.inputs: dict[tuple[int, int], object] = {}  # (vectors, k_pad) -> fp32 tensor
-        self.quantized: dict[tuple[int, int], object] = {}  # (vectors, k_pad) -> Q8_1 tensor
-        self.outputs: dict[str, object] = {}  # matrix name -> y tensor
-        self._ops: list = []  # keeps the recorded algorithms alive with the sequence
+        self.graph = g = backend.graph(timestamps)
+        self.inputs: dict[tuple[int, int], Tensor] = {}  # (vectors, K) -> synthetic input
+        self.outputs: dict[str, Tensor] = {}  # matrix name -> y
+        self.configs: dict[str, object] = {}  # matrix name -> the PipelineConfig it runs
 
         # One ids tensor per MoE layer, shared by its expert stacks.
         self.n_expert = {m.layer: m.shape[0] for m in model.matrices if m.is_expert_stack}
-        self.ids = {layer: dev.tensor(model.n_expert_used, np.int32) for layer in self.n_expert}
-
-        self.seq = dev.manager.sequence()
-        if self.ids:
-            self.seq.record(kp.OpTensorSyncDevice(list(self.ids.values())))
+        self.ids = {layer: g.input(backend.tensor(model.n_expert_used, dtype=np.int32, name=f"ids.{layer}"))
+                    for layer in self.n_expert}
         for i, stage in enumerate(model.stages()):
             if i:
-                self.seq.record(dev.compute_barrier())
-            self._record_stage(stage, weights)
-        self.logits = self.outputs[model.matrices[-1].name]
-        self.seq.record(kp.OpTensorSyncLocal([self.logits]))
+                g.barrier()
+            self._record_stage(backend, stage, weights, path)
+        self.logits = g.output(self.outputs[model.matrices[-1].name])
 
-    def _input(self, n_vectors: int, k_pad: int):
-        key = (n_vectors, k_pad)
+    def _input(self, backend: Backend, n_vectors: int, k: int) -> Tensor:
+        key = (n_vectors, k)
         if key not in self.inputs:
-            # Padding columns of F32/F16 rows get values too: only the time counts.
-            values = np.random.default_rng(k_pad).uniform(-1, 1, n_vectors * k_pad).astype(np.float32)
-            self.inputs[key] = self.device.upload(values)
+            t = self.inputs[key] = backend.tensor(k, n_vectors, name=f"x{k}")
+            t.write(np.random.default_rng(k).uniform(-1, 1, t.shape).astype(np.float32))
+            self.graph.input(t)
         return self.inputs[key]
 
-    def _record_stage(self, stage: list[Matrix], weights: dict[str, Weights]) -> None:
-        dev, seq = self.device, self.seq
+    def _record_stage(self, backend: Backend, stage: list[Matrix], weights: dict[str, Weights], path: str) -> None:
         ws = [weights[m.name] for m in stage]
-        k_pad = ws[0].layout.k_padded
-        assert all(w.layout.k_padded == k_pad for w in ws), "a stage's matrices share one input"
+        k = ws[0].layout.k
+        assert all(w.layout.k == k for w in ws), "a stage's matrices share one input"
         n_vectors = self.model.n_expert_used if stage[0].per_expert_input else 1
-        x = self._input(n_vectors, k_pad)
-        xq = None
-        planes = {self.configs[m.name].x_planes for m in stage if self.configs[m.name].path == "mmvq"}
-        if planes:
-            assert len(planes) == 1, "a stage's int8 matrices share one activation format"
-            key = (n_vectors, k_pad, *planes)
-            if key not in self.quantized:
-                self.quantized[key] = dev.tensor(q8_1_words(*key), np.uint32)
-            xq = self.quantized[key]
-            quantize = QuantizeQ8_1(dev, x, xq, *key)
-            quantize.record(seq)
-            seq.record(dev.compute_barrier())
-            self._ops.append(quantize)
+        x = self._input(backend, n_vectors, k)
         for m, w in zip(stage, ws):
-            cfg = self.configs[m.name]
-            n_slots = self.model.n_expert_used if m.is_expert_stack else 0
-            y = self.outputs[m.name] = dev.tensor(max(n_slots, 1) * w.layout.rows)
-            ids = self.ids[m.layer] if m.is_expert_stack else None
-            op = MatVec(dev, w, cfg, xq if cfg.path == "mmvq" else x, y, ids=ids, n_slots=n_slots,
-                        shared_x=not m.per_expert_input)
-            op.record(seq)
-            self._ops.append(op)
+            p = resolve_path(w.layout.fmt, path)
+            if m.is_expert_stack:
+                self.outputs[m.name] = self.graph.matvec_id(w, x, self.ids[m.layer], p)
+            else:
+                self.outputs[m.name] = self.graph.matvec(w, x, p)
+            self.configs[m.name] = self.graph.matvecs[-1][1]
 
     def draw_ids(self) -> None:
         """New experts for every MoE layer: top-k distinct of n_expert, at random."""
         for layer, ids in self.ids.items():
-            ids.data()[:] = self.rng.permutation(self.n_expert[layer])[: self.model.n_expert_used]
+            ids.write(self.rng.permutation(self.n_expert[layer])[: self.model.n_expert_used].astype(np.int32))
 
     def run(self) -> None:
-        """One token: new expert ids, then the whole recorded step."""
+        """One token: new expert ids, then the whole recorded step (one submit)."""
         self.draw_ids()
-        self.seq.eval()
+        self.graph.run()
+
+    def kernel_seconds(self) -> float | None:
+        """GPU time of the last token's kernels (a step made with
+        timestamps=True on a device that has them), else None."""
+        return self.graph.kernel_seconds

@@ -1,197 +1,307 @@
 """`vkq tune`: measure launch parameters on this device and keep the best.
 
-For every block type and path, starting from what the vendor table gives,
-each parameter (workgroup size, rows per workgroup, chunks per thread,
-reduction, how weights and x are bound) is varied in turn and kept where it is faster (coordinate
-descent: a few dozen measurements per type instead of the full product).
-A candidate's time is the total over mat-vec shapes of real models, each
-measured as the median of several repeats with GPU timestamps where the
-device has them (wall clock otherwise). The best path and the parameters
-of both paths are saved per device (vkq.dispatch.tuning_store) and used by
-the dispatcher from then on.
+For every block type and path, starting from the vendor table's choice, the
+parameters are varied one group at a time (how weights and x are bound, work
+split, rows per workgroup, workgroup size, chunks per thread) and a change
+is kept only where it is clearly faster (coordinate descent: about a dozen
+candidates per type and path, not the product of all values). The timing
+follows vkq/timing.py: clocks warmed up before each group; one sample is
+many back-to-back mat-vecs (tens of ms of GPU time, GPU timestamps where the
+device has them, wall clock otherwise) over copies of the weights of
+real-model shapes rotated so that one pass reads more than any cache holds;
+the candidates of a group are timed interleaved, the fastest of the rounds,
+with their spread. At the end the table's choice and the tuned one of both paths
+are timed once more side by side: the figures shown and saved come from that.
+
+The best path and the parameters of both paths are saved per device, type by
+type as they finish (vkq/dispatch/tuning_store.py), and used by the
+dispatcher from then on. Types already in the file are skipped unless
+`retune`, so an interrupted run resumes where it stopped.
 """
 from __future__ import annotations
 
-import statistics
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-import kp
 import numpy as np
-from tqdm import tqdm
 
 from .dispatch import tuning_store
-from .dispatch.choose import apply_limits
+from .dispatch.choose import Dispatcher, apply_limits
 from .dispatch.config import PipelineConfig
 from .formats import FORMATS, get_format
-from .ops import MatVec, QuantizeQ8_1, q8_1_words
 from .synthetic import random_weights
+from .table import markdown
+from .timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
+                     wall_samples, warm_up)
 
 # (rows, K) of mat-vecs in Llama-3-8B-class models: attention, FFN up, FFN down.
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
-QUICK_SHAPES = [(2048, 2048)]
+QUICK_SHAPES = [(4096, 4096)]
+MAX_COPIES = 8  # of each shape's weights in the rotation (--quick's small matrix stays below ROTATION_BYTES)
+ROUNDS, QUICK_ROUNDS = 3, 2  # interleaved samples per candidate of a group
+FINAL_ROUNDS = 4  # for the figures: the table's and the tuned configurations side by side
+PRUNE = 1.5  # a candidate this much slower than the fastest after one round is not timed again
 
 
-def candidates(dev) -> dict[str, list]:
-    sg = max(1, dev.caps.subgroup_size)
-    wgs = sorted({w for w in (sg, 2 * sg, 4 * sg, 32, 64, 128) if w <= dev.caps.max_workgroup_invocations})
-    return {
-        "wg_size": wgs,
-        "rows_per_wg": [1, 2, 4, 8, 16],
-        "chunks_per_thread": [1, 2, 4, 8],
-        "subgroup": [False, True] if dev.caps.subgroup_arithmetic else [False],
-        "split_k": [True, False],
-        "weights_binding": ["storage", "texel"],
-        "x_binding": ["storage", "texel"],
-    }
+def search_space(dev, quick: bool) -> list[tuple[str, list]]:
+    """The parameter groups tried, in order, with their values: what can
+    matter on this kind of device, not every combination."""
+    caps = dev.caps
+    sg = max(1, caps.subgroup_size)
+    groups: list[tuple[str, list]] = []
+    if dev.patched_kp:  # texel bindings need vkq's Kompute patch
+        groups.append(("bindings", [("storage", "storage"), ("texel", "texel")]))
+    if caps.device_type == "cpu":  # whole rows per thread only pays where lanes share loads (CPU drivers)
+        groups.append(("split_k", [True, False]))
+    groups.append(("rows_per_wg", [2, 8, 16] if quick else [1, 2, 4, 8, 16]))
+    if not quick and caps.device_type != "cpu":
+        # (A CPU driver runs a workgroup of its subgroup size as one SIMD loop:
+        # the tables' wg = subgroup size there.)
+        groups.append(("wg_size", sorted({w for w in (sg, 2 * sg, 4 * sg) if w <= caps.max_workgroup_invocations})))
+    groups.append(("chunks_per_thread", [1, 8] if quick else [1, 2, 8]))
+    return groups
 
 
-class Timer:
-    """Time one mat-vec configuration on uploaded weights."""
-
-    def __init__(self, backend, weights, repeats: int):
-        self.backend, self.weights, self.repeats = backend, weights, repeats
-        self.gpu = backend.device_info.timestamps_supported
-        dev, lay = backend.device, weights.layout
-        self.x = dev.upload(np.random.default_rng(0).uniform(-1, 1, lay.k_padded).astype(np.float32))
-        self.y = dev.tensor(lay.rows)
-        self._quantized = {}  # x_planes -> (xq, QuantizeQ8_1)
-
-    def _quantize(self, planes: int):
-        if planes not in self._quantized:
-            dev, k_pad = self.backend.device, self.weights.layout.k_padded
-            xq = dev.tensor(q8_1_words(1, k_pad, planes), np.uint32)
-            self._quantized[planes] = xq, QuantizeQ8_1(dev, self.x, xq, 1, k_pad, planes)
-        return self._quantized[planes]
-
-    def seconds(self, cfg: PipelineConfig) -> float:
-        dev = self.backend.device
-        xq, quantize = self._quantize(cfg.x_planes) if cfg.path == "mmvq" else (None, None)
-        matvec = MatVec(dev, self.weights, cfg, xq if cfg.path == "mmvq" else self.x, self.y)
-        runs = 3  # mat-vecs per measurement: timestamps around them, not around the submit
-        ops = []
-        for _ in range(runs):
-            if cfg.path == "mmvq":
-                ops.append(kp.OpAlgoDispatch(quantize.algorithm))
-                ops.append(dev.compute_barrier())
-            ops += [kp.OpAlgoDispatch(a) for a in matvec.algorithms]
-            ops.append(dev.compute_barrier())  # the next run overwrites y
-        # kp latches one timestamp at the start and one after each op
-        seq = dev.manager.sequence(0, len(ops) + 1) if self.gpu else dev.manager.sequence()
-        for op in ops:
-            seq.record(op)
-        times = []
-        for _ in range(self.repeats + 1):  # the first run warms up
-            t = time.perf_counter()
-            seq.eval()
-            wall = time.perf_counter() - t
-            if self.gpu:
-                ts = seq.get_timestamps()
-                times.append((ts[-1] - ts[0]) * self.backend.device_info.timestamp_period * 1e-9 / runs)
-            else:
-                times.append(wall / runs)
-        seq.destroy()
-        for algo in matvec.algorithms:
-            algo.destroy()
-        return statistics.median(times[1:])
+def with_value(cfg: PipelineConfig, name: str, value) -> PipelineConfig:
+    if name == "bindings":
+        return replace(cfg, weights_binding=value[0], x_binding=value[1])
+    return replace(cfg, **{name: value})
 
 
-def tune_type(backend, qtype: str, shapes, repeats: int, passes: int, progress) -> dict:
-    """{'best': path, path: params, 'gbps': {path: (default, tuned)}} for one type."""
-    fmt = get_format(qtype)
-    dev = backend.device
-    rng = np.random.default_rng(1)
-    timers = []
-    for rows, k in shapes:
-        w = backend.upload(qtype, (rows, k), random_weights(fmt, rows, k, rng))
-        timers.append((w, Timer(backend, w, repeats)))
-    total_bytes = sum(w.nbytes for w, _ in timers)
+def value_of(cfg: PipelineConfig, name: str):
+    return (cfg.weights_binding, cfg.x_binding) if name == "bindings" else getattr(cfg, name)
 
-    def cost(cfg: PipelineConfig) -> float:
-        progress.update(1)
-        return sum(t.seconds(apply_limits(cfg, dev.caps, fmt, w.layout.k, 1)) for w, t in timers)
 
-    result = {"gbps": {}}
-    best_path, best_time = None, float("inf")
-    for path in ("dmmv", "mmvq") if fmt.has_int8_path else ("dmmv",):
-        rows0, k0 = shapes[0]
-        start = dev.dispatcher.choose(fmt, rows0, k0, 1, path=path)
-        default_time = cur_time = cost(start)
-        cur = start
+@dataclass
+class Unit:
+    """One mat-vec of the rotation: a copy of one shape's weights, with its x and y."""
+
+    shape: int  # index into the shapes
+    weights: object  # vkq.Weights
+    x: object  # vkq.Tensor
+    y: object  # vkq.Tensor
+
+
+class Candidate:
+    """One configuration recorded for every unit of the rotation, `passes`
+    times back to back, as one graph (vkq.graph: each x quantized to Q8_1 once,
+    a barrier between passes since the next one rewrites every y); `sample()`
+    is the GPU seconds of one pass."""
+
+    def __init__(self, bench: "TypeBench", cfg: PipelineConfig, passes: int):
+        self.bench, self.cfg, self.passes = bench, cfg, passes
+        self.graph = g = bench.backend.graph(timestamps=bench.gpu_timer)
         for _ in range(passes):
-            for name, values in candidates(dev).items():
-                for v in values:
-                    if getattr(cur, name) == v:
-                        continue
-                    cand = replace(cur, **{name: v})
-                    t = cost(cand)
-                    if t < cur_time * 0.98:  # keep a change only for a clear gain (noise)
-                        cur, cur_time = cand, t
-        result[path] = {
-            "wg_size": cur.wg_size, "rows_per_wg": cur.rows_per_wg, "chunks_per_thread": cur.chunks_per_thread,
-            "reduction": "subgroup" if cur.subgroup else "shared", "split_k": cur.split_k,
-            "weights_binding": cur.weights_binding, "x_binding": cur.x_binding,
-        }
-        result["gbps"][path] = [round(total_bytes / default_time / 1e9, 3), round(total_bytes / cur_time / 1e9, 3)]
-        if cur_time < best_time:
-            best_path, best_time = path, cur_time
-    result["best"] = best_path
+            for u in bench.units:
+                rows, k = bench.shapes[u.shape]
+                c = apply_limits(cfg, bench.dev.caps, bench.fmt, k, 1)
+                g.matvec(u.weights, u.x, config=replace(c, x_planes=1) if c.path == "mmvq" else c, out=u.y)
+
+    def sample(self) -> float:
+        if not self.bench.gpu_timer:
+            return wall_samples(self.graph.run, 1, warm=False)[0] / self.passes
+        self.graph.run()
+        return self.graph.kernel_seconds / self.passes
+
+    def destroy(self) -> None:
+        self.graph.destroy()
+
+
+class TypeBench:
+    """The rotation of one block type: copies of the weights of every shape, uploaded once."""
+
+    def __init__(self, backend, qtype: str, shapes, max_copies: int = MAX_COPIES):
+        self.backend, self.dev = backend, backend.device
+        self.fmt, self.shapes = get_format(qtype), shapes
+        info = backend.device_info
+        self.gpu_timer, self.period = info.timestamps_supported, info.timestamp_period
+        rng = np.random.default_rng(1)
+        data = [random_weights(self.fmt, rows, k, rng) for rows, k in shapes]
+        sizes = [self.fmt.row_bytes(k) * rows for rows, k in shapes]
+        self.units = []
+        xs = {}
+        for i, _copy in rotation(sizes, max_copies=max_copies):
+            rows, k = shapes[i]
+            w = backend.upload(qtype, (rows, k), data[i])
+            if i not in xs:
+                xs[i] = backend.tensor(k, name=f"x{i}")
+                xs[i].write(np.random.default_rng(i).uniform(-1, 1, k).astype(np.float32))
+            self.units.append(Unit(i, w, xs[i], backend.tensor(rows, name="y")))
+        self.pass_bytes = sum(u.weights.nbytes for u in self.units)
+        self.table = Dispatcher(self.dev.caps, backend.dispatcher.device_class, {})  # the vendor table alone
+
+    def table_config(self, path: str) -> PipelineConfig:
+        rows, k = self.shapes[0]
+        return self.table.choose(self.fmt, rows, k, 1, path=path)
+
+    def passes_for(self, cfg: PipelineConfig) -> int:
+        """Passes per sample for SAMPLE_SECONDS of GPU time, timed warm."""
+        one = Candidate(self, cfg, 1)
+        warm_up(one.sample, WARM_SECONDS)
+        n = calibrate(one.sample, SAMPLE_SECONDS, max_repeats=256)
+        one.destroy()
+        return n
+
+    def race(self, candidates: list[Candidate], rounds: int, prune: float | None = PRUNE
+             ) -> dict[PipelineConfig, Estimate]:
+        """The candidates timed interleaved after a warm-up (building them left the device idle)."""
+        warm_up(candidates[0].sample, WARM_SECONDS)
+        return interleave({c.cfg: c.sample for c in candidates}, rounds, prune=prune)
+
+
+def tune_path(tb: TypeBench, path: str, passes: int, groups, rounds: int, on_group) -> PipelineConfig:
+    """Coordinate descent from the table's configuration; returns the winner."""
+    cur = tb.table_config(path)
+    for name, values in groups:
+        on_group(path, name)
+        cfgs = [cur] + [with_value(cur, name, v) for v in values if v != value_of(cur, name)]
+        cands = [Candidate(tb, c, passes) for c in dict.fromkeys(cfgs)]
+        est = tb.race(cands, rounds)
+        cur = best(est, cur)
+        for c in cands:
+            c.destroy()
+    return cur
+
+
+def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, group: None) -> dict:
+    """{'best': path, path: params, 'gbps': {path: [table, tuned]}, 'spread': {path: tuned spread}}."""
+    tb = TypeBench(backend, qtype, shapes)
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    paths = ("dmmv", "mmvq") if tb.fmt.has_int8_path else ("dmmv",)
+    passes = tb.passes_for(tb.table_config(paths[-1]))
+    groups = search_space(tb.dev, quick)
+    tuned = {path: tune_path(tb, path, passes, groups, rounds, on_group) for path in paths}
+    # The final word: the table's and the tuned configurations of both paths, side by side.
+    on_group("both", "final")
+    finals = {(p, kind): cfg for p in paths for kind, cfg in (("table", tb.table_config(p)), ("tuned", tuned[p]))}
+    cands = [Candidate(tb, cfg, passes) for cfg in dict.fromkeys(finals.values())]
+    est = tb.race(cands, FINAL_ROUNDS if not quick else rounds, prune=None)
+    for c in cands:
+        c.destroy()
+    result = {"gbps": {}, "spread": {}}
+    for p in paths:
+        t, d = est[tuned[p]], est[finals[p, "table"]]
+        if not (t.seconds < d.seconds or tuned[p] == finals[p, "table"]):
+            tuned[p], t = finals[p, "table"], d  # the race says the table's is no slower: keep it
+        cfg = tuned[p]
+        result[p] = {"wg_size": cfg.wg_size, "rows_per_wg": cfg.rows_per_wg, "chunks_per_thread": cfg.chunks_per_thread,
+                     "reduction": "subgroup" if cfg.subgroup else "shared", "split_k": cfg.split_k,
+                     "weights_binding": cfg.weights_binding, "x_binding": cfg.x_binding}
+        result["gbps"][p] = [round(tb.pass_bytes / d.seconds / 1e9, 3), round(tb.pass_bytes / t.seconds / 1e9, 3)]
+        result["spread"][p] = round(t.spread, 4)
+    result["best"] = min(paths, key=lambda p: est[tuned[p]].seconds)
     return result
 
 
-def run(args) -> int:
+class Progress:
+    """A terminal gets one line, rewritten, with an ETA; a log gets a line per type."""
+
+    def __init__(self, total_units: int, enabled: bool, stream=sys.stderr):
+        self.stream, self.enabled = stream, enabled
+        self.live = enabled and stream.isatty()
+        self.total, self.done_units, self.start = total_units, 0, time.monotonic()
+        self.current = ""
+
+    def eta(self) -> str:
+        if not self.done_units:
+            return "ETA ?"
+        left = (time.monotonic() - self.start) / self.done_units * (self.total - self.done_units)
+        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
+
+    def step(self, text: str) -> None:
+        if self.live:
+            self.stream.write(f"\r\033[Ktune {self.done_units}/{self.total} paths, {self.eta()}: {text}")
+            self.stream.flush()
+
+    def finish_type(self, units: int, line: str) -> None:
+        self.done_units += units
+        if self.live:
+            self.stream.write("\r\033[K")
+        if self.enabled:
+            self.stream.write(f"{line} ({self.eta() if self.done_units < self.total else 'done'})\n")
+            self.stream.flush()
+
+
+def _summary(qtype: str, e: dict, seconds: float) -> str:
+    parts = [f"{p} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][p]:.1f}%)"
+             for p, (before, after) in e["gbps"].items()]
+    return f"{qtype}: best {e['best']}; " + "; ".join(parts) + f"; {seconds:.0f} s"
+
+
+def run(types: list[str] | None = None, quick: bool = False, retune: bool = False, progress: bool = True,
+        device: int | None = None, shapes: list[tuple[int, int]] | None = None) -> int:
+    """`vkq tune`: tune `types` (default all) on the device and save the results."""
     from .backend import Backend
 
-    backend = Backend(args.device)
+    names = list(FORMATS) if not types else [get_format(t).name for t in types]
+    shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
+    backend = Backend(device)
     info = backend.device_info
-    if args.reset:
-        removed = tuning_store.reset(info)
-        print(f"{'removed' if removed else 'no tuning file at'} {tuning_store.tuning_path(info)}")
-        return 0
-    if args.show:
-        return show(info)
-
-    types = list(FORMATS) if args.types == "all" else [get_format(t).name for t in args.types.split(",")]
-    shapes = QUICK_SHAPES if args.quick else SHAPES
-    passes = 1 if args.quick else 2
-    n_params = sum(len(v) for v in candidates(backend.device).values())
-    total = sum((2 if FORMATS[t].has_int8_path else 1) * (1 + passes * n_params) for t in types)
+    entries = dict(tuning_store.load(info))
+    skipped = [t for t in names if t in entries and not retune]
+    todo = [t for t in names if t not in skipped]
     print(f"vkq tune: {info.name}; shapes {', '.join(f'{r}x{k}' for r, k in shapes)}; "
           f"timer: {'GPU timestamps' if info.timestamps_supported else 'wall clock'}", file=sys.stderr)
-    entries = dict(tuning_store.load(info))
-    with tqdm(total=total, desc="tuning", unit="cfg", file=sys.stderr, disable=args.no_progress) as progress:
-        for qtype in types:
-            progress.set_postfix_str(qtype)
-            entries[qtype] = tune_type(backend, qtype, shapes, args.repetitions, passes, progress)
-            path = tuning_store.save(info, entries, {"shapes": shapes})  # saved as it goes
+    if skipped:
+        print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
+              "(--retune measures them again)", file=sys.stderr)
+    bar = Progress(sum(2 if FORMATS[t].has_int8_path else 1 for t in todo), progress)
+    path = tuning_store.tuning_path(info)
+    try:
+        for qtype in todo:
+            t0 = time.monotonic()
+            entries[qtype] = tune_type(backend, qtype, shapes, quick,
+                                       lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"))
+            path = tuning_store.save(info, entries, {"shapes": shapes})  # saved type by type
+            bar.finish_type(len(entries[qtype]["gbps"]), _summary(qtype, entries[qtype], time.monotonic() - t0))
+    except KeyboardInterrupt:
+        print(f"\nvkq tune: interrupted; the types finished are saved in {path}; `vkq tune` again resumes",
+              file=sys.stderr)
+        return 130
     print(f"saved {path}")
-    print_table(entries, types)
+    print(table(entries, names))
     return 0
 
 
-def print_table(entries: dict, types) -> None:
-    print("| type | path | default GB/s | tuned GB/s | gain | parameters |")
-    print("|---|---|---:|---:|---:|---|")
+def table(entries: dict, types) -> str:
+    cells = []
     for qtype in types:
         e = entries.get(qtype)
-        if not e:
-            continue
-        for path, (before, after) in e.get("gbps", {}).items():
+        for path, (before, after) in (e or {}).get("gbps", {}).items():
             p = e[path]
-            mark = " (best)" if path == e["best"] else ""
-            print(f"| {qtype} | {path}{mark} | {before:.2f} | {after:.2f} | {after / before:.2f}x | "
-                  f"wg {p['wg_size']}, rows {p['rows_per_wg']}, cpt {p['chunks_per_thread']}, {p['reduction']}, "
-                  f"{'split K' if p['split_k'] else 'rows per thread'}, weights {p.get('weights_binding', 'storage')}, "
-                  f"x {p.get('x_binding', 'storage')} |")
+            spread = e.get("spread", {}).get(path)
+            cells.append([qtype, path + (" (best)" if path == e["best"] else ""), f"{before:.2f}", f"{after:.2f}",
+                          f"{after / before:.2f}x", "-" if spread is None else f"{100 * spread:.1f}%",
+                          f"wg {p['wg_size']}, rows {p['rows_per_wg']}, cpt {p['chunks_per_thread']}, "
+                          f"{p['reduction']}, {'split K' if p['split_k'] else 'rows per thread'}, "
+                          f"weights {p.get('weights_binding', 'storage')}, x {p.get('x_binding', 'storage')}"])
+    return markdown(["type", "path", "table GB/s", "tuned GB/s", "gain", "spread", "parameters"], cells,
+                    {"table GB/s", "tuned GB/s", "gain", "spread"}) + (
+        "\n\nGB/s: weight bytes per second of GPU time, the fastest of the interleaved samples (other work only "
+        "slows a sample); spread: how far the median sample lay above it (tuned configuration).")
 
 
-def show(info) -> int:
+def show(device: int | None = None) -> int:
+    from .device_info import get_device_info
+    from .runtime import device_index_from_env
+
+    info = get_device_info(device_index_from_env(device))
     entries = tuning_store.load(info)
     path = tuning_store.tuning_path(info)
     if not entries:
         print(f"no usable tuning results for this device ({path}); the vendor table is used")
         return 0
     print(f"tuning results: {path}")
-    print_table(entries, list(entries))
+    print(table(entries, list(entries)))
+    return 0
+
+
+def reset(device: int | None = None) -> int:
+    from .device_info import get_device_info
+    from .runtime import device_index_from_env
+
+    info = get_device_info(device_index_from_env(device))
+    removed = tuning_store.reset(info)
+    print(f"{'removed' if removed else 'no tuning file at'} {tuning_store.tuning_path(info)}")
     return 0

@@ -1,0 +1,306 @@
+"""Record many operations once, replay them with one submit.
+
+    g = backend.graph()
+    x = backend.tensor(4096)            # device tensors (vkq.tensor)
+    g.input(x)                          # host values go up at every replay
+    h = g.matvec(w_up, x)               # y tensors are made by the graph
+    y = g.matvec(w_down, h)             # reads h: vkq puts a barrier before it
+    g.output(y)                         # comes back to the host at every replay
+    x.write(values); g.run(); y.read()  # or: r = g.submit(); ...; r.wait()
+
+A graph is a list of nodes, each a few Kompute ops with the device tensors
+it reads and writes. A compute barrier goes in front of a node only when it
+reads or writes a tensor that a node since the last barrier wrote, or writes
+one that such a node read: independent mat-vecs run back to back. Mat-vecs
+on the int8 path quantize their x to Q8_1 once per value of x: every later
+mat-vec of the same x (and activation format) reads the same quantized
+tensor, until a node writes x again. Other operations join through `add`.
+
+The first replay records the Kompute sequence; after that the graph is
+fixed. Replays of one graph never overlap: `submit` while one is in flight,
+or waiting twice for one, is an error, and so is touching one of its input
+or output tensors from the host before `wait`.
+"""
+from __future__ import annotations
+
+import kp
+import numpy as np
+
+from .ops import MatVec, QuantizeQ8_1, q8_1_words
+from .tensor import Tensor
+from .timing import timestamp_span
+
+
+class Replay:
+    """One submitted replay of a graph; `wait()` once before touching its tensors."""
+
+    __slots__ = ("graph", "done")
+
+    def __init__(self, graph: "Graph"):
+        self.graph, self.done = graph, False
+
+    def wait(self) -> None:
+        if self.done:
+            raise RuntimeError("this replay was already waited for")
+        self.graph._wait(self)
+
+
+class _Collector:
+    """Stands in for a kp.Sequence while a node records: keeps its ops."""
+
+    def __init__(self):
+        self.ops: list = []
+
+    def record(self, op) -> "_Collector":
+        self.ops.append(op)
+        return self
+
+
+class Graph:
+    """Operations on one backend's device tensors, replayed with one submit each."""
+
+    def __init__(self, backend, timestamps: bool = False):
+        self.backend = backend
+        self.timestamps = bool(timestamps) and backend.device_info.timestamps_supported
+        self._ops: list = []  # kp ops in order, barriers included
+        self._kernel_span: list[int] = []  # index of the first and last kernel op
+        self._keep: list = []  # what the recorded ops need alive (algorithms, Q8_1 tensors)
+        self._inputs: list[Tensor] = []
+        self._outputs: list[Tensor] = []
+        self._weights: dict[int, object] = {}  # id -> Weights read by the graph
+        self._tensors: dict[int, Tensor] = {}  # every tensor the graph touches
+        self._written: set[int] = set()  # tensors written since the last barrier
+        self._read: set[int] = set()  # tensors read since the last barrier
+        self._versions: dict[int, int] = {}  # tensor id -> nodes that wrote it so far
+        self._quantized: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (x id, planes) -> (xq, x version)
+        self.matvecs: list[tuple[object, object]] = []  # (weights, PipelineConfig) of every mat-vec
+        self.counts = {"barrier": 0, "quantize": 0, "matvec": 0, "op": 0}  # what was recorded
+        self._seq = None
+        self._replay: Replay | None = None
+        self._kernel_seconds: float | None = None
+        self._destroyed = False
+
+    # -- building ------------------------------------------------------------
+    def _own(self, t, what: str) -> Tensor:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what} must be a vkq.Tensor (backend.tensor(...)), got {type(t).__name__}")
+        if t.backend is not self.backend:
+            raise ValueError(f"{what} {t!r} belongs to another backend")
+        return t
+
+    def _open(self) -> None:
+        if self._destroyed:
+            raise RuntimeError("this graph was destroyed")
+        if self._seq is not None:
+            raise RuntimeError("this graph has been replayed and is fixed; record a new graph to change it")
+
+    def input(self, t: Tensor) -> Tensor:
+        """t's host values (Tensor.write) go to the device at the start of every replay."""
+        self._open()
+        if self._own(t, "input") not in self._inputs:
+            self._inputs.append(t)
+            self._tensors[id(t)] = t
+        return t
+
+    def output(self, t: Tensor) -> Tensor:
+        """t comes back to the host at the end of every replay (Tensor.read)."""
+        self._open()
+        if self._own(t, "output") not in self._outputs:
+            self._outputs.append(t)
+            self._tensors[id(t)] = t
+        return t
+
+    def barrier(self) -> None:
+        """Order everything recorded so far before what follows, for a
+        dependency the graph cannot see (vkq's own reads and writes need none)."""
+        self._open()
+        self._barrier()
+
+    def _barrier(self) -> None:
+        self._ops.append(self.backend.device.compute_barrier())
+        self._written.clear()
+        self._read.clear()
+        self.counts["barrier"] += 1
+
+    def add(self, op) -> None:
+        """Any operation with `reads` and `writes` (vkq.Tensor sequences) and
+        `record(seq)`, which appends its Kompute ops (with barriers between
+        its own dispatches); the graph orders it after what it depends on."""
+        self._open()
+        reads = [self._own(t, "a tensor the op reads") for t in op.reads]
+        writes = [self._own(t, "a tensor the op writes") for t in op.writes]
+        collector = _Collector()
+        op.record(collector)
+        self._node(collector.ops, reads, writes, keep=op)
+        self.counts["op"] += 1
+
+    def _node(self, ops: list, reads: list[Tensor], writes: list[Tensor], keep) -> None:
+        r, w = {id(t) for t in reads}, {id(t) for t in writes}
+        for t in (*reads, *writes):
+            self._tensors[id(t)] = t
+        if r & self._written or w & (self._written | self._read):
+            self._barrier()
+        if not self._kernel_span:
+            self._kernel_span = [len(self._ops), 0]
+        self._ops += ops
+        self._kernel_span[1] = len(self._ops) - 1
+        self._written |= w
+        self._read |= r
+        for i in w:
+            self._versions[i] = self._versions.get(i, 0) + 1
+        self._keep.append(keep)
+
+    def _check_x(self, x, k: int, n_max: int, what: str) -> Tensor:
+        x = self._own(x, what)
+        if x.dtype != np.float32:
+            raise TypeError(f"{what} {x!r} must hold float32 values")
+        if x.length != k:
+            raise ValueError(f"{what} {x!r} has vectors of {x.length} values; the weights' K is {k}")
+        if x.n > n_max:
+            raise ValueError(f"{what} {x!r} holds {x.n} vectors; this mat-vec takes at most {n_max}")
+        return x
+
+    def _out(self, out, rows: int, n: int, name: str) -> Tensor:
+        if out is None:
+            return self.backend.tensor(rows, n, name=name)
+        out = self._own(out, "out")
+        if out.dtype != np.float32 or out.length != rows or out.n != n:
+            raise ValueError(f"out {out!r} must be float32 with shape {(rows,) if n == 1 else (n, rows)}")
+        return out
+
+    def _x_for(self, x: Tensor, cfg) -> Tensor:
+        """x itself (dmmv), or its Q8_1 blocks, quantized once per value of x."""
+        if cfg.path != "mmvq":
+            return x
+        key = (id(x), cfg.x_planes)
+        version = self._versions.get(id(x), 0)
+        cached = self._quantized.get(key)
+        if cached is not None and cached[1] == version:
+            return cached[0]
+        k_pad = x.stride
+        xq = cached[0] if cached else Tensor(self.backend, q8_1_words(1, k_pad, cfg.x_planes), x.n, np.uint32)
+        op = QuantizeQ8_1(self.backend.device, x.kp, xq.kp, x.n, k_pad, cfg.x_planes)
+        self._node([kp.OpAlgoDispatch(op.algorithm)], [x], [xq], keep=(op, xq))
+        self._quantized[key] = (xq, version)
+        self.counts["quantize"] += 1
+        return xq
+
+    def _matvec_node(self, w, cfg, x: Tensor, y: Tensor, ids: Tensor | None, n_slots: int, shared_x: bool) -> None:
+        xin = self._x_for(x, cfg)
+        op = MatVec(self.backend.device, w, cfg, xin.kp, y.kp, ncols=1 if ids is not None else x.n,
+                    ids=None if ids is None else ids.kp, n_slots=n_slots, shared_x=shared_x, y_stride=y.stride)
+        collector = _Collector()
+        op.record(collector)
+        self._node(collector.ops, [xin] + ([ids] if ids is not None else []), [y], keep=op)
+        self._weights[id(w)] = w
+        self.matvecs.append((w, op.cfg))
+        self.counts["matvec"] += 1
+
+    def matvec(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
+               config=None, out: Tensor | None = None) -> Tensor:
+        """y = W @ x for each of x's vectors (1 to MAX_COLS): a (rows, x.n) tensor."""
+        from .backend import MAX_COLS
+
+        self._open()
+        w = self.backend._check_weights(weights, expert_stack=False)
+        x = self._check_x(x, w.layout.k, MAX_COLS, "x")
+        cfg = self.backend._config(w, x.n, path, config, activations)
+        y = self._out(out, w.layout.rows, x.n, "y")
+        self._matvec_node(w, cfg, x, y, None, 0, False)
+        return y
+
+    def matvec_id(self, experts, x: Tensor, ids: Tensor, path: str | None = None, *,
+                  activations: str | None = None, config=None, out: Tensor | None = None) -> Tensor:
+        """MUL_MAT_ID: y[i] = experts[ids[i]] @ x (one x shared) or @ x[i]
+        (one x per used expert); ids: an int32 tensor of n_used values in
+        [0, n_expert) (ids out of range are the caller's to prevent: the
+        host checks them in Backend.matvec_id, not on the device)."""
+        self._open()
+        w = self.backend._check_weights(experts, expert_stack=True)
+        ids = self._own(ids, "ids")
+        if ids.dtype != np.int32 or ids.n != 1:
+            raise ValueError(f"ids {ids!r} must be one int32 vector of the used experts")
+        n_used = ids.length
+        x = self._check_x(x, w.layout.k, n_used, "x")
+        if x.n not in (1, n_used):
+            raise ValueError(f"x {x!r} must hold 1 vector (shared) or {n_used} (one per id)")
+        cfg = self.backend._config(w, 1, path, config, activations)
+        y = self._out(out, w.layout.rows, n_used, "y")
+        self._matvec_node(w, cfg, x, y, ids, n_used, shared_x=x.n == 1)
+        return y
+
+    # -- replaying -----------------------------------------------------------
+    def _record(self) -> None:
+        dev = self.backend.device
+        head = [kp.OpTensorSyncDevice([t.kp for t in self._inputs])] if self._inputs else []
+        tail = [kp.OpTensorSyncLocal([t.kp for t in self._outputs])] if self._outputs else []
+        ops = head + self._ops + tail
+        if not ops:
+            raise ValueError("the graph is empty: record mat-vecs or operations before replaying it")
+        # kp latches one timestamp before the first op and one after each op.
+        seq = dev.manager.sequence(0, len(ops) + 1) if self.timestamps else dev.manager.sequence()
+        for op in ops:
+            seq.record(op)
+        if self._kernel_span:
+            self._kernel_span = [i + len(head) for i in self._kernel_span]
+        fresh = [t for t in self._tensors.values() if not t.on_device]
+        if fresh:  # one upload of their host values (see vkq.tensor)
+            dev.manager.sequence().eval(kp.OpTensorSyncDevice([t.kp for t in fresh]))
+            for t in fresh:
+                t.on_device = True
+        self._seq = seq
+
+    def submit(self) -> Replay:
+        """Submit one replay and return at once; `wait()` on the result."""
+        with self.backend._lock:
+            if self._destroyed:
+                raise RuntimeError("this graph was destroyed")
+            if self._replay is not None:
+                raise RuntimeError("a replay of this graph is in flight: wait() for it before the next")
+            for w in self._weights.values():
+                if w.freed:
+                    raise RuntimeError(f"{w!r} was freed; this graph reads it and cannot run")
+            if self._seq is None:
+                self._record()
+            replay = Replay(self)
+            for t in self._inputs:
+                t._check_idle("replay with")
+            for t in self._inputs + self._outputs:
+                t._replay = replay
+            self._seq.eval_async()
+            self._replay = replay
+            return replay
+
+    def _wait(self, replay: Replay) -> None:
+        if replay is not self._replay:
+            raise RuntimeError("this replay is not the one in flight")
+        self._seq.eval_await()
+        replay.done = True
+        self._replay = None
+        if self.timestamps and self._kernel_span:
+            first, last = self._kernel_span  # timestamps[i + 1] is the end of op i
+            self._kernel_seconds = timestamp_span(self._seq.get_timestamps(), self.backend.device_info.timestamp_period,
+                                                  first, last + 1)
+
+    def run(self) -> None:
+        """One replay: submit and wait."""
+        self.submit().wait()
+
+    @property
+    def kernel_seconds(self) -> float | None:
+        """GPU time of the last replay's operations (graph made with
+        timestamps=True on a device that has them), else None."""
+        return self._kernel_seconds
+
+    def destroy(self) -> None:
+        """Free the recorded sequence and the pipelines of vkq's own nodes now
+        (the tensors, and what `add` was given, stay the caller's)."""
+        if self._replay is not None:
+            raise RuntimeError("a replay of this graph is in flight: wait() for it first")
+        if self._seq is not None:
+            self._seq.destroy()
+        for keep in self._keep:
+            for node in keep if isinstance(keep, tuple) else (keep,):
+                if isinstance(node, (MatVec, QuantizeQ8_1)):
+                    node.destroy()
+        self._seq, self._ops, self._keep, self._destroyed = None, [], [], True

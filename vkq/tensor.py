@@ -1,0 +1,89 @@
+"""Device tensors: vectors that live on the GPU between operations and replays.
+
+A `Tensor` holds `n` vectors of `length` values (float32, int32 or uint32)
+in one device buffer, one vector after another, `stride` elements apart.
+Float vectors are padded to a whole 32-value chunk so that a mat-vec can
+read any of them as x (the padding stays zero: every writer writes
+`length` values per vector). An engine writes its inputs from numpy in
+place (no allocation), lets a `vkq.Graph` chain operations on the device,
+and reads back only what it needs. A tensor's host values go to the device
+at the first replay of any graph that uses it (so a tensor written once
+before that is a constant, e.g. a norm's weights) and at every replay of a
+graph that takes it as input.
+
+Memory order is one row per vector: `write` takes and `read` returns
+(length,) for one vector or (n, length) for several (as matvec_id returns
+(n_used, rows)); Backend.matvec's x (K, n) is the column convention of a
+matrix product, a tensor's (n, K) is the vectors themselves.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import CHUNK
+
+DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32))
+
+
+def padded_stride(length: int, dtype) -> int:
+    """Elements between vectors: float vectors padded to whole chunks."""
+    return -(-length // CHUNK) * CHUNK if np.dtype(dtype) == np.float32 else length
+
+
+class Tensor:
+    """`n` vectors of `length` values on one backend's device."""
+
+    def __init__(self, backend, length: int, n: int = 1, dtype=np.float32, name: str = ""):
+        dtype = np.dtype(dtype)
+        if dtype not in DTYPES:
+            raise TypeError(f"a vkq.Tensor holds float32, int32 or uint32, not {dtype}")
+        for what, v in (("length", length), ("n", n)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"tensor {what} must be a positive integer, got {v!r}")
+        self.backend = backend
+        self.length, self.n, self.dtype, self.name = int(length), int(n), dtype, name
+        self.stride = padded_stride(self.length, dtype)
+        self.kp = backend.device.tensor(self.n * self.stride, dtype)
+        # A view of kp's host copy, made once: writes and reads go through it.
+        self._host = self.kp.data().reshape(self.n, self.stride)
+        self._replay = None  # the replay in flight that reads or writes this tensor, if any
+        # Device memory starts undefined; the first replay that uses the
+        # tensor uploads its host values (zeros, or what was written), so
+        # padding reads as zero and a tensor written once is a constant.
+        self.on_device = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.length,) if self.n == 1 else (self.n, self.length)
+
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.stride * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"<vkq.Tensor{label} {self.dtype.name} shape={self.shape}>"
+
+    def _check_idle(self, action: str) -> None:
+        if self._replay is not None and not self._replay.done:
+            raise RuntimeError(f"cannot {action} {self!r} while a replay that uses it is in flight; wait() first")
+
+    def write(self, values) -> None:
+        """Host values for the next replay that takes this tensor as input
+        (`Graph.input`), or for its first replay: (length,) or (n, length),
+        this tensor's dtype."""
+        self._check_idle("write")
+        if not isinstance(values, np.ndarray):
+            raise TypeError(f"{self!r}.write takes a numpy array, got {type(values).__name__}")
+        if values.dtype != self.dtype:
+            raise TypeError(f"{self!r}.write takes {self.dtype.name}, got dtype {values.dtype}")
+        if values.shape != self.shape and not (self.n == 1 and values.shape == (1, self.length)):
+            raise ValueError(f"{self!r}.write takes shape {self.shape}, got {values.shape}")
+        self._host[:, : self.length] = values
+
+    def read(self) -> np.ndarray:
+        """The values the last replay brought back (`Graph.output`), copied:
+        (length,) or (n, length)."""
+        self._check_idle("read")
+        values = self._host[:, : self.length].copy()
+        return values[0] if self.n == 1 else values
