@@ -228,6 +228,8 @@ class Backend:
     def _call(self, w: Weights, ncols: int, n_slots: int, shared_x: bool, path, activations,
               config) -> _Call:
         """The cached graph of one mat-vec call shape (made on first use)."""
+        if config is not None and not isinstance(config, PipelineConfig):  # before it is hashed into the key
+            raise TypeError(f"config must be a vkq.dispatch.config.PipelineConfig, got {type(config).__name__}")
         key = (ncols, n_slots, shared_x, path, activations, config,
                env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
         call = w._calls.get(key)
