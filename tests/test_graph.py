@@ -114,7 +114,8 @@ def test_shared_activation_is_quantized_once(backend):
     cfg = g.matvecs[0][1]
     for w, y in zip(ws, ys):
         assert np.array_equal(y.read(), backend.matvec(w, xv, config=cfg))
-    x2 = backend.matvec(back, backend.matvec(ws[0], xv, config=cfg), config=cfg)
+    cfg_back = g.matvecs[3][1]  # K=64 has 2 chunks per row: its own chunks per thread
+    x2 = backend.matvec(back, backend.matvec(ws[0], xv, config=cfg), config=cfg_back)
     assert np.array_equal(again.read(), backend.matvec(ws[1], x2, config=cfg))
 
 

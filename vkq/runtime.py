@@ -19,7 +19,7 @@ import kp
 import numpy as np
 
 from .device_info import DeviceInfo, get_device_info
-from .dispatch.choose import DeviceCaps
+from .dispatch.choose import DeviceCaps, loop_iteration_limit
 from .errors import KOMPUTE_HINT, KomputeUnavailable
 from .shader_variants import load_spirv
 
@@ -67,6 +67,8 @@ class Device:
             max_shared_memory=i.max_compute_shared_memory_size,
             max_workgroup_invocations=i.max_workgroup_invocations,
             max_texel_buffer_elements=i.max_texel_buffer_elements,
+            max_workgroup_size_x=i.max_workgroup_size[0],
+            max_loop_iterations=loop_iteration_limit(i),
         )
 
     @property
