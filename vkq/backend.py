@@ -25,7 +25,7 @@ from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
 from .graph import Graph
 from .layout import MatrixLayout, RowRange, pack_rows
-from .ops import q8_1_words
+from .ops import MAX_GROUPS_X, q8_1_words
 from .runtime import Device
 from .tensor import Tensor
 
@@ -351,8 +351,8 @@ class Backend:
 def _check_ids(ids, n_expert: int) -> None:
     if not isinstance(ids, np.ndarray) or ids.dtype != np.int32:
         raise TypeError(f"ids must be a numpy int32 array, got {getattr(ids, 'dtype', type(ids).__name__)}")
-    if ids.ndim != 1 or ids.size < 1:
-        raise ValueError(f"ids must have shape (n_used,) with n_used >= 1, got {ids.shape}")
+    if ids.ndim != 1 or not 1 <= ids.size <= MAX_GROUPS_X:
+        raise ValueError(f"ids must have shape (n_used,) with 1 <= n_used <= {MAX_GROUPS_X}, got {ids.shape}")
     bad = ids[(ids < 0) | (ids >= n_expert)]
     if bad.size:
         raise ValueError(f"ids out of range: {bad[:4].tolist()} not in [0, {n_expert})")
