@@ -48,7 +48,6 @@ layout(push_constant) uniform Params {
     uint y_col_stride;  // floats between columns of y
     uint y_slot_stride; // MUL_MAT_ID: floats between used-expert slots of y
     uint y_row_offset;  // first row of this buffer in y (big matrices are split)
-    uint n_expert;      // MUL_MAT_ID: experts in this buffer
 } p;
 
 // fp16 pair field (e.g. d and m): one word per block.

@@ -12,6 +12,11 @@
 // twice the integer dot products. s0/s1 then cover both planes.
 // Output block b is 2*X_PLANES+1 uvec4: the 32 quants of each plane, then
 // (d, s0, s1, d_r) as float bits (d_r = 0 with one plane).
+//
+// A block holding NaN or inf gets d = s0 = s1 = d_r = NaN (its quants are
+// then meaningless): every dot product with it is NaN, so a non-finite x
+// gives NaN in each output of its column, as float64 numpy gives NaN or
+// +-inf there, and is never rounded into plausible integers.
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const uint X_PLANES = 1;
@@ -62,8 +67,11 @@ void main() {
     }
     vec4 v[8];
     const uint k4 = (col * p.x_col_stride + 32u * b) / 4u;
+    bool finite = true;
     for (uint i = 0u; i < 8u; i++) {
         v[i] = x4[k4 + i];
+        // (not isnan/isinf: compilers may fold those away without exact float semantics)
+        finite = finite && all(lessThanEqual(floatBitsToUint(v[i]) & 0x7F800000u, uvec4(0x7F000000u)));
     }
     const uint o = XQ_BLOCK * (col * p.xq_col_stride + b);
     uint packed[8];
@@ -79,6 +87,8 @@ void main() {
         xq[o + 3u] = uvec4(packed[4], packed[5], packed[6], packed[7]);
         hsum += dr * vec2(qsum);
     }
-    xq[o + XQ_BLOCK - 1u] = uvec4(floatBitsToUint(d), floatBitsToUint(hsum.x), floatBitsToUint(hsum.y),
-                                  floatBitsToUint(dr));
+    const uint NAN_BITS = 0x7FC00000u;
+    xq[o + XQ_BLOCK - 1u] = finite ? uvec4(floatBitsToUint(d), floatBitsToUint(hsum.x), floatBitsToUint(hsum.y),
+                                           floatBitsToUint(dr))
+                                   : uvec4(NAN_BITS);
 }

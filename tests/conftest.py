@@ -21,11 +21,14 @@ Helpers are imported by the test modules with `from conftest import ...`.
 """
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 
 import vkq
 import vkq.reference as ref
+import vkq.runtime
 from vkq.dispatch.choose import apply_limits
 from vkq.dispatch.config import PipelineConfig
 from vkq.formats import FORMATS
@@ -48,7 +51,7 @@ TYPES = tuple(FORMATS)  # every block type vkq supports, F32 and F16 included
 
 def paths_for(qtype: str) -> tuple[str, ...]:
     """The mat-vec paths a block type has: F32/F16 have no int8 path."""
-    return ("dmmv", "mmvq") if FORMATS[qtype].has_int8_path else ("dmmv",)
+    return FORMATS[qtype].paths
 
 
 def type_paths(types=TYPES) -> list:
@@ -154,6 +157,22 @@ def force_split(monkeypatch, qtype: str, n_expert: int, rows_per_buffer: int, k:
     per_row = MatrixLayout(fmt, n_expert, 1, k).device_nbytes(1)
     limit = rows_per_buffer * per_row + FIELD_ALIGN * len(fmt.fields)
     monkeypatch.setattr(vkq.runtime.Device, "max_buffer_bytes", property(lambda self: limit))
+
+
+def pytest_report_header(config):
+    import kp
+
+    return (f"vkq: Python {platform.python_version()}, numpy {np.__version__}, "
+            f"kp {kp.__version__} (vkq patch {getattr(kp, 'VKQ_PATCH_LEVEL', 0)})")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tuning_dir(tmp_path_factory):
+    """The session's own (empty) tuning cache, never the developer's real one
+    (~/.cache/vkq/tuning): set before the session's Backend reads it."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("VKQ_TUNING_DIR", str(tmp_path_factory.mktemp("tuning")))
+        yield
 
 
 @pytest.fixture(scope="session")

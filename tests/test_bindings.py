@@ -101,9 +101,10 @@ def test_weights_over_the_texel_limit_fall_back(backend, monkeypatch):
     assert np.array_equal(backend.matvec(w, x, config=config("mmvq", True, "texel", "texel")), expected)
 
 
-def test_unknown_binding_kind_is_refused(backend):
+@pytest.mark.parametrize("kind", ["sampler", "uniform"])  # uniform buffers: no shader of vkq's uses them
+def test_unknown_binding_kind_is_refused(backend, kind):
     dev = backend.device
     x, y = dev.tensor(32), dev.tensor(32)
     from vkq.shader_variants import QUANTIZE_Q8_1
     with pytest.raises(RuntimeError, match="binding kind"):
-        dev.algorithm([x, y], QUANTIZE_Q8_1, (1, 1, 1), [64, 1], np.zeros(3, np.uint32), ["storage", "sampler"])
+        dev.algorithm([x, y], QUANTIZE_Q8_1, (1, 1, 1), [64, 1], np.zeros(3, np.uint32), ["storage", kind])

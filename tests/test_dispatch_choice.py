@@ -133,3 +133,80 @@ def test_tuned_entry_used_on_next_run(backend, tuning_dir):
     assert (cfg.weights_binding, cfg.x_binding) == (best["weights_binding"], best["x_binding"])
     tune.reset()
     assert tuning_store.load(backend.device_info) == {}
+
+
+# -- VKQ_PATH where a type lacks the path; tuning files of any shape ---------
+
+def test_env_mmvq_keeps_dmmv_for_plain_types(backend, monkeypatch, capsys):
+    """VKQ_PATH=mmvq applies where the type has the int8 path; F16/F32 keep
+    dmmv (named in source), `vkq info` works; an explicit path= still refuses."""
+    from vkq import cli
+
+    monkeypatch.setenv("VKQ_PATH", "mmvq")
+    cfg = choose("F16")
+    assert cfg.path == "dmmv" and "VKQ_PATH=mmvq does not apply: F16 has no int8 path" in cfg.source
+    assert choose("Q4_0").path == "mmvq"
+    w = backend.upload("F32", (4, 32), np.ones((4, 32), np.float32))
+    np.testing.assert_array_equal(backend.matvec(w, np.ones(32, np.float32)), np.full(4, 32.0))
+    with pytest.raises(ValueError, match="F32 has no int8"):
+        backend.matvec(w, np.ones(32, np.float32), path="mmvq")
+    assert cli.main(["info"]) == 0
+    assert "F16    dmmv" in capsys.readouterr().out
+
+
+def _device_file(info, entries) -> str:
+    return json.dumps({"schema": tuning_store.SCHEMA, "device": tuning_store.device_key(info), "entries": entries})
+
+
+MALFORMED = {
+    "entries a list": [1, 2],
+    "entries a string": "Q4_0",
+    "type entry a string": {"Q4_0": "fast"},
+    "type entry a list": {"Q4_0": ["dmmv"]},
+    "unknown type": {"Q9_9": TUNED["Q4_0"]},
+    "best a number": {"Q4_0": {**TUNED["Q4_0"], "best": 5}},
+    "best unhashable": {"Q4_0": {**TUNED["Q4_0"], "best": ["dmmv"]}},
+    "mmvq for F16": {"F16": {"best": "mmvq", "mmvq": TUNED["Q4_0"]["mmvq"]}},
+    "params a list": {"Q4_0": {"best": "dmmv", "dmmv": [16, 2]}},
+    "wg_size a string": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "wg_size": "16"}}},
+    "wg_size a bool": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "wg_size": True}}},
+    "rows_per_wg 1000000": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "rows_per_wg": 1000000}}},
+    "rows_per_wg a float": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "rows_per_wg": 2.0}}},
+    "split_k a string": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "split_k": "no"}}},
+    "reduction a dict": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "reduction": {}}}},
+    "binding a list": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "x_binding": ["texel"]}}},
+    "unknown parameter": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "speed": 9}}},
+    "too big for the device": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "wg_size": 1024,
+                                                                  "rows_per_wg": 16}}},
+}
+
+
+@pytest.mark.parametrize("what", [*MALFORMED, "top level a list", "deeply nested", "not UTF-8"])
+def test_malformed_tuning_file_is_ignored(backend, tuning_dir, capsys, what):
+    """Warned about and ignored by every command that reads it: Backend (its
+    dispatcher), `vkq info`, `vkq tune --show`."""
+    from vkq import cli
+
+    info = backend.device_info
+    path = tuning_store.tuning_path(info)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if what == "top level a list":
+        path.write_text(json.dumps([_device_file(info, TUNED)]))
+    elif what == "deeply nested":
+        path.write_text("[" * 100000 + "]" * 100000)
+    elif what == "not UTF-8":
+        path.write_bytes(b"\xff\xfe{\x00")
+    else:
+        path.write_text(_device_file(info, MALFORMED[what]))
+    with pytest.warns(UserWarning, match="vkq: ignoring"):
+        fresh = vkq.Backend()
+        cfg = fresh.pipeline(fresh.upload("Q4_0", (8, 64), bytes(8 * 36)))
+    assert "table" in cfg.source
+    with pytest.warns(UserWarning, match="vkq: ignoring"):
+        assert cli.main(["info"]) == 0
+    if what == "too big for the device":  # well-formed: `vkq tune --show` lists it as it is
+        assert cli.main(["tune", "--show"]) == 0
+    else:
+        with pytest.warns(UserWarning, match="vkq: ignoring"):
+            assert cli.main(["tune", "--show"]) == 0
+    capsys.readouterr()

@@ -25,7 +25,7 @@ def gpu_configs(qtype: str, ncols: int) -> dict[tuple, PipelineConfig]:
         for key in tables.load_table(vendor)["classes"]:
             parts = key.split("/")
             cls = DeviceClass(parts[0], parts[1], parts[2] if len(parts) > 2 else "unknown")
-            for path in ("dmmv", "mmvq") if fmt.has_int8_path else ("dmmv",):
+            for path in fmt.paths:
                 p, _ = tables.lookup(cls, qtype, 4096, K, ncols, path)
                 cfg = PipelineConfig(p["path"], p["path"] == "mmvq", p["reduction"] == "subgroup", p["wg_size"],
                                      p["rows_per_wg"], p["chunks_per_thread"], p["split_k"],

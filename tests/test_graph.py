@@ -114,7 +114,8 @@ def test_shared_activation_is_quantized_once(backend):
     cfg = g.matvecs[0][1]
     for w, y in zip(ws, ys):
         assert np.array_equal(y.read(), backend.matvec(w, xv, config=cfg))
-    x2 = backend.matvec(back, backend.matvec(ws[0], xv, config=cfg), config=cfg)
+    cfg_back = g.matvecs[3][1]  # K=64 has 2 chunks per row: its own chunks per thread
+    x2 = backend.matvec(back, backend.matvec(ws[0], xv, config=cfg), config=cfg_back)
     assert np.array_equal(again.read(), backend.matvec(ws[1], x2, config=cfg))
 
 
@@ -279,3 +280,12 @@ def test_threads_get_their_own_results(backend):
     finally:
         sys.setswitchinterval(old)
     assert not errors
+
+
+def test_too_many_ids(backend):
+    """A MUL_MAT_ID's used experts are workgroup rows: at most 65535 of them."""
+    w = upload(backend, "Q4_0", 32, 32, n_expert=2)
+    with pytest.raises(ValueError, match="n_used <= 65535"):
+        backend.matvec_id(w, random_x(32), np.zeros(65536, np.int32))
+    with pytest.raises(ValueError, match="at most 65535"):
+        backend.graph().matvec_id(w, backend.tensor(32), backend.tensor(65536, dtype=np.int32))

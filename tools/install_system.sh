@@ -3,11 +3,12 @@
 # takes a fraction of a second). Needs root for apt-get.
 #   Vulkan loader + lavapipe driver, vulkaninfo, the validation layers
 #   shader compiler and validator (glslang-tools, spirv-tools)
-#   what Kompute's build needs (cmake, g++, headers for Vulkan, fmt, pybind11)
+#   what Kompute's build needs (cmake, g++, headers for Vulkan and fmt; pybind11
+#   comes from pip, see tools/install_kompute.sh)
 #   python3-venv / python3-dev for Debian's own python3
 set -eu
 PACKAGES="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
-glslang-tools spirv-tools cmake g++ make patch libfmt-dev pybind11-dev python3-venv python3-dev"
+glslang-tools spirv-tools cmake g++ make patch libfmt-dev python3-venv python3-dev"
 
 missing=""
 for p in $PACKAGES; do

@@ -1,7 +1,18 @@
 """vkq: quantized matrix-vector products on any Vulkan GPU, driven from Python."""
-from .backend import MAX_COLS, Backend, Weights
 from .formats import FORMATS, get_format
 from .gguf_io import GGUFTensor, load_gguf
 
-__all__ = ["Backend", "Weights", "FORMATS", "get_format", "load_gguf", "GGUFTensor", "MAX_COLS"]
+__all__ = ["Backend", "Weights", "Graph", "Tensor", "FORMATS", "get_format", "load_gguf", "GGUFTensor", "MAX_COLS"]
 __version__ = "0.1.0"
+
+# Imported on first use: they load Kompute and the Vulkan loader, which
+# `vkq --version`, `vkq --help` and the CLI's error report must not need.
+_LAZY = {"Backend": "backend", "Weights": "backend", "MAX_COLS": "backend", "Graph": "graph", "Tensor": "tensor"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'vkq' has no attribute {name!r}")

@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, check_activations
-from .dispatch.choose import Dispatcher, apply_limits, env_path, fit_bindings, int_dot_disabled_by_env
+from .dispatch.choose import Dispatcher, check_config, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
 from .graph import Graph
 from .layout import MatrixLayout, RowRange, pack_rows
-from .ops import q8_1_words
+from .ops import MAX_GROUPS_X, q8_1_words
 from .runtime import Device
 from .tensor import Tensor
 
@@ -214,9 +214,7 @@ class Backend:
             return self.pipeline(w, ncols, path, activations)
         if activations is not None:
             raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
-        if config.path == "mmvq" and not w.layout.fmt.has_int8_path:
-            raise ValueError(f"{w.qtype} has no int8 (mmvq) path")
-        cfg = apply_limits(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
+        cfg = check_config(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
         return self._fit_bindings(w, cfg, ncols)
 
     def _fit_bindings(self, w: Weights, cfg: PipelineConfig, ncols: int) -> PipelineConfig:
@@ -230,6 +228,8 @@ class Backend:
     def _call(self, w: Weights, ncols: int, n_slots: int, shared_x: bool, path, activations,
               config) -> _Call:
         """The cached graph of one mat-vec call shape (made on first use)."""
+        if config is not None and not isinstance(config, PipelineConfig):  # before it is hashed into the key
+            raise TypeError(f"config must be a vkq.dispatch.config.PipelineConfig, got {type(config).__name__}")
         key = (ncols, n_slots, shared_x, path, activations, config,
                env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
         call = w._calls.get(key)
@@ -351,8 +351,8 @@ class Backend:
 def _check_ids(ids, n_expert: int) -> None:
     if not isinstance(ids, np.ndarray) or ids.dtype != np.int32:
         raise TypeError(f"ids must be a numpy int32 array, got {getattr(ids, 'dtype', type(ids).__name__)}")
-    if ids.ndim != 1 or ids.size < 1:
-        raise ValueError(f"ids must have shape (n_used,) with n_used >= 1, got {ids.shape}")
+    if ids.ndim != 1 or not 1 <= ids.size <= MAX_GROUPS_X:
+        raise ValueError(f"ids must have shape (n_used,) with 1 <= n_used <= {MAX_GROUPS_X}, got {ids.shape}")
     bad = ids[(ids < 0) | (ids >= n_expert)]
     if bad.size:
         raise ValueError(f"ids out of range: {bad[:4].tolist()} not in [0, {n_expert})")

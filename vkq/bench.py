@@ -455,7 +455,7 @@ def bench_matvec(types: str = "all", shape: str = "4096x14336", path: str = "dmm
         base = statistics.median(wall_samples(lambda: w32 @ x, repetitions))
         del w32
         calls = {p: (lambda p=p: backend.matvec(w, x, path=None if p == "auto" else p))
-                 for p in paths if p != "mmvq" or fmt.has_int8_path}
+                 for p in paths if p == "auto" or p in fmt.paths}
         for call in calls.values():
             warm_up(call, WARM_SECONDS)
         samples = {p: [] for p in calls}

@@ -4,7 +4,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import __version__
 from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
+from .errors import VkqError, from_import_error
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def cmd_info(args) -> int:
@@ -59,6 +72,7 @@ def cmd_generate(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="vkq", description="Quantized mat-vec on Vulkan GPUs")
+    ap.add_argument("--version", action="version", version=f"vkq {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("info", help="list Vulkan devices, their capabilities and vkq's choices")
@@ -71,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", default="llama-3.2-1b:Q4_0",
                    help="preset NAME:MIX (see --list) or a .gguf file; several comma-separated "
                         "(default llama-3.2-1b:Q4_0)")
-    p.add_argument("-n", "--n-gen", type=int, default=64, help="tokens per test (default 64: test tg64)")
-    p.add_argument("-r", "--repetitions", type=int, default=None, help="repetitions per test (default 3; --matvec 5)")
+    p.add_argument("-n", "--n-gen", type=positive_int, default=64, help="tokens per test (default 64: test tg64)")
+    p.add_argument("-r", "--repetitions", type=positive_int, default=None,
+                   help="repetitions per test (default 3; --matvec 5)")
     p.add_argument("--path", default=None,
                    help="comma-separated paths: auto,dmmv,mmvq (default auto; --matvec dmmv,mmvq)")
     p.add_argument("--compare", metavar="A,B", default=None,
@@ -123,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "mat-vec call per weight matrix, the vector ops in numpy")
     p.add_argument("--path", choices=("auto", "dmmv", "mmvq", "numpy"), default="auto",
                    help="mat-vec path (default auto: the dispatcher's choice); numpy: the float64 reference")
-    p.add_argument("-c", "--ctx", type=int, default=None,
+    p.add_argument("-c", "--ctx", type=positive_int, default=None,
                    help="positions the KV cache holds (default: the prompt and the new tokens)")
     p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
                    help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}: two int8 planes, logits "
@@ -132,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timestamps", action="store_true",
                    help="graph engine: time its kernels with GPU timestamps and print their share of the step "
                         "(slows the step down on lavapipe)")
-    p.add_argument("--compare-engines", type=int, metavar="ROUNDS", default=0,
+    p.add_argument("--compare-engines", type=positive_int, metavar="ROUNDS", default=None,
                    help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
                         "between them (EOS ignored)")
     p.add_argument("--no-fuse", action="store_true",
@@ -143,12 +158,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one command; a situation of the user's (bad input, a file that
+    cannot be read, no Vulkan, no kp, no shaders, no such device) is one line
+    on stderr and exit status 2. Anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"vkq: error: {e}", file=sys.stderr)
-        return 2
+    except ImportError as e:
+        error = from_import_error(e)
+        if error is None:
+            raise
+        return _report(error)
+    except (VkqError, ValueError, OSError) as e:
+        return _report(e)
+
+
+def _report(e: Exception) -> int:
+    print(f"vkq: error: {e}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

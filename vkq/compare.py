@@ -49,7 +49,7 @@ def check_tensor(backend: Backend, t: GGUFTensor) -> dict[str, float]:
     w = backend.upload(t.qtype, t.shape, t.data)
     ref = reference(t, x, ids)
     result = {}
-    for path in ("dmmv", "mmvq") if fmt.has_int8_path else ("dmmv",):
+    for path in fmt.paths:
         y = backend.matvec(w, x, path=path) if ids is None else backend.matvec_id(w, x, ids, path=path)
         result[path] = nmse(y, ref)
     return result

@@ -18,11 +18,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-_INSTALL_HINT = (
-    "install a Vulkan loader and driver (Debian/Ubuntu: "
-    "apt-get install libvulkan1 mesa-vulkan-drivers) and the Python "
-    "package `vulkan`"
-)
+from .errors import VULKAN_HINT, DeviceNotFound, VulkanUnavailable
+
 
 # Kompute creates its instance at Vulkan 1.1 (KOMPUTE_VK_API_VERSION).
 _INSTANCE_API = (1, 1, 0)
@@ -102,8 +99,8 @@ class DeviceInfo:
 def enumerate_devices() -> list[DeviceInfo]:
     """All Vulkan physical devices, in the order kp.Manager indexes them.
 
-    Queried once per process. Raises RuntimeError if there is no Vulkan
-    loader or no device.
+    Queried once per process. Raises VulkanUnavailable if there is no
+    Vulkan loader, driver or device.
     """
     return list(_enumerate_cached())
 
@@ -111,9 +108,9 @@ def enumerate_devices() -> list[DeviceInfo]:
 def get_device_info(index: int) -> DeviceInfo:
     devices = _enumerate_cached()
     if not 0 <= index < len(devices):
-        raise ValueError(
+        raise DeviceNotFound(
             f"no Vulkan device with index {index}: {len(devices)} device(s) "
-            f"found (valid indices 0..{len(devices) - 1})"
+            f"found; pick one of `vkq info`'s (--device 0..{len(devices) - 1} or VKQ_DEVICE)"
         )
     return devices[index]
 
@@ -122,8 +119,10 @@ def get_device_info(index: int) -> DeviceInfo:
 def _enumerate_cached() -> tuple[DeviceInfo, ...]:
     try:
         import vulkan as vk  # raises OSError when libvulkan.so.1 is missing
-    except (ImportError, OSError) as e:
-        raise RuntimeError(f"cannot load Vulkan ({e}); {_INSTALL_HINT}") from e
+    except ImportError as e:
+        raise VulkanUnavailable(f"the Python package `vulkan` is missing ({e}); pip install vulkan") from e
+    except OSError as e:
+        raise VulkanUnavailable(f"cannot load the Vulkan loader ({e}); {VULKAN_HINT}") from e
 
     app = vk.VkApplicationInfo(
         pApplicationName="vkq",
@@ -135,14 +134,14 @@ def _enumerate_cached() -> tuple[DeviceInfo, ...]:
             vk.VkInstanceCreateInfo(pApplicationInfo=app), None
         )
     except (vk.VkError, vk.VkException) as e:
-        raise RuntimeError(
-            f"cannot create a Vulkan instance ({type(e).__name__}); "
-            f"{_INSTALL_HINT}"
+        raise VulkanUnavailable(
+            f"cannot create a Vulkan instance ({type(e).__name__}: no usable "
+            f"driver); {VULKAN_HINT}"
         ) from e
     try:
         physical = vk.vkEnumeratePhysicalDevices(instance)
         if len(physical) == 0:
-            raise RuntimeError(f"no Vulkan device found; {_INSTALL_HINT}")
+            raise VulkanUnavailable(f"no Vulkan device found; {VULKAN_HINT}")
         props2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceProperties2")
         feats2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceFeatures2")
         return tuple(
@@ -157,7 +156,7 @@ def _instance_fn(vk, instance, name):
     # core 1.1 names), so look the pointer up raw and cast it ourselves.
     ptr = vk.lib.vkGetInstanceProcAddr(instance, name.encode())
     if ptr == vk.ffi.NULL:
-        raise RuntimeError(f"Vulkan loader lacks {name}; {_INSTALL_HINT}")
+        raise VulkanUnavailable(f"the Vulkan loader lacks {name} (older than Vulkan 1.1); {VULKAN_HINT}")
     return vk.ffi.cast(f"PFN_{name}", ptr)
 
 

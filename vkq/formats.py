@@ -66,22 +66,16 @@ class BlockFormat:
         """F32/F16: a 'block' is 32 plain values, padded on the device."""
         return self.ggml_type in (GGMLType.F32, GGMLType.F16)
 
-    def field(self, name: str) -> Field:
-        for f in self.fields:
-            if f.name == name:
-                return f
-        raise KeyError(f"{self.name} has no field {name!r}")
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The mat-vec paths this type has: F32/F16 have no int8 path."""
+        return ("dmmv", "mmvq") if self.has_int8_path else ("dmmv",)
 
     def row_bytes(self, k: int) -> int:
         """Bytes of one row of k elements in a GGUF file."""
         if self.is_plain:
             return k * (self.block_bytes // self.block_elems)
         return k // self.block_elems * self.block_bytes
-
-    @property
-    def gguf_block(self) -> tuple[int, int]:
-        """(elements, bytes) per block as the gguf package counts them."""
-        return gguf.GGML_QUANT_SIZES[self.ggml_type]
 
 
 def _f(name: str, offset: int, size: int, transform: str | None = None, device_bytes: int | None = None) -> Field:

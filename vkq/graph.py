@@ -26,7 +26,7 @@ from __future__ import annotations
 import kp
 import numpy as np
 
-from .ops import MatVec, QuantizeQ8_1, q8_1_words
+from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, q8_1_words
 from .tensor import Tensor
 from .timing import timestamp_span
 
@@ -221,6 +221,8 @@ class Graph:
         if ids.dtype != np.int32 or ids.n != 1:
             raise ValueError(f"ids {ids!r} must be one int32 vector of the used experts")
         n_used = ids.length
+        if n_used > MAX_GROUPS_X:
+            raise ValueError(f"ids {ids!r} selects {n_used} experts; a MUL_MAT_ID takes at most {MAX_GROUPS_X}")
         x = self._check_x(x, w.layout.k, n_used, "x")
         if x.n not in (1, n_used):
             raise ValueError(f"x {x!r} must hold 1 vector (shared) or {n_used} (one per id)")

@@ -82,7 +82,7 @@ class MatVec:
                 buf.rows.count, lay.nblocks, *fields,
                 x_stride, 0 if shared_x else x_stride,  # x_col_stride, x_slot_stride
                 y_stride, y_stride,  # y_col_stride, y_slot_stride
-                buf.rows.start, lay.n_expert,
+                buf.rows.start,  # y_row_offset
             ], np.uint32)
             tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else [])
             if texel_weights:

@@ -6,7 +6,8 @@
   computes it (fp32 arithmetic, round half away from zero).
 - `q8_1_values(x, planes)`: the values the int8 path sees in place of x: one
   Q8_1 plane (activations "q8_1"), or that plus the Q8_1 plane of its fp32
-  rounding residual ("q8_1x2").
+  rounding residual ("q8_1x2"); NaN for every value of a block that holds
+  NaN or inf (the quantizer marks such a block with a NaN scale).
 - `matvec_model(w, x, path, planes)`: what each path computes in exact
   arithmetic: the dequantize path multiplies by x itself, the int8 path by
   q8_1_values(x) (every block type's value is scale*q + offset, so the int8
@@ -31,16 +32,20 @@ def dequantize(qtype, shape, data) -> np.ndarray:
 
 
 def quantize_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x float32 (..., K), K a multiple of 32 -> (int8 quants (..., K), fp32 d (..., K/32))."""
+    """x float32 (..., K), K a multiple of 32 -> (int8 quants (..., K), fp32 d (..., K/32)).
+
+    A block with a NaN or inf gets d = NaN and quants 0."""
     x = np.asarray(x, np.float32)
     blocks = x.reshape(*x.shape[:-1], -1, CHUNK)
+    finite = np.isfinite(blocks).all(axis=-1)
+    blocks = np.where(finite[..., None], blocks, np.float32(0))
     amax = np.abs(blocks).max(axis=-1)
     d = (amax / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
         inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     scaled = blocks * inv[..., None]
     q = (np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))).astype(np.int8)
-    return q.reshape(x.shape), d
+    return q.reshape(x.shape), np.where(finite, d, np.float32(np.nan)).astype(np.float32)
 
 
 def _pad_to_blocks(x: np.ndarray) -> np.ndarray:
@@ -66,7 +71,8 @@ def q8_1_values(x: np.ndarray, planes: int = 1) -> np.ndarray:
     if planes == 2:
         # The shader's residual: fp32 x - fp32(d*q), each rounded (no fused multiply-add).
         dq = (q.reshape(*q.shape[:-1], -1, CHUNK).astype(np.float32) * d[..., None]).reshape(q.shape)
-        qr, dr = quantize_q8_1((xp - dq).astype(np.float32))
+        with np.errstate(invalid="ignore"):  # a non-finite block stays NaN
+            qr, dr = quantize_q8_1((xp - dq).astype(np.float32))
         values = values + _plane_values(qr, dr)
     elif planes != 1:
         raise ValueError(f"planes must be 1 or 2, got {planes}")

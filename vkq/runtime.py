@@ -3,11 +3,12 @@
 Kompute (`kp`) is built by tools/install_kompute.sh with vkq's patch, which
 adds what stock kp 0.9 lacks: the shaderIntegerDotProduct feature is
 enabled when the int-dot extension is requested, `kp.OpGlobalMemoryBarrier`
-orders a dispatch after the one whose output it reads, and
-`Manager.algorithm_with_bindings` binds tensors as uniform buffers or
-uniform texel buffer views, not only as storage buffers. Without the patch
-vkq still runs, but only on what needs none of these (the int8 path and
-texel / uniform bindings are refused with a clear error).
+orders a dispatch after the one whose output it reads,
+`Manager.algorithm_with_bindings` binds tensors as uniform texel buffer
+views, not only as storage buffers, and `Tensor.release_staging` frees an
+uploaded tensor's host copy. Without the patch vkq still runs, but only on
+what needs none of these (the int8 path and texel bindings are refused
+with a clear error; uploaded weights keep their host copy).
 """
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ import kp
 import numpy as np
 
 from .device_info import DeviceInfo, get_device_info
-from .dispatch.choose import DeviceCaps
+from .dispatch.choose import DeviceCaps, loop_iteration_limit
+from .errors import KOMPUTE_HINT, KomputeUnavailable
 from .shader_variants import load_spirv
 
-REQUIRED_KP_PATCH = 3  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
+REQUIRED_KP_PATCH = 4  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 
 # Vulkan flag bits used for barriers between dependent dispatches.
-STAGE_TRANSFER = 0x00001000
 STAGE_COMPUTE = 0x00000800
 ACCESS_SHADER_READ = 0x00000020
 ACCESS_SHADER_WRITE = 0x00000040
@@ -66,6 +67,8 @@ class Device:
             max_shared_memory=i.max_compute_shared_memory_size,
             max_workgroup_invocations=i.max_workgroup_invocations,
             max_texel_buffer_elements=i.max_texel_buffer_elements,
+            max_workgroup_size_x=i.max_workgroup_size[0],
+            max_loop_iterations=loop_iteration_limit(i),
         )
 
     @property
@@ -75,21 +78,25 @@ class Device:
     # -- resources -------------------------------------------------------
     @property
     def unified_memory(self) -> bool:
-        """A CPU driver (lavapipe): "device" memory is host memory anyway."""
+        """A CPU driver (lavapipe): "device" memory is host memory anyway.
+        (Tests set it False to take a GPU's upload path on lavapipe.)"""
         return self.info.device_type == "cpu"
 
     def upload(self, array: np.ndarray):
-        """A tensor holding `array` (uint32/int32/float32) for shaders to read.
+        """A tensor holding `array` (uint32/int32/float32) for shaders to read;
+        its values cannot be read back from the host.
 
-        On a GPU: device-local memory, filled through Kompute's staging copy
-        (Kompute keeps the staging buffer for the tensor's life). On a CPU
-        driver: one host-visible buffer, which halves the host memory weights
-        take (a 4 GB model needs 4 GB, not 8)."""
+        On a GPU: device-local memory, filled through a host-visible staging
+        copy that is freed once the data is on the device, so weights take
+        host memory only while they upload, one tensor at a time. On a CPU
+        driver: one host-visible buffer and no copy at all."""
         array = np.ascontiguousarray(array)
         if self.unified_memory:
             return self.manager.tensor_t(array, kp.TensorTypes.host)
         tensor = self.manager.tensor_t(array)
         self.manager.sequence().eval(kp.OpTensorSyncDevice([tensor]))
+        if self.patched_kp:
+            tensor.release_staging()
         return tensor
 
     def tensor(self, n: int, dtype=np.float32):
@@ -103,21 +110,22 @@ class Device:
     def algorithm(self, tensors, variant, groups: tuple[int, int, int], spec: list[int], push: np.ndarray,
                   binding_kinds: list[str] | None = None):
         """A Kompute algorithm; tensor i is binding i, bound as binding_kinds[i]
-        ("storage" when not given; "uniform", "texel_u32", "texel_u32x2",
-        "texel_u32x4" need vkq's Kompute patch)."""
+        ("storage" when not given; "texel_u32", "texel_u32x2", "texel_u32x4"
+        need vkq's Kompute patch)."""
         spec, push = np.asarray(spec, np.uint32), np.asarray(push, np.uint32)
         if binding_kinds and any(k != "storage" for k in binding_kinds):
             if not self.patched_kp:
-                raise RuntimeError("uniform and texel bindings need vkq's Kompute patch (tools/install_kompute.sh)")
+                raise KomputeUnavailable(f"texel bindings need vkq's Kompute patch level {REQUIRED_KP_PATCH}; "
+                                         f"{KOMPUTE_HINT}")
             return self.manager.algorithm_with_bindings(tensors, binding_kinds, self.spirv(variant), groups, spec, push)
         return self.manager.algorithm(tensors, self.spirv(variant), groups, spec, push)
 
     def compute_barrier(self):
         """Orders a dispatch after the previous one whose output it reads."""
         if not self.patched_kp:
-            raise RuntimeError(
-                "this kp build has no OpGlobalMemoryBarrier (vkq's Kompute patch); "
-                "reinstall it with tools/install_kompute.sh"
+            raise KomputeUnavailable(
+                f"this kp build has no OpGlobalMemoryBarrier (vkq's Kompute patch level {REQUIRED_KP_PATCH}); "
+                f"{KOMPUTE_HINT}"
             )
         return kp.OpGlobalMemoryBarrier(
             STAGE_COMPUTE, STAGE_COMPUTE, ACCESS_SHADER_WRITE, ACCESS_SHADER_READ | ACCESS_SHADER_WRITE

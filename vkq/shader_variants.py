@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .dispatch.config import WEIGHTS_BINDINGS, X_BINDINGS
+from .errors import ShadersMissing
 from .formats import FORMATS, BlockFormat
 
 # Where compiled modules live: inside the package, or VKQ_SPIRV_DIR (for
@@ -156,7 +157,7 @@ def load_spirv(variant) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise RuntimeError(
+        raise ShadersMissing(
             f"compiled shader {path.name} is missing from {SPIRV_DIR}: run "
             "`python tools/compile_shaders.py` (make does it for you)"
         ) from None

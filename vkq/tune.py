@@ -168,7 +168,7 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
     """{'best': path, path: params, 'gbps': {path: [table, tuned]}, 'spread': {path: tuned spread}}."""
     tb = TypeBench(backend, qtype, shapes)
     rounds = QUICK_ROUNDS if quick else ROUNDS
-    paths = ("dmmv", "mmvq") if tb.fmt.has_int8_path else ("dmmv",)
+    paths = tb.fmt.paths
     passes = tb.passes_for(tb.table_config(paths[-1]))
     groups = search_space(tb.dev, quick)
     tuned = {path: tune_path(tb, path, passes, groups, rounds, on_group) for path in paths}
@@ -246,7 +246,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     if skipped:
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
               "(--retune measures them again)", file=sys.stderr)
-    bar = Progress(sum(2 if FORMATS[t].has_int8_path else 1 for t in todo), progress)
+    bar = Progress(sum(len(FORMATS[t].paths) for t in todo), progress)
     path = tuning_store.tuning_path(info)
     try:
         for qtype in todo:

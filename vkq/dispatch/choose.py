@@ -2,25 +2,46 @@
 
 Choice order (each level wins over the ones after it):
   1. an explicit `path=` argument;
-  2. the environment: VKQ_PATH=dmmv|mmvq, VKQ_DISABLE_INT_DOT=1;
+  2. the environment: VKQ_PATH=dmmv|mmvq (for types that have that path),
+     VKQ_DISABLE_INT_DOT=1;
   3. this device's own tuning results (`vkq tune`, vkq.dispatch.tuning_store);
   4. the vendor table of the device's class (vkq.dispatch.tables);
-  5. safe limits of the device, applied last to whatever was chosen: no
-     subgroup reduction without subgroup arithmetic, OpSDot only where the
-     int-dot feature is enabled, workgroup and shared memory within limits,
-     chunks per thread dividing the row; and, once the buffers are known
-     (`fit_bindings`), texel bindings only where they fit the device's
-     texel buffer limit.
+  5. the device's limits, applied last to whatever was chosen (`apply_limits`,
+     then `fit_bindings` once the buffers are known).
+
+Every limit that decides whether a launch computes the right numbers is in
+`limit_problems`. The dispatcher's own choices (tables, tuning) are adapted
+to them by `apply_limits`, each change named in the config's `source`; a
+caller's explicit `config=` is checked by `check_config`, which refuses what
+does not fit instead of changing it. Replacements that give the same
+numbers (shared-memory for subgroup reduction, int32 emulation for OpSDot,
+storage for texel bindings) are made for both, and named in `source`.
 """
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, replace
 
 from ..formats import CHUNK, BlockFormat
 from . import tables, tuning_store
 from .classify import DeviceClass, classify
 from .config import PATHS, PipelineConfig
+
+# Mesa's llvmpipe (lavapipe) ends every loop of a shader invocation once the
+# invocation has taken 65535 loop iterations in all (gallivm's
+# LP_MAX_TGSI_LOOP_ITERATIONS, "shared between every loop in a shader"; it
+# guards against infinite loops). The loops are cut without an error: the
+# partial sums so far, and later loops (the reduction, the writes of y) run
+# at most once. That is why rows_per_wg 976 with split_k false gave NMSE 0.96
+# (int8) and 2.6e65 (dequantize) on 4096 x 4096: one thread's rows x K/32
+# iterations passed the budget. Vulkan reports no such limit.
+LAVAPIPE_LOOP_ITERATIONS = 65535
+
+
+def loop_iteration_limit(info) -> int | None:
+    """Loop iterations one invocation may take on this device (None: no limit known)."""
+    return LAVAPIPE_LOOP_ITERATIONS if classify(info).arch == "lavapipe" else None
 
 
 @dataclass(frozen=True)
@@ -35,6 +56,8 @@ class DeviceCaps:
     max_shared_memory: int
     max_workgroup_invocations: int
     max_texel_buffer_elements: int = 65536  # Vulkan's guaranteed minimum unless the device reports more
+    max_workgroup_size_x: int = 1024  # maxComputeWorkGroupSize[0] (Vulkan guarantees 128)
+    max_loop_iterations: int | None = None  # see LAVAPIPE_LOOP_ITERATIONS
 
 
 def env_path() -> str | None:
@@ -56,25 +79,147 @@ def check_path(path) -> str:
     return path.lower()
 
 
+def row_chunks(k: int) -> int:
+    """32-element chunks of a row of K values (padded to a whole chunk)."""
+    return -(-k // CHUNK)
+
+
+def shared_memory_bytes(cfg: PipelineConfig, ncols: int) -> int:
+    """shaders/mul_mat_vec.comp's reduction buffer: partial[rows x ncols][wg] floats
+    (declared whatever the reduction or split)."""
+    return cfg.wg_size * cfg.rows_per_wg * ncols * 4
+
+
+def loop_iterations(cfg: PipelineConfig, fmt: BlockFormat, k: int, ncols: int, subgroup_size: int = 1) -> int:
+    """An upper bound of the loop iterations one invocation of
+    shaders/mul_mat_vec.comp takes: every loop counted as written, none
+    assumed unrolled (the compiler unrolls the small ones, so the true count
+    is lower). Keep in step with the shader's loops."""
+    r, nc, cpt = cfg.rows_per_wg, ncols, cfg.chunks_per_thread
+    units = row_chunks(k) // cpt
+    per_thread = -(-units // cfg.wg_size) if cfg.split_k else units
+    # Loops inside the block decoders, per row and chunk.
+    decoder = {"MXFP4": 32, "F16": 4, "F32": 8}.get(fmt.name, 0)
+    if cfg.path == "mmvq":
+        chunk = 1 + nc + r * (1 + decoder + nc)  # x loads per column; rows x columns
+    else:
+        chunk = 1 + nc * (1 + 8) + r * (1 + decoder + 2 * (1 + nc))  # x loads; rows x halves x columns
+    unit = 1 + (r if cpt == 8 else 0) + cpt * chunk  # (8 chunks: one header load per row)
+    sums = r * nc
+    if not cfg.split_k:
+        tail = sums  # writes
+    elif cfg.subgroup:
+        subgroups = -(-cfg.wg_size // max(1, subgroup_size))
+        tail = 2 * sums + sums * (1 + subgroups) + -(-sums // cfg.wg_size)
+    else:
+        tail = 2 * sums + (cfg.wg_size.bit_length() - 1) * (1 + sums) + -(-sums // cfg.wg_size)
+    return sums + per_thread * unit + tail
+
+
+def limit_problems(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, ncols: int) -> list[str]:
+    """Why this launch would not compute the right numbers on this device
+    for a K-wide matrix and `ncols` columns (empty: it would)."""
+    out = []
+    max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+    if cfg.wg_size > max_wg:
+        out.append(f"wg_size {cfg.wg_size} > the device's {max_wg} threads per workgroup")
+    shared = shared_memory_bytes(cfg, ncols)
+    if shared > caps.max_shared_memory:
+        out.append(f"wg_size {cfg.wg_size} x rows_per_wg {cfg.rows_per_wg} x {ncols} column(s) x 4 bytes = "
+                   f"{shared} bytes of shared memory > the device's {caps.max_shared_memory}")
+    if row_chunks(k) % cfg.chunks_per_thread:
+        out.append(f"chunks_per_thread {cfg.chunks_per_thread} does not divide the {row_chunks(k)} "
+                   f"32-element chunks of a row of K={k}")
+    elif caps.max_loop_iterations is not None:
+        n = loop_iterations(cfg, fmt, k, ncols, caps.subgroup_size)
+        if n > caps.max_loop_iterations:
+            out.append(f"a thread would take up to {n} loop iterations at K={k} with {ncols} column(s) "
+                       f"({'split_k' if cfg.split_k else 'rows per thread'}, wg_size {cfg.wg_size}, "
+                       f"rows_per_wg {cfg.rows_per_wg}); this driver cuts a thread's loops short after "
+                       f"{caps.max_loop_iterations}")
+    return out
+
+
+def _same_numbers_fallbacks(cfg: PipelineConfig, caps: DeviceCaps) -> tuple[PipelineConfig, list[str]]:
+    """Replacements that compute the same numbers: the shared-memory
+    reduction where subgroup arithmetic is missing, the int32 emulation
+    where OpSDot is not enabled (or VKQ_DISABLE_INT_DOT)."""
+    notes = []
+    if cfg.subgroup and not caps.subgroup_arithmetic:
+        cfg = replace(cfg, subgroup=False)
+        notes.append("shared-memory reduction: no subgroup arithmetic")
+    if cfg.int_dot and not (caps.int_dot and not int_dot_disabled_by_env()):
+        cfg = replace(cfg, int_dot=False)
+        notes.append("int32 emulation of OpSDot: " + ("VKQ_DISABLE_INT_DOT" if caps.int_dot
+                                                       else "the int-dot feature is not enabled"))
+    return cfg, notes
+
+
+def _with_notes(cfg: PipelineConfig, notes: list[str]) -> PipelineConfig:
+    return replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}") if notes else cfg
+
+
 def apply_limits(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, ncols: int) -> PipelineConfig:
-    """Make a configuration runnable on this device, whatever proposed it."""
-    wg = min(cfg.wg_size, caps.max_workgroup_invocations)
-    rows = cfg.rows_per_wg
-    # The reduction buffer holds wg x rows x ncols floats (declared in either mode).
-    while rows > 1 and wg * rows * ncols * 4 > caps.max_shared_memory:
-        rows //= 2
-    chunks = -(-k // CHUNK)
+    """The dispatcher's choice (a table's or tuning's, or a tuning candidate)
+    made to fit this device and shape, each change named in `source`:
+    wg_size halved to the device's maximum; chunks_per_thread halved until
+    it divides the row; rows_per_wg halved until the reduction buffer fits
+    the shared memory; then, while a thread's loops would pass the driver's
+    budget: threads split K (split_k), rows_per_wg halved, wg_size doubled.
+    ValueError if nothing fits (a K far beyond any model's)."""
+    cfg, notes = _same_numbers_fallbacks(cfg, caps)
+    max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+
+    def change(why: str, **kw) -> None:
+        nonlocal cfg
+        notes.append(", ".join(f"{name} {getattr(cfg, name)} -> {v}" for name, v in kw.items()) + f": {why}")
+        cfg = replace(cfg, **kw)
+
+    if cfg.wg_size > max_wg:
+        change(f"the device's maximum is {max_wg}", wg_size=1 << (max_wg.bit_length() - 1))
     cpt = cfg.chunks_per_thread
-    while cpt > 1 and chunks % cpt:
+    while cpt > 1 and row_chunks(k) % cpt:
         cpt //= 2
-    return replace(
-        cfg,
-        wg_size=wg,
-        rows_per_wg=rows,
-        chunks_per_thread=cpt,
-        subgroup=cfg.subgroup and caps.subgroup_arithmetic,
-        int_dot=cfg.int_dot and caps.int_dot and not int_dot_disabled_by_env(),
-    )
+    if cpt != cfg.chunks_per_thread:
+        change(f"to divide the {row_chunks(k)} chunks of a row", chunks_per_thread=cpt)
+    rows = cfg.rows_per_wg
+    while rows > 1 and shared_memory_bytes(replace(cfg, rows_per_wg=rows), ncols) > caps.max_shared_memory:
+        rows //= 2
+    if rows != cfg.rows_per_wg:
+        change(f"shared memory ({caps.max_shared_memory} bytes) at {ncols} column(s)", rows_per_wg=rows)
+    budget = caps.max_loop_iterations
+    why = f"loop budget of this driver ({budget} iterations per thread) at K={k}"
+    while budget is not None and loop_iterations(cfg, fmt, k, ncols, caps.subgroup_size) > budget:
+        if not cfg.split_k:
+            change(why, split_k=True)
+        elif cfg.rows_per_wg > 1:
+            change(why, rows_per_wg=cfg.rows_per_wg // 2)
+        elif 2 * cfg.wg_size <= max_wg and shared_memory_bytes(replace(cfg, wg_size=2 * cfg.wg_size), ncols) \
+                <= caps.max_shared_memory:
+            change(why, wg_size=2 * cfg.wg_size)
+        else:
+            break
+    cfg = _with_notes(cfg, notes)
+    problems = limit_problems(cfg, caps, fmt, k, ncols)
+    if problems:
+        raise ValueError(f"no launch of {fmt.name} at K={k} with {ncols} column(s) fits this device: "
+                         + "; ".join(problems))
+    return cfg
+
+
+def check_config(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, ncols: int) -> PipelineConfig:
+    """A caller's explicit configuration, as it will run: refused (ValueError
+    naming every problem) where it would not compute the right numbers on
+    this device; only the same-numbers replacements are made."""
+    if not isinstance(cfg, PipelineConfig):
+        raise TypeError(f"config must be a vkq.dispatch.config.PipelineConfig, got {type(cfg).__name__}")
+    if cfg.path == "mmvq" and not fmt.has_int8_path:
+        raise ValueError(f"{fmt.name} has no int8 (mmvq) path")
+    problems = limit_problems(cfg, caps, fmt, k, ncols)
+    if problems:
+        raise ValueError("config does not fit this device: " + "; ".join(problems))
+    cfg, notes = _same_numbers_fallbacks(cfg, caps)
+    return _with_notes(cfg, notes)
 
 
 def fit_bindings(cfg: PipelineConfig, caps: DeviceCaps, x_bytes: int, weights_buffer_bytes: int) -> PipelineConfig:
@@ -90,7 +235,21 @@ def fit_bindings(cfg: PipelineConfig, caps: DeviceCaps, x_bytes: int, weights_bu
         notes.append(f"weights as storage: {weights_buffer_bytes // 4} words > maxTexelBufferElements "
                      f"{caps.max_texel_buffer_elements}")
         cfg = replace(cfg, weights_binding="storage")
-    return replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}") if notes else cfg
+    return _with_notes(cfg, notes)
+
+
+def device_wide_problems(params: dict, caps: DeviceCaps) -> list[str]:
+    """Limits a tuning entry (measured at one column) breaks on this device
+    whatever the shape: workgroup size and shared memory."""
+    probe = PipelineConfig("dmmv", False, params["reduction"] == "subgroup", params["wg_size"],
+                           params["rows_per_wg"], params.get("chunks_per_thread", 1))
+    out = []
+    max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+    if probe.wg_size > max_wg:
+        out.append(f"wg_size {probe.wg_size} > the device's {max_wg}")
+    if shared_memory_bytes(probe, 1) > caps.max_shared_memory:
+        out.append(f"{shared_memory_bytes(probe, 1)} bytes of shared memory > the device's {caps.max_shared_memory}")
+    return out
 
 
 class Dispatcher:
@@ -103,15 +262,28 @@ class Dispatcher:
 
     @classmethod
     def for_device(cls, info, caps: DeviceCaps) -> "Dispatcher":
-        return cls(caps, classify(info), tuning_store.load(info))
+        tuned = tuning_store.load(info)
+        problems = [f"{qtype}/{path}: {p}" for qtype, entry in tuned.items() for path in PATHS if path in entry
+                    for p in device_wide_problems(entry[path], caps)]
+        if problems:
+            warnings.warn(f"vkq: ignoring tuning file {tuning_store.tuning_path(info)}: it does not fit this "
+                          f"device: {'; '.join(problems[:3])}; using the vendor table. Run `vkq tune` again.",
+                          stacklevel=2)
+            tuned = {}
+        return cls(caps, classify(info), tuned)
 
     def choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int = 1, path: str | None = None) -> PipelineConfig:
+        env_note = ""
         if path is not None:
             path, path_source = check_path(path), "argument"
+            if path == "mmvq" and not fmt.has_int8_path:
+                raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
         else:
             path, path_source = env_path(), "env VKQ_PATH"
-        if path == "mmvq" and not fmt.has_int8_path:
-            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
+            if path == "mmvq" and not fmt.has_int8_path:
+                # The environment sets a preference for every matrix; a type
+                # without that path keeps the one it has.
+                path, env_note = None, f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path; "
 
         tuned = self.tuned.get(fmt.name)
         if tuned is not None and ncols == 1 and (path or tuned["best"]) in tuned:
@@ -123,6 +295,7 @@ class Dispatcher:
             chosen = params["path"]
         if path is not None:
             source = f"path from {path_source}; parameters from {source}"
+        source = env_note + source
         cfg = PipelineConfig(
             path=chosen,
             int_dot=chosen == "mmvq",

@@ -1,9 +1,16 @@
-"""What the dispatcher decides for one mat-vec: a pipeline and its parameters."""
+"""What the dispatcher decides for one mat-vec: a pipeline and its parameters.
+
+The one place that says which launch parameter values exist
+(`param_problems`): vendor tables (tables.py), tuning files
+(tuning_store.py) and `PipelineConfig` itself check against it. Limits that
+depend on the device or the shape are in choose.py.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 PATHS = ("dmmv", "mmvq")
+REDUCTIONS = ("subgroup", "shared")
 # How the shader reads the weights: storage buffer loads, or uniform texel
 # buffer fetches (branch-free gathers on lavapipe, where storage loads at
 # varying offsets are a loop over the lanes).
@@ -12,6 +19,56 @@ WEIGHTS_BINDINGS = ("storage", "texel")
 # for x was measured too: slower than texels on lavapipe, and limited to
 # 64 KiB there.)
 X_BINDINGS = ("storage", "texel")
+CHUNKS_PER_THREAD = (1, 2, 4, 8)
+# Vulkan caps maxComputeWorkGroupInvocations at no less than 128; no device
+# reports more than 1024. The shared-memory reduction needs a power of two.
+MAX_WG_SIZE = 1024
+# shaders/mul_mat_vec.comp keeps NUM_ROWS x NCOLS partial sums (and, with 8
+# chunks per thread, NUM_ROWS block headers) per thread in private arrays.
+# Past 16 rows (128 sums at 8 columns) they spill to scratch memory, whose
+# size per thread is a driver limit Vulkan does not report, and on lavapipe
+# the row loop stops being unrolled and eats its loop budget (choose.py).
+MAX_ROWS_PER_WG = 16
+
+# A table or tuning entry: the parameters every full entry has, and those
+# it may leave out, with the value they take then.
+PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
+OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True, "weights_binding": "storage", "x_binding": "storage"}
+ALL_PARAMS = PARAMS + tuple(OPTIONAL_PARAMS)
+
+
+def is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def param_problems(params: dict, where: str) -> list[str]:
+    """What is wrong with the launch parameters present in `params` (a
+    table entry, a tuning entry, or a PipelineConfig's fields): wrong types
+    or values outside what the shaders support. Empty: fine."""
+    p, out = params, []
+    if "path" in p and p["path"] not in PATHS:
+        out.append(f"{where}: path {p['path']!r} not in {PATHS}")
+    if "reduction" in p and p["reduction"] not in REDUCTIONS:
+        out.append(f"{where}: reduction {p['reduction']!r} not in {REDUCTIONS}")
+    if "wg_size" in p:
+        wg = p["wg_size"]
+        if not is_int(wg) or not 1 <= wg <= MAX_WG_SIZE or wg & (wg - 1):
+            out.append(f"{where}: wg_size {wg!r} is not a power of two in 1..{MAX_WG_SIZE}")
+    if "rows_per_wg" in p:
+        rows = p["rows_per_wg"]
+        if not is_int(rows) or not 1 <= rows <= MAX_ROWS_PER_WG:
+            out.append(f"{where}: rows_per_wg {rows!r} not in 1..{MAX_ROWS_PER_WG} "
+                       "(the rows' partial sums a thread holds)")
+    if "chunks_per_thread" in p and (not is_int(p["chunks_per_thread"])
+                                     or p["chunks_per_thread"] not in CHUNKS_PER_THREAD):
+        out.append(f"{where}: chunks_per_thread {p['chunks_per_thread']!r} not in {CHUNKS_PER_THREAD}")
+    if "split_k" in p and not isinstance(p["split_k"], bool):
+        out.append(f"{where}: split_k {p['split_k']!r} is not true or false")
+    if "weights_binding" in p and p["weights_binding"] not in WEIGHTS_BINDINGS:
+        out.append(f"{where}: weights_binding {p['weights_binding']!r} not in {WEIGHTS_BINDINGS}")
+    if "x_binding" in p and p["x_binding"] not in X_BINDINGS:
+        out.append(f"{where}: x_binding {p['x_binding']!r} not in {X_BINDINGS}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -20,28 +77,27 @@ class PipelineConfig:
     int_dot: bool  # mmvq with OpSDot; False: int32 emulation
     subgroup: bool  # subgroupAdd reduction; False: shared-memory tree
     wg_size: int  # threads per workgroup (power of two)
-    rows_per_wg: int  # rows per workgroup; each thread keeps all of them
+    rows_per_wg: int  # rows per workgroup (split_k) or per thread; each thread keeps all of them
     chunks_per_thread: int = 1  # consecutive 32-element chunks a thread takes at a time
     split_k: bool = True  # threads split K and reduce; False: a thread owns whole rows (CPU drivers)
     x_planes: int = 1  # mmvq: int8 planes of the activation (vkq.activations); the caller's choice
     weights_binding: str = "storage"  # one of WEIGHTS_BINDINGS
     x_binding: str = "storage"  # one of X_BINDINGS
-    source: str = "default"  # which rule chose it (shown by `vkq info`)
+    source: str = "default"  # which rule chose it, and what the device's limits changed (`vkq info`)
 
     def __post_init__(self):
-        if self.path not in PATHS:
-            raise ValueError(f"unknown path {self.path!r}; expected one of {PATHS}")
-        if self.wg_size < 1 or self.wg_size & (self.wg_size - 1):
-            raise ValueError(f"wg_size must be a power of two, got {self.wg_size}")
-        if self.rows_per_wg < 1:
-            raise ValueError(f"rows_per_wg must be >= 1, got {self.rows_per_wg}")
-        if self.chunks_per_thread not in (1, 2, 4, 8):
-            raise ValueError(f"chunks_per_thread must be 1, 2, 4 or 8, got {self.chunks_per_thread}")
-        if self.x_planes not in (1, 2) or (self.x_planes != 1 and self.path != "mmvq"):
-            raise ValueError(f"x_planes must be 1, or 2 on the mmvq path; got {self.x_planes} on {self.path}")
-        if self.weights_binding not in WEIGHTS_BINDINGS:
-            raise ValueError(f"weights_binding must be one of {WEIGHTS_BINDINGS}, got {self.weights_binding!r}")
-        if self.x_binding not in X_BINDINGS:
-            raise ValueError(f"x_binding must be one of {X_BINDINGS}, got {self.x_binding!r}")
-        if self.int_dot and self.path != "mmvq":
-            raise ValueError("int_dot applies to the mmvq path only")
+        fields = {"path": self.path, "wg_size": self.wg_size, "rows_per_wg": self.rows_per_wg,
+                  "chunks_per_thread": self.chunks_per_thread, "split_k": self.split_k,
+                  "weights_binding": self.weights_binding, "x_binding": self.x_binding}
+        problems = param_problems(fields, "PipelineConfig")
+        for name in ("int_dot", "subgroup"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"PipelineConfig: {name} {getattr(self, name)!r} is not True or False")
+        if self.x_planes not in (1, 2) or isinstance(self.x_planes, bool) or (
+                self.x_planes != 1 and self.path != "mmvq"):
+            problems.append(f"PipelineConfig: x_planes must be 1, or 2 on the mmvq path; "
+                            f"got {self.x_planes!r} on {self.path}")
+        if self.int_dot is True and self.path != "mmvq":
+            problems.append("PipelineConfig: int_dot applies to the mmvq path only")
+        if problems:
+            raise ValueError("; ".join(problems))

@@ -15,25 +15,14 @@ from pathlib import Path
 
 from ..formats import FORMATS
 from .classify import DeviceClass
-from .config import WEIGHTS_BINDINGS, X_BINDINGS
+from .config import ALL_PARAMS, OPTIONAL_PARAMS, PARAMS, PATHS, is_int, param_problems
 
 TABLES_DIR = Path(__file__).parent / "tables"
 VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm", "software", "unknown")
 
-PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
-# Parameters an entry may leave out, with their value when no entry sets them.
-OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True, "weights_binding": "storage", "x_binding": "storage"}
-# Parameters added after tuning files existed: a file without them keeps their defaults.
-BINDING_PARAMS = ("weights_binding", "x_binding")
-CHUNKS_PER_THREAD = (1, 2, 4, 8)
 CONDITIONS = ("types", "paths", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
 META = ("basis", "note")
 BASES = ("ggml", "measured", "guess")
-ALL_PARAMS = PARAMS + tuple(OPTIONAL_PARAMS)
-PATHS = ("dmmv", "mmvq")
-REDUCTIONS = ("subgroup", "shared")
-MAX_WG_SIZE = 1024
-MAX_ROWS_PER_WG = 16
 FALLBACK_CLASS = "unknown/*"  # in unknown.json: the last resort for every device
 
 
@@ -205,25 +194,7 @@ def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
         problems.append(f"{where}: basis must be one of {BASES}")
     elif e["basis"] in ("ggml", "guess") and not e.get("note"):
         problems.append(f"{where}: a {e['basis']} entry needs a note (cite the rule / say why)")
-    if "path" in e and e["path"] not in PATHS:
-        problems.append(f"{where}: path {e['path']!r} not in {PATHS}")
-    if "reduction" in e and e["reduction"] not in REDUCTIONS:
-        problems.append(f"{where}: reduction {e['reduction']!r} not in {REDUCTIONS}")
-    wg = e.get("wg_size", 1)
-    if not _int(wg) or wg < 1 or wg > MAX_WG_SIZE or wg & (wg - 1):
-        problems.append(f"{where}: wg_size {wg!r} is not a power of two <= {MAX_WG_SIZE}")
-    rpw = e.get("rows_per_wg", 1)
-    if not _int(rpw) or not 1 <= rpw <= MAX_ROWS_PER_WG:
-        problems.append(f"{where}: rows_per_wg {rpw!r} not in 1..{MAX_ROWS_PER_WG}")
-    if not isinstance(e.get("split_k", True), bool):
-        problems.append(f"{where}: split_k must be true or false")
-    if e.get("weights_binding", "storage") not in WEIGHTS_BINDINGS:
-        problems.append(f"{where}: weights_binding {e['weights_binding']!r} not in {WEIGHTS_BINDINGS}")
-    if e.get("x_binding", "storage") not in X_BINDINGS:
-        problems.append(f"{where}: x_binding {e['x_binding']!r} not in {X_BINDINGS}")
-    cpt = e.get("chunks_per_thread", 1)
-    if cpt not in CHUNKS_PER_THREAD:
-        problems.append(f"{where}: chunks_per_thread {cpt!r} not in {CHUNKS_PER_THREAD}")
+    problems += param_problems(e, where)
     paths = e.get("paths")
     if paths is not None:
         if not isinstance(paths, list) or not paths or any(p not in PATHS for p in paths):
@@ -242,11 +213,8 @@ def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
     for name in ("k", "rows", "ncols"):
         lo, hi = e.get(f"{name}_min"), e.get(f"{name}_max")
         for bound, v in ((f"{name}_min", lo), (f"{name}_max", hi)):
-            if v is not None and (not _int(v) or v < 0):
+            if v is not None and (not is_int(v) or v < 0):
                 problems.append(f"{where}: {bound} {v!r} is not an integer >= 0")
-        if _int(lo) and _int(hi) and lo > hi:
+        if is_int(lo) and is_int(hi) and lo > hi:
             problems.append(f"{where}: {name}_min > {name}_max (never matches)")
 
-
-def _int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)

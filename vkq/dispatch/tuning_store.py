@@ -17,8 +17,8 @@ import warnings
 from pathlib import Path
 
 from ..device_info import DeviceInfo
-from .config import WEIGHTS_BINDINGS, X_BINDINGS
-from .tables import ALL_PARAMS, BINDING_PARAMS, CHUNKS_PER_THREAD, PATHS, REDUCTIONS
+from ..formats import FORMATS
+from .config import ALL_PARAMS, PATHS, param_problems
 
 SCHEMA = 1
 
@@ -40,55 +40,67 @@ def tuning_path(info: DeviceInfo) -> Path:
     return tuning_dir() / f"{info.vendor_id:04x}-{info.device_id:04x}-{slug}-drv{info.driver_version}.json"
 
 
-def _entry_problems(qtype: str, entry: dict) -> list[str]:
+# The parameters of a path's entry: all of them but the path, which is the
+# entry's key; those added after tuning files existed (the bindings) may be
+# missing and take their default.
+ENTRY_PARAMS = tuple(p for p in ALL_PARAMS if p != "path")
+ENTRY_REQUIRED = tuple(p for p in ENTRY_PARAMS if p not in ("weights_binding", "x_binding"))
+
+
+def entry_problems(qtype, entry) -> list[str]:
+    """What is wrong with one type's entry, whatever its JSON shape."""
+    if not isinstance(qtype, str) or qtype not in FORMATS:
+        return [f"{qtype!r}: not a block type vkq supports"]
+    if not isinstance(entry, dict):
+        return [f"{qtype}: not an object"]
     problems = []
     best = entry.get("best")
     if best not in PATHS:
-        problems.append(f"{qtype}: best path {best!r}")
+        problems.append(f"{qtype}: best path {best!r} not in {PATHS}")
+    elif best not in entry:
+        problems.append(f"{qtype}: best path {best} has no parameters")
+    if best == "mmvq" and not FORMATS[qtype].has_int8_path:
+        problems.append(f"{qtype}: best path mmvq, but {qtype} has no int8 path")
     for path in PATHS:
         params = entry.get(path)
         if params is None:
             continue
-        required = [p for p in ALL_PARAMS if p != "path" and p not in BINDING_PARAMS]
-        if not isinstance(params, dict) or any(p not in params for p in required):
-            problems.append(f"{qtype}/{path}: missing parameters")
+        where = f"{qtype}/{path}"
+        if not isinstance(params, dict):
+            problems.append(f"{where}: not an object")
             continue
-        wg, rows = params["wg_size"], params["rows_per_wg"]
-        if not isinstance(wg, int) or wg < 1 or wg & (wg - 1) or not isinstance(rows, int) or rows < 1:
-            problems.append(f"{qtype}/{path}: bad wg_size/rows_per_wg")
-        if (params["reduction"] not in REDUCTIONS or params["chunks_per_thread"] not in CHUNKS_PER_THREAD
-                or not isinstance(params["split_k"], bool)):
-            problems.append(f"{qtype}/{path}: bad reduction/chunks_per_thread")
-        if (params.get("weights_binding", "storage") not in WEIGHTS_BINDINGS
-                or params.get("x_binding", "storage") not in X_BINDINGS):
-            problems.append(f"{qtype}/{path}: bad weights_binding/x_binding")
-    if best in PATHS and best not in entry:
-        problems.append(f"{qtype}: best path {best} has no parameters")
+        problems += [f"{where}: missing {p!r}" for p in ENTRY_REQUIRED if p not in params]
+        problems += [f"{where}: unknown key {p!r}" for p in params if p not in ENTRY_PARAMS]
+        problems += param_problems(params, where)
     return problems
 
 
 def load(info: DeviceInfo) -> dict[str, dict]:
-    """{qtype: {"best": path, "dmmv": params, "mmvq": params}}; {} if none or unusable."""
+    """{qtype: {"best": path, "dmmv": params, "mmvq": params}}; {} if none or unusable.
+
+    A file of any content is either used whole or warned about and ignored:
+    nothing in it can make a command fail."""
     path = tuning_path(info)
-    if not path.exists():
-        return {}
     try:
+        if not path.exists():
+            return {}
         data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         warnings.warn(f"vkq: ignoring unreadable tuning file {path}: {e}; using the vendor table", stacklevel=2)
         return {}
-    if data.get("schema") != SCHEMA or data.get("device") != device_key(info):
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("device") != device_key(info):
         warnings.warn(f"vkq: ignoring stale tuning file {path} (other schema or device/driver); "
                       "using the vendor table. Run `vkq tune` again.", stacklevel=2)
         return {}
     entries = data.get("entries")
-    problems = [] if isinstance(entries, dict) else ["no entries"]
-    for qtype, entry in (entries or {}).items():
-        problems += _entry_problems(qtype, entry) if isinstance(entry, dict) else [f"{qtype}: not an object"]
+    if not isinstance(entries, dict):
+        problems = [f"'entries' is {type(entries).__name__}, not an object"]
+    else:
+        problems = [p for qtype, entry in entries.items() for p in entry_problems(qtype, entry)]
     if problems:
-        warnings.warn(f"vkq: ignoring invalid tuning file {path}: {'; '.join(problems[:3])}", stacklevel=2)
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        warnings.warn(f"vkq: ignoring invalid tuning file {path}: {'; '.join(problems[:3])}{more}; "
+                      "using the vendor table. Run `vkq tune` again.", stacklevel=2)
         return {}
     return entries
 

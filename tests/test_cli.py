@@ -1,0 +1,147 @@
+"""The `vkq` command line in a user's situations: each is one line on stderr
+naming the problem and exit status 2, never a traceback; a bug keeps its
+traceback. Situations that can be made for real are (no driver, no shaders,
+no such device); the missing Vulkan loader and kp are simulated at the
+import they fail in."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import vkq
+import vkq.device_info
+import vkq.info
+from vkq import errors
+from vkq.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_vkq(*args: str, env: dict[str, str] | None = None, code: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m vkq ARGS` (or `python -c CODE ARGS`) in a fresh process of
+    this Python, with this checkout's vkq first on the path."""
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    full_env.pop("VKQ_VALIDATE", None)  # no validation layer needed to read an error line
+    full_env.update(env or {})
+    cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "vkq", *args]
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=300)
+
+
+def assert_user_error(result_or_code, stderr: str, *needles: str) -> None:
+    code = result_or_code
+    assert code == 2, f"exit status {code}, stderr:\n{stderr}"
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("vkq: error:")]
+    assert len(lines) == 1, stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_version_through_python_m():
+    r = run_vkq("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"vkq {vkq.__version__}"
+
+
+def test_python_m_runs_the_cli():
+    r = run_vkq("bench", "--list")
+    assert r.returncode == 0, r.stderr
+    assert "llama-3.2-1b" in r.stdout
+
+
+def test_no_vulkan_driver():
+    """A loader with no driver at all, for real: the ICD list points nowhere."""
+    missing = "/nonexistent/vkq-test-icd.json"
+    r = run_vkq("info", env={"VK_ICD_FILENAMES": missing, "VK_DRIVER_FILES": missing})
+    assert_user_error(r.returncode, r.stderr, "Vulkan", "driver", "apt-get install")
+
+
+def test_no_compiled_shaders(tmp_path):
+    r = run_vkq("bench", "--matvec", "--types", "Q4_0", "--shape", "32x256", "-r", "1", "--path", "dmmv",
+                env={"VKQ_SPIRV_DIR": str(tmp_path)})
+    assert_user_error(r.returncode, r.stderr, ".spv", "tools/compile_shaders.py")
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_device_index_that_does_not_exist(capsys, monkeypatch, tmp_path, how):
+    n = len(vkq.device_info.enumerate_devices())
+    if how == "flag":
+        code = main(["compare", str(tmp_path / "model.gguf"), "--device", str(n)])
+    else:
+        monkeypatch.setenv("VKQ_DEVICE", str(n))
+        code = main(["compare", str(tmp_path / "model.gguf")])
+    assert_user_error(code, capsys.readouterr().err, f"no Vulkan device with index {n}", "vkq info")
+
+
+def test_no_vulkan_loader(capsys, monkeypatch, tmp_path):
+    """The `vulkan` package fails to load libvulkan.so.1 (as it does on a
+    machine without the loader): a stand-in package that raises the same."""
+    (tmp_path / "vulkan.py").write_text("raise OSError(\"cannot load library 'libvulkan.so.1'\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "vulkan", raising=False)
+    vkq.device_info._enumerate_cached.cache_clear()
+    try:
+        code = main(["info"])
+    finally:
+        vkq.device_info._enumerate_cached.cache_clear()
+    assert_user_error(code, capsys.readouterr().err, "libvulkan.so.1", "apt-get install libvulkan1")
+
+
+def test_kp_not_installed():
+    code = "import sys; sys.modules['kp'] = None; from vkq.cli import main; sys.exit(main(sys.argv[1:]))"
+    r = run_vkq("info", code=code)
+    assert_user_error(r.returncode, r.stderr, "kp", "tools/install_kompute.sh")
+
+
+def test_kp_without_its_vulkan_loader():
+    """What importing kp raises when libvulkan.so.1 is missing (the dynamic
+    loader's message, module name kp) becomes the Vulkan error."""
+    e = ImportError("libvulkan.so.1: cannot open shared object file: No such file or directory", name="kp")
+    err = errors.from_import_error(e)
+    assert isinstance(err, errors.VulkanUnavailable) and "apt-get install" in str(err)
+    assert errors.from_import_error(ImportError("no module", name="other")) is None
+
+
+def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
+    def broken():
+        raise ImportError("something else", name="not_kp")
+
+    monkeypatch.setattr(vkq.info, "report", broken)
+    with pytest.raises(ImportError, match="something else"):
+        main(["info"])
+
+
+def test_type_error_is_a_bug_not_a_message(monkeypatch):
+    def broken():
+        raise TypeError("a bug in vkq")
+
+    monkeypatch.setattr(vkq.info, "report", broken)
+    with pytest.raises(TypeError, match="a bug in vkq"):
+        main(["info"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "-r", "0"],
+    ["bench", "--matvec", "-r", "0"],
+    ["bench", "-n", "0"],
+    ["bench", "-r", "-2"],
+])
+def test_zero_repetitions_are_refused(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_vkq_errors_keep_the_builtin_types():
+    """Library callers that caught ValueError / RuntimeError still do."""
+    assert issubclass(errors.DeviceNotFound, ValueError)
+    assert issubclass(errors.VulkanUnavailable, RuntimeError)
+    assert issubclass(errors.ShadersMissing, RuntimeError)
+    assert issubclass(errors.KomputeUnavailable, RuntimeError)
+    with pytest.raises(ValueError, match="no Vulkan device with index 1000"):
+        vkq.device_info.get_device_info(1000)

@@ -1,0 +1,96 @@
+"""NaN and inf in x reach the result on every type and path, MUL_MAT_ID too.
+
+float64 numpy gives NaN in every output of a column whose x holds a NaN,
+and +-inf or NaN in every output of a column holding an inf. vkq gives NaN
+wherever numpy gives NaN, and NaN or the same inf where numpy gives an inf
+(README: "Non-finite x"); never a finite number. The int8 path's quantizer
+marks a block holding NaN or inf with a NaN scale (shaders/quantize_q8_1.comp),
+so nothing depends on the host seeing x. The finite columns beside them are
+unaffected.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vkq.reference as ref
+from ggml_quant import random_weights
+from conftest import TYPES, type_paths
+
+ROWS, K = 19, 512
+N_EXPERT = 3
+
+
+def poisoned_x(ncols: int) -> np.ndarray:
+    """(K, ncols): column 0 a NaN, column 1 a +inf, column 2 a -inf and a +inf
+    in another block, the rest finite."""
+    x = np.random.default_rng(3).uniform(-1, 1, (K, ncols)).astype(np.float32)
+    x[37, 0] = np.nan
+    if ncols > 1:
+        x[300, 1] = np.inf
+    if ncols > 2:
+        x[5, 2], x[400, 2] = -np.inf, np.inf
+    return x
+
+
+def assert_nonfinite_like_numpy(y: np.ndarray, exact: np.ndarray, what: str) -> None:
+    for j in range(exact.shape[1]):
+        yc, ec = y[:, j], exact[:, j]
+        if np.isfinite(ec).all():
+            assert ref.nmse(yc, ec) < 5e-4, f"{what} column {j}: a finite column changed"
+            continue
+        assert not np.isfinite(yc).any(), f"{what} column {j}: finite outputs {yc[np.isfinite(yc)][:3]}"
+        nan = np.isnan(ec)
+        assert np.isnan(yc[nan]).all(), f"{what} column {j}: numpy's NaN outputs are not NaN"
+        assert (np.isnan(yc[~nan]) | (yc[~nan] == ec[~nan])).all(), f"{what} column {j}: an inf of the wrong sign"
+
+
+@pytest.fixture(scope="module")
+def matrices(backend):
+    out = {}
+    for qtype in TYPES:
+        data = random_weights(N_EXPERT * ROWS, K, qtype, seed=11)
+        w64 = ref.dequantize(qtype, (N_EXPERT, ROWS, K), data)
+        stack = backend.upload(qtype, (N_EXPERT, ROWS, K), data)
+        matrix = backend.upload(qtype, (ROWS, K), data[:ROWS])
+        out[qtype] = matrix, stack, w64
+    return out
+
+
+# The second activation plane (q8_1x2) on a few types: the marking is the same code.
+CASES = [pytest.param(t, p, "q8_1", id=f"{t}-{p}") for t, p in [c.values for c in type_paths()]] + [
+    pytest.param(t, "mmvq", "q8_1x2", id=f"{t}-mmvq-q8_1x2") for t in ("Q4_0", "Q8_0", "Q4_K", "Q6_K")]
+
+
+@pytest.mark.parametrize("qtype,path,activations", CASES)
+def test_matvec_nonfinite_x(backend, matrices, qtype, path, activations):
+    w, _, w64 = matrices[qtype]
+    x = poisoned_x(4)
+    with np.errstate(invalid="ignore"):
+        exact = w64[0] @ x.astype(np.float64)
+    y = backend.matvec(w, x, path=path, activations=activations)
+    assert_nonfinite_like_numpy(y, exact, f"{qtype} {path} {activations}")
+
+
+@pytest.mark.parametrize("qtype,path", type_paths())
+def test_matvec_id_nonfinite_x(backend, matrices, qtype, path):
+    _, stack, w64 = matrices[qtype]
+    ids = np.array([2, 0, 2], np.int32)
+    x = poisoned_x(3).T.copy()  # one input per selected expert: NaN, +inf, -inf and +inf
+    y = backend.matvec_id(stack, x, ids, path=path)
+    with np.errstate(invalid="ignore"):
+        exact = np.stack([w64[e] @ x[i].astype(np.float64) for i, e in enumerate(ids)])
+    assert_nonfinite_like_numpy(y.T, exact.T, f"{qtype} {path} matvec_id")
+    shared = backend.matvec_id(stack, x[0].copy(), ids, path=path)  # one x (with a NaN) for all
+    assert np.isnan(shared).all(), f"{qtype} {path} matvec_id, shared x with a NaN"
+
+
+def test_model_marks_nonfinite_blocks():
+    """vkq.reference's int8 model: a block with NaN or inf is NaN, the others as before."""
+    x = np.random.default_rng(0).uniform(-1, 1, 96).astype(np.float32)
+    clean = ref.q8_1_values(x, 2)
+    x[40] = np.inf
+    seen = ref.q8_1_values(x, 2)
+    assert np.isnan(seen[32:64]).all()
+    np.testing.assert_array_equal(seen[:32], clean[:32])
+    np.testing.assert_array_equal(seen[64:], clean[64:])

@@ -1,0 +1,109 @@
+"""Uploaded weights on a discrete GPU keep no host copy: the staging buffer
+Kompute fills them through is freed once the data is on the device.
+
+lavapipe is a CPU driver (vkq uploads straight into host-visible memory
+there), so these tests take the GPU's path on it by making
+`Device.unified_memory` False. Device-local memory of lavapipe is host
+memory too, so the process's resident memory grows by the weights once
+(their device copy), not twice (device copy plus staging copy)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import kp
+import numpy as np
+import pytest
+from conftest import assert_matches, random_ids, random_x, references
+
+import ggml_quant
+import vkq.reference as ref
+from vkq.runtime import Device
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+
+# Uploads 4 x 64 MiB on the GPU path and prints how much the resident memory
+# grew, in MiB. argv[1] "keep" keeps the staging copies (as kp without the
+# release does), the control that shows the measurement sees them.
+MEASURE = r"""
+import sys
+import numpy as np
+from vkq.runtime import Device
+
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+Device.unified_memory = property(lambda self: False)
+dev = Device()
+if sys.argv[1] == "keep":
+    dev.patched_kp = False
+arrays = [np.full(16 << 20, i + 1, np.uint32) for i in range(4)]
+dev.upload(np.ones(1024, np.uint32))  # one-time allocations (command pool, ...) before measuring
+before = rss_mib()
+tensors = [dev.upload(a) for a in arrays]
+print(rss_mib() - before)
+"""
+UPLOADED_MIB = 4 * 64
+
+
+def resident_growth_mib(mode: str) -> float:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("VKQ_VALIDATE", None)  # the validation layer's own memory is not the point
+    r = subprocess.run([sys.executable, "-c", MEASURE, mode], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def gpu_upload_path(monkeypatch):
+    monkeypatch.setattr(Device, "unified_memory", property(lambda self: False))
+
+
+def test_uploaded_weights_take_host_memory_once(backend):
+    if not backend.device.patched_kp:
+        pytest.skip("kp without vkq's patch level 4 keeps the staging copy")
+    released = resident_growth_mib("release")
+    kept = resident_growth_mib("keep")
+    print(f"resident memory after uploading {UPLOADED_MIB} MiB: {released:.0f} MiB (staging released), "
+          f"{kept:.0f} MiB (kept)")
+    # The device copy itself is resident (the measurement sees memory at all)...
+    assert released > 0.8 * UPLOADED_MIB, released
+    # ...and the staging copy is gone, where keeping it costs as much again.
+    assert released < 1.25 * UPLOADED_MIB, released
+    assert kept > 1.8 * UPLOADED_MIB, kept
+
+
+def test_gpu_upload_path_gives_device_only_tensors(backend, gpu_upload_path):
+    if not backend.device.patched_kp:
+        pytest.skip("kp without vkq's patch level 4 keeps the staging copy")
+    t = backend.device.upload(np.arange(100, dtype=np.uint32))
+    assert t.tensor_type() == kp.TensorTypes.storage
+    with pytest.raises(RuntimeError, match="no host data"):
+        t.data()
+
+
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+def test_matvec_on_the_gpu_upload_path(backend, gpu_upload_path, path):
+    rows, k = 67, 512
+    data = ggml_quant.random_weights(rows, k, "Q4_K")
+    w = backend.upload("Q4_K", (rows, k), data)
+    assert all(buf.tensor.tensor_type() != kp.TensorTypes.host for buf in w.buffers)
+    x = random_x(k, 3)
+    assert_matches(backend.matvec(w, x, path=path), references(ref.dequantize("Q4_K", (rows, k), data), x), path,
+                   f"Q4_K {rows}x{k} {path}, GPU upload path")
+
+
+def test_matvec_id_on_the_gpu_upload_path(backend, gpu_upload_path):
+    n_expert, rows, k, n_used = 5, 33, 256, 3
+    data = ggml_quant.random_weights(n_expert * rows, k, "Q6_K")
+    w = backend.upload("Q6_K", (n_expert, rows, k), data)
+    x, ids = random_x(k), random_ids(n_used, n_expert)
+    w64 = ref.dequantize("Q6_K", (n_expert, rows, k), data)
+    y = backend.matvec_id(w, x, ids, path="dmmv")
+    for slot, e in enumerate(ids):
+        assert_matches(y[slot], references(w64[e], x), "dmmv", f"Q6_K expert {e} slot {slot}, GPU upload path")
