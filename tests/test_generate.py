@@ -36,6 +36,7 @@ import pytest
 import vkq
 import vkq.reference as ref
 from vkq import MAX_COLS
+from vkq.dispatch.paths import resolve_path
 from vkq.cli import main
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
@@ -214,10 +215,8 @@ def test_every_matvec_of_a_forward_pass_matches_its_model(smol, smol_ref, path):
 
     def check(names, x, y):
         w = smol.matvecs.weights[names]
-        cfg = smol.backend.pipeline(w, x.shape[0], None if path == "auto" else path, smol.activations)
+        cfg = smol.backend.pipeline(w, x.shape[0], resolve_path(w.layout.fmt, path), smol.activations)
         chosen = cfg.path
-        if path == "mmvq" and not w.layout.fmt.has_int8_path:
-            chosen = "dmmv"
         planes = cfg.x_planes if chosen == "mmvq" else 1
         want = ref.matvec_model(smol_ref.matvecs.weights[names], np.ascontiguousarray(x.T), chosen, planes).T
         e = ref.nmse(y, want)

@@ -31,8 +31,9 @@ import numpy as np
 
 from ..activations import GENERATE_ACTIVATIONS, check_activations
 from ..backend import Backend
+from ..dispatch.paths import resolve_path
 from .decoding import Decoder
-from .matvecs import VkqMatvecs, matvec_path
+from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .ops import Argmax, Attention, AttentionShape, EmbedRows, RMSNorm, RopeKV, SwiGLU, Vectors, rope_table
 
@@ -114,7 +115,7 @@ class GpuLlama(Decoder):
 
         def matvec(names, x_in) -> None:
             w = self.weights[names]
-            g.matvec(w, x_in, matvec_path(self.path_mode, w), activations=self.activations, out=y[names])
+            g.matvec(w, x_in, resolve_path(w.layout.fmt, self.path_mode), activations=self.activations, out=y[names])
 
         if f.output_name == "token_embd.weight":
             embd = self.weights[f.output_group]  # the tied output head: one upload serves both

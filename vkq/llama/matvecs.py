@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import Backend
+from ..dispatch.paths import resolve_path
 from ..gguf_io import GGUFTensor
 
 
@@ -80,16 +81,6 @@ class Matvecs(ABC):
         return np.split(y, np.cumsum(group.rows)[:-1], axis=1)
 
 
-def matvec_path(path: str, w) -> str | None:
-    """Backend.matvec's path for a path mode: auto is the dispatcher's choice;
-    F32/F16 matrices have no int8 path and take dmmv under mmvq."""
-    if path == "auto":
-        return None
-    if path == "mmvq" and not w.layout.fmt.has_int8_path:
-        return "dmmv"
-    return path
-
-
 class VkqMatvecs(Matvecs):
     """Every mat-vec a `Backend.matvec` on weights uploaded once."""
 
@@ -102,7 +93,7 @@ class VkqMatvecs(Matvecs):
 
     def multiply(self, group, x):
         w = self.weights[group.names]
-        path, act = matvec_path(self.path, w), self.activations
+        path, act = resolve_path(w.layout.fmt, self.path), self.activations
         if x.shape[0] == 1:
             return self.backend.matvec(w, x[0], path=path, activations=act)[None]
         return self.backend.matvec(w, np.ascontiguousarray(x.T), path=path, activations=act).T
