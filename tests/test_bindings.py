@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import ggml_quant
-import vkq
 from conftest import TYPES, assert_matches, paths_for, random_ids, random_x, references
 from vkq import reference as ref
 from vkq.dispatch.choose import fit_bindings
