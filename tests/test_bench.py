@@ -195,7 +195,7 @@ def test_step_kernel_seconds(backend, monkeypatch):
     model = models.resolve("tiny-llama:Q4_0")
     rng = np.random.default_rng(0)
     weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
-    step = DecodeStep(backend, model, weights, "auto")
+    step = DecodeStep(backend, model, weights, "auto", timestamps=True)
     assert step.kernel_seconds() is None
     step.run()
     t = time.perf_counter()
@@ -205,7 +205,7 @@ def test_step_kernel_seconds(backend, monkeypatch):
     import dataclasses
 
     monkeypatch.setattr(backend, "device_info", dataclasses.replace(backend.device_info, timestamps_supported=False))
-    untimed = DecodeStep(backend, model, weights, "auto")
+    untimed = DecodeStep(backend, model, weights, "auto", timestamps=True)
     untimed.run()
     assert untimed.kernel_seconds() is None
 
@@ -237,9 +237,10 @@ def check_row(row: dict) -> None:
     avg = float(row["avg_ts"])
     assert avg == pytest.approx(statistics.mean(samples))
     assert float(row["stddev_ts"]) == pytest.approx(statistics.stdev(samples))
-    # lavapipe has timestamps: the kernels alone take less than submit-to-read-back.
+    # lavapipe has timestamps: a kernel figure per repetition (from a timed copy
+    # of the step; test_step_kernel_seconds holds kernel < wall within one replay).
     kernel = [float(s) for s in row["kernel_samples_ts"]]
-    assert len(kernel) == 2 and all(k > w for k, w in zip(kernel, samples))
+    assert len(kernel) == 2 and all(0 < k < float("inf") for k in kernel)
     kernel_avg = float(row["kernel_avg_ts"])
     assert kernel_avg == pytest.approx(statistics.mean(kernel))
     assert float(row["gbps"]) == pytest.approx(int(row["bytes_per_token"]) * kernel_avg / 1e9)

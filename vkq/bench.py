@@ -201,19 +201,27 @@ def upload(backend: Backend, model: Model, progress: Progress) -> dict:
     return weights
 
 
-def measure(step: DecodeStep, n_gen: int, repetitions: int) -> tuple[list[float], list[float] | None]:
-    """t/s of each repetition: by wall clock, and by kernel time (None without timestamps)."""
+def measure(step: DecodeStep, timed: DecodeStep | None, n_gen: int,
+            repetitions: int) -> tuple[list[float], list[float] | None]:
+    """t/s of each repetition: by wall clock (`step`), and by kernel time
+    (`timed`, the same step recorded with GPU timestamps, over a quarter as
+    many tokens; None without timestamps). Two steps, because Kompute writes
+    a timestamp after every op, and that costs time of its own (on lavapipe
+    it makes a replay 10-40% slower: kernel t/s reads low there)."""
     warm_up(step.run, WARM_SECONDS)  # also: the driver compiles pipelines on first use
+    if timed is not None:
+        timed.run()
     wall, kernel = [], []
     for _ in range(repetitions):
-        seconds, kernel_seconds = 0.0, 0.0
-        for _ in range(n_gen):
-            seconds += wall_samples(step.run, 1, warm=False)[0]
-            k = step.kernel_seconds()
-            kernel_seconds = None if k is None or kernel_seconds is None else kernel_seconds + k
-        wall.append(n_gen / seconds)
-        kernel.append(None if kernel_seconds is None else n_gen / kernel_seconds)
-    return wall, (None if None in kernel else kernel)
+        wall.append(n_gen / sum(wall_samples(step.run, n_gen, warm=False)))
+        if timed is not None:
+            n = max(1, n_gen // 4)
+            seconds = 0.0
+            for _ in range(n):
+                timed.run()
+                seconds += timed.kernel_seconds()
+            kernel.append(n / seconds)
+    return wall, (kernel if timed is not None else None)
 
 
 def _matrix_record(name: str, w, cfg) -> dict:
@@ -233,13 +241,15 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, r
         for path in paths:
             progress.show(f"{model.name}: {path}: record, warm up, {repetitions} x {n_gen} tokens")
             step = DecodeStep(backend, model, weights, path)
-            wall, kernel = measure(step, n_gen, repetitions)
+            timed = DecodeStep(backend, model, weights, path, timestamps=True) \
+                if backend.device_info.timestamps_supported else None
+            wall, kernel = measure(step, timed, n_gen, repetitions)
             used = [cfg.path for cfg in step.configs.values()]
             matrices = [_matrix_record(m.name, weights[m.name], step.configs[m.name]) for m in model.matrices]
             rows.append(Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path,
                             f"tg{n_gen}", n_gen, wall, kernel, model.bytes_per_token, membw_gbps,
                             {p: used.count(p) for p in sorted(set(used))}, backend.activations, matrices))
-            del step
+            del step, timed
         del weights  # free the device memory before the next model
     progress.done()
     return rows

@@ -30,7 +30,7 @@ class DecodeStep:
     (the int8 path where the type has one; vkq.dispatch.paths)."""
 
     def __init__(self, backend: Backend, model: Model, weights: dict[str, Weights], path: str = "auto",
-                 seed: int = 0, timestamps: bool = True):
+                 seed: int = 0, timestamps: bool = False):
         self.model = model
         self.rng = np.random.default_rng(seed)
         self.graph = g = backend.graph(timestamps)
