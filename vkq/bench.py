@@ -307,8 +307,10 @@ def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = F
     r0 = rows[0]
     notes = [NOTE, f"t/s: mean ± std over {len(r0.samples_ts)} repetition(s) of {r0.n_gen} tokens after "
                    f"{WARM_SECONDS:g} s of warm-up, wall clock per token (submit to logits read back); "
-                   "kernel t/s: the same by GPU timestamps of the mat-vec kernels alone (- where the device "
-                   "has none). The difference is what submitting and waiting cost."]
+                   "kernel t/s: the same by GPU timestamps of the mat-vec kernels alone, on a timed copy of the "
+                   "step (- where the device has none). The difference is what submitting and waiting cost; "
+                   "Kompute writes a timestamp after every op, which slows a CPU driver's replay, so there "
+                   "kernel t/s can read below t/s."]
     if comparisons:
         notes.append("diff: t/s of the second path relative to the first.")
     else:
