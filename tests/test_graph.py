@@ -219,6 +219,10 @@ def test_bad_input_is_refused(backend):
         g.matvec(w, backend.tensor(128, 9))
     with pytest.raises(ValueError, match="out"):
         g.matvec(w, backend.tensor(128), out=backend.tensor(63))
+    square = upload(backend, "Q4_0", 128, 128)
+    x = backend.tensor(128)
+    with pytest.raises(ValueError, match="cannot write the vector it reads"):
+        g.matvec(square, x, out=x)
     x = backend.tensor(128)
     with pytest.raises(ValueError, match="shape"):
         x.write(np.zeros(127, np.float32))

@@ -160,10 +160,12 @@ class Graph:
             raise ValueError(f"{what} {x!r} holds {x.n} vectors; this mat-vec takes at most {n_max}")
         return x
 
-    def _out(self, out, rows: int, n: int, name: str) -> Tensor:
+    def _out(self, out, x: Tensor, rows: int, n: int, name: str) -> Tensor:
         if out is None:
             return self.backend.tensor(rows, n, name=name)
         out = self._own(out, "out")
+        if out is x:
+            raise ValueError(f"out {out!r} is x: a mat-vec cannot write the vector it reads")
         if out.dtype != np.float32 or out.length != rows or out.n != n:
             raise ValueError(f"out {out!r} must be float32 with shape {(rows,) if n == 1 else (n, rows)}")
         return out
@@ -198,14 +200,14 @@ class Graph:
 
     def matvec(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
                config=None, out: Tensor | None = None) -> Tensor:
-        """y = W @ x for each of x's vectors (1 to MAX_COLS): a (rows, x.n) tensor."""
+        """y = W @ x for each of x's vectors (1 to MAX_COLS): a tensor of x.n vectors of `rows` values."""
         from .backend import MAX_COLS
 
         self._open()
         w = self.backend._check_weights(weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
         cfg = self.backend._config(w, x.n, path, config, activations)
-        y = self._out(out, w.layout.rows, x.n, "y")
+        y = self._out(out, x, w.layout.rows, x.n, "y")
         self._matvec_node(w, cfg, x, y, None, 0, False)
         return y
 
@@ -227,7 +229,7 @@ class Graph:
         if x.n not in (1, n_used):
             raise ValueError(f"x {x!r} must hold 1 vector (shared) or {n_used} (one per id)")
         cfg = self.backend._config(w, 1, path, config, activations)
-        y = self._out(out, w.layout.rows, n_used, "y")
+        y = self._out(out, x, w.layout.rows, n_used, "y")
         self._matvec_node(w, cfg, x, y, ids, n_used, shared_x=x.n == 1)
         return y
 
