@@ -96,17 +96,16 @@ class Graph:
 
     def input(self, t: Tensor) -> Tensor:
         """t's host values (Tensor.write) go to the device at the start of every replay."""
-        self._open()
-        if self._own(t, "input") not in self._inputs:
-            self._inputs.append(t)
-            self._tensors[id(t)] = t
-        return t
+        return self._mark(t, self._inputs, "input")
 
     def output(self, t: Tensor) -> Tensor:
         """t comes back to the host at the end of every replay (Tensor.read)."""
+        return self._mark(t, self._outputs, "output")
+
+    def _mark(self, t: Tensor, marked: list[Tensor], what: str) -> Tensor:
         self._open()
-        if self._own(t, "output") not in self._outputs:
-            self._outputs.append(t)
+        if self._own(t, what) not in marked:
+            marked.append(t)
             self._tensors[id(t)] = t
         return t
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import kp
 import numpy as np
 
+from ..dispatch.choose import LAVAPIPE_LOOP_ITERATIONS
 from ..formats import CHUNK
 from ..ops import MAX_GROUPS_X
 from ..shader_variants import GetRowsVariant, VectorOpVariant
@@ -38,9 +39,10 @@ ROPE_WG = 32  # one invocation per pair of a head: 32 for head_dim 64
 SWIGLU_WG = 64
 ARGMAX_WG = 64
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
-# llvmpipe ends a shader loop after about 65535 iterations without a word
-# (see shaders/membw.comp); the attention's weighted sum loops over the keys.
-MAX_KV_CAPACITY = 65535
+# The attention's weighted sum loops over the keys, and llvmpipe silently ends
+# an invocation's loops after this many iterations (vkq.dispatch.choose); an
+# attention op is built before any device is asked, so every device gets it.
+MAX_KV_CAPACITY = LAVAPIPE_LOOP_ITERATIONS
 
 
 def _size(t) -> int:
