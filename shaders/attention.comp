@@ -7,20 +7,27 @@
 // The scores live in a scratch buffer (n, n_head, capacity): any context
 // length fits, where shared memory would cap it.
 //
-// Bindings: 0 q, 1 K cache, 2 V cache, 3 pos, 4 scores (scratch), 5 out.
+// With X_PLANES (specialization constant 1) of 1 or 2, out is also written
+// as Q8_1 blocks (q8_1.glsl) to xq, the int8 mat-vec path's input: each head's
+// head_dim values (a multiple of 32: the host checks) are whole blocks, read
+// back by the workgroup that wrote them.
+//
+// Bindings: 0 q, 1 K cache, 2 V cache, 3 pos, 4 scores (scratch), 5 out, 6 xq.
 // Caches are (n_head_kv, capacity, head_dim), written by rope_kv.comp.
 // Variants: REDUCE_SUBGROUP (reduce.glsl).
 
 #extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
+layout(constant_id = 1) const uint X_PLANES = 0;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer KCache { float k_cache[]; };
 layout(std430, binding = 2) readonly restrict buffer VCache { float v_cache[]; };
 layout(std430, binding = 3) readonly restrict buffer Pos { int pos[]; };
 layout(std430, binding = 4) restrict buffer Scores { float scores[]; };
-layout(std430, binding = 5) writeonly restrict buffer Out { float o[]; };
+layout(std430, binding = 5) coherent restrict buffer Out { float o[]; };
+layout(std430, binding = 6) writeonly restrict buffer XQ { uvec4 xq[]; };
 
 layout(push_constant) uniform Params {
     uint q_off, q_stride;      // first value of vector 0, and floats between vectors
@@ -28,10 +35,12 @@ layout(push_constant) uniform Params {
     uint n_head, n_head_kv, head_dim;
     uint capacity;             // positions the caches hold
     float scale;               // 1 / sqrt(head_dim)
+    uint xq_stride;            // Q8_1 blocks between vectors of xq
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 #include "reduce.glsl"
+#include "q8_1.glsl"
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -74,5 +83,18 @@ void main() {
             acc += scores[sb + t] * v_cache[kv0 + t * p.head_dim + d];
         }
         o[ob + d] = acc * inv_sum;
+    }
+    if (X_PLANES > 0u) {
+        memoryBarrierBuffer();
+        barrier();
+        for (uint b = tid; b < p.head_dim / 32u; b += WG_SIZE) {
+            vec4 vals[8];
+            for (uint j = 0u; j < 8u; j++) {
+                for (uint c = 0u; c < 4u; c++) {
+                    vals[j][c] = o[ob + 32u * b + 4u * j + c];
+                }
+            }
+            store_q8_1(vals, vec_i * p.xq_stride + (h * p.head_dim) / 32u + b);
+        }
     }
 }

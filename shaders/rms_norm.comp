@@ -6,18 +6,26 @@
 // how a llama layer's residual adds run: fused into the norm that follows
 // them, so the residual stream is read once.
 //
-// Bindings: 0 x (read-write), 1 r (read when ADD_RESIDUAL), 2 w, 3 y.
+// With X_PLANES (specialization constant 2) of 1 or 2, y is also written as
+// Q8_1 blocks (q8_1.glsl) to xq, the int8 mat-vec path's input: the
+// workgroup reads back the y it wrote, so xq holds exactly what
+// quantize_q8_1.comp would make of y.
+//
+// Bindings: 0 x (read-write), 1 r (read when ADD_RESIDUAL), 2 w, 3 y, 4 xq
+// (written when X_PLANES > 0).
 // Variants: REDUCE_SUBGROUP (reduce.glsl).
 
 #extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const bool ADD_RESIDUAL = false;
+layout(constant_id = 2) const uint X_PLANES = 0;
 
 layout(std430, binding = 0) restrict buffer X { float x[]; };
 layout(std430, binding = 1) readonly restrict buffer R { float r[]; };
 layout(std430, binding = 2) readonly restrict buffer W { float w[]; };
-layout(std430, binding = 3) writeonly restrict buffer Y { float y[]; };
+layout(std430, binding = 3) coherent restrict buffer Y { float y[]; };
+layout(std430, binding = 4) writeonly restrict buffer XQ { uvec4 xq[]; };
 
 layout(push_constant) uniform Params {
     uint n;         // values per vector
@@ -28,10 +36,12 @@ layout(push_constant) uniform Params {
     uint y_off;
     uint y_stride;
     float eps;
+    uint xq_stride; // Q8_1 blocks between vectors of xq
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 #include "reduce.glsl"
+#include "q8_1.glsl"
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -50,5 +60,19 @@ void main() {
     const uint yb = p.y_off + v * p.y_stride;
     for (uint i = tid; i < p.n; i += WG_SIZE) {
         y[yb + i] = (x[xb + i] * scale) * w[i];
+    }
+    if (X_PLANES > 0u) {
+        memoryBarrierBuffer();
+        barrier();
+        for (uint b = tid; b < (p.n + 31u) / 32u; b += WG_SIZE) {
+            vec4 vals[8];
+            for (uint j = 0u; j < 8u; j++) {
+                for (uint c = 0u; c < 4u; c++) {
+                    const uint i = 32u * b + 4u * j + c;
+                    vals[j][c] = i < p.n ? y[yb + i] : 0.0;
+                }
+            }
+            store_q8_1(vals, v * p.xq_stride + b);
+        }
     }
 }

@@ -19,8 +19,9 @@ import ggml_quant
 import vkq.reference as ref
 from conftest import TYPES, force_split
 from vkq.formats import FORMATS
-from vkq.llama.ops import (Argmax, Attention, AttentionShape, EmbedRows, RMSNorm, RopeKV, SwiGLU, Vectors,
-                           rope_table)
+from vkq.llama.ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, RopeKV, SwiGLU,
+                           Vectors, rope_table)
+from vkq.ops import QuantizeQ8_1, q8_1_words
 
 NMSE_F32 = 1e-12  # float32 arithmetic against float64
 
@@ -314,3 +315,120 @@ def test_argmax(backend):
     out = zeros(backend, 5, np.int32)
     run(backend, [Argmax(backend.device, Vectors(x_t, n_vocab, 0, n_vocab), out, 5)], outputs=[out])
     assert out.read().tolist() == np.argmax(x, axis=1).tolist() == [int(np.argmax(x[0])), 7, 123, 0, n_vocab - 1]
+
+
+# -- Q8_1 outputs: the int8 path's input written by the op that makes it ------------------
+
+class Quantize:
+    """The graph's own quantization of x (what a mat-vec on the int8 path runs), as an op."""
+
+    def __init__(self, backend, x, xq, planes):
+        self.op = QuantizeQ8_1(backend.device, x.kp, xq.kp, x.n, x.stride, planes)
+        self.reads, self.writes = (x,), (xq,)
+
+    def record(self, seq):
+        self.op.record(seq)
+
+
+def check_q8_1_output(backend, make_op, out, planes):
+    """make_op(xq) writes `out` (a whole tensor) and, given a Q8_1Output, its
+    Q8_1 blocks: they equal QuantizeQ8_1's of the same out, word for word, and
+    the float output is the op's without them, bit for bit."""
+    run(backend, [make_op(None)], outputs=[out])
+    plain = out.read().copy()
+    xq = zeros(backend, q8_1_words(out.n, out.stride, planes), np.uint32)
+    xq_ref = zeros(backend, q8_1_words(out.n, out.stride, planes), np.uint32)
+    op = make_op(Q8_1Output(xq, planes))
+    assert op.quantized == (out, xq, planes) and xq in op.writes
+    run(backend, [op, Quantize(backend, out, xq_ref, planes)], outputs=[out, xq, xq_ref])
+    assert np.array_equal(out.read(), plain)
+    assert xq.read().any() and np.array_equal(xq.read(), xq_ref.read())
+
+
+@pytest.mark.parametrize("planes", [1, 2])
+@pytest.mark.parametrize("length, n", [(45, 1), (576, 1), (333, 3)])
+def test_rms_norm_q8_1_output(backend, planes, length, n, reduction):
+    r = rng(length + n)
+    x = r.standard_normal(n * length) * 3
+    res = upload(backend, r.standard_normal(n * length))
+    w = upload(backend, 1 + 0.1 * r.standard_normal(length))
+    y = backend.tensor(length, n)
+    # x += res in place: each op gets its own copy of x
+    check_q8_1_output(backend, lambda xq: RMSNorm(backend.device, Vectors(upload(backend, x), length, 0, length), w,
+                                                  Vectors(y, length), 1e-5, n,
+                                                  residual=Vectors(res, length, 0, length), xq=xq),
+                      y, planes)
+
+
+@pytest.mark.parametrize("planes", [1, 2])
+@pytest.mark.parametrize("length, n", [(45, 1), (1536, 1), (1001, 2)])
+def test_swiglu_q8_1_output(backend, planes, length, n):
+    r = rng(length)
+    gu = upload(backend, 4 * r.standard_normal(n * 2 * length))
+    out = backend.tensor(length, n)
+    check_q8_1_output(backend, lambda xq: SwiGLU(backend.device, Vectors(gu, length, 0, 2 * length),
+                                                 Vectors(gu, length, length, 2 * length), Vectors(out, length), n,
+                                                 xq=xq),
+                      out, planes)
+
+
+@pytest.mark.parametrize("planes", [1, 2])
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n", [(9, 3, 64, 1), (5, 5, 32, 1), (3, 1, 96, 2)])
+def test_attention_q8_1_output(backend, planes, n_head, n_head_kv, head_dim, n, reduction):
+    shape = AttentionShape(n_head, n_head_kv, head_dim, head_dim, capacity=40)
+    r = rng(head_dim)
+    keys = r.standard_normal((37, n_head_kv, head_dim)).astype(np.float32)
+    k_c, v_c = cache_tensors(backend, shape, keys, r.standard_normal(keys.shape).astype(np.float32))
+    qd = n_head * head_dim
+    q = upload(backend, r.standard_normal(n * qd))
+    pos = upload(backend, [30], np.int32)
+    scores = zeros(backend, n * n_head * shape.capacity)
+    out = backend.tensor(qd, n)
+    check_q8_1_output(backend, lambda xq: Attention(backend.device, shape, Vectors(q, qd, 0, qd), k_c, v_c, pos,
+                                                    scores, Vectors(out, qd), n, xq=xq),
+                      out, planes)
+
+
+def test_q8_1_output_refuses(backend):
+    dev = backend.device
+    gu, out = backend.tensor(200), backend.tensor(64)
+    xq = zeros(backend, q8_1_words(1, 64, 1), np.uint32)
+    gate, up = Vectors(gu, 64), Vectors(gu, 64, 64)
+    with pytest.raises(ValueError, match="whole tensor"):  # its blocks would not be the tensor's
+        SwiGLU(dev, gate, up, Vectors(backend.tensor(100), 64), xq=Q8_1Output(xq, 1))
+    with pytest.raises(ValueError, match="uint32 with 40 words"):
+        SwiGLU(dev, gate, up, Vectors(out, 64), xq=Q8_1Output(xq, 2))
+    with pytest.raises(ValueError, match="uint32"):
+        SwiGLU(dev, gate, up, Vectors(out, 64), xq=Q8_1Output(backend.tensor(100), 1))
+    with pytest.raises(ValueError, match="3 planes"):
+        SwiGLU(dev, gate, up, Vectors(out, 64), xq=Q8_1Output(xq, 3))
+    shape = AttentionShape(2, 1, 48, 48, capacity=4)
+    with pytest.raises(ValueError, match="head_dim a multiple of 32"):
+        Attention(dev, shape, Vectors(backend.tensor(96), 96), backend.tensor(192), backend.tensor(192),
+                  upload(backend, [0], np.int32), backend.tensor(8), Vectors(backend.tensor(96), 96),
+                  xq=Q8_1Output(zeros(backend, q8_1_words(1, 96, 1), np.uint32), 1))
+
+
+def test_a_graph_reads_an_ops_q8_1_output(backend):
+    """A mat-vec of a tensor whose Q8_1 blocks an op wrote reads them and quantizes
+    nothing (same result as quantizing it); one of other activations quantizes."""
+    length, rows = 96, 40
+    w = backend.upload("Q4_0", (rows, length), ggml_quant.random_weights(rows, length, "Q4_0", seed=5))
+    gu = upload(backend, 4 * rng(7).standard_normal(2 * length))
+
+    def step(planes):
+        g = backend.graph()
+        out = backend.tensor(length)
+        xq = None if planes is None else Q8_1Output(zeros(backend, q8_1_words(1, out.stride, planes), np.uint32),
+                                                    planes)
+        g.add(SwiGLU(backend.device, Vectors(gu, length), Vectors(gu, length, length), Vectors(out, length), xq=xq))
+        ys = [g.output(g.matvec(w, out, "mmvq", activations=a)) for a in ("q8_1", "q8_1x2")]
+        g.run()
+        return g.counts["quantize"], [y.read().copy() for y in ys]
+
+    n0, plain = step(None)
+    n1, fused1 = step(1)
+    n2, fused2 = step(2)
+    assert (n0, n1, n2) == (2, 1, 1)
+    for got in (fused1, fused2):
+        assert all(np.array_equal(a, b) for a, b in zip(got, plain))

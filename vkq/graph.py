@@ -124,7 +124,10 @@ class Graph:
     def add(self, op) -> None:
         """Any operation with `reads` and `writes` (vkq.Tensor sequences) and
         `record(seq)`, which appends its Kompute ops (with barriers between
-        its own dispatches); the graph orders it after what it depends on."""
+        its own dispatches); the graph orders it after what it depends on.
+        An op that also writes the Q8_1 blocks of a float tensor x it writes
+        says so in `quantized` = (x, xq, planes): mat-vecs on the int8 path
+        then read xq instead of quantizing x themselves."""
         self._open()
         reads = [self._own(t, "a tensor the op reads") for t in op.reads]
         writes = [self._own(t, "a tensor the op writes") for t in op.writes]
@@ -132,6 +135,12 @@ class Graph:
         op.record(collector)
         self._node(collector.ops, reads, writes, keep=op)
         self.counts["op"] += 1
+        quantized = getattr(op, "quantized", None)
+        if quantized is not None:  # the op wrote x's Q8_1 blocks too: mat-vecs of x read them
+            x, xq, planes = quantized
+            if id(x) not in {id(t) for t in writes} or id(xq) not in {id(t) for t in writes}:
+                raise ValueError("an op's `quantized` (x, xq, planes) must name tensors it writes")
+            self._quantized[(id(x), planes)] = (xq, self._versions[id(x)])
 
     def _node(self, ops: list, reads: list[Tensor], writes: list[Tensor], keep) -> None:
         r, w = {id(t) for t in reads}, {id(t) for t in writes}

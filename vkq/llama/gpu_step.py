@@ -17,8 +17,9 @@ runs on the device, layer by layer:
     h = rms_norm(x += d, output_norm);  logits = W_out h;  argmax
 
 The weight matrices are those of the host engine (vkq.llama.matvecs, the
-same stacking), each mat-vec the dispatcher's pipeline for it, its input
-quantized once per stage on the int8 path. The KV cache is float32, on the
+same stacking), each mat-vec the dispatcher's pipeline for it. On the int8
+path their inputs come quantized from the op that makes them: the norms,
+the attention and SwiGLU also write their output's Q8_1 blocks. The KV cache is float32, on the
 device, (n_head_kv, ctx, head_dim) per layer; the RoPE table covers ctx
 positions. A prompt runs through the same step, token by token.
 """
@@ -29,13 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..activations import GENERATE_ACTIVATIONS, check_activations
+from ..activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..backend import Backend
 from ..dispatch.paths import resolve_path
+from ..ops import q8_1_words
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .ops import Argmax, Attention, AttentionShape, EmbedRows, RMSNorm, RopeKV, SwiGLU, Vectors, rope_table
+from .ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, RopeKV, SwiGLU, Vectors,
+                  rope_table)
 
 STEP_PATHS = ("auto", "dmmv", "mmvq")
 
@@ -113,9 +116,25 @@ class GpuLlama(Decoder):
             i = gr.names.index(name)
             return Vectors(y[gr.names], gr.rows[i], gr.offsets[i])
 
+        def path(names) -> str | None:
+            return resolve_path(self.weights[names].layout.fmt, self.path_mode)
+
         def matvec(names, x_in) -> None:
-            w = self.weights[names]
-            g.matvec(w, x_in, resolve_path(w.layout.fmt, self.path_mode), activations=self.activations, out=y[names])
+            g.matvec(self.weights[names], x_in, path(names), activations=self.activations, out=y[names])
+
+        def q8_1(t, readers) -> Q8_1Output | None:
+            """A tensor for t's Q8_1 blocks, when a mat-vec that reads t takes the int8 path."""
+            planes = ACTIVATION_PLANES[self.activations]
+            if all(b.pipeline(self.weights[names], 1, path(names), self.activations).path != "mmvq"
+                   for names in readers):
+                return None
+            return Q8_1Output(b.tensor(q8_1_words(1, t.stride, planes), dtype=np.uint32, name=f"{t.name} Q8_1"),
+                              planes)
+
+        # Per layer, the stages' groups: Q/K/V and gate/up read h, the output head too.
+        hq = q8_1(h, [names for qkv, _, gu, _ in f.stages for names in qkv + gu] + [f.output_group])
+        attn_q = q8_1(attn, [names for _, o, _, _ in f.stages for names in o])
+        swiglu_q = q8_1(swiglu, [names for _, _, _, down in f.stages for names in down])
 
         if f.output_name == "token_embd.weight":
             embd = self.weights[f.output_group]  # the tied output head: one upload serves both
@@ -128,21 +147,24 @@ class GpuLlama(Decoder):
         for i in range(cfg.n_layer):
             s_qkv, s_o, s_gu, s_down = f.stages[i]
             n = f"blk.{i}."
-            g.add(RMSNorm(dev, x, norms[i]["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual))
+            g.add(RMSNorm(dev, x, norms[i]["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual,
+                          xq=hq))
             for names in s_qkv:
                 matvec(names, h)
             q, k, v = part(n + "attn_q.weight"), part(n + "attn_k.weight"), part(n + "attn_v.weight")
             g.add(RopeKV(dev, shape, q, k, v, self.k_cache[i], self.v_cache[i], table, self.pos))
-            g.add(Attention(dev, shape, q, self.k_cache[i], self.v_cache[i], self.pos, scores, Vectors(attn, qd)))
+            g.add(Attention(dev, shape, q, self.k_cache[i], self.v_cache[i], self.pos, scores, Vectors(attn, qd),
+                            xq=attn_q if cfg.head_dim % 32 == 0 else None))
             matvec(s_o[0], attn)
             g.add(RMSNorm(dev, x, norms[i]["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps,
-                          residual=part(n + "attn_output.weight")))
+                          residual=part(n + "attn_output.weight"), xq=hq))
             for names in s_gu:
                 matvec(names, h)
-            g.add(SwiGLU(dev, part(n + "ffn_gate.weight"), part(n + "ffn_up.weight"), Vectors(swiglu, cfg.n_ff)))
+            g.add(SwiGLU(dev, part(n + "ffn_gate.weight"), part(n + "ffn_up.weight"), Vectors(swiglu, cfg.n_ff),
+                         xq=swiglu_q))
             matvec(s_down[0], swiglu)
             residual = part(n + "ffn_down.weight")
-        g.add(RMSNorm(dev, x, out_norm, Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual))
+        g.add(RMSNorm(dev, x, out_norm, Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual, xq=hq))
         matvec(f.output_group, h)
         self.logits_t = g.output(y[f.output_group])
         self.next_token = g.output(b.tensor(1, dtype=np.int32, name="next token"))

@@ -19,6 +19,12 @@ mat-vec's output, and a stride).
 
 Every op takes n vectors (a prompt chunk, or 1 for a decode step); the
 position of vector v is pos[0] + v.
+
+RMSNorm, SwiGLU and Attention can also write their output as the int8
+mat-vec path's Q8_1 blocks (`xq`, a Q8_1Output): the mat-vecs that read it
+next then need no quantize dispatch of their own (vkq.Graph takes the op's
+`quantized` in place of one), which on a GPU saves a dispatch and a barrier
+per mat-vec stage.
 """
 from __future__ import annotations
 
@@ -29,14 +35,14 @@ import numpy as np
 
 from ..dispatch.choose import LAVAPIPE_LOOP_ITERATIONS
 from ..formats import CHUNK
-from ..ops import MAX_GROUPS_X
+from ..ops import MAX_GROUPS_X, q8_1_words
 from ..shader_variants import GetRowsVariant, VectorOpVariant
 
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
 # here moves a few KB per token; what matters is not leaving lanes idle.
 ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
 ROPE_WG = 32  # one invocation per pair of a head: 32 for head_dim 64
-SWIGLU_WG = 64
+SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
 # The attention's weighted sum loops over the keys, and llvmpipe silently ends
@@ -76,11 +82,39 @@ class Vectors:
                              f"need {need} elements; the tensor has {_size(self.tensor)}")
 
 
+@dataclass(frozen=True)
+class Q8_1Output:
+    """A uint32 tensor to hold the Q8_1 blocks (`planes` int8 planes, vkq.activations)
+    of an op's float output, laid out as vkq.Graph's own quantization lays them."""
+
+    xq: object
+    planes: int
+
+
+def _q8_1_params(out: Vectors, q: Q8_1Output | None, n: int, what: str) -> tuple[object, int, int]:
+    """(the tensor bound as xq, X_PLANES, xq's blocks per vector): out's tensor
+    and 0s without q. With q, out must be its whole tensor, so that its blocks
+    are the tensor's, and q.xq must hold them."""
+    if q is None:
+        return out.tensor, 0, 0
+    t = out.tensor
+    if q.planes not in (1, 2):
+        raise ValueError(f"{what}: Q8_1 output of {q.planes} planes; 1 or 2")
+    if out.offset or out.length != t.length or out.step != t.stride or n != t.n:
+        raise ValueError(f"{what}: a Q8_1 output needs the float output to be its whole tensor {t!r}")
+    if q.xq.dtype != np.uint32 or _size(q.xq) < q8_1_words(n, t.stride, q.planes):
+        raise ValueError(f"{what}: the Q8_1 tensor must be uint32 with {q8_1_words(n, t.stride, q.planes)} "
+                         f"words, got {q.xq!r}")
+    return q.xq, q.planes, t.stride // CHUNK
+
+
 class _Op:
     """One dispatch (or one per weights buffer), recorded as many times as asked."""
 
     reads: tuple
     writes: tuple
+    # (float tensor, its Q8_1 tensor, planes) when the op writes both (Q8_1Output)
+    quantized: tuple | None = None
 
     def __init__(self, device):
         self.device = device
@@ -148,10 +182,10 @@ class EmbedRows(_Op):
 
 class RMSNorm(_Op):
     """y = x / sqrt(mean(x^2) + eps) * w for n vectors; with `residual`,
-    x += residual first (written back to x)."""
+    x += residual first (written back to x); with `xq`, y's Q8_1 blocks too."""
 
     def __init__(self, device, x: Vectors, w, y: Vectors, eps: float, n: int = 1,
-                 residual: Vectors | None = None):
+                 residual: Vectors | None = None, xq: Q8_1Output | None = None):
         super().__init__(device)
         length = x.length
         for vec, what in ((x, "RMSNorm x"), (y, "RMSNorm y")) + (((residual, "RMSNorm residual"),) if residual else ()):
@@ -161,13 +195,15 @@ class RMSNorm(_Op):
         if _size(w) < length:
             raise ValueError(f"RMSNorm weight: {_size(w)} values for vectors of {length}")
         r = residual or x
+        xq_t, planes, xq_stride = _q8_1_params(y, xq, n, "RMSNorm")
         self.reads = (x.tensor, w) + ((residual.tensor,) if residual else ())
-        self.writes = (y.tensor,) + ((x.tensor,) if residual else ())
-        push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps)]
+        self.writes = (y.tensor,) + ((x.tensor,) if residual else ()) + ((xq_t,) if xq else ())
+        self.quantized = (y.tensor, xq_t, planes) if xq else None
+        push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps), xq_stride]
         variant, wg = reducing_variant(device, "rms_norm")
         self.algorithms.append(device.algorithm(
-            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp], variant,
-            (n, 1, 1), [wg, int(residual is not None)], push))
+            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp, xq_t.kp], variant,
+            (n, 1, 1), [wg, int(residual is not None), planes], push))
 
 
 @dataclass(frozen=True)
@@ -236,10 +272,11 @@ class RopeKV(_Op):
 class Attention(_Op):
     """out = softmax(q . K^T / sqrt(head_dim)) V per query head over the cache,
     query vector v seeing positions 0 .. pos[0] + v. scores: a float32 scratch
-    tensor of at least n * n_head * capacity values."""
+    tensor of at least n * n_head * capacity values. With `xq`, out's Q8_1
+    blocks too (head_dim a multiple of 32)."""
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k_cache, v_cache, pos, scores, out: Vectors,
-                 n: int = 1):
+                 n: int = 1, xq: Q8_1Output | None = None):
         super().__init__(device)
         s = shape
         q.check(n, "Attention q")
@@ -250,30 +287,38 @@ class Attention(_Op):
         if _size(scores) < n * s.n_head * s.capacity:
             raise ValueError(f"Attention: the scores scratch holds {_size(scores)} values, "
                              f"{n * s.n_head * s.capacity} needed")
+        if xq is not None and s.head_dim % CHUNK:
+            raise ValueError(f"Attention: a Q8_1 output needs head_dim a multiple of {CHUNK}, got {s.head_dim}")
+        xq_t, planes, xq_stride = _q8_1_params(out, xq, n, "Attention")
         self.reads = (q.tensor, k_cache, v_cache, pos)
-        self.writes = (scores, out.tensor)
+        self.writes = (scores, out.tensor) + ((xq_t,) if xq else ())
+        self.quantized = (out.tensor, xq_t, planes) if xq else None
         push = [q.offset, q.step, out.offset, out.step, s.n_head, s.n_head_kv, s.head_dim, s.capacity,
-                _f32_bits(1.0 / np.sqrt(s.head_dim))]
-        tensors = [q.tensor, k_cache, v_cache, pos, scores, out.tensor]
+                _f32_bits(1.0 / np.sqrt(s.head_dim)), xq_stride]
+        tensors = [q.tensor, k_cache, v_cache, pos, scores, out.tensor, xq_t]
         variant, wg = reducing_variant(device, "attention")
         self.algorithms.append(device.algorithm(
-            [t.kp for t in tensors], variant, (s.n_head, n, 1), [wg], push))
+            [t.kp for t in tensors], variant, (s.n_head, n, 1), [wg, planes], push))
 
 
 class SwiGLU(_Op):
-    """out = silu(gate) * up for n vectors."""
+    """out = silu(gate) * up for n vectors; with `xq`, out's Q8_1 blocks too."""
 
-    def __init__(self, device, gate: Vectors, up: Vectors, out: Vectors, n: int = 1):
+    def __init__(self, device, gate: Vectors, up: Vectors, out: Vectors, n: int = 1,
+                 xq: Q8_1Output | None = None):
         super().__init__(device)
         for vec, what in ((gate, "SwiGLU gate"), (up, "SwiGLU up"), (out, "SwiGLU out")):
             if vec.length != gate.length:
                 raise ValueError(f"{what}: {vec.length} values per vector, gate has {gate.length}")
             vec.check(n, what)
-        self.reads, self.writes = (gate.tensor, up.tensor), (out.tensor,)
-        push = [gate.length, gate.offset, gate.step, up.offset, up.step, out.offset, out.step]
+        xq_t, planes, xq_stride = _q8_1_params(out, xq, n, "SwiGLU")
+        self.reads = (gate.tensor, up.tensor)
+        self.writes = (out.tensor,) + ((xq_t,) if xq else ())
+        self.quantized = (out.tensor, xq_t, planes) if xq else None
+        push = [gate.length, gate.offset, gate.step, up.offset, up.step, out.offset, out.step, xq_stride]
         self.algorithms.append(device.algorithm(
-            [gate.tensor.kp, up.tensor.kp, out.tensor.kp], VectorOpVariant("swiglu"),
-            (_groups(gate.length, SWIGLU_WG), n, 1), [SWIGLU_WG], push))
+            [gate.tensor.kp, up.tensor.kp, out.tensor.kp, xq_t.kp], VectorOpVariant("swiglu"),
+            (_groups(-(-gate.length // CHUNK), SWIGLU_WG), n, 1), [SWIGLU_WG, planes], push))
 
 
 class Argmax(_Op):
