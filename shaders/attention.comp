@@ -1,19 +1,32 @@
 #version 450
-// Grouped-query attention of n query vectors over the KV cache (float32),
-// causal: query vector v sits at position pos[0] + v and sees the keys at
-// positions 0 .. pos[0] + v. Query head h reads K/V head h / (n_head / n_head_kv),
-// as ggml broadcasts. Per (head, vector) workgroup:
+// One attention step of a llama layer, for the query vector at position
+// pos[0] (the decode step): RoPE of q and of the new key, the new key and
+// value appended to the KV cache, then grouped-query attention over the cache
+// (float32), causal. Workgroup h is query head h; it reads K/V head
+// g = h / (n_head / n_head_kv), as ggml broadcasts:
 //   s_t = (q . k_t) * scale;  p_t = exp(s_t - max s) / sum exp;  out = sum p_t v_t
-// The scores live in a scratch buffer (n, n_head, capacity): any context
-// length fits, where shared memory would cap it.
+//
+// RoPE is ggml's "normal" mode: adjacent pairs (x[2i], x[2i+1]) of a head
+// rotate by angle pos * theta_i for 2i < n_rot; the rest of the head is left
+// as it is. cos and sin come from a table (capacity, n_rot/2) of (cos, sin),
+// computed by the host in float64 (base, linear scaling, frequency factors):
+// exact, and no GPU sin/cos of large angles.
+//
+// The group's first query head writes the new key and value into the caches
+// at pos[0]; every head takes that position's key and value from k and v
+// themselves, so no workgroup reads a cache entry another one is writing, and
+// RoPE, the cache append and the attention are one dispatch. The caches are
+// (n_head_kv, capacity, head_dim): a head's keys are contiguous. The scores
+// live in a scratch buffer (n_head, capacity): any context length fits, where
+// shared memory would cap it.
 //
 // With X_PLANES (specialization constant 1) of 1 or 2, out is also written
 // as Q8_1 blocks (q8_1.glsl) to xq, the int8 mat-vec path's input: each head's
 // head_dim values (a multiple of 32: the host checks) are whole blocks, read
 // back by the workgroup that wrote them.
 //
-// Bindings: 0 q, 1 K cache, 2 V cache, 3 pos, 4 scores (scratch), 5 out, 6 xq.
-// Caches are (n_head_kv, capacity, head_dim), written by rope_kv.comp.
+// Bindings: 0 q, 1 k, 2 v (the new vectors, unrotated), 3 K cache, 4 V cache,
+// 5 RoPE table, 6 pos, 7 scores (scratch), 8 out, 9 xq.
 // Variants: REDUCE_SUBGROUP (reduce.glsl).
 
 #extension GL_GOOGLE_include_directive : require
@@ -22,43 +35,90 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const uint X_PLANES = 0;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
-layout(std430, binding = 1) readonly restrict buffer KCache { float k_cache[]; };
-layout(std430, binding = 2) readonly restrict buffer VCache { float v_cache[]; };
-layout(std430, binding = 3) readonly restrict buffer Pos { int pos[]; };
-layout(std430, binding = 4) restrict buffer Scores { float scores[]; };
-layout(std430, binding = 5) coherent restrict buffer Out { float o[]; };
-layout(std430, binding = 6) writeonly restrict buffer XQ { uvec4 xq[]; };
+layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
+layout(std430, binding = 2) readonly restrict buffer V { float v[]; };
+layout(std430, binding = 3) restrict buffer KCache { float k_cache[]; };
+layout(std430, binding = 4) restrict buffer VCache { float v_cache[]; };
+layout(std430, binding = 5) readonly restrict buffer Table { vec2 cos_sin[]; };
+layout(std430, binding = 6) readonly restrict buffer Pos { int pos[]; };
+layout(std430, binding = 7) restrict buffer Scores { float scores[]; };
+layout(std430, binding = 8) coherent restrict buffer Out { float o[]; };
+layout(std430, binding = 9) writeonly restrict buffer XQ { uvec4 xq[]; };
 
 layout(push_constant) uniform Params {
-    uint q_off, q_stride;      // first value of vector 0, and floats between vectors
-    uint out_off, out_stride;
-    uint n_head, n_head_kv, head_dim;
-    uint capacity;             // positions the caches hold
-    float scale;               // 1 / sqrt(head_dim)
-    uint xq_stride;            // Q8_1 blocks between vectors of xq
+    uint q_off, k_off, v_off, out_off;  // first value of each vector in its tensor
+    uint n_head, n_head_kv, head_dim, n_rot;
+    uint capacity;   // positions the caches hold (the host keeps pos[0] below it)
+    float scale;     // 1 / sqrt(head_dim)
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
+const uint MAX_HEAD_DIM = 256u;  // the host checks
+shared float q_rot[MAX_HEAD_DIM];
+shared float k_rot[MAX_HEAD_DIM];
+
 #include "reduce.glsl"
 #include "q8_1.glsl"
+
+// Pair j of a head, (x[2j], x[2j+1]), rotated for position `at`.
+vec2 rope(vec2 x, uint j, uint at) {
+    if (2u * j >= p.n_rot) {  // n_rot is even (the host checks)
+        return x;
+    }
+    const vec2 cs = cos_sin[at * (p.n_rot / 2u) + j];
+    return vec2(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
+}
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint h = gl_WorkGroupID.x;
-    const uint vec_i = gl_WorkGroupID.y;
-    const uint g = h / (p.n_head / p.n_head_kv);
-    const uint n_keys = uint(pos[0]) + vec_i + 1u;
-    const uint qb = p.q_off + vec_i * p.q_stride + h * p.head_dim;
+    const uint group_size = p.n_head / p.n_head_kv;
+    const uint g = h / group_size;
+    const uint position = uint(pos[0]);
+    const uint qb = p.q_off + h * p.head_dim;
+    const uint kb = p.k_off + g * p.head_dim;
+    const uint vb = p.v_off + g * p.head_dim;
     const uint kv0 = g * p.capacity * p.head_dim;
-    const uint sb = (vec_i * p.n_head + h) * p.capacity;
+    const uint sb = h * p.capacity;
 
-    // Scores; each invocation takes keys tid, tid + WG_SIZE, ...
+    // RoPE of q and the new key into shared memory; the group's first head appends k and v.
+    for (uint j = tid; 2u * j < p.head_dim; j += WG_SIZE) {
+        const uint e = 2u * j;
+        const bool pair = e + 1u < p.head_dim;
+        const vec2 qe = rope(vec2(q[qb + e], pair ? q[qb + e + 1u] : 0.0), j, position);
+        const vec2 ke = rope(vec2(k[kb + e], pair ? k[kb + e + 1u] : 0.0), j, position);
+        q_rot[e] = qe.x;
+        k_rot[e] = ke.x;
+        if (pair) {
+            q_rot[e + 1u] = qe.y;
+            k_rot[e + 1u] = ke.y;
+        }
+        if (h % group_size == 0u) {
+            const uint c = kv0 + position * p.head_dim + e;
+            k_cache[c] = ke.x;
+            v_cache[c] = v[vb + e];
+            if (pair) {
+                k_cache[c + 1u] = ke.y;
+                v_cache[c + 1u] = v[vb + e + 1u];
+            }
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+
+    // Scores; each invocation takes positions tid, tid + WG_SIZE, ... (the new key's from k_rot)
     float m = -1.0 / 0.0;
-    for (uint t = tid; t < n_keys; t += WG_SIZE) {
-        const uint kb = kv0 + t * p.head_dim;
+    for (uint t = tid; t <= position; t += WG_SIZE) {
         float s = 0.0;
-        for (uint d = 0u; d < p.head_dim; d++) {
-            s += q[qb + d] * k_cache[kb + d];
+        if (t < position) {
+            const uint c = kv0 + t * p.head_dim;
+            for (uint d = 0u; d < p.head_dim; d++) {
+                s += q_rot[d] * k_cache[c + d];
+            }
+        } else {
+            for (uint d = 0u; d < p.head_dim; d++) {
+                s += q_rot[d] * k_rot[d];
+            }
         }
         s *= p.scale;
         scores[sb + t] = s;
@@ -66,7 +126,7 @@ void main() {
     }
     m = workgroup_max(m);
     float sum = 0.0;
-    for (uint t = tid; t < n_keys; t += WG_SIZE) {
+    for (uint t = tid; t <= position; t += WG_SIZE) {
         const float e = exp(scores[sb + t] - m);
         scores[sb + t] = e;
         sum += e;
@@ -76,12 +136,13 @@ void main() {
     memoryBarrierBuffer();
     barrier();
     // Weighted sum of the values; each invocation takes dimensions tid, tid + WG_SIZE, ...
-    const uint ob = p.out_off + vec_i * p.out_stride + h * p.head_dim;
+    const uint ob = p.out_off + h * p.head_dim;
     for (uint d = tid; d < p.head_dim; d += WG_SIZE) {
         float acc = 0.0;
-        for (uint t = 0u; t < n_keys; t++) {
+        for (uint t = 0u; t < position; t++) {
             acc += scores[sb + t] * v_cache[kv0 + t * p.head_dim + d];
         }
+        acc += scores[sb + position] * v[vb + d];
         o[ob + d] = acc * inv_sum;
     }
     if (X_PLANES > 0u) {
@@ -94,7 +155,7 @@ void main() {
                     vals[j][c] = o[ob + 32u * b + 4u * j + c];
                 }
             }
-            store_q8_1(vals, vec_i * p.xq_stride + (h * p.head_dim) / 32u + b);
+            store_q8_1(vals, (h * p.head_dim) / 32u + b);  // out is all of its tensor (the host checks)
         }
     }
 }

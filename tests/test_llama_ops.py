@@ -2,7 +2,7 @@
 
 Odd sizes throughout: odd vector lengths, odd head counts and GQA ratios,
 head_dim 64 and odd ones, RoPE over part of a head, a context of 1 and of
-several hundred positions, several vectors at once (causal), vectors at
+several hundred positions, attention steps one after another, vectors at
 offsets and strides inside bigger tensors (the parts of a stacked mat-vec's
 output). Every block type's embedding rows, on one buffer and split over
 several. The bounds are far below what a wrong index or formula gives
@@ -19,8 +19,8 @@ import ggml_quant
 import vkq.reference as ref
 from conftest import TYPES, force_split
 from vkq.formats import FORMATS
-from vkq.llama.ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, RopeKV, SwiGLU,
-                           Vectors, rope_table)
+from vkq.llama.ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
+                           rope_table)
 from vkq.ops import QuantizeQ8_1, q8_1_words
 
 NMSE_F32 = 1e-12  # float32 arithmetic against float64
@@ -184,74 +184,95 @@ def cache_tensors(backend, shape: AttentionShape, keys, values):
     return upload(backend, lay(keys)), upload(backend, lay(values))
 
 
+def attention_case(backend, shape: AttentionShape, old_k, old_v, freqs):
+    """Caches holding old_k/old_v (T, Hkv, hd) at positions 0..T-1, NaN after
+    (an attention step must not read them), the RoPE table and the scratch."""
+    k_c, v_c = cache_tensors(backend, shape, old_k, old_v)
+    table = upload(backend, rope_table(freqs, shape.capacity))
+    return k_c, v_c, table, zeros(backend, shape.n_head * shape.capacity)
+
+
+def qkv_parts(t, shape: AttentionShape, stride=0):
+    """q, k and v as parts of one tensor, as the stacked Q/K/V mat-vec writes them."""
+    qd, kvd = shape.n_head * shape.head_dim, shape.n_head_kv * shape.head_dim
+    return Vectors(t, qd, 0, stride), Vectors(t, kvd, qd, stride), Vectors(t, kvd, qd + kvd, stride)
+
+
+def step_inputs(r, shape: AttentionShape, n):
+    """n steps' new q (n, H, hd), k and v (n, Hkv, hd), and the stacked q|k|v rows (7 values of padding)."""
+    qd, kvd = shape.n_head * shape.head_dim, shape.n_head_kv * shape.head_dim
+    qkv = r.standard_normal((n, qd + 2 * kvd + 7)).astype(np.float32)
+    return (qkv[:, :qd].reshape(n, shape.n_head, shape.head_dim),
+            qkv[:, qd:qd + kvd].reshape(n, shape.n_head_kv, shape.head_dim),
+            qkv[:, qd + kvd:qd + 2 * kvd].reshape(n, shape.n_head_kv, shape.head_dim), qkv)
+
+
 @pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
 @pytest.mark.parametrize("n_ctx", [1, 300])
-def test_attention_over_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, n_ctx, reduction):
-    """One query vector at position n_ctx - 1 over a cache of n_ctx keys
-    (positions past it hold NaN: the attention must not read them)."""
+def test_attention_step_over_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, n_ctx, reduction):
+    """The query at position n_ctx - 1 over a cache of n_ctx - 1 keys and its own:
+    q and the new key rotated, the new key and value appended at that position,
+    the older ones and the later (NaN) ones left as they were."""
     shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=n_ctx + 13)
+    freqs = inv_freq(n_rot, base=500.0, scale=2.0)
     r = rng(n_ctx + head_dim)
-    keys = r.standard_normal((n_ctx, n_head_kv, head_dim)).astype(np.float32)
-    values = r.standard_normal((n_ctx, n_head_kv, head_dim)).astype(np.float32)
-    q = (2 * r.standard_normal((1, n_head, head_dim))).astype(np.float32)
-    k_c, v_c = cache_tensors(backend, shape, keys, values)
-    q_t = upload(backend, q)
-    pos = upload(backend, [n_ctx - 1], np.int32)
-    scores = zeros(backend, n_head * shape.capacity)
+    p0 = n_ctx - 1
+    old_k = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
+    old_v = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
+    q, k, v, qkv = step_inputs(r, shape, 1)
+    k_c, v_c, table, scores = attention_case(backend, shape, old_k, old_v, freqs)
+    qkv_t = upload(backend, qkv)
     out = zeros(backend, n_head * head_dim)
-    run(backend, [Attention(backend.device, shape, Vectors(q_t, n_head * head_dim), k_c, v_c, pos, scores,
-                            Vectors(out, n_head * head_dim))], outputs=[out])
-    want = attention64(q.astype(np.float64), keys.astype(np.float64), values.astype(np.float64),
-                       n_head, n_head_kv, n_ctx - 1)
+    op = Attention(backend.device, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table, upload(backend, [p0], np.int32),
+                   scores, Vectors(out, n_head * head_dim))
+    run(backend, [op], outputs=[qkv_t, k_c, v_c, out])
+
+    q_rot, k_rot = rope64(q, [p0], freqs, n_rot), rope64(k, [p0], freqs, n_rot)
+    assert np.array_equal(qkv_t.read(), qkv.reshape(-1)), "q, k and v are only read"
+    k_cache = k_c.read().reshape(n_head_kv, shape.capacity, head_dim)
+    v_cache = v_c.read().reshape(n_head_kv, shape.capacity, head_dim)
+    assert np.array_equal(k_cache[:, :p0], old_k.transpose(1, 0, 2)), "older positions untouched"
+    assert np.array_equal(v_cache[:, :p0], old_v.transpose(1, 0, 2))
+    assert ref.nmse(k_cache[:, p0:p0 + 1].transpose(1, 0, 2), k_rot) < NMSE_F32
+    assert np.array_equal(v_cache[:, p0], v[0])
+    assert np.isnan(k_cache[:, p0 + 1:]).all() and np.isnan(v_cache[:, p0 + 1:]).all(), "later positions untouched"
+    keys = np.concatenate([old_k, k_rot]).astype(np.float64)
+    values = np.concatenate([old_v, v]).astype(np.float64)
+    want = attention64(q_rot, keys, values, n_head, n_head_kv, p0)
     got = out.read().reshape(1, n_head, head_dim)
     assert np.isfinite(got).all()
     assert ref.nmse(got, want) < NMSE_F32
 
 
 @pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
-def test_rope_kv_then_attention_of_a_chunk(backend, n_head, n_head_kv, head_dim, n_rot, reduction):
-    """Three new vectors at positions 5, 6, 7 of a cache holding 5: RoPE of q
-    (in place) and k (into the cache), v into the cache, then causal attention.
-    q, k and v are parts of one tensor, as the stacked Q/K/V mat-vec writes them."""
+def test_attention_steps_fill_the_cache(backend, n_head, n_head_kv, head_dim, n_rot, reduction):
+    """Three steps at positions 5, 6, 7 in one graph, on a cache holding 5: each
+    sees the keys the steps before it appended (the graph orders them by the
+    caches they read and write)."""
     n, p0 = 3, 5
     shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=11)
-    freqs = inv_freq(n_rot, base=500.0, scale=2.0)
+    freqs = inv_freq(n_rot)
     r = rng(head_dim)
     old_k = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
     old_v = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
-    qd, kvd = n_head * head_dim, n_head_kv * head_dim
-    stride = qd + 2 * kvd + 7
-    qkv = r.standard_normal((n, stride)).astype(np.float32)
-    q, k, v = (qkv[:, :qd].reshape(n, n_head, head_dim), qkv[:, qd:qd + kvd].reshape(n, n_head_kv, head_dim),
-               qkv[:, qd + kvd:qd + 2 * kvd].reshape(n, n_head_kv, head_dim))
-    k_c, v_c = cache_tensors(backend, shape, old_k, old_v)
-    qkv_t = upload(backend, qkv)
-    table = upload(backend, rope_table(freqs, shape.capacity))
-    pos = upload(backend, [p0], np.int32)
-    scores = zeros(backend, n * n_head * shape.capacity)
-    out = backend.tensor(qd, n)  # n vectors, padded apart
-    dev = backend.device
-    rope = RopeKV(dev, shape, Vectors(qkv_t, qd, 0, stride), Vectors(qkv_t, kvd, qd, stride),
-                  Vectors(qkv_t, kvd, qd + kvd, stride), k_c, v_c, table, pos, n)
-    attn = Attention(dev, shape, Vectors(qkv_t, qd, 0, stride), k_c, v_c, pos, scores, Vectors(out, qd), n)
-    run(backend, [rope, attn], outputs=[qkv_t, k_c, v_c, out])
+    q, k, v, qkv = step_inputs(r, shape, n)
+    k_c, v_c, table, scores = attention_case(backend, shape, old_k, old_v, freqs)
+    qd = n_head * head_dim
+    outs = [zeros(backend, qd) for _ in range(n)]
+    ops = [Attention(backend.device, shape, *qkv_parts(upload(backend, qkv[i]), shape), k_c, v_c, table,
+                     upload(backend, [p0 + i], np.int32), scores, Vectors(outs[i], qd)) for i in range(n)]
+    run(backend, ops, outputs=outs + [k_c])
 
     positions = np.arange(p0, p0 + n)
     q_rot, k_rot = rope64(q, positions, freqs, n_rot), rope64(k, positions, freqs, n_rot)
-    got_qkv = qkv_t.read().reshape(n, stride)
-    assert ref.nmse(got_qkv[:, :qd].reshape(q.shape), q_rot) < NMSE_F32
-    assert np.array_equal(got_qkv[:, qd:], qkv[:, qd:]), "k, v and the gap are only read"
     k_cache = k_c.read().reshape(n_head_kv, shape.capacity, head_dim)
-    v_cache = v_c.read().reshape(n_head_kv, shape.capacity, head_dim)
-    assert np.array_equal(k_cache[:, :p0], old_k.transpose(1, 0, 2)), "older positions untouched"
     assert ref.nmse(k_cache[:, p0:p0 + n].transpose(1, 0, 2), k_rot) < NMSE_F32
-    assert np.array_equal(v_cache[:, p0:p0 + n].transpose(1, 0, 2), v)
-    assert np.isnan(k_cache[:, p0 + n:]).all() and np.isnan(v_cache[:, p0 + n:]).all(), "later positions untouched"
-
+    assert np.isnan(k_cache[:, p0 + n:]).all()
     keys = np.concatenate([old_k, k_rot]).astype(np.float64)
     values = np.concatenate([old_v, v]).astype(np.float64)
     want = attention64(q_rot, keys, values, n_head, n_head_kv, p0)
-    assert ref.nmse(out.read().reshape(n, n_head, head_dim), want) < NMSE_F32
+    got = np.stack([o.read().reshape(n_head, head_dim) for o in outs])
+    assert ref.nmse(got, want) < NMSE_F32
 
 
 def test_rope_table_matches_the_formula():
@@ -274,12 +295,23 @@ def test_attention_shape_refuses(kwargs, match):
         AttentionShape(**args)
 
 
-def test_attention_refuses_a_small_scratch(backend):
-    shape = AttentionShape(4, 2, 8, 8, 20)
-    dev = backend.device
-    t = zeros(backend, 1000)
-    with pytest.raises(ValueError, match="scores scratch holds 64 values, 80 needed"):
-        Attention(dev, shape, Vectors(t, 32), t, t, zeros(backend, 1, np.int32), zeros(backend, 64), Vectors(t, 32))
+@pytest.mark.parametrize("change, match", [
+    (dict(scores=64), "scores scratch holds 64 values, 80 needed"),
+    (dict(k_cache=96), "the K cache holds 96 values; .* needs 320"),
+    (dict(table=64), "RoPE table holds 64 values, 160 needed"),
+    (dict(q=31), "Attention q: 31 values"),
+    (dict(head_dim=264), "head_dim 264; at most 256"),
+])
+def test_attention_refuses(backend, change, match):
+    hd = change.get("head_dim", 8)
+    shape = AttentionShape(4, 2, hd, 8, 20)
+    sizes = dict(scores=80, k_cache=2 * 20 * hd, table=160) | change
+    t = zeros(backend, 10000)
+    q = Vectors(t, change.get("q", 4 * hd))
+    with pytest.raises(ValueError, match=match):
+        Attention(backend.device, shape, q, Vectors(t, 2 * hd), Vectors(t, 2 * hd), zeros(backend, sizes["k_cache"]),
+                  zeros(backend, 2 * 20 * hd), zeros(backend, sizes["table"]), zeros(backend, 1, np.int32),
+                  zeros(backend, sizes["scores"]), Vectors(t, 4 * hd))
 
 
 # -- SwiGLU, argmax ----------------------------------------------------------------
@@ -373,19 +405,17 @@ def test_swiglu_q8_1_output(backend, planes, length, n):
 
 
 @pytest.mark.parametrize("planes", [1, 2])
-@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n", [(9, 3, 64, 1), (5, 5, 32, 1), (3, 1, 96, 2)])
-def test_attention_q8_1_output(backend, planes, n_head, n_head_kv, head_dim, n, reduction):
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim", [(9, 3, 64), (5, 5, 32), (3, 1, 96)])
+def test_attention_q8_1_output(backend, planes, n_head, n_head_kv, head_dim, reduction):
     shape = AttentionShape(n_head, n_head_kv, head_dim, head_dim, capacity=40)
     r = rng(head_dim)
-    keys = r.standard_normal((37, n_head_kv, head_dim)).astype(np.float32)
-    k_c, v_c = cache_tensors(backend, shape, keys, r.standard_normal(keys.shape).astype(np.float32))
-    qd = n_head * head_dim
-    q = upload(backend, r.standard_normal(n * qd))
+    old = r.standard_normal((30, n_head_kv, head_dim)).astype(np.float32)
+    k_c, v_c, table, scores = attention_case(backend, shape, old, old[::-1].copy(), inv_freq(head_dim))
+    qkv_t = upload(backend, step_inputs(r, shape, 1)[3])
     pos = upload(backend, [30], np.int32)
-    scores = zeros(backend, n * n_head * shape.capacity)
-    out = backend.tensor(qd, n)
-    check_q8_1_output(backend, lambda xq: Attention(backend.device, shape, Vectors(q, qd, 0, qd), k_c, v_c, pos,
-                                                    scores, Vectors(out, qd), n, xq=xq),
+    out = backend.tensor(n_head * head_dim)
+    check_q8_1_output(backend, lambda xq: Attention(backend.device, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table,
+                                                    pos, scores, Vectors(out, n_head * head_dim), xq=xq),
                       out, planes)
 
 
@@ -403,8 +433,9 @@ def test_q8_1_output_refuses(backend):
     with pytest.raises(ValueError, match="3 planes"):
         SwiGLU(dev, gate, up, Vectors(out, 64), xq=Q8_1Output(xq, 3))
     shape = AttentionShape(2, 1, 48, 48, capacity=4)
+    t = backend.tensor(1000)
     with pytest.raises(ValueError, match="head_dim a multiple of 32"):
-        Attention(dev, shape, Vectors(backend.tensor(96), 96), backend.tensor(192), backend.tensor(192),
+        Attention(dev, shape, *qkv_parts(t, shape), backend.tensor(192), backend.tensor(192), backend.tensor(192),
                   upload(backend, [0], np.int32), backend.tensor(8), Vectors(backend.tensor(96), 96),
                   xq=Q8_1Output(zeros(backend, q8_1_words(1, 96, 1), np.uint32), 1))
 

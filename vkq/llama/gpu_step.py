@@ -9,8 +9,8 @@ runs on the device, layer by layer:
     per layer:
       h = rms_norm(x (+= ffn_down of the layer before), attn_norm)   RMSNorm
       q|k|v = W_qkv h                                       mat-vec (stacked)
-      q = rope(q); K/V cache[pos] = rope(k), v              RopeKV
-      a = attention(q, K/V cache[0..pos])                   Attention
+      K/V cache[pos] = rope(k), v;                          Attention
+      a = attention(rope(q), K/V cache[0..pos])
       o = W_o a
       h = rms_norm(x += o, ffn_norm)                        RMSNorm
       g|u = W_gu h;  s = silu(g) * u;  d = W_down s         mat-vec, SwiGLU, mat-vec
@@ -37,8 +37,7 @@ from ..ops import q8_1_words
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, RopeKV, SwiGLU, Vectors,
-                  rope_table)
+from .ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors, rope_table)
 
 STEP_PATHS = ("auto", "dmmv", "mmvq")
 
@@ -152,9 +151,8 @@ class GpuLlama(Decoder):
             for names in s_qkv:
                 matvec(names, h)
             q, k, v = part(n + "attn_q.weight"), part(n + "attn_k.weight"), part(n + "attn_v.weight")
-            g.add(RopeKV(dev, shape, q, k, v, self.k_cache[i], self.v_cache[i], table, self.pos))
-            g.add(Attention(dev, shape, q, self.k_cache[i], self.v_cache[i], self.pos, scores, Vectors(attn, qd),
-                            xq=attn_q if cfg.head_dim % 32 == 0 else None))
+            g.add(Attention(dev, shape, q, k, v, self.k_cache[i], self.v_cache[i], table, self.pos, scores,
+                            Vectors(attn, qd), xq=attn_q if cfg.head_dim % 32 == 0 else None))
             matvec(s_o[0], attn)
             g.add(RMSNorm(dev, x, norms[i]["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps,
                           residual=part(n + "attn_output.weight"), xq=hq))

@@ -11,14 +11,14 @@ mat-vec's output, and a stride).
   by the mat-vec's own block decoders from the same device layout.
 - RMSNorm: with weight; optionally adds a residual first (x += r, kept), the
   way a llama layer's residual adds run: fused into the norm after them.
-- RopeKV: RoPE of the queries (in place) and keys (into the K cache), the
-  values into the V cache, at the position in a device int32 tensor.
-- Attention: grouped-query attention over the float32 KV cache, causal.
+- Attention: RoPE of the new query and key, the new key and value appended
+  to the float32 KV cache at the position in a device int32 tensor, and
+  grouped-query attention over the cache, causal: one dispatch per layer.
 - SwiGLU: silu(gate) * up.
 - Argmax: greedy sampling, numpy's argmax order.
 
-Every op takes n vectors (a prompt chunk, or 1 for a decode step); the
-position of vector v is pos[0] + v.
+The vector ops take n vectors; Attention takes the one of a decode step
+(a prompt runs through the step token by token).
 
 RMSNorm, SwiGLU and Attention can also write their output as the int8
 mat-vec path's Q8_1 blocks (`xq`, a Q8_1Output): the mat-vecs that read it
@@ -41,7 +41,6 @@ from ..shader_variants import GetRowsVariant, VectorOpVariant
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
 # here moves a few KB per token; what matters is not leaving lanes idle.
 ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
-ROPE_WG = 32  # one invocation per pair of a head: 32 for head_dim 64
 SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
@@ -239,66 +238,50 @@ def rope_table(inv_freq: np.ndarray, capacity: int) -> np.ndarray:
     return np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
 
 
-class RopeKV(_Op):
-    """RoPE (ggml's normal mode: adjacent pairs) of n query vectors in place and
-    of n key vectors into the K cache; the value vectors into the V cache; at
-    positions pos[0] + v. table: rope_table(inv_freq, shape.capacity)."""
-
-    def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors,
-                 k_cache, v_cache, table, pos, n: int = 1):
-        super().__init__(device)
-        s = shape
-        q.check(n, "RopeKV q")
-        k.check(n, "RopeKV k")
-        v.check(n, "RopeKV v")
-        if q.length != s.n_head * s.head_dim or k.length != v.length or k.length != s.n_head_kv * s.head_dim:
-            raise ValueError(f"RopeKV: q/k/v of {q.length}/{k.length}/{v.length} values; {s} needs "
-                             f"{s.n_head * s.head_dim}/{s.n_head_kv * s.head_dim}/{s.n_head_kv * s.head_dim}")
-        for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
-            if _size(cache) < s.cache_size:
-                raise ValueError(f"RopeKV: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
-        if _size(table) < s.capacity * s.n_rot:
-            raise ValueError(f"RopeKV: the RoPE table holds {_size(table)} values, {s.capacity * s.n_rot} needed")
-        self.reads = (q.tensor, k.tensor, v.tensor, table, pos)
-        self.writes = (q.tensor, k_cache, v_cache)
-        push = [q.offset, q.step, k.offset, k.step, v.offset, v.step,
-                s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity]
-        tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos]
-        self.algorithms.append(device.algorithm(
-            [t.kp for t in tensors], VectorOpVariant("rope_kv"), (s.n_head + s.n_head_kv, n, 1), [ROPE_WG],
-            push))
+MAX_HEAD_DIM = 256  # shaders/attention.comp keeps a head's q and new key in shared memory
 
 
 class Attention(_Op):
-    """out = softmax(q . K^T / sqrt(head_dim)) V per query head over the cache,
-    query vector v seeing positions 0 .. pos[0] + v. scores: a float32 scratch
-    tensor of at least n * n_head * capacity values. With `xq`, out's Q8_1
-    blocks too (head_dim a multiple of 32)."""
+    """One attention step of a llama layer, for the query vector at position
+    pos[0]: RoPE (ggml's normal mode: adjacent pairs) of q and of the new key
+    k, k and v appended to the caches at pos[0], then out = softmax(q . K^T /
+    sqrt(head_dim)) V per query head over positions 0 .. pos[0]. q, k, v: the
+    new vectors, unrotated (parts of the stacked Q/K/V mat-vec's output);
+    table: rope_table(inv_freq, shape.capacity); scores: a float32 scratch
+    tensor of at least n_head * capacity values. The caller keeps pos[0]
+    below the capacity. With `xq`, out's Q8_1 blocks too (head_dim a multiple of 32)."""
 
-    def __init__(self, device, shape: AttentionShape, q: Vectors, k_cache, v_cache, pos, scores, out: Vectors,
-                 n: int = 1, xq: Q8_1Output | None = None):
+    def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
+                 table, pos, scores, out: Vectors, xq: Q8_1Output | None = None):
         super().__init__(device)
         s = shape
-        q.check(n, "Attention q")
-        out.check(n, "Attention out")
-        if q.length != s.n_head * s.head_dim or out.length != q.length:
-            raise ValueError(f"Attention: q and out of {q.length} and {out.length} values; "
-                             f"{s} needs {s.n_head * s.head_dim}")
-        if _size(scores) < n * s.n_head * s.capacity:
+        qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+        for vec, length, what in ((q, qd, "q"), (k, kvd, "k"), (v, kvd, "v"), (out, qd, "out")):
+            if vec.length != length:
+                raise ValueError(f"Attention {what}: {vec.length} values; {s} needs {length}")
+            vec.check(1, f"Attention {what}")
+        if s.head_dim > MAX_HEAD_DIM:
+            raise ValueError(f"Attention: head_dim {s.head_dim}; at most {MAX_HEAD_DIM}")
+        for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
+            if _size(cache) < s.cache_size:
+                raise ValueError(f"Attention: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
+        if _size(table) < s.capacity * s.n_rot:
+            raise ValueError(f"Attention: the RoPE table holds {_size(table)} values, {s.capacity * s.n_rot} needed")
+        if _size(scores) < s.n_head * s.capacity:
             raise ValueError(f"Attention: the scores scratch holds {_size(scores)} values, "
-                             f"{n * s.n_head * s.capacity} needed")
+                             f"{s.n_head * s.capacity} needed")
         if xq is not None and s.head_dim % CHUNK:
             raise ValueError(f"Attention: a Q8_1 output needs head_dim a multiple of {CHUNK}, got {s.head_dim}")
-        xq_t, planes, xq_stride = _q8_1_params(out, xq, n, "Attention")
-        self.reads = (q.tensor, k_cache, v_cache, pos)
-        self.writes = (scores, out.tensor) + ((xq_t,) if xq else ())
+        xq_t, planes, _ = _q8_1_params(out, xq, 1, "Attention")
+        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos)
+        self.writes = (k_cache, v_cache, scores, out.tensor) + ((xq_t,) if xq else ())
         self.quantized = (out.tensor, xq_t, planes) if xq else None
-        push = [q.offset, q.step, out.offset, out.step, s.n_head, s.n_head_kv, s.head_dim, s.capacity,
-                _f32_bits(1.0 / np.sqrt(s.head_dim)), xq_stride]
-        tensors = [q.tensor, k_cache, v_cache, pos, scores, out.tensor, xq_t]
+        push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
+                _f32_bits(1.0 / np.sqrt(s.head_dim))]
+        tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t]
         variant, wg = reducing_variant(device, "attention")
         self.algorithms.append(device.algorithm(
-            [t.kp for t in tensors], variant, (s.n_head, n, 1), [wg, planes], push))
+            [t.kp for t in tensors], variant, (s.n_head, 1, 1), [wg, planes], push))
 
 
 class SwiGLU(_Op):
