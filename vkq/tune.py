@@ -40,10 +40,10 @@ SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 QUICK_SHAPES = [(4096, 4096)]
 MAX_COPIES = 8  # of each shape's weights in the rotation (--quick's small matrix stays below ROTATION_BYTES)
 ROUNDS, QUICK_ROUNDS = 3, 2  # interleaved samples per candidate of a group
-# For the figures: the table's and the tuned configurations side by side.
-# Their fastest sample is the figure; on lavapipe single samples of one
-# configuration ranged over +-20% (other work on the machine), so the
-# fastest of 2-4 moved by 7-14% between runs.
+# For the figures: the table's and the tuned configurations side by side,
+# the fastest sample of each. On lavapipe single samples of one configuration
+# range over +-20% (other work on the machine): the fastest of 8 is steadier
+# than the fastest of 2-4.
 FINAL_ROUNDS = 8
 PRUNE = 1.5  # a candidate this much slower than the fastest after one round is not timed again
 

@@ -19,9 +19,10 @@ runs on the device, layer by layer:
 The weight matrices are those of the host engine (vkq.llama.matvecs, the
 same stacking), each mat-vec the dispatcher's pipeline for it. On the int8
 path their inputs come quantized from the op that makes them: the norms,
-the attention and SwiGLU also write their output's Q8_1 blocks. The KV cache is float32, on the
-device, (n_head_kv, ctx, head_dim) per layer; the RoPE table covers ctx
-positions. A prompt runs through the same step, token by token.
+the attention and SwiGLU also write their output's Q8_1 blocks. The KV
+cache is float32, on the device, (n_head_kv, ctx, head_dim) per layer; the
+RoPE table covers ctx positions. A prompt runs through the same step, token
+by token.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from ..ops import q8_1_words
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors, rope_table)
+from .ops import Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors, rope_table
 
 STEP_PATHS = ("auto", "dmmv", "mmvq")
 
@@ -132,7 +133,8 @@ class GpuLlama(Decoder):
 
         # Per layer, the stages' groups: Q/K/V and gate/up read h, the output head too.
         hq = q8_1(h, [names for qkv, _, gu, _ in f.stages for names in qkv + gu] + [f.output_group])
-        attn_q = q8_1(attn, [names for _, o, _, _ in f.stages for names in o])
+        # (a head's output is whole Q8_1 blocks only when head_dim is a multiple of 32)
+        attn_q = q8_1(attn, [names for _, o, _, _ in f.stages for names in o]) if cfg.head_dim % 32 == 0 else None
         swiglu_q = q8_1(swiglu, [names for _, _, _, down in f.stages for names in down])
 
         if f.output_name == "token_embd.weight":
@@ -152,7 +154,7 @@ class GpuLlama(Decoder):
                 matvec(names, h)
             q, k, v = part(n + "attn_q.weight"), part(n + "attn_k.weight"), part(n + "attn_v.weight")
             g.add(Attention(dev, shape, q, k, v, self.k_cache[i], self.v_cache[i], table, self.pos, scores,
-                            Vectors(attn, qd), xq=attn_q if cfg.head_dim % 32 == 0 else None))
+                            Vectors(attn, qd), xq=attn_q))
             matvec(s_o[0], attn)
             g.add(RMSNorm(dev, x, norms[i]["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps,
                           residual=part(n + "attn_output.weight"), xq=hq))
