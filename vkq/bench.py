@@ -464,7 +464,7 @@ def bench_matvec(types: str = "all", shape: str = "4096x14336", path: str = "dmm
         data = random_weights(fmt, rows, k, rng)
         w = backend.upload(name, (rows, k), data)
         w32 = dequantize(name, (rows, k), data).astype(np.float32)
-        base = statistics.median(wall_samples(lambda: w32 @ x, repetitions))
+        base = statistics.median(wall_samples(lambda w32=w32: w32 @ x, repetitions))
         del w32
         calls = {p: (lambda p=p: backend.matvec(w, x, path=None if p == "auto" else p))
                  for p in paths if p == "auto" or p in fmt.paths}
