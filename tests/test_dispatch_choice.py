@@ -135,6 +135,17 @@ def test_tuned_entry_used_on_next_run(backend, tuning_dir):
     assert tuning_store.load(backend.device_info) == {}
 
 
+def test_backend_choice_follows_the_activations(backend, tuning_dir):
+    """The int8 path's activations reach the table (lavapipe's Q8_0 rules by
+    activations), and each choice is remembered under its own activations."""
+    if backend.dispatcher.device_class.arch != "lavapipe":
+        pytest.skip("lavapipe's table")
+    w = backend.upload("Q8_0", (64, 4096), np.zeros((64, 128 * 34), np.uint8))
+    one, two = backend.pipeline(w, activations="q8_1"), backend.pipeline(w, activations="q8_1x2")
+    assert (one.rows_per_wg, one.x_planes, two.rows_per_wg, two.x_planes) == (4, 1, 16, 2)
+    assert backend.pipeline(w, activations="q8_1") == one
+
+
 # -- VKQ_PATH where a type lacks the path; tuning files of any shape ---------
 
 def test_env_mmvq_keeps_dmmv_for_plain_types(backend, monkeypatch, capsys):

@@ -364,3 +364,28 @@ def test_path_rules_are_validated():
     problems = validate_table(table)
     assert any("cannot set 'path'" in p for p in problems)
     assert sum("'paths' must be a non-empty list" in p for p in problems) == 2
+
+
+# --- rules for the int8 path's activations ----------------------------------------
+
+def test_activation_rules_apply_to_their_activations_only():
+    """lavapipe's Q8_0 at large K: 4 rows per thread with q8_1 (and on the
+    dequantize path, which has no activations), 16 with q8_1x2."""
+    lp = cls_of("lavapipe")
+    q8_1, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "mmvq", "q8_1")
+    x2, desc = lookup(lp, "Q8_0", 4096, 14336, 1, "mmvq", "q8_1x2")
+    dmmv, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "dmmv", "q8_1x2")
+    assert (q8_1["rows_per_wg"], x2["rows_per_wg"], dmmv["rows_per_wg"]) == (4, 16, 4)
+    assert "q8_1x2" in desc
+    assert lookup(lp, "Q8_0", 4096, 14336, 1)[0] == q8_1  # the default activations are q8_1
+
+
+def test_activation_rules_are_validated():
+    table = load_table("software")
+    rules = table["classes"]["software/lavapipe"]["rules"]
+    rules.append({"paths": ["mmvq"], "activations": ["q4"], "wg_size": 8, "basis": "measured"})
+    rules.append({"paths": ["mmvq"], "activations": [], "wg_size": 8, "basis": "measured"})
+    rules.append({"activations": ["q8_1"], "wg_size": 8, "basis": "measured"})
+    problems = validate_table(table)
+    assert sum("'activations' must be a non-empty list" in p for p in problems) == 2
+    assert any("needs 'paths': ['mmvq']" in p for p in problems)

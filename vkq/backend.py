@@ -199,7 +199,7 @@ class Backend:
         cfg = weights._configs.get(key)
         if cfg is None:
             lay = weights.layout
-            cfg = self.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path)
+            cfg = self.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path, activations)
             if cfg.path == "mmvq":
                 cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
             cfg = self._fit_bindings(weights, cfg, ncols)

@@ -23,6 +23,7 @@ import os
 import warnings
 from dataclasses import dataclass, replace
 
+from ..activations import DEFAULT_ACTIVATIONS
 from ..formats import CHUNK, BlockFormat
 from . import tables, tuning_store
 from .classify import DeviceClass, classify
@@ -272,7 +273,10 @@ class Dispatcher:
             tuned = {}
         return cls(caps, classify(info), tuned)
 
-    def choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int = 1, path: str | None = None) -> PipelineConfig:
+    def choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int = 1, path: str | None = None,
+               activations: str = DEFAULT_ACTIVATIONS) -> PipelineConfig:
+        """The pipeline for one mat-vec. `activations`: those of the int8 path
+        if it is chosen (a table rule may depend on them)."""
         env_note = ""
         if path is not None:
             path, path_source = check_path(path), "argument"
@@ -291,7 +295,7 @@ class Dispatcher:
             chosen = path or tuned["best"]
             params, source = tuned[chosen], "tuned on this device (vkq tune)"
         else:
-            params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols, path)
+            params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols, path, activations)
             chosen = params["path"]
         if path is not None:
             source = f"path from {path_source}; parameters from {source}"

@@ -13,6 +13,7 @@ import functools
 import json
 from pathlib import Path
 
+from ..activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..formats import FORMATS
 from .classify import DeviceClass
 from .config import ALL_PARAMS, OPTIONAL_PARAMS, PARAMS, PATHS, is_int, param_problems
@@ -20,7 +21,7 @@ from .config import ALL_PARAMS, OPTIONAL_PARAMS, PARAMS, PATHS, is_int, param_pr
 TABLES_DIR = Path(__file__).parent / "tables"
 VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm", "software", "unknown")
 
-CONDITIONS = ("types", "paths", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
+CONDITIONS = ("types", "paths", "activations", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
 META = ("basis", "note")
 BASES = ("ggml", "measured", "guess")
 FALLBACK_CLASS = "unknown/*"  # in unknown.json: the last resort for every device
@@ -45,11 +46,14 @@ def _load(vendor: str) -> dict:
     return table
 
 
-def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: str | None = None) -> tuple[dict, str]:
+def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: str | None = None,
+           activations: str = DEFAULT_ACTIVATIONS) -> tuple[dict, str]:
     """Parameters for one mat-vec (rows x k matrix, ncols vectors) on a class.
 
     The path is the caller's `path`, else the table's; then the rules apply
-    in order, those with a `paths` condition only where it holds for that path.
+    in order, those with a `paths` condition only where it holds for that path
+    (and an `activations` condition, an int8-path rule, only where it names
+    the call's activations).
     Returns (params with path, wg_size, rows_per_wg, reduction; a description
     of the table entries that decided them).
     """
@@ -59,21 +63,21 @@ def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: st
     table_name, class_key, table = _find_class(cls)
     default, rules = _resolve(table, class_key)
     if path is None:
-        path, _ = _apply(default, rules, class_key, qtype, rows, k, ncols, None)
+        path, _ = _apply(default, rules, class_key, qtype, rows, k, ncols, None, activations)
         path = path["path"]
     used_extra = []
     if path == "mmvq" and not FORMATS[qtype].has_int8_path:
         # As in ggml, a type without an int8 pipeline falls back to DMMV.
         path = "dmmv"
         used_extra.append(f"{qtype} has no int8 path -> dmmv")
-    params, used = _apply(default, rules, class_key, qtype, rows, k, ncols, path)
+    params, used = _apply(default, rules, class_key, qtype, rows, k, ncols, path, activations)
     params["path"] = path
     desc = f"table {table_name} class {class_key} (device {cls.key}): " + "; ".join(used + used_extra)
     return params, desc
 
 
 def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k: int, ncols: int,
-           path: str | None) -> tuple[dict, list[str]]:
+           path: str | None, activations: str) -> tuple[dict, list[str]]:
     """The default overridden by every matching rule, in order; path None
     skips the rules conditioned on a path (they cannot set one)."""
     params = {p: default[p] for p in PARAMS}
@@ -83,6 +87,8 @@ def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k:
         if not _matches(rule, qtype, rows, k, ncols):
             continue
         if "paths" in rule and (path is None or path not in rule["paths"]):
+            continue
+        if "activations" in rule and activations not in rule["activations"]:
             continue
         params.update({p: rule[p] for p in ALL_PARAMS if p in rule})
         set_ = ", ".join(f"{p}={rule[p]}" for p in ALL_PARAMS if p in rule)
@@ -201,6 +207,13 @@ def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
             problems.append(f"{where}: 'paths' must be a non-empty list of {PATHS}")
         if "path" in e:
             problems.append(f"{where}: a rule conditioned on 'paths' cannot set 'path'")
+    acts = e.get("activations")
+    if acts is not None:
+        if not isinstance(acts, list) or not acts or any(a not in ACTIVATION_PLANES for a in acts):
+            problems.append(f"{where}: 'activations' must be a non-empty list of {tuple(ACTIVATION_PLANES)}")
+        if paths != ["mmvq"]:
+            problems.append(f"{where}: a rule conditioned on 'activations' needs 'paths': ['mmvq'] "
+                            "(only the int8 path has activations)")
     types = e.get("types")
     if types is not None:
         if not isinstance(types, list) or not types:
