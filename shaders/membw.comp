@@ -15,6 +15,10 @@
 // gather, where a storage load at varying offsets is a loop over the lanes).
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
+// LANE_RUNS (specialization constant 1): each invocation reads its own
+// contiguous run of the chunk instead, as a thread owning whole rows of a
+// mat-vec does (a CPU driver's lanes then each stream one run).
+layout(constant_id = 1) const bool LANE_RUNS = false;
 
 #ifdef TEXEL
 layout(binding = 0) uniform usamplerBuffer data0;
@@ -37,7 +41,14 @@ layout(push_constant) uniform Params {
 
 // One buffer per loop, the branch outside it: a load that picks its buffer
 // per iteration runs several times slower on lavapipe.
-#define READ(buf) for (uint i = gl_LocalInvocationID.x; i < p.chunk; i += gl_WorkGroupSize.x) { acc += LOAD(buf, begin + i); }
+#define READ(buf) \
+    if (LANE_RUNS) { \
+        const uint run = p.chunk / gl_WorkGroupSize.x; \
+        const uint first = begin + gl_LocalInvocationID.x * run; \
+        for (uint i = 0u; i < run; i++) { acc += LOAD(buf, first + i); } \
+    } else { \
+        for (uint i = gl_LocalInvocationID.x; i < p.chunk; i += gl_WorkGroupSize.x) { acc += LOAD(buf, begin + i); } \
+    }
 
 void main() {
     const uint b = gl_WorkGroupID.y;  // uniform across the workgroup

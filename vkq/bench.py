@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import statistics
 import sys
@@ -44,7 +45,12 @@ NOTE = ("vkq bench measures the mat-vec share of decoding: every weight matrix o
 # -- device memory bandwidth ------------------------------------------------
 
 MEMBW_WG = 64  # invocations per workgroup (shaders/membw.comp)
-MEMBW_LOADS = 16  # 16-byte loads per invocation: short loops, many workgroups in flight
+# 16-byte loads per invocation, per access pattern: interleaved (coalesced on
+# a GPU) in short loops, many workgroups in flight; runs of one invocation
+# (a CPU driver's lanes each streaming, as in a mat-vec owning whole rows)
+# long: on lavapipe 256-load runs read 21.8 GB/s, 16-load ones 14.5-16.6,
+# interleaved 12.2, where F32's mat-vec read 20.
+MEMBW_LOADS = {False: 16, True: 256}  # LANE_RUNS -> loads
 MEMBW_BUFFERS = 4  # bindings of shaders/membw.comp
 MEMBW_SAMPLE_SECONDS = 0.05  # GPU time per sample
 MEMBW_SAMPLES = 7  # the best of them counts: the device's bandwidth, not the machine's load
@@ -56,26 +62,28 @@ def memory_bandwidth(device: Device) -> float:
     four buffers of together ROTATION_BYTES (past any cache) read by one
     dispatch, repeated back to back for MEMBW_SAMPLE_SECONDS of GPU time per
     sample after WARM_SECONDS of warm-up, best of MEMBW_SAMPLES samples;
-    read through storage buffers and, where they fit, texel views (the
-    faster of the two, as the tables pick the faster for the mat-vec)."""
+    read through storage buffers and, where they fit, texel views, each
+    invocation's loads interleaved with its neighbours' or in a run of its
+    own: the fastest of these, as the tables pick the fastest for the mat-vec."""
     if device.index in _BANDWIDTH:
         return _BANDWIDTH[device.index]
-    unit = 16 * MEMBW_WG * MEMBW_LOADS  # bytes one workgroup reads
+    unit = 16 * MEMBW_WG * max(MEMBW_LOADS.values())  # bytes one workgroup reads, at most
     per_buffer = min(ROTATION_BYTES // MEMBW_BUFFERS, device.max_buffer_bytes) // unit * unit
-    groups = per_buffer // unit
     data = [device.upload(np.ones(per_buffer // 4, np.uint32)) for _ in range(MEMBW_BUFFERS)]
-    sums = device.tensor(MEMBW_BUFFERS * groups * MEMBW_WG, np.uint32)
-    variants = [(MEMBW, None)]
+    sums = device.tensor(MEMBW_BUFFERS * per_buffer // (16 * min(MEMBW_LOADS.values())), np.uint32)
+    bindings = [(MEMBW, None)]
     if device.patched_kp and per_buffer // 16 <= device.info.max_texel_buffer_elements:
-        variants.append((MEMBW_TEXEL, ["texel_u32x4"] * MEMBW_BUFFERS + ["storage"]))
+        bindings.append((MEMBW_TEXEL, ["texel_u32x4"] * MEMBW_BUFFERS + ["storage"]))
     best = 0.0
-    for variant, kinds in variants:
-        algo = device.algorithm(data + [sums], variant, (groups, MEMBW_BUFFERS, 1), [MEMBW_WG],
-                                np.array([per_buffer // 16 // groups], np.uint32), kinds)
+    for (variant, kinds), (runs, loads) in itertools.product(bindings, MEMBW_LOADS.items()):
+        groups = per_buffer // (16 * MEMBW_WG * loads)
+        algo = device.algorithm(data + [sums], variant, (groups, MEMBW_BUFFERS, 1), [MEMBW_WG, int(runs)],
+                                np.array([MEMBW_WG * loads], np.uint32), kinds)
         # First run: pipeline compile, first touch, and proof that every word was read.
         device.manager.sequence().record(kp.OpAlgoDispatch(algo)).record(kp.OpTensorSyncLocal([sums])).eval()
-        if int(sums.data().astype(np.int64).sum()) != MEMBW_BUFFERS * per_buffer // 4:
-            raise RuntimeError(f"shaders/membw.comp ({variant.name}) did not read all of its buffers on this device")
+        if int(sums.data()[:MEMBW_BUFFERS * groups * MEMBW_WG].astype(np.int64).sum()) != MEMBW_BUFFERS * per_buffer // 4:
+            raise RuntimeError(f"shaders/membw.comp ({variant.name}, lane runs {runs}) did not read all of its "
+                               "buffers on this device")
         best = max(best, MEMBW_BUFFERS * per_buffer / _seconds_per_pass(device, algo))
         algo.destroy()
     for t in data + [sums]:
