@@ -28,6 +28,7 @@ import numpy as np
 
 from .activations import DEFAULT_ACTIVATIONS
 from .backend import Backend
+from .dispatch.config import path_label
 from .formats import FORMATS, get_format
 from .models import Model, list_presets, resolve
 from .reference import dequantize
@@ -35,7 +36,7 @@ from .runtime import Device
 from .shader_variants import MEMBW, MEMBW_TEXEL
 from .step import STEP_PATHS, DecodeStep
 from .synthetic import random_weights
-from .table import markdown
+from .table import StatusLine, markdown
 from .timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
 
 BACKEND = "Vulkan (vkq)"
@@ -183,23 +184,7 @@ def check_host_memory(model: Model, device_type: str) -> None:
                          f"this device, {avail / 2**30:.1f} GiB are available")
 
 
-class Progress:
-    """One status line on a terminal (rewritten in place); nothing in a log."""
-
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.live = stream.isatty()
-
-    def show(self, text: str) -> None:
-        if self.live:
-            self.stream.write(f"\r\033[K{text}")
-            self.stream.flush()
-
-    def done(self) -> None:
-        self.show("")
-
-
-def upload(backend: Backend, model: Model, progress: Progress) -> dict:
+def upload(backend: Backend, model: Model, progress: StatusLine) -> dict:
     """Every matrix of the model on the device; preset data is made, uploaded and dropped one by one."""
     rng = np.random.default_rng(0)
     weights = {}
@@ -233,14 +218,12 @@ def measure(step: DecodeStep, timed: DecodeStep | None, n_gen: int,
 
 
 def _matrix_record(name: str, w, cfg) -> dict:
-    return {"name": name, "type": w.qtype, "shape": list(w.shape), "path": cfg.path, "int_dot": cfg.int_dot,
-            "wg_size": cfg.wg_size, "rows_per_wg": cfg.rows_per_wg, "chunks_per_thread": cfg.chunks_per_thread,
-            "reduction": "subgroup" if cfg.subgroup else "shared", "split_k": cfg.split_k,
-            "weights_binding": cfg.weights_binding, "x_binding": cfg.x_binding, "source": cfg.source}
+    return {"name": name, "type": w.qtype, "shape": list(w.shape), **cfg.params(), "int_dot": cfg.int_dot,
+            "source": cfg.source}
 
 
 def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, repetitions: int) -> list[Row]:
-    progress = Progress()
+    progress = StatusLine()
     progress.show("measuring the device's memory bandwidth")
     membw_gbps = memory_bandwidth(backend.device) / 1e9
     rows = []
@@ -259,7 +242,7 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, r
                             {p: used.count(p) for p in sorted(set(used))}, backend.activations, matrices))
             del step, timed
         del weights  # free the device memory before the next model
-    progress.done()
+    progress.clear()
     return rows
 
 
@@ -352,8 +335,7 @@ def render_matrices(rows: list[Row]) -> str:
     groups: dict[tuple, list[str]] = {}
     for r in rows:
         for m in r.matrices:
-            key = (r.model, r.path, m["type"], "x".join(map(str, m["shape"])), m["path"] + (
-                " OpSDot" if m["int_dot"] else (" emulated" if m["path"] == "mmvq" else "")),
+            key = (r.model, r.path, m["type"], "x".join(map(str, m["shape"])), path_label(m["path"], m["int_dot"]),
                 m["wg_size"], m["rows_per_wg"], m["chunks_per_thread"], m["reduction"],
                 "split K" if m["split_k"] else "rows per thread", m["weights_binding"], m["x_binding"])
             groups.setdefault(key, []).append(m["name"])

@@ -138,7 +138,7 @@ class Graph:
         quantized = getattr(op, "quantized", None)
         if quantized is not None:  # the op wrote x's Q8_1 blocks too: mat-vecs of x read them
             x, xq, planes = quantized
-            if id(x) not in {id(t) for t in writes} or id(xq) not in {id(t) for t in writes}:
+            if not {id(x), id(xq)} <= {id(t) for t in writes}:
                 raise ValueError("an op's `quantized` (x, xq, planes) must name tensors it writes")
             self._quantized[(id(x), planes)] = (xq, self._versions[id(x)])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from .device_info import enumerate_devices
+from .dispatch.config import describe
 from .dispatch.tuning_store import tuning_path
 from .formats import FORMATS
 
@@ -62,12 +63,7 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
         lines.append(f"  dispatcher      choice for a {rows} x {k} mat-vec, one column:")
         for name, fmt in FORMATS.items():
             cfg = disp.choose(fmt, rows, k, 1)
-            red = "subgroup" if cfg.subgroup else "shared"
-            dot = " OpSDot" if cfg.int_dot else (" emulated" if cfg.path == "mmvq" else "")
-            lines.append(f"    {name:6s} {cfg.path}{dot}, wg {cfg.wg_size}, rows/wg {cfg.rows_per_wg}, "
-                         f"chunks/thread {cfg.chunks_per_thread}, "
-                         f"{f'{red} reduction' if cfg.split_k else 'rows per thread'}, "
-                         f"weights {cfg.weights_binding}, x {cfg.x_binding}")
+            lines.append(f"    {name:6s} {cfg.kernel}, {describe(cfg.params())}")
             lines.append(f"           <- {cfg.source}")
             lines.append(f"           {evidence(cfg.source)}")
         lines.append("")

@@ -28,10 +28,10 @@ import numpy as np
 
 from .dispatch import tuning_store
 from .dispatch.choose import Dispatcher, apply_limits
-from .dispatch.config import PipelineConfig
+from .dispatch.config import PipelineConfig, describe
 from .formats import FORMATS, get_format
 from .synthetic import random_weights
-from .table import markdown
+from .table import StatusLine, markdown
 from .timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
                      wall_samples, warm_up)
 
@@ -191,10 +191,7 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
         t, d = est[tuned[p]], est[finals[p, "table"]]
         if not (t.seconds < d.seconds or tuned[p] == finals[p, "table"]):
             tuned[p], t = finals[p, "table"], d  # the race says the table's is no slower: keep it
-        cfg = tuned[p]
-        result[p] = {"wg_size": cfg.wg_size, "rows_per_wg": cfg.rows_per_wg, "chunks_per_thread": cfg.chunks_per_thread,
-                     "reduction": "subgroup" if cfg.subgroup else "shared", "split_k": cfg.split_k,
-                     "weights_binding": cfg.weights_binding, "x_binding": cfg.x_binding}
+        result[p] = {name: v for name, v in tuned[p].params().items() if name != "path"}
         result["gbps"][p] = [round(tb.pass_bytes / d.seconds / 1e9, 3), round(tb.pass_bytes / t.seconds / 1e9, 3)]
         result["spread"][p] = round(t.spread, 4)
     result["best"] = min(paths, key=lambda p: est[tuned[p]].seconds)
@@ -206,9 +203,8 @@ class Progress:
 
     def __init__(self, total_units: int, enabled: bool, stream=sys.stderr):
         self.stream, self.enabled = stream, enabled
-        self.live = enabled and stream.isatty()
+        self.line = StatusLine(stream, enabled)
         self.total, self.done_units, self.start = total_units, 0, time.monotonic()
-        self.current = ""
 
     def eta(self) -> str:
         if not self.done_units:
@@ -217,14 +213,11 @@ class Progress:
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def step(self, text: str) -> None:
-        if self.live:
-            self.stream.write(f"\r\033[Ktune {self.done_units}/{self.total} paths, {self.eta()}: {text}")
-            self.stream.flush()
+        self.line.show(f"tune {self.done_units}/{self.total} paths, {self.eta()}: {text}")
 
     def finish_type(self, units: int, line: str) -> None:
         self.done_units += units
-        if self.live:
-            self.stream.write("\r\033[K")
+        self.line.clear()
         if self.enabled:
             self.stream.write(f"{line} ({self.eta() if self.done_units < self.total else 'done'})\n")
             self.stream.flush()
@@ -276,13 +269,10 @@ def table(entries: dict, types) -> str:
     for qtype in types:
         e = entries.get(qtype)
         for path, (before, after) in (e or {}).get("gbps", {}).items():
-            p = e[path]
             spread = e.get("spread", {}).get(path)
             cells.append([qtype, path + (" (best)" if path == e["best"] else ""), f"{before:.2f}", f"{after:.2f}",
                           f"{after / before:.2f}x", "-" if spread is None else f"{100 * spread:.1f}%",
-                          f"wg {p['wg_size']}, rows {p['rows_per_wg']}, cpt {p['chunks_per_thread']}, "
-                          f"{p['reduction']}, {'split K' if p['split_k'] else 'rows per thread'}, "
-                          f"weights {p.get('weights_binding', 'storage')}, x {p.get('x_binding', 'storage')}"])
+                          describe(e[path])])
     return markdown(["type", "path", "table GB/s", "tuned GB/s", "gain", "spread", "parameters"], cells,
                     {"table GB/s", "tuned GB/s", "gain", "spread"}) + (
         "\n\nGB/s: weight bytes per second of GPU time, the fastest of the interleaved samples (other work only "

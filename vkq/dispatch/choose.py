@@ -117,9 +117,8 @@ def loop_iterations(cfg: PipelineConfig, fmt: BlockFormat, k: int, ncols: int, s
     return sums + per_thread * unit + tail
 
 
-def limit_problems(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, ncols: int) -> list[str]:
-    """Why this launch would not compute the right numbers on this device
-    for a K-wide matrix and `ncols` columns (empty: it would)."""
+def _workgroup_problems(cfg: PipelineConfig, caps: DeviceCaps, ncols: int) -> list[str]:
+    """The limits of any shape: threads per workgroup, shared memory."""
     out = []
     max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
     if cfg.wg_size > max_wg:
@@ -128,6 +127,13 @@ def limit_problems(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: i
     if shared > caps.max_shared_memory:
         out.append(f"wg_size {cfg.wg_size} x rows_per_wg {cfg.rows_per_wg} x {ncols} column(s) x 4 bytes = "
                    f"{shared} bytes of shared memory > the device's {caps.max_shared_memory}")
+    return out
+
+
+def limit_problems(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, ncols: int) -> list[str]:
+    """Why this launch would not compute the right numbers on this device
+    for a K-wide matrix and `ncols` columns (empty: it would)."""
+    out = _workgroup_problems(cfg, caps, ncols)
     if row_chunks(k) % cfg.chunks_per_thread:
         out.append(f"chunks_per_thread {cfg.chunks_per_thread} does not divide the {row_chunks(k)} "
                    f"32-element chunks of a row of K={k}")
@@ -242,15 +248,7 @@ def fit_bindings(cfg: PipelineConfig, caps: DeviceCaps, x_bytes: int, weights_bu
 def device_wide_problems(params: dict, caps: DeviceCaps) -> list[str]:
     """Limits a tuning entry (measured at one column) breaks on this device
     whatever the shape: workgroup size and shared memory."""
-    probe = PipelineConfig("dmmv", False, params["reduction"] == "subgroup", params["wg_size"],
-                           params["rows_per_wg"], params.get("chunks_per_thread", 1))
-    out = []
-    max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
-    if probe.wg_size > max_wg:
-        out.append(f"wg_size {probe.wg_size} > the device's {max_wg}")
-    if shared_memory_bytes(probe, 1) > caps.max_shared_memory:
-        out.append(f"{shared_memory_bytes(probe, 1)} bytes of shared memory > the device's {caps.max_shared_memory}")
-    return out
+    return _workgroup_problems(PipelineConfig.from_params(params, "dmmv"), caps, 1)
 
 
 class Dispatcher:
@@ -300,16 +298,4 @@ class Dispatcher:
         if path is not None:
             source = f"path from {path_source}; parameters from {source}"
         source = env_note + source
-        cfg = PipelineConfig(
-            path=chosen,
-            int_dot=chosen == "mmvq",
-            subgroup=params["reduction"] == "subgroup",
-            wg_size=params["wg_size"],
-            rows_per_wg=params["rows_per_wg"],
-            chunks_per_thread=params.get("chunks_per_thread", 1),
-            split_k=params.get("split_k", True),
-            weights_binding=params.get("weights_binding", "storage"),
-            x_binding=params.get("x_binding", "storage"),
-            source=source,
-        )
-        return apply_limits(cfg, self.caps, fmt, k, ncols)
+        return apply_limits(PipelineConfig.from_params(params, chosen, source), self.caps, fmt, k, ncols)

@@ -86,10 +86,7 @@ class PipelineConfig:
     source: str = "default"  # which rule chose it, and what the device's limits changed (`vkq info`)
 
     def __post_init__(self):
-        fields = {"path": self.path, "wg_size": self.wg_size, "rows_per_wg": self.rows_per_wg,
-                  "chunks_per_thread": self.chunks_per_thread, "split_k": self.split_k,
-                  "weights_binding": self.weights_binding, "x_binding": self.x_binding}
-        problems = param_problems(fields, "PipelineConfig")
+        problems = param_problems(self.params(), "PipelineConfig")
         for name in ("int_dot", "subgroup"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"PipelineConfig: {name} {getattr(self, name)!r} is not True or False")
@@ -101,3 +98,35 @@ class PipelineConfig:
             problems.append("PipelineConfig: int_dot applies to the mmvq path only")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @classmethod
+    def from_params(cls, params: dict, path: str, source: str = "default") -> "PipelineConfig":
+        """The configuration of a table or tuning entry (PARAMS and any
+        OPTIONAL_PARAMS; those left out take their default) on `path`."""
+        opt = {name: params.get(name, value) for name, value in OPTIONAL_PARAMS.items()}
+        return cls(path, path == "mmvq", params["reduction"] == "subgroup", params["wg_size"],
+                   params["rows_per_wg"], source=source, **opt)
+
+    def params(self) -> dict:
+        """As a table or tuning entry: ALL_PARAMS."""
+        return {"path": self.path, "wg_size": self.wg_size, "rows_per_wg": self.rows_per_wg,
+                "reduction": "subgroup" if self.subgroup else "shared",
+                "chunks_per_thread": self.chunks_per_thread, "split_k": self.split_k,
+                "weights_binding": self.weights_binding, "x_binding": self.x_binding}
+
+    @property
+    def kernel(self) -> str:
+        """The path and, on the int8 path, how its dot products run."""
+        return path_label(self.path, self.int_dot)
+
+
+def path_label(path: str, int_dot: bool) -> str:
+    return path + (" OpSDot" if int_dot else " emulated" if path == "mmvq" else "")
+
+
+def describe(params: dict) -> str:
+    """A table or tuning entry's launch parameters, in one line."""
+    p = {**OPTIONAL_PARAMS, **params}
+    work = f"{p['reduction']} reduction" if p["split_k"] else "rows per thread"
+    return (f"wg {p['wg_size']}, rows/wg {p['rows_per_wg']}, chunks/thread {p['chunks_per_thread']}, {work}, "
+            f"weights {p['weights_binding']}, x {p['x_binding']}")
