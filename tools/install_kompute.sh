@@ -10,6 +10,8 @@
 #   - Tensor.release_staging frees a device tensor's host staging copy once
 #     its data is on the device,
 #   - timestamp queries are reset before use (stock kp never resets them),
+#   - a sequence keeps one fence and resets it per submit (stock kp creates
+#     and destroys one per eval: driver calls on every submit's path),
 #   - the build takes pybind11 >= 2.12 from pip (numpy 2, Python 3.12+;
 #     kp pins pybind11 2.9 and numpy<2), and setup.py passes the Python
 #     executable to CMake (a missing comma dropped it).
@@ -41,4 +43,4 @@ KOMPUTE_OPT_INSTALL=OFF \
 KOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON \
 KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON \
   "$PY" -m pip install --quiet "$work/kp-0.9.0"
-"$PY" -c "import kp; assert kp.VKQ_PATCH_LEVEL >= 4; print('kp', kp.__version__, 'with vkq patch', kp.VKQ_PATCH_LEVEL)"
+"$PY" -c "import kp; assert kp.VKQ_PATCH_LEVEL >= 5; print('kp', kp.__version__, 'with vkq patch', kp.VKQ_PATCH_LEVEL)"
