@@ -14,13 +14,13 @@ from vkq.formats import FORMATS
 LAVAPIPE_CLASS = DeviceClass("software", "lavapipe", "mesa")
 CAPS = DeviceCaps(vendor="mesa", device_type="cpu", subgroup_size=8, subgroup_arithmetic=True, int_dot=True,
                   max_shared_memory=32768, max_workgroup_invocations=1024)
-TUNED = {"Q4_0": {"best": "dmmv",
+TUNED = {"Q4_0": {"best": "dmmv", "k_min": 4096,
                   "dmmv": {"wg_size": 16, "rows_per_wg": 2, "chunks_per_thread": 4, "reduction": "shared", "split_k": True},
                   "mmvq": {"wg_size": 32, "rows_per_wg": 4, "chunks_per_thread": 1, "reduction": "subgroup", "split_k": False}}}
 
 
-def choose(qtype="Q4_0", path=None, caps=CAPS, tuned=None, k=4096, ncols=1):
-    return Dispatcher(caps, LAVAPIPE_CLASS, tuned or {}).choose(FORMATS[qtype], 4096, k, ncols, path)
+def choose(qtype="Q4_0", path=None, caps=CAPS, tuned=None, k=4096, ncols=1, activations="q8_1"):
+    return Dispatcher(caps, LAVAPIPE_CLASS, tuned or {}).choose(FORMATS[qtype], 4096, k, ncols, path, activations)
 
 
 def test_table_level():
@@ -40,6 +40,31 @@ def test_tuned_level_beats_table():
 def test_tuned_parameters_of_the_forced_path():
     cfg = choose(tuned=TUNED, path="mmvq")
     assert (cfg.path, cfg.wg_size, cfg.rows_per_wg, cfg.split_k) == ("mmvq", 32, 4, False)
+
+
+def test_tuned_int8_parameters_are_per_activations():
+    """q8_1's tuned parameters never serve q8_1x2 (twice the dot products):
+    without a q8_1x2 entry (a file from before it was tuned) the path stays
+    the tuned one and the parameters are the table's for q8_1x2."""
+    tuned = {"Q8_0": {"best": "mmvq", "k_min": 4096, "dmmv": TUNED["Q4_0"]["dmmv"], "mmvq": TUNED["Q4_0"]["mmvq"]}}
+    table_x2 = choose("Q8_0", path="mmvq", activations="q8_1x2")
+    cfg = choose("Q8_0", tuned=tuned, activations="q8_1x2")
+    assert cfg.path == "mmvq" and cfg.params() == table_x2.params() != choose("Q8_0", tuned=tuned).params()
+    assert "vkq tune; parameters (none tuned for q8_1x2) from table" in cfg.source
+    x2 = {**TUNED["Q4_0"]["mmvq"], "rows_per_wg": 8}
+    cfg = choose("Q8_0", tuned={"Q8_0": {**tuned["Q8_0"], "mmvq_q8_1x2": x2}}, activations="q8_1x2")
+    assert (cfg.rows_per_wg, cfg.wg_size, "tuned" in cfg.source) == (8, 32, True)
+    assert choose("Q8_0", tuned=tuned, activations="q8_1x2", path="dmmv").params() == choose(
+        "Q8_0", tuned=tuned, path="dmmv").params()  # the dequantize path reads float x either way
+
+
+def test_tuned_entry_only_from_its_smallest_k():
+    """What won at K >= k_min need not win at a much smaller K: there, and
+    for several columns, the table's rules (which are per K) decide."""
+    assert "tuned" in choose(tuned=TUNED, k=4096).source
+    assert "tuned" in choose(tuned=TUNED, k=14336).source
+    for cfg in (choose(tuned=TUNED, k=576), choose(tuned=TUNED, k=4096, ncols=2)):
+        assert "tuned" not in cfg.source and "software.json" in cfg.source
 
 
 def test_env_beats_tuned(monkeypatch):
@@ -68,7 +93,7 @@ def test_limits_without_subgroup_arithmetic_or_int_dot():
 
 def test_limits_shared_memory_and_workgroup():
     caps = DeviceCaps("x", "discrete-gpu", 32, True, True, 1024, 64)
-    tuned = {"Q4_0": {"best": "dmmv",
+    tuned = {"Q4_0": {"best": "dmmv", "k_min": 32,
                       "dmmv": {"wg_size": 256, "rows_per_wg": 8, "chunks_per_thread": 8, "reduction": "shared"}}}
     cfg = choose(caps=caps, tuned=tuned, k=96, ncols=1)
     assert cfg.wg_size == 64
@@ -105,7 +130,7 @@ def test_bad_tuning_file_warns_and_falls_back(backend, tuning_dir, content):
     if content == "TUNED_WRONG_DEVICE":
         content = json.dumps({"schema": tuning_store.SCHEMA, "device": {"name": "other"}, "entries": TUNED})
     elif content == "TUNED_BAD_ENTRY":
-        bad = {"Q4_0": {"best": "dmmv", "dmmv": {"wg_size": 3}}}
+        bad = {"Q4_0": {"best": "dmmv", "k_min": 4096, "dmmv": {"wg_size": 3}}}
         content = json.dumps({"schema": tuning_store.SCHEMA, "device": tuning_store.device_key(info), "entries": bad})
     tuning_store.tuning_path(info).parent.mkdir(parents=True, exist_ok=True)
     tuning_store.tuning_path(info).write_text(content)
@@ -131,6 +156,11 @@ def test_tuned_entry_used_on_next_run(backend, tuning_dir):
     best = entries["Q8_0"][entries["Q8_0"]["best"]]
     assert (cfg.path, cfg.wg_size, cfg.rows_per_wg) == (entries["Q8_0"]["best"], best["wg_size"], best["rows_per_wg"])
     assert (cfg.weights_binding, cfg.x_binding) == (best["weights_binding"], best["x_binding"])
+    # the int8 path was tuned for each activation format; q8_1x2 calls get theirs
+    assert set(entries["Q8_0"]["gbps"]) == {"dmmv", "mmvq", "mmvq_q8_1x2"}
+    x2 = fresh.pipeline(w, path="mmvq", activations="q8_1x2")
+    assert "tuned" in x2.source and x2.x_planes == 2
+    assert {k: v for k, v in x2.params().items() if k != "path"} == entries["Q8_0"]["mmvq_q8_1x2"]
     tune.reset()
     assert tuning_store.load(backend.device_info) == {}
 
@@ -169,6 +199,11 @@ def _device_file(info, entries) -> str:
     return json.dumps({"schema": tuning_store.SCHEMA, "device": tuning_store.device_key(info), "entries": entries})
 
 
+def dmmv_with(**changes) -> dict:
+    """TUNED with its Q4_0 dmmv parameters changed."""
+    return {"Q4_0": {**TUNED["Q4_0"], "dmmv": {**TUNED["Q4_0"]["dmmv"], **changes}}}
+
+
 MALFORMED = {
     "entries a list": [1, 2],
     "entries a string": "Q4_0",
@@ -177,18 +212,24 @@ MALFORMED = {
     "unknown type": {"Q9_9": TUNED["Q4_0"]},
     "best a number": {"Q4_0": {**TUNED["Q4_0"], "best": 5}},
     "best unhashable": {"Q4_0": {**TUNED["Q4_0"], "best": ["dmmv"]}},
-    "mmvq for F16": {"F16": {"best": "mmvq", "mmvq": TUNED["Q4_0"]["mmvq"]}},
-    "params a list": {"Q4_0": {"best": "dmmv", "dmmv": [16, 2]}},
-    "wg_size a string": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "wg_size": "16"}}},
-    "wg_size a bool": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "wg_size": True}}},
-    "rows_per_wg 1000000": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "rows_per_wg": 1000000}}},
-    "rows_per_wg a float": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "rows_per_wg": 2.0}}},
-    "split_k a string": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "split_k": "no"}}},
-    "reduction a dict": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "reduction": {}}}},
-    "binding a list": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "x_binding": ["texel"]}}},
-    "unknown parameter": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "speed": 9}}},
-    "too big for the device": {"Q4_0": {"best": "dmmv", "dmmv": {**TUNED["Q4_0"]["dmmv"], "wg_size": 1024,
-                                                                  "rows_per_wg": 16}}},
+    "mmvq for F16": {"F16": {"best": "mmvq", "k_min": 4096, "mmvq": TUNED["Q4_0"]["mmvq"]}},
+    "no k_min": {"Q4_0": {k: v for k, v in TUNED["Q4_0"].items() if k != "k_min"}},
+    "k_min 0": {"Q4_0": {**TUNED["Q4_0"], "k_min": 0}},
+    "k_min a string": {"Q4_0": {**TUNED["Q4_0"], "k_min": "4096"}},
+    "mmvq q8_1x2 for F16": {"F16": {"best": "dmmv", "k_min": 4096, "dmmv": TUNED["Q4_0"]["dmmv"],
+                                    "mmvq_q8_1x2": TUNED["Q4_0"]["mmvq"]}},
+    "q8_1x2 rows a string": {"Q4_0": {**TUNED["Q4_0"],
+                                      "mmvq_q8_1x2": {**TUNED["Q4_0"]["mmvq"], "rows_per_wg": "4"}}},
+    "params a list": {"Q4_0": {**TUNED["Q4_0"], "dmmv": [16, 2]}},
+    "wg_size a string": dmmv_with(wg_size="16"),
+    "wg_size a bool": dmmv_with(wg_size=True),
+    "rows_per_wg 1000000": dmmv_with(rows_per_wg=1000000),
+    "rows_per_wg a float": dmmv_with(rows_per_wg=2.0),
+    "split_k a string": dmmv_with(split_k="no"),
+    "reduction a dict": dmmv_with(reduction={}),
+    "binding a list": dmmv_with(x_binding=["texel"]),
+    "unknown parameter": dmmv_with(speed=9),
+    "too big for the device": dmmv_with(wg_size=1024, rows_per_wg=16),
 }
 
 

@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="one small shape, fewer candidates (about a minute on lavapipe)")
+                   help="one 4096x4096 shape, fewer candidates (all types: 3.5 minutes on lavapipe, against 5.5)")
     p.add_argument("--retune", action="store_true",
                    help="measure again the types already in this device's tuning file (default: skip them, "
                         "so an interrupted run resumes where it stopped)")

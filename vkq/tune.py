@@ -10,12 +10,16 @@ many back-to-back mat-vecs (tens of ms of GPU time, GPU timestamps where the
 device has them, wall clock otherwise) over copies of the weights of
 real-model shapes rotated so that one pass reads more than any cache holds;
 the candidates of a group are timed interleaved, the fastest of the rounds,
-with their spread. At the end the table's choice and the tuned one of both paths
-are timed once more side by side: the figures shown and saved come from that.
+with their spread. At the end the table's choice and the tuned one of every
+path (and activation format) are timed once more side by side: the figures
+shown and saved come from that.
 
-The best path and the parameters of both paths are saved per device, type by
-type as they finish (vkq/dispatch/tuning_store.py), and used by the
-dispatcher from then on. Types already in the file are skipped unless
+The int8 path is tuned once per activation format (q8_1, and q8_1x2, which
+`vkq generate` uses: twice the dot products, and on lavapipe it wants other
+parameters than q8_1). The best path (from q8_1's figures) and the
+parameters of each path and format are saved per device, type by type as
+they finish (vkq/dispatch/tuning_store.py), and used by the dispatcher from
+then on. Types already in the file are skipped unless
 `retune`, so an interrupted run resumes where it stopped.
 """
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from .dispatch import tuning_store
 from .dispatch.choose import Dispatcher, apply_limits
 from .dispatch.config import PipelineConfig, describe
@@ -67,6 +72,19 @@ def search_space(dev, quick: bool) -> list[tuple[str, list]]:
     return groups
 
 
+def variants(fmt) -> list[tuple[str, str, str]]:
+    """What is tuned for a type: (entry key, path, activations), the int8
+    path once per activation format."""
+    return [(tuning_store.entry_key(path, acts), path, acts) for path in fmt.paths
+            for acts in (ACTIVATION_PLANES if path == "mmvq" else [DEFAULT_ACTIVATIONS])]
+
+
+def variant_label(key: str) -> str:
+    """"mmvq_q8_1x2" -> "mmvq q8_1x2"."""
+    path = tuning_store.ENTRY_KEYS[key]
+    return path if key == path else f"{path} {key[len(path) + 1:]}"
+
+
 def with_value(cfg: PipelineConfig, name: str, value) -> PipelineConfig:
     if name == "bindings":
         return replace(cfg, weights_binding=value[0], x_binding=value[1])
@@ -99,8 +117,7 @@ class Candidate:
         for _ in range(passes):
             for u in bench.units:
                 rows, k = bench.shapes[u.shape]
-                c = apply_limits(cfg, bench.dev.caps, bench.fmt, k, 1)
-                g.matvec(u.weights, u.x, config=replace(c, x_planes=1) if c.path == "mmvq" else c, out=u.y)
+                g.matvec(u.weights, u.x, config=apply_limits(cfg, bench.dev.caps, bench.fmt, k, 1), out=u.y)
         # The first replay records the sequence and uploads; on lavapipe it
         # also ran 2x slower than the next ones: never a sample.
         g.run()
@@ -138,9 +155,11 @@ class TypeBench:
         self.pass_bytes = sum(u.weights.nbytes for u in self.units)
         self.table = Dispatcher(self.dev.caps, backend.dispatcher.device_class, {})  # the vendor table alone
 
-    def table_config(self, path: str) -> PipelineConfig:
+    def table_config(self, path: str, activations: str = DEFAULT_ACTIVATIONS) -> PipelineConfig:
+        """The vendor table's choice (for the int8 path: with x in `activations`)."""
         rows, k = self.shapes[0]
-        return self.table.choose(self.fmt, rows, k, 1, path=path)
+        cfg = self.table.choose(self.fmt, rows, k, 1, path=path, activations=activations)
+        return replace(cfg, x_planes=ACTIVATION_PLANES[activations]) if path == "mmvq" else cfg
 
     def passes_for(self, cfg: PipelineConfig) -> int:
         """Passes per sample for SAMPLE_SECONDS of GPU time, timed warm."""
@@ -157,11 +176,12 @@ class TypeBench:
         return interleave({c.cfg: c.sample for c in candidates}, rounds, prune=prune)
 
 
-def tune_path(tb: TypeBench, path: str, passes: int, groups, rounds: int, on_group) -> PipelineConfig:
+def tune_path(tb: TypeBench, key: str, path: str, activations: str, passes: int, groups, rounds: int,
+              on_group) -> PipelineConfig:
     """Coordinate descent from the table's configuration; returns the winner."""
-    cur = tb.table_config(path)
+    cur = tb.table_config(path, activations)
     for name, values in groups:
-        on_group(path, name)
+        on_group(variant_label(key), name)
         cfgs = [cur] + [with_value(cur, name, v) for v in values if v != value_of(cur, name)]
         cands = [Candidate(tb, c, passes) for c in dict.fromkeys(cfgs)]
         est = tb.race(cands, rounds)
@@ -172,29 +192,31 @@ def tune_path(tb: TypeBench, path: str, passes: int, groups, rounds: int, on_gro
 
 
 def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, group: None) -> dict:
-    """{'best': path, path: params, 'gbps': {path: [table, tuned]}, 'spread': {path: tuned spread}}."""
+    """{'best': path, 'k_min': K, key: params, 'gbps': {key: [table, tuned]}, 'spread': {key: tuned spread}},
+    a key per path and activation format (variants); k_min: the smallest K of the shapes."""
     tb = TypeBench(backend, qtype, shapes)
     rounds = QUICK_ROUNDS if quick else ROUNDS
-    paths = tb.fmt.paths
-    passes = tb.passes_for(tb.table_config(paths[-1]))
+    todo = variants(tb.fmt)
+    passes = tb.passes_for(tb.table_config(tb.fmt.paths[-1]))
     groups = search_space(tb.dev, quick)
-    tuned = {path: tune_path(tb, path, passes, groups, rounds, on_group) for path in paths}
-    # The final word: the table's and the tuned configurations of both paths, side by side.
-    on_group("both", "final")
-    finals = {(p, kind): cfg for p in paths for kind, cfg in (("table", tb.table_config(p)), ("tuned", tuned[p]))}
-    cands = [Candidate(tb, cfg, passes) for cfg in dict.fromkeys(finals.values())]
+    tuned = {key: tune_path(tb, key, path, acts, passes, groups, rounds, on_group) for key, path, acts in todo}
+    # The final word: the table's and the tuned configurations of every variant, side by side.
+    on_group("all", "final")
+    from_table = {key: tb.table_config(path, acts) for key, path, acts in todo}
+    cands = [Candidate(tb, cfg, passes) for cfg in dict.fromkeys([*from_table.values(), *tuned.values()])]
     est = tb.race(cands, FINAL_ROUNDS, prune=None)
     for c in cands:
         c.destroy()
-    result = {"gbps": {}, "spread": {}}
-    for p in paths:
-        t, d = est[tuned[p]], est[finals[p, "table"]]
-        if not (t.seconds < d.seconds or tuned[p] == finals[p, "table"]):
-            tuned[p], t = finals[p, "table"], d  # the race says the table's is no slower: keep it
-        result[p] = {name: v for name, v in tuned[p].params().items() if name != "path"}
-        result["gbps"][p] = [round(tb.pass_bytes / d.seconds / 1e9, 3), round(tb.pass_bytes / t.seconds / 1e9, 3)]
-        result["spread"][p] = round(t.spread, 4)
-    result["best"] = min(paths, key=lambda p: est[tuned[p]].seconds)
+    result = {"k_min": min(k for _, k in shapes), "gbps": {}, "spread": {}}
+    for key, _, _ in todo:
+        t, d = est[tuned[key]], est[from_table[key]]
+        if not (t.seconds < d.seconds or tuned[key] == from_table[key]):
+            tuned[key], t = from_table[key], d  # the race says the table's is no slower: keep it
+        result[key] = {name: v for name, v in tuned[key].params().items() if name != "path"}
+        result["gbps"][key] = [round(tb.pass_bytes / d.seconds / 1e9, 3), round(tb.pass_bytes / t.seconds / 1e9, 3)]
+        result["spread"][key] = round(t.spread, 4)
+    # The best path, by what the default activations run at.
+    result["best"] = min(tb.fmt.paths, key=lambda p: est[tuned[tuning_store.entry_key(p)]].seconds)
     return result
 
 
@@ -213,7 +235,7 @@ class Progress:
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def step(self, text: str) -> None:
-        self.line.show(f"tune {self.done_units}/{self.total} paths, {self.eta()}: {text}")
+        self.line.show(f"tune {self.done_units}/{self.total}, {self.eta()}: {text}")
 
     def finish_type(self, units: int, line: str) -> None:
         self.done_units += units
@@ -224,8 +246,8 @@ class Progress:
 
 
 def _summary(qtype: str, e: dict, seconds: float) -> str:
-    parts = [f"{p} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][p]:.1f}%)"
-             for p, (before, after) in e["gbps"].items()]
+    parts = [f"{variant_label(key)} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][key]:.1f}%)"
+             for key, (before, after) in e["gbps"].items()]
     return f"{qtype}: best {e['best']}; " + "; ".join(parts) + f"; {seconds:.0f} s"
 
 
@@ -246,7 +268,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     if skipped:
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
               "(--retune measures them again)", file=sys.stderr)
-    bar = Progress(sum(len(FORMATS[t].paths) for t in todo), progress)
+    bar = Progress(sum(len(variants(FORMATS[t])) for t in todo), progress)
     path = tuning_store.tuning_path(info)
     try:
         for qtype in todo:
@@ -268,15 +290,17 @@ def table(entries: dict, types) -> str:
     cells = []
     for qtype in types:
         e = entries.get(qtype)
-        for path, (before, after) in (e or {}).get("gbps", {}).items():
-            spread = e.get("spread", {}).get(path)
-            cells.append([qtype, path + (" (best)" if path == e["best"] else ""), f"{before:.2f}", f"{after:.2f}",
-                          f"{after / before:.2f}x", "-" if spread is None else f"{100 * spread:.1f}%",
-                          describe(e[path])])
-    return markdown(["type", "path", "table GB/s", "tuned GB/s", "gain", "spread", "parameters"], cells,
-                    {"table GB/s", "tuned GB/s", "gain", "spread"}) + (
+        for key, (before, after) in (e or {}).get("gbps", {}).items():
+            spread = e.get("spread", {}).get(key)
+            cells.append([qtype, variant_label(key) + (" (best)" if key == e["best"] else ""), str(e["k_min"]),
+                          f"{before:.2f}", f"{after:.2f}", f"{after / before:.2f}x",
+                          "-" if spread is None else f"{100 * spread:.1f}%", describe(e[key])])
+    return markdown(["type", "path", "for K >=", "table GB/s", "tuned GB/s", "gain", "spread", "parameters"], cells,
+                    {"for K >=", "table GB/s", "tuned GB/s", "gain", "spread"}) + (
         "\n\nGB/s: weight bytes per second of GPU time, the fastest of the interleaved samples (other work only "
-        "slows a sample); spread: how far the median sample lay above it (tuned configuration).")
+        "slows a sample); spread: how far the median sample lay above it (tuned configuration). A tuned entry "
+        "serves one-column mat-vecs from the smallest K it was measured at; smaller K, and several columns, "
+        "take the vendor table's rules.")
 
 
 def show(device: int | None = None) -> int:

@@ -262,8 +262,8 @@ class Dispatcher:
     @classmethod
     def for_device(cls, info, caps: DeviceCaps) -> "Dispatcher":
         tuned = tuning_store.load(info)
-        problems = [f"{qtype}/{path}: {p}" for qtype, entry in tuned.items() for path in PATHS if path in entry
-                    for p in device_wide_problems(entry[path], caps)]
+        problems = [f"{qtype}/{key}: {p}" for qtype, entry in tuned.items() for key in tuning_store.ENTRY_KEYS
+                    if key in entry for p in device_wide_problems(entry[key], caps)]
         if problems:
             warnings.warn(f"vkq: ignoring tuning file {tuning_store.tuning_path(info)}: it does not fit this "
                           f"device: {'; '.join(problems[:3])}; using the vendor table. Run `vkq tune` again.",
@@ -287,14 +287,20 @@ class Dispatcher:
                 # without that path keeps the one it has.
                 path, env_note = None, f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path; "
 
+        # Tuning measures one column at K >= k_min; other calls use the table.
         tuned = self.tuned.get(fmt.name)
-        if tuned is not None and ncols == 1 and (path or tuned["best"]) in tuned:
-            # Tuning measures one column; several columns use the table.
-            chosen = path or tuned["best"]
-            params, source = tuned[chosen], "tuned on this device (vkq tune)"
+        if tuned is not None and (ncols != 1 or k < tuned["k_min"]):
+            tuned = None
+        want = path or (tuned["best"] if tuned is not None else None)
+        if tuned is not None and tuning_store.entry_key(want, activations) in tuned:
+            chosen = want
+            params, source = tuned[tuning_store.entry_key(want, activations)], "tuned on this device (vkq tune)"
         else:
-            params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols, path, activations)
+            # (a tuned path without parameters for these activations: the table's)
+            params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols, want, activations)
             chosen = params["path"]
+            if want is not None and path is None:
+                source = f"path from this device's vkq tune; parameters (none tuned for {activations}) from {source}"
         if path is not None:
             source = f"path from {path_source}; parameters from {source}"
         source = env_note + source

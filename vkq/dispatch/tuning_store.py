@@ -16,11 +16,27 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from ..activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..device_info import DeviceInfo
 from ..formats import FORMATS
 from .config import ALL_PARAMS, PATHS, param_problems
 
-SCHEMA = 1
+# 2: the int8 path's parameters per activation format, and each type's k_min.
+SCHEMA = 2
+
+
+def entry_key(path: str, activations: str = DEFAULT_ACTIVATIONS) -> str:
+    """Where a type's entry keeps the parameters for `path`: the int8 path's
+    are measured per activation format (q8_1x2 does twice the dot products
+    of q8_1 and can want other parameters), "mmvq" for q8_1,
+    "mmvq_q8_1x2" for q8_1x2; the dequantize path reads float x: "dmmv"."""
+    return path if path == "dmmv" or activations == DEFAULT_ACTIVATIONS else f"{path}_{activations}"
+
+
+# Every parameter set an entry may hold, and its path. An entry without
+# parameters for a call's activations leaves that call the table's (never
+# another format's, measured for other work).
+ENTRY_KEYS = {entry_key(path, a): path for path in PATHS for a in ACTIVATION_PLANES}
 
 
 def tuning_dir() -> Path:
@@ -61,11 +77,16 @@ def entry_problems(qtype, entry) -> list[str]:
         problems.append(f"{qtype}: best path {best} has no parameters")
     if best == "mmvq" and not FORMATS[qtype].has_int8_path:
         problems.append(f"{qtype}: best path mmvq, but {qtype} has no int8 path")
-    for path in PATHS:
-        params = entry.get(path)
+    k_min = entry.get("k_min")
+    if not isinstance(k_min, int) or isinstance(k_min, bool) or k_min < 1:
+        problems.append(f"{qtype}: k_min {k_min!r} is not a positive integer")
+    for key, path in ENTRY_KEYS.items():
+        params = entry.get(key)
         if params is None:
             continue
-        where = f"{qtype}/{path}"
+        where = f"{qtype}/{key}"
+        if path == "mmvq" and not FORMATS[qtype].has_int8_path:
+            problems.append(f"{where}: {qtype} has no int8 path")
         if not isinstance(params, dict):
             problems.append(f"{where}: not an object")
             continue
@@ -76,7 +97,10 @@ def entry_problems(qtype, entry) -> list[str]:
 
 
 def load(info: DeviceInfo) -> dict[str, dict]:
-    """{qtype: {"best": path, "dmmv": params, "mmvq": params}}; {} if none or unusable.
+    """{qtype: {"best": path, "k_min": K, "dmmv": params, "mmvq": params, "mmvq_q8_1x2": params}};
+    {} if none or unusable. k_min: the smallest K the type was tuned at;
+    what wins there need not win at a much smaller K (few blocks per row),
+    so matrices below it take the table's rules, which are per K.
 
     A file of any content is either used whole or warned about and ignored:
     nothing in it can make a command fail."""
