@@ -41,8 +41,7 @@ def tiny_gguf(tmp_path_factory):
         w.add_tensor(name, random_weights(rows, k, qtype, seed=1), raw_dtype=gguf.GGMLQuantizationType[qtype])
     w.add_tensor("blk.0.attn_norm.weight", np.ones(H, np.float32))
     finish_gguf(w, path)
-    reader, _ = open_gguf(path)
-    return path, path.read_bytes(), reader.data_offset
+    return path, path.read_bytes(), open_gguf(path).data_offset
 
 
 def load_or_value_error(path) -> dict | None:

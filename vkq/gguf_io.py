@@ -1,4 +1,4 @@
-"""Weights straight from GGUF files, through the gguf package's reader."""
+"""GGUF files: metadata and weights (memory-mapped), checked as they are parsed."""
 from __future__ import annotations
 
 import struct
@@ -37,12 +37,22 @@ def load_gguf(path: str | Path) -> dict[str, GGUFTensor]:
 
 
 def load_gguf_all(path: str | Path) -> dict[str, GGUFTensor]:
-    return open_gguf(path)[1]
+    return open_gguf(path).tensors
 
 
-def open_gguf(path: str | Path) -> tuple[gguf.GGUFReader, dict[str, GGUFTensor]]:
-    """One parse of a file (seconds for a large vocabulary): the reader, for
-    metadata, and every tensor, in file order.
+@dataclass(frozen=True)
+class GGUFFile:
+    """A parsed GGUF file: its metadata values by key (str, int, float,
+    bool, or a list of them) and its tensors by name, in file order."""
+
+    path: Path
+    metadata: dict[str, object]
+    tensors: dict[str, GGUFTensor]
+    data_offset: int  # where the tensor data starts
+
+
+def open_gguf(path: str | Path) -> GGUFFile:
+    """One parse of a file: metadata and every tensor (memory-mapped).
 
     A file that is not a whole, well-formed GGUF (truncated anywhere, garbage
     in its header, metadata or tensor infos, tensor data past its end) is a
@@ -51,36 +61,29 @@ def open_gguf(path: str | Path) -> tuple[gguf.GGUFReader, dict[str, GGUFTensor]]
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
     try:
-        check_structure(path)
-        reader = gguf.GGUFReader(path)
-    except Exception as e:  # noqa: BLE001 - the gguf reader fails on bad bytes with any kind of error
+        return _parse(path)
+    except Exception as e:  # noqa: BLE001 - any failure on bad bytes is the file's fault
         raise ValueError(f"{path} is not a readable GGUF file: {_reason(e)}") from None
-    size = path.stat().st_size
-    out = {}
-    for t in reader.tensors:
-        end = int(t.data_offset) + int(t.n_bytes)
-        if end > size or t.data.nbytes != t.n_bytes:
-            raise ValueError(f"{path} is not a readable GGUF file: tensor {t.name!r} ({t.tensor_type.name}, "
-                             f"{t.n_bytes} bytes at offset {t.data_offset}) ends past the end of the file "
-                             f"({size} bytes): truncated or corrupt")
-        # GGUF lists dimensions innermost first; numpy order is the reverse.
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        out[t.name] = GGUFTensor(t.name, t.tensor_type.name, shape, t.data)
-    return reader, out
 
 
-# GGUF metadata value types (GGUFValueType) of a fixed size, in bytes.
-_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY = 8, 9
+# GGUF metadata value types (gguf.GGUFValueType) of a fixed size: numpy type codes.
+SCALAR_TYPES = {0: "u1", 1: "i1", 2: "u2", 3: "i2", 4: "u4", 5: "i4", 6: "f4", 7: "?", 10: "u8", 11: "i8", 12: "f8"}
+STRING_TYPE, ARRAY_TYPE = 8, 9
 _MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_NESTING = 3  # arrays of arrays: deeper than any writer makes
+# Tensor types whose data the gguf package's reader gives as numbers (the
+# others as bytes, a row per block row): the same views here.
+_PLAIN = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
+          "I32": np.int32, "I64": np.int64}
 
 
-def check_structure(path: Path) -> None:
-    """Walk a GGUF file's header, metadata and tensor infos, checking every
-    count and length against the bytes left (ValueError at the first that
-    does not fit). The gguf reader trusts them: a corrupt array length makes
-    it loop, allocating, far past the end of the file."""
-    mm = np.memmap(path, mode="r") if path.stat().st_size else b""
+def _parse(path: Path) -> GGUFFile:
+    """Walk the header, metadata and tensor infos, checking every count and
+    length against the bytes left before reading it (a corrupt length must
+    not make the parse allocate or loop far past the end of the file), and
+    decode them. String arrays (a vocabulary) are read in one pass over the
+    memory map: the gguf package's reader takes seconds over their parts."""
+    mm = np.memmap(path, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
     size = len(mm)
     pos = 0
 
@@ -97,46 +100,87 @@ def check_structure(path: Path) -> None:
     if size < 24 or bytes(mm[:4]) != b"GGUF":
         raise ValueError("no GGUF header")
     order = "<" if int.from_bytes(bytes(mm[4:8]), "little") & 0xFFFF else ">"
+    buf = memoryview(mm)
 
     def u32(what: str) -> int:
-        return struct.unpack_from(order + "I", mm, take(4, what))[0]
+        return struct.unpack_from(order + "I", buf, take(4, what))[0]
 
     def u64(what: str) -> int:
-        return struct.unpack_from(order + "Q", mm, take(8, what))[0]
+        return struct.unpack_from(order + "Q", buf, take(8, what))[0]
 
-    def value(vtype: int, what: str, depth: int = 0) -> None:
-        if vtype in _SCALAR_BYTES:
-            take(_SCALAR_BYTES[vtype], what)
-        elif vtype == _STRING:
-            take(u64(f"{what} length"), what)
-        elif vtype == _ARRAY and depth < 3:
+    def string(what: str) -> str:
+        n = u64(f"{what} length")
+        return bytes(buf[take(n, what):pos]).decode("utf-8")
+
+    def array(itype: int, count: int, what: str, depth: int) -> list:
+        if itype in SCALAR_TYPES:
+            dtype = np.dtype(SCALAR_TYPES[itype]).newbyteorder(order)
+            start = take(count * dtype.itemsize, f"{what} ({count} items)")
+            return np.frombuffer(buf, dtype, count, start).tolist()
+        need(count * 8, f"{what} ({count} items)")  # each item at least a length
+        if itype == STRING_TYPE:
+            return [string(what) for _ in range(count)]
+        return [value(itype, what, depth + 1) for _ in range(count)]
+
+    def value(vtype: int, what: str, depth: int = 0):
+        if vtype in SCALAR_TYPES:
+            dtype = np.dtype(SCALAR_TYPES[vtype]).newbyteorder(order)
+            return np.frombuffer(buf, dtype, 1, take(dtype.itemsize, what)).tolist()[0]
+        if vtype == STRING_TYPE:
+            return string(what)
+        if vtype == ARRAY_TYPE and depth < _MAX_NESTING:
             itype, count = u32(f"{what} item type"), u64(f"{what} length")
-            if itype in _SCALAR_BYTES:
-                take(count * _SCALAR_BYTES[itype], f"{what} ({count} items)")
-                return
-            need(count * 8, f"{what} ({count} items)")  # each item at least a length
-            for _ in range(count):
-                value(itype, what, depth + 1)
-        else:
-            raise ValueError(f"{what}: value type {vtype} is not one GGUF has")
+            return array(itype, count, what, depth)
+        raise ValueError(f"{what}: value type {vtype} is not one GGUF has")
 
-    take(8, "magic and version")
+    take(4, "magic")
+    version = u32("version")
+    if version not in (2, 3):
+        raise ValueError(f"GGUF version {version}: vkq reads versions 2 and 3")
     n_tensors, n_kv = u64("tensor count"), u64("metadata count")
     need(n_kv * 12 + n_tensors * 24, f"{n_kv} metadata entries and {n_tensors} tensor infos")  # their least sizes
+    meta: dict[str, object] = {}
     for i in range(n_kv):
-        start = take(u64(f"metadata key {i} length"), f"metadata key {i}")
-        key = bytes(mm[start:pos]).decode("utf-8", "replace")[:80]
-        value(u32(f"metadata {key!r} value type"), f"metadata {key!r}")
+        key = string(f"metadata key {i}")
+        meta[key] = value(u32(f"metadata {key[:80]!r} value type"), f"metadata {key[:80]!r}")
+    infos = []
     for i in range(n_tensors):
-        take(u64(f"tensor {i} name length"), f"tensor {i} name")
+        name = string(f"tensor {i} name")
         n_dims = u32(f"tensor {i} dimension count")
         if not 1 <= n_dims <= _MAX_DIMS:
             raise ValueError(f"tensor {i} has {n_dims} dimensions")
-        take(8 * n_dims + 4 + 8, f"tensor {i} dimensions, type and offset")
+        dims = [u64(f"tensor {name!r} dimension") for _ in range(n_dims)]
+        infos.append((name, dims, u32(f"tensor {name!r} type"), u64(f"tensor {name!r} offset")))
+
+    alignment = meta.get("general.alignment", 32)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"general.alignment {alignment!r} is not a power of two")
+    data_offset = -(-pos // alignment) * alignment
+    tensors: dict[str, GGUFTensor] = {}
+    for name, dims, type_id, offset in infos:
+        if name in tensors:
+            raise ValueError(f"tensor {name!r} appears twice")
+        qtype = gguf.GGMLQuantizationType(type_id)
+        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        n_elements = int(np.prod(dims, dtype=object))
+        n_bytes = n_elements // block * block_bytes
+        start = data_offset + offset
+        if n_elements % block or start + n_bytes > size:
+            raise ValueError(f"tensor {name!r} ({qtype.name}, {n_bytes} bytes at offset {start}) ends past the end "
+                             f"of the file ({size} bytes): truncated or corrupt")
+        # GGUF lists dimensions innermost first; numpy order is the reverse.
+        shape = tuple(int(d) for d in reversed(dims))
+        data = mm[start:start + n_bytes]
+        if qtype.name in _PLAIN:
+            data = data.view(np.dtype(_PLAIN[qtype.name]).newbyteorder(order)).reshape(shape)
+        else:
+            data = data.reshape(gguf.quants.quant_shape_to_byte_shape(shape, qtype))
+        tensors[name] = GGUFTensor(name, qtype.name, shape, data)
+    return GGUFFile(path, meta, tensors, data_offset)
 
 
 def _reason(e: Exception) -> str:
-    """One line for whatever the gguf reader raised."""
+    """One line for whatever the parse raised."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"truncated or corrupt ({type(e).__name__}{': ' + text[:200] if text else ''})"
 
@@ -144,11 +188,10 @@ def _reason(e: Exception) -> str:
 _REQUIRED = object()
 
 
-def metadata(reader: gguf.GGUFReader, path: Path, key: str, default=_REQUIRED):
+def metadata(file: GGUFFile, key: str, default=_REQUIRED):
     """A metadata value; a missing required key is a ValueError naming it."""
-    f = reader.get_field(key)
-    if f is None:
+    if key not in file.metadata:
         if default is _REQUIRED:
-            raise ValueError(f"{Path(path).name}: metadata key {key!r} is missing")
+            raise ValueError(f"{file.path.name}: metadata key {key!r} is missing")
         return default
-    return f.contents()
+    return file.metadata[key]

@@ -13,11 +13,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
 import numpy as np
 
 from .formats import get_format
-from .gguf_io import GGUFTensor, load_gguf_all
+from .gguf_io import GGUFFile, GGUFTensor, metadata, open_gguf
 from .synthetic import random_weights
 
 # The roles of the matrices of one block, and the stage of the decode step
@@ -240,12 +239,10 @@ def list_presets() -> list[str]:
 
 # -- GGUF files ------------------------------------------------------------
 
-def _expert_used_count(path: Path) -> int:
+def _expert_used_count(file: GGUFFile) -> int:
     """The metadata key `<arch>.expert_used_count` (0 when absent)."""
-    reader = gguf.GGUFReader(path)
-    arch = reader.get_field("general.architecture")
-    used = arch and reader.get_field(f"{arch.contents()}.expert_used_count")
-    return int(used.contents()) if used else 0
+    arch = metadata(file, "general.architecture", None)
+    return int(metadata(file, f"{arch}.expert_used_count", 0)) if arch else 0
 
 
 def _role(name: str) -> tuple[str, int] | None:
@@ -261,7 +258,8 @@ def _role(name: str) -> tuple[str, int] | None:
 def from_gguf(path: str | Path) -> Model:
     """Every matrix a decode step of the file's model multiplies by a vector."""
     path = Path(path)
-    tensors = load_gguf_all(path)
+    file = open_gguf(path)
+    tensors = file.tensors
     found, unsupported, ignored = [], [], []
     for name, t in tensors.items():
         role = _role(name)
@@ -289,7 +287,7 @@ def from_gguf(path: str | Path) -> Model:
     found.sort(key=lambda m: (m.layer, order.get(m.role, len(order))))
     n_used = 0
     if any(m.is_expert_stack for m in found):
-        n_used = _expert_used_count(path)
+        n_used = _expert_used_count(file)
         if n_used < 1:
             raise ValueError(f"{path.name} has expert tensors but no <arch>.expert_used_count metadata")
     return Model(path.stem, found, n_used, {m.name: tensors[m.name] for m in found}, tuple(ignored))

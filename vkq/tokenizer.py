@@ -5,11 +5,7 @@ and merges, with the pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre`.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-import gguf
-
-from .gguf_io import metadata
+from .gguf_io import GGUFFile, metadata
 
 # tokenizer.ggml.pre values whose pre-tokenizer is GPT-2's regex after splitting
 # digits one by one (llama.cpp's LLAMA_VOCAB_PRE_TYPE_STARCODER group).
@@ -24,20 +20,21 @@ class GGUFTokenizer:
     """Byte-level BPE (tokenizer.ggml.model == "gpt2") built with HF `tokenizers`
     from the vocabulary and merges stored in the GGUF file."""
 
-    def __init__(self, reader: gguf.GGUFReader, path: Path):
+    def __init__(self, file: GGUFFile):
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-        kind = metadata(reader, path, "tokenizer.ggml.model")
+        path = file.path
+        kind = metadata(file, "tokenizer.ggml.model")
         if kind != "gpt2":
             raise ValueError(f"{path.name}: tokenizer model {kind!r} is not supported (only 'gpt2', byte-level BPE)")
-        tokens = list(metadata(reader, path, "tokenizer.ggml.tokens"))
-        merges = [tuple(m.split(" ", 1)) for m in metadata(reader, path, "tokenizer.ggml.merges")]
-        types = list(metadata(reader, path, "tokenizer.ggml.token_type", [1] * len(tokens)))
+        tokens = list(metadata(file, "tokenizer.ggml.tokens"))
+        merges = [tuple(m.split(" ", 1)) for m in metadata(file, "tokenizer.ggml.merges")]
+        types = list(metadata(file, "tokenizer.ggml.token_type", [1] * len(tokens)))
         vocab = {}
         for i, tok in enumerate(tokens):
             vocab.setdefault(tok, i)
         tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-        pre = str(metadata(reader, path, "tokenizer.ggml.pre", "default"))
+        pre = str(metadata(file, "tokenizer.ggml.pre", "default"))
         byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         if pre in _PRE_DIGITS:
             tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
@@ -59,9 +56,9 @@ class GGUFTokenizer:
             tk.add_tokens(user)
         self.tokenizer = tk
         self.n_vocab = len(tokens)
-        self.bos_id = metadata(reader, path, "tokenizer.ggml.bos_token_id", None)
-        self.eos_id = metadata(reader, path, "tokenizer.ggml.eos_token_id", None)
-        self.add_bos = bool(metadata(reader, path, "tokenizer.ggml.add_bos_token", False)) and self.bos_id is not None
+        self.bos_id = metadata(file, "tokenizer.ggml.bos_token_id", None)
+        self.eos_id = metadata(file, "tokenizer.ggml.eos_token_id", None)
+        self.add_bos = bool(metadata(file, "tokenizer.ggml.add_bos_token", False)) and self.bos_id is not None
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -2,7 +2,7 @@
 
 `read_architecture` reads general.architecture from the file's first
 metadata entries (milliseconds), so that a file of another architecture is
-refused before the full parse (seconds for a large vocabulary).
+refused before the full parse (which decodes the whole vocabulary).
 `LlamaConfig.from_gguf` reads the hyper-parameters and refuses what the
 decoder cannot run; `check_tensors` checks every tensor it will use.
 """
@@ -12,19 +12,16 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
 import numpy as np
 
 from ..formats import get_format
-from ..gguf_io import GGUFTensor, metadata
+from ..gguf_io import ARRAY_TYPE, SCALAR_TYPES, STRING_TYPE, GGUFFile, GGUFTensor, metadata
 
 SUPPORTED_ARCHS = ("llama",)
 LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 LAYER_VECTORS = ("attn_norm", "ffn_norm")
 
-# Sizes of GGUF's fixed-size metadata value types (gguf.GGUFValueType), in bytes.
-_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY = 8, 9
+_SCALAR_BYTES = {vtype: np.dtype(code).itemsize for vtype, code in SCALAR_TYPES.items()}
 
 
 def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:
@@ -54,9 +51,9 @@ def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:
             def skip(vtype: int) -> None:
                 if vtype in _SCALAR_BYTES:
                     f.seek(_SCALAR_BYTES[vtype], 1)
-                elif vtype == _STRING:
+                elif vtype == STRING_TYPE:
                     f.seek(struct.unpack("<Q", read(8))[0], 1)
-                elif vtype == _ARRAY:
+                elif vtype == ARRAY_TYPE:
                     etype, count = struct.unpack("<IQ", read(12))
                     if etype in _SCALAR_BYTES:
                         f.seek(count * _SCALAR_BYTES[etype], 1)
@@ -70,7 +67,7 @@ def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:
                 key = string()
                 vtype = struct.unpack("<I", read(4))[0]
                 if key == b"general.architecture":
-                    return string().decode("utf-8", "replace") if vtype == _STRING else None
+                    return string().decode("utf-8", "replace") if vtype == STRING_TYPE else None
                 skip(vtype)
     except (OSError, EOFError, struct.error):
         return None
@@ -101,12 +98,13 @@ class LlamaConfig:
     n_ctx_train: int
 
     @classmethod
-    def from_gguf(cls, reader: gguf.GGUFReader, path: Path) -> "LlamaConfig":
-        arch = metadata(reader, path, "general.architecture")
+    def from_gguf(cls, file: GGUFFile) -> "LlamaConfig":
+        path = file.path
+        arch = metadata(file, "general.architecture")
         check_architecture(arch, path)
 
         def get(key, *default):
-            return metadata(reader, path, f"{arch}.{key}", *default)
+            return metadata(file, f"{arch}.{key}", *default)
 
         for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
             if isinstance(get(key, 0), (list, tuple)):

@@ -34,15 +34,15 @@ class LlamaFile:
         arch = read_architecture(path)
         if arch is not None:  # else the full parse below says what is wrong
             check_architecture(arch, path)
-        reader, tensors = open_gguf(path)
-        self.config = cfg = LlamaConfig.from_gguf(reader, path)
-        self.tensors = tensors
+        file = open_gguf(path)
+        self.config = cfg = LlamaConfig.from_gguf(file)
+        self.tensors = tensors = file.tensors
         self.n_vocab = check_tensors(cfg, tensors, path)
-        self.tokenizer = GGUFTokenizer(reader, path)
+        self.tokenizer = GGUFTokenizer(file)
         if self.tokenizer.n_vocab != self.n_vocab:
             raise ValueError(f"{path.name}: the tokenizer has {self.tokenizer.n_vocab} tokens, "
                              f"token_embd.weight {self.n_vocab} rows")
-        del reader
+        del file
 
         self.output_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         self.stages: list[list[tuple[str, ...]]] = []  # per layer, per stage: the groups' names
