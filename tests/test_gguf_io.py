@@ -87,3 +87,23 @@ def test_every_tensor_type(tmp_path):
     finish_gguf(w, path)
     assert_same_as_reference(path)
     assert open_gguf(path).data_offset % 64 == 0
+
+
+
+@pytest.mark.parametrize("kind", ["metadata key", "tensor"])
+def test_duplicate_name_refused(tmp_path, kind):
+    """As the gguf package's reader refuses them, with the name said."""
+    path = tmp_path / "dup.gguf"
+    w = gguf.GGUFWriter(path, "llama")
+    if kind == "metadata key":
+        w.add_uint32("key_a", 1)
+        w.add_uint32("key_b", 2)
+    else:
+        w.add_tensor("blk.a", np.ones(4, np.float32))
+        w.add_tensor("blk.b", np.ones(4, np.float32))
+    finish_gguf(w, path)
+    data = path.read_bytes()
+    second = b"key_b" if kind == "metadata key" else b"blk.b"
+    path.write_bytes(data.replace(second, second[:-1] + b"a"))  # same length: nothing else moves
+    with pytest.raises(ValueError, match=f"{kind} '{second[:-1].decode()}a' appears twice"):
+        open_gguf(path)

@@ -142,6 +142,8 @@ def _parse(path: Path) -> GGUFFile:
     meta: dict[str, object] = {}
     for i in range(n_kv):
         key = string(f"metadata key {i}")
+        if key in meta:
+            raise ValueError(f"metadata key {key[:80]!r} appears twice")
         meta[key] = value(u32(f"metadata {key[:80]!r} value type"), f"metadata {key[:80]!r}")
     infos = []
     for i in range(n_tensors):
