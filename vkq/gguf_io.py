@@ -67,8 +67,8 @@ def open_gguf(path: str | Path) -> GGUFFile:
 
 
 # GGUF metadata value types (gguf.GGUFValueType) of a fixed size: numpy type codes.
-SCALAR_TYPES = {0: "u1", 1: "i1", 2: "u2", 3: "i2", 4: "u4", 5: "i4", 6: "f4", 7: "?", 10: "u8", 11: "i8", 12: "f8"}
-STRING_TYPE, ARRAY_TYPE = 8, 9
+_SCALAR_TYPES = {0: "u1", 1: "i1", 2: "u2", 3: "i2", 4: "u4", 5: "i4", 6: "f4", 7: "?", 10: "u8", 11: "i8", 12: "f8"}
+_STRING, _ARRAY = 8, 9
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_NESTING = 3  # arrays of arrays: deeper than any writer makes
 # Tensor types whose data the gguf package's reader gives as numbers (the
@@ -77,87 +77,108 @@ _PLAIN = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8
           "I32": np.int32, "I64": np.int64}
 
 
+class _Cursor:
+    """Reads a GGUF file's structure from its memory map, checking every
+    count and length against the bytes left before reading it (a corrupt
+    length must not make a parse allocate or loop far past the end of the
+    file). String arrays (a vocabulary) are decoded in one pass over the map:
+    the gguf package's reader takes seconds over their parts."""
+
+    def __init__(self, path: Path):
+        self.mm = np.memmap(path, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
+        self.buf, self.size, self.pos = memoryview(self.mm), len(self.mm), 0
+        if self.size < 24 or bytes(self.mm[:4]) != b"GGUF":
+            raise ValueError("no GGUF header")
+        self.order = "<" if int.from_bytes(bytes(self.mm[4:8]), "little") & 0xFFFF else ">"
+        self.take(4, "magic")
+        version = self.u32("version")
+        if version not in (2, 3):
+            raise ValueError(f"GGUF version {version}: vkq reads versions 2 and 3")
+        self.n_tensors, self.n_kv = self.u64("tensor count"), self.u64("metadata count")
+        self.need(self.n_kv * 12 + self.n_tensors * 24,  # their least sizes
+                  f"{self.n_kv} metadata entries and {self.n_tensors} tensor infos")
+
+    def need(self, n: int, what: str) -> None:
+        if self.pos + n > self.size:
+            raise ValueError(f"{what} at offset {self.pos} needs {n} bytes, {self.size - self.pos} left")
+
+    def take(self, n: int, what: str) -> int:
+        self.need(n, what)
+        self.pos += n
+        return self.pos - n
+
+    def u32(self, what: str) -> int:
+        return struct.unpack_from(self.order + "I", self.buf, self.take(4, what))[0]
+
+    def u64(self, what: str) -> int:
+        return struct.unpack_from(self.order + "Q", self.buf, self.take(8, what))[0]
+
+    def string(self, what: str) -> str:
+        n = self.u64(f"{what} length")
+        return bytes(self.buf[self.take(n, what):self.pos]).decode("utf-8")
+
+    def value(self, vtype: int, what: str, depth: int = 0):
+        if vtype in _SCALAR_TYPES:
+            return self._scalars(vtype, 1, what)[0]
+        if vtype == _STRING:
+            return self.string(what)
+        if vtype != _ARRAY or depth >= _MAX_NESTING:
+            raise ValueError(f"{what}: value type {vtype} is not one GGUF has")
+        itype, count = self.u32(f"{what} item type"), self.u64(f"{what} length")
+        if itype in _SCALAR_TYPES:
+            return self._scalars(itype, count, f"{what} ({count} items)")
+        self.need(count * 8, f"{what} ({count} items)")  # each item at least a length
+        if itype == _STRING:
+            return [self.string(what) for _ in range(count)]
+        return [self.value(itype, what, depth + 1) for _ in range(count)]
+
+    def _scalars(self, vtype: int, count: int, what: str) -> list:
+        dtype = np.dtype(_SCALAR_TYPES[vtype]).newbyteorder(self.order)
+        return np.frombuffer(self.buf, dtype, count, self.take(count * dtype.itemsize, what)).tolist()
+
+    def metadata(self, n: int, until: str | None = None) -> dict[str, object]:
+        """The next n metadata entries (fewer if key `until` comes first)."""
+        meta: dict[str, object] = {}
+        for i in range(n):
+            key = self.string(f"metadata key {i}")
+            if key in meta:
+                raise ValueError(f"metadata key {key[:80]!r} appears twice")
+            meta[key] = self.value(self.u32(f"metadata {key[:80]!r} value type"), f"metadata {key[:80]!r}")
+            if key == until:
+                break
+        return meta
+
+
+def read_metadata_head(path: str | Path, key: str, max_keys: int) -> object | None:
+    """Metadata `key` if it is among the file's first max_keys entries
+    (GGUF writers put general.* first), without parsing the rest; None
+    otherwise, and for a file that is no GGUF: the full parse decides."""
+    try:
+        c = _Cursor(Path(path))
+        return c.metadata(min(c.n_kv, max_keys), until=key).get(key)
+    except (OSError, ValueError):
+        return None
+
+
 def _parse(path: Path) -> GGUFFile:
-    """Walk the header, metadata and tensor infos, checking every count and
-    length against the bytes left before reading it (a corrupt length must
-    not make the parse allocate or loop far past the end of the file), and
-    decode them. String arrays (a vocabulary) are read in one pass over the
-    memory map: the gguf package's reader takes seconds over their parts."""
-    mm = np.memmap(path, mode="r") if path.stat().st_size else np.zeros(0, np.uint8)
-    size = len(mm)
-    pos = 0
-
-    def need(n: int, what: str) -> None:
-        if pos + n > size:
-            raise ValueError(f"{what} at offset {pos} needs {n} bytes, {size - pos} left")
-
-    def take(n: int, what: str) -> int:
-        nonlocal pos
-        need(n, what)
-        pos += n
-        return pos - n
-
-    if size < 24 or bytes(mm[:4]) != b"GGUF":
-        raise ValueError("no GGUF header")
-    order = "<" if int.from_bytes(bytes(mm[4:8]), "little") & 0xFFFF else ">"
-    buf = memoryview(mm)
-
-    def u32(what: str) -> int:
-        return struct.unpack_from(order + "I", buf, take(4, what))[0]
-
-    def u64(what: str) -> int:
-        return struct.unpack_from(order + "Q", buf, take(8, what))[0]
-
-    def string(what: str) -> str:
-        n = u64(f"{what} length")
-        return bytes(buf[take(n, what):pos]).decode("utf-8")
-
-    def array(itype: int, count: int, what: str, depth: int) -> list:
-        if itype in SCALAR_TYPES:
-            dtype = np.dtype(SCALAR_TYPES[itype]).newbyteorder(order)
-            start = take(count * dtype.itemsize, f"{what} ({count} items)")
-            return np.frombuffer(buf, dtype, count, start).tolist()
-        need(count * 8, f"{what} ({count} items)")  # each item at least a length
-        if itype == STRING_TYPE:
-            return [string(what) for _ in range(count)]
-        return [value(itype, what, depth + 1) for _ in range(count)]
-
-    def value(vtype: int, what: str, depth: int = 0):
-        if vtype in SCALAR_TYPES:
-            dtype = np.dtype(SCALAR_TYPES[vtype]).newbyteorder(order)
-            return np.frombuffer(buf, dtype, 1, take(dtype.itemsize, what)).tolist()[0]
-        if vtype == STRING_TYPE:
-            return string(what)
-        if vtype == ARRAY_TYPE and depth < _MAX_NESTING:
-            itype, count = u32(f"{what} item type"), u64(f"{what} length")
-            return array(itype, count, what, depth)
-        raise ValueError(f"{what}: value type {vtype} is not one GGUF has")
-
-    take(4, "magic")
-    version = u32("version")
-    if version not in (2, 3):
-        raise ValueError(f"GGUF version {version}: vkq reads versions 2 and 3")
-    n_tensors, n_kv = u64("tensor count"), u64("metadata count")
-    need(n_kv * 12 + n_tensors * 24, f"{n_kv} metadata entries and {n_tensors} tensor infos")  # their least sizes
-    meta: dict[str, object] = {}
-    for i in range(n_kv):
-        key = string(f"metadata key {i}")
-        if key in meta:
-            raise ValueError(f"metadata key {key[:80]!r} appears twice")
-        meta[key] = value(u32(f"metadata {key[:80]!r} value type"), f"metadata {key[:80]!r}")
+    """The header, metadata and tensor infos, checked and decoded (_Cursor);
+    the tensors as views of the memory map."""
+    c = _Cursor(path)
+    meta = c.metadata(c.n_kv)
     infos = []
-    for i in range(n_tensors):
-        name = string(f"tensor {i} name")
-        n_dims = u32(f"tensor {i} dimension count")
+    for i in range(c.n_tensors):
+        name = c.string(f"tensor {i} name")
+        n_dims = c.u32(f"tensor {i} dimension count")
         if not 1 <= n_dims <= _MAX_DIMS:
             raise ValueError(f"tensor {i} has {n_dims} dimensions")
-        dims = [u64(f"tensor {name!r} dimension") for _ in range(n_dims)]
-        infos.append((name, dims, u32(f"tensor {name!r} type"), u64(f"tensor {name!r} offset")))
+        dims = [c.u64(f"tensor {name!r} dimension") for _ in range(n_dims)]
+        infos.append((name, dims, c.u32(f"tensor {name!r} type"), c.u64(f"tensor {name!r} offset")))
+    mm, size, order = c.mm, c.size, c.order
 
     alignment = meta.get("general.alignment", 32)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"general.alignment {alignment!r} is not a power of two")
-    data_offset = -(-pos // alignment) * alignment
+    data_offset = -(-c.pos // alignment) * alignment
     tensors: dict[str, GGUFTensor] = {}
     for name, dims, type_id, offset in infos:
         if name in tensors:

@@ -72,17 +72,10 @@ def search_space(dev, quick: bool) -> list[tuple[str, list]]:
     return groups
 
 
-def variants(fmt) -> list[tuple[str, str, str]]:
-    """What is tuned for a type: (entry key, path, activations), the int8
-    path once per activation format."""
-    return [(tuning_store.entry_key(path, acts), path, acts) for path in fmt.paths
-            for acts in (ACTIVATION_PLANES if path == "mmvq" else [DEFAULT_ACTIVATIONS])]
-
-
 def variant_label(key: str) -> str:
     """"mmvq_q8_1x2" -> "mmvq q8_1x2"."""
-    path = tuning_store.ENTRY_KEYS[key]
-    return path if key == path else f"{path} {key[len(path) + 1:]}"
+    path, activations = tuning_store.ENTRY_KEYS[key]
+    return path if key == path else f"{path} {activations}"
 
 
 def with_value(cfg: PipelineConfig, name: str, value) -> PipelineConfig:
@@ -193,10 +186,10 @@ def tune_path(tb: TypeBench, key: str, path: str, activations: str, passes: int,
 
 def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, group: None) -> dict:
     """{'best': path, 'k_min': K, key: params, 'gbps': {key: [table, tuned]}, 'spread': {key: tuned spread}},
-    a key per path and activation format (variants); k_min: the smallest K of the shapes."""
+    a key per path and activation format (tuning_store.entry_variants); k_min: the smallest K of the shapes."""
     tb = TypeBench(backend, qtype, shapes)
     rounds = QUICK_ROUNDS if quick else ROUNDS
-    todo = variants(tb.fmt)
+    todo = tuning_store.entry_variants(tb.fmt.paths)
     passes = tb.passes_for(tb.table_config(tb.fmt.paths[-1]))
     groups = search_space(tb.dev, quick)
     tuned = {key: tune_path(tb, key, path, acts, passes, groups, rounds, on_group) for key, path, acts in todo}
@@ -268,7 +261,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     if skipped:
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
               "(--retune measures them again)", file=sys.stderr)
-    bar = Progress(sum(len(variants(FORMATS[t])) for t in todo), progress)
+    bar = Progress(sum(len(tuning_store.entry_variants(FORMATS[t].paths)) for t in todo), progress)
     path = tuning_store.tuning_path(info)
     try:
         for qtype in todo:

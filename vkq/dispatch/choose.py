@@ -292,9 +292,10 @@ class Dispatcher:
         if tuned is not None and (ncols != 1 or k < tuned["k_min"]):
             tuned = None
         want = path or (tuned["best"] if tuned is not None else None)
-        if tuned is not None and tuning_store.entry_key(want, activations) in tuned:
+        key = tuning_store.entry_key(want, activations) if want is not None else None
+        if tuned is not None and key in tuned:
             chosen = want
-            params, source = tuned[tuning_store.entry_key(want, activations)], "tuned on this device (vkq tune)"
+            params, source = tuned[key], "tuned on this device (vkq tune)"
         else:
             # (a tuned path without parameters for these activations: the table's)
             params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols, want, activations)

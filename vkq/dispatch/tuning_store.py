@@ -33,10 +33,17 @@ def entry_key(path: str, activations: str = DEFAULT_ACTIVATIONS) -> str:
     return path if path == "dmmv" or activations == DEFAULT_ACTIVATIONS else f"{path}_{activations}"
 
 
-# Every parameter set an entry may hold, and its path. An entry without
-# parameters for a call's activations leaves that call the table's (never
-# another format's, measured for other work).
-ENTRY_KEYS = {entry_key(path, a): path for path in PATHS for a in ACTIVATION_PLANES}
+def entry_variants(paths) -> list[tuple[str, str, str]]:
+    """What a type's entry holds for these paths, each as (key, path,
+    activations): the dequantize path once, the int8 path per format."""
+    return [(entry_key(path, a), path, a) for path in paths
+            for a in (ACTIVATION_PLANES if path == "mmvq" else [DEFAULT_ACTIVATIONS])]
+
+
+# Every parameter set an entry may hold: its path and activations. An entry
+# without parameters for a call's activations leaves that call the table's
+# (never another format's, measured for other work).
+ENTRY_KEYS = {key: (path, a) for key, path, a in entry_variants(PATHS)}
 
 
 def tuning_dir() -> Path:
@@ -80,7 +87,7 @@ def entry_problems(qtype, entry) -> list[str]:
     k_min = entry.get("k_min")
     if not isinstance(k_min, int) or isinstance(k_min, bool) or k_min < 1:
         problems.append(f"{qtype}: k_min {k_min!r} is not a positive integer")
-    for key, path in ENTRY_KEYS.items():
+    for key, (path, _) in ENTRY_KEYS.items():
         params = entry.get(key)
         if params is None:
             continue

@@ -8,70 +8,26 @@ decoder cannot run; `check_tensors` checks every tensor it will use.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..formats import get_format
-from ..gguf_io import ARRAY_TYPE, SCALAR_TYPES, STRING_TYPE, GGUFFile, GGUFTensor, metadata
+from ..gguf_io import GGUFFile, GGUFTensor, metadata, read_metadata_head
 
 SUPPORTED_ARCHS = ("llama",)
 LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 LAYER_VECTORS = ("attn_norm", "ffn_norm")
 
-_SCALAR_BYTES = {vtype: np.dtype(code).itemsize for vtype, code in SCALAR_TYPES.items()}
-
 
 def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:
     """general.architecture from the metadata at the head of a GGUF file,
-    without parsing the rest (GGUF writers put it first). None when the file
-    is not a little-endian GGUF v2/v3 or the key is not among the first
-    max_keys: the full parse then decides."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(24)
-            if len(head) < 24 or head[:4] != b"GGUF" or struct.unpack_from("<I", head, 4)[0] not in (2, 3):
-                return None
-            n_kv = struct.unpack_from("<Q", head, 16)[0]
-
-            def read(n: int) -> bytes:
-                b = f.read(n)
-                if len(b) != n:
-                    raise EOFError
-                return b
-
-            def string() -> bytes:
-                n = struct.unpack("<Q", read(8))[0]
-                if n > 1 << 20:
-                    raise EOFError  # no key or name is this long: not a file we can read cheaply
-                return read(n)
-
-            def skip(vtype: int) -> None:
-                if vtype in _SCALAR_BYTES:
-                    f.seek(_SCALAR_BYTES[vtype], 1)
-                elif vtype == STRING_TYPE:
-                    f.seek(struct.unpack("<Q", read(8))[0], 1)
-                elif vtype == ARRAY_TYPE:
-                    etype, count = struct.unpack("<IQ", read(12))
-                    if etype in _SCALAR_BYTES:
-                        f.seek(count * _SCALAR_BYTES[etype], 1)
-                    else:
-                        for _ in range(count):
-                            skip(etype)
-                else:
-                    raise EOFError
-
-            for _ in range(min(n_kv, max_keys)):
-                key = string()
-                vtype = struct.unpack("<I", read(4))[0]
-                if key == b"general.architecture":
-                    return string().decode("utf-8", "replace") if vtype == STRING_TYPE else None
-                skip(vtype)
-    except (OSError, EOFError, struct.error):
-        return None
-    return None
+    without parsing the rest (GGUF writers put it first). None when the key
+    is not among the first max_keys or the file is no GGUF: the full parse
+    then decides."""
+    arch = read_metadata_head(path, "general.architecture", max_keys)
+    return arch if isinstance(arch, str) else None
 
 
 def check_architecture(arch, path: Path) -> None:
