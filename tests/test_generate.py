@@ -264,27 +264,25 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
 def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
                metadata: dict | None = None) -> Path:
     """A tiny random model: Q8_0 matrices except attn_v (Q4_0, so Q/K/V form
-    two upload groups), an untied output head, F32 norms. metadata: extra
-    string or float keys."""
+    two upload groups), an untied output head, F32 norms. metadata: keys to
+    add or to replace (the hyper-parameters too): a str, a float (float32),
+    an int (uint32), or (value, gguf.GGUFValueType)."""
     rng = np.random.default_rng(0)
     t = TINY
     tokens, merges, types = byte_level_vocab()
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(t["n_layer"])
-    w.add_context_length(256)
-    w.add_embedding_length(t["n_embd"])
-    w.add_feed_forward_length(t["n_ff"])
-    w.add_head_count(t["n_head"])
-    w.add_head_count_kv(t["n_head_kv"])
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    hyper = {"block_count": t["n_layer"], "context_length": 256, "embedding_length": t["n_embd"],
+             "feed_forward_length": t["n_ff"], "attention.head_count": t["n_head"],
+             "attention.head_count_kv": t["n_head_kv"], "rope.freq_base": 10000.0,
+             "attention.layer_norm_rms_epsilon": 1e-5}
+    kinds = {str: gguf.GGUFValueType.STRING, float: gguf.GGUFValueType.FLOAT32, int: gguf.GGUFValueType.UINT32}
+    for key, value in ({f"{arch}.{k}": v for k, v in hyper.items()} | (metadata or {})).items():
+        w.add_key_value(key, *(value if isinstance(value, tuple) else (value, kinds[type(value)])))
     w.add_tokenizer_model("gpt2")
     w.add_token_list(tokens)
     w.add_token_merges(merges)
     w.add_token_types(types)
     w.add_eos_token_id(0)
-    for key, value in (metadata or {}).items():
-        (w.add_string if isinstance(value, str) else w.add_float32)(key, value)
 
     hd = t["n_embd"] // t["n_head"]
     shapes = {"token_embd.weight": (len(tokens), t["n_embd"]), "output.weight": (len(tokens), t["n_embd"]),
@@ -516,3 +514,76 @@ def test_not_a_gguf_file(tmp_path):
         LlamaModel(path, path_mode="numpy")
     with pytest.raises(ValueError, match="unknown path"):
         LlamaModel(path, path_mode="int4")
+
+
+F32, I32 = gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.INT32
+BAD_METADATA = {
+    "head_count 0": ({"llama.attention.head_count": 0}, r"llama\.attention\.head_count is 0"),
+    "embedding_length 0": ({"llama.embedding_length": 0}, r"llama\.embedding_length is 0"),
+    "feed_forward_length 0": ({"llama.feed_forward_length": 0}, r"llama\.feed_forward_length is 0"),
+    "block_count -1": ({"llama.block_count": (-1, I32)}, r"llama\.block_count is -1"),
+    "block_count f32 inf": ({"llama.block_count": (float("inf"), F32)}, r"llama\.block_count is inf"),
+    "context_length f32 nan": ({"llama.context_length": (float("nan"), F32)}, r"llama\.context_length is nan"),
+    "head_count a string": ({"llama.attention.head_count": "4"}, r"llama\.attention\.head_count is '4'"),
+    "rope.freq_base nan": ({"llama.rope.freq_base": float("nan")}, r"llama\.rope\.freq_base is nan"),
+    "rope.freq_base 0": ({"llama.rope.freq_base": 0.0}, r"llama\.rope\.freq_base is 0"),
+    "rope.freq_base a string": ({"llama.rope.freq_base": "1e4"}, r"llama\.rope\.freq_base is '1e4'"),
+    "rope.scaling.factor 0": ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 0.0},
+                              r"llama\.rope\.scaling\.factor is 0"),
+    "rms_epsilon nan": ({"llama.attention.layer_norm_rms_epsilon": float("nan")},
+                        r"llama\.attention\.layer_norm_rms_epsilon is nan"),
+    "rms_epsilon negative": ({"llama.attention.layer_norm_rms_epsilon": -1e-5},
+                             r"llama\.attention\.layer_norm_rms_epsilon is -1e-05"),
+}
+
+
+@pytest.mark.parametrize("what", list(BAD_METADATA))
+def test_bad_hyperparameters_are_named(tmp_path, capsys, what):
+    """A value the decoder cannot use (zero heads, an integer as float inf,
+    a NaN or zero RoPE base, a NaN or negative norm epsilon) is refused with
+    the key named, not run into a crash or into garbage text."""
+    metadata, match = BAD_METADATA[what]
+    path = write_gguf(tmp_path / "bad.gguf", metadata=metadata)
+    with pytest.raises(ValueError, match=match):
+        LlamaModel(path, path_mode="numpy")
+    assert main(["generate", str(path), "-p", "hi", "--path", "numpy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vkq: error: bad.gguf: ") and re.search(match, err[0]), err
+
+
+def test_a_block_count_far_beyond_the_tensors_is_refused_at_once(tmp_path):
+    """llama.block_count 4e9 with two layers of tensors: one line, exit 2,
+    before anything is built per layer (run with its address space capped at
+    3 GiB, so that a regression fails here instead of taking the machine's
+    memory)."""
+    import resource
+    import subprocess
+    import sys
+
+    path = write_gguf(tmp_path / "layers.gguf", metadata={"llama.block_count": 4_000_000_000})
+    cap = 3 << 30
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    r = subprocess.run([sys.executable, "-m", "vkq", "generate", str(path), "-p", "hi", "--path", "numpy"],
+                       capture_output=True, text=True, timeout=120, preexec_fn=limit,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip() == ("vkq: error: layers.gguf: llama.block_count is 4000000000, but the file has "
+                                "tensors of 2 layers"), r.stderr[-2000:]
+
+
+def test_a_prompt_that_is_not_utf8(tiny_file, capsys):
+    """Bytes of another encoding on the command line reach Python as lone
+    surrogates (surrogateescape): named, not a TypeError of the tokenizer."""
+    assert main(["generate", str(tiny_file), "-p", "caf\udce9", "-n", "2", "--path", "numpy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is not valid UTF-8"), err
+
+
+@pytest.mark.parametrize("n", ["0", "-3"])
+def test_compare_engines_needs_tokens_to_time(tiny_file, capsys, n):
+    assert main(["generate", str(tiny_file), "-p", "the", "-n", n, "--compare-engines", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--compare-engines times the new tokens: -n must be at least 1, got {n}" in err[0], err

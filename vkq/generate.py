@@ -94,6 +94,8 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
 
     from .llama.gpu_step import GpuLlama
 
+    if n_tokens < 1:
+        raise ValueError(f"--compare-engines times the new tokens: -n must be at least 1, got {n_tokens}")
     if path == "numpy":
         raise ValueError("--compare-engines times vkq's two engines; path numpy is the reference, on neither")
     file = LlamaFile(model, fuse)

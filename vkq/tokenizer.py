@@ -61,6 +61,11 @@ class GGUFTokenizer:
         self.add_bos = bool(metadata(file, "tokenizer.ggml.add_bos_token", False)) and self.bos_id is not None
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: bytes of another encoding on a UTF-8 command line
+            raise ValueError(f"the prompt is not valid UTF-8 (character {e.start}: {text[e.start]!r}); "
+                             "give it in UTF-8") from None
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
             ids = [int(self.bos_id)] + ids

@@ -8,16 +8,18 @@ decoder cannot run; `check_tensors` checks every tensor it will use.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..dispatch.config import is_int
 from ..formats import get_format
 from ..gguf_io import GGUFFile, GGUFTensor, metadata, read_metadata_head
 
 SUPPORTED_ARCHS = ("llama",)
-LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 LAYER_VECTORS = ("attn_norm", "ffn_norm")
 
 
@@ -34,6 +36,10 @@ def check_architecture(arch, path: Path) -> None:
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"{path.name}: architecture {arch!r} is not supported by vkq generate "
                          f"(supported: {', '.join(SUPPORTED_ARCHS)})")
+
+
+def _show(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else repr(value)
 
 
 @dataclass(frozen=True)
@@ -65,28 +71,46 @@ class LlamaConfig:
         for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
             if isinstance(get(key, 0), (list, tuple)):
                 raise ValueError(f"{path.name}: per-layer {arch}.{key} is not supported")
-        n_embd, n_head = int(get("embedding_length")), int(get("attention.head_count"))
-        n_head_kv = int(get("attention.head_count_kv", n_head))
-        head_dim = int(get("attention.key_length", n_embd // n_head))
-        n_rot = int(get("rope.dimension_count", head_dim))
-        if int(get("attention.value_length", head_dim)) != head_dim:
+
+        def count(key, *default) -> int:
+            """A count: an integer of at least 1 (GGUF stores them as integers; a
+            float, even a whole one, is as wrong as llama.cpp takes it)."""
+            value = get(key, *default)
+            if not is_int(value) or value < 1:
+                raise ValueError(f"{path.name}: {arch}.{key} is {_show(value)}; expected a positive integer")
+            return value
+
+        def number(key, *default, above: float) -> float:
+            value = get(key, *default)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+                    or value <= above:
+                raise ValueError(f"{path.name}: {arch}.{key} is {_show(value)}; expected a finite number "
+                                 f"above {above:g}")
+            return float(value)
+
+        n_embd, n_head = count("embedding_length"), count("attention.head_count")
+        n_head_kv = count("attention.head_count_kv", n_head)
+        head_dim = count("attention.key_length", max(1, n_embd // n_head))
+        n_rot = count("rope.dimension_count", head_dim)
+        if count("attention.value_length", head_dim) != head_dim:
             raise ValueError(f"{path.name}: key and value head sizes differ; vkq generate needs them equal")
-        if n_head_kv < 1 or n_head % n_head_kv:
+        if n_head % n_head_kv:
             raise ValueError(f"{path.name}: {n_head} attention heads do not split into {n_head_kv} KV groups")
-        if n_rot % 2 or not 0 < n_rot <= head_dim:
+        if n_rot % 2 or n_rot > head_dim:
             raise ValueError(f"{path.name}: RoPE over {n_rot} dimensions of {head_dim}-wide heads is not supported "
                              f"(an even count up to the head size)")
         scaling = str(get("rope.scaling.type", "none"))
-        factor = float(get("rope.scaling.factor", 1.0))
-        if scaling not in ("none", "linear") and factor != 1.0:
+        if scaling not in ("none", "linear") and get("rope.scaling.factor", 1.0) != 1.0:
             raise ValueError(f"{path.name}: RoPE scaling {scaling!r} is not supported (only linear)")
         return cls(
-            arch=arch, n_layer=int(get("block_count")), n_embd=n_embd, n_ff=int(get("feed_forward_length")),
-            n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
-            n_rot=n_rot, rope_base=float(get("rope.freq_base", 10000.0)),
-            rope_scale=factor if scaling == "linear" else 1.0,
-            rms_eps=float(get("attention.layer_norm_rms_epsilon")),
-            n_ctx_train=int(get("context_length", 4096)),
+            arch=arch, n_layer=count("block_count"), n_embd=n_embd, n_ff=count("feed_forward_length"),
+            n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot,
+            # A base of 1 or less would turn every pair by a radian or more per
+            # position: no model is trained so; NaN or 0 is a corrupt file.
+            rope_base=number("rope.freq_base", 10000.0, above=1),
+            rope_scale=number("rope.scaling.factor", 1.0, above=0) if scaling == "linear" else 1.0,
+            rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
+            n_ctx_train=count("context_length", 4096),
         )
 
     def inv_freq(self, freq_factors: np.ndarray | None = None) -> np.ndarray:
@@ -108,6 +132,11 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
     if "token_embd.weight" not in tensors:
         raise ValueError(f"{name}: tensor 'token_embd.weight' is missing")
     n_vocab = tensors["token_embd.weight"].shape[0]
+    # Before anything is built per layer: a corrupt count (4e9) must not make it grow without end.
+    blocks = {m.group(1) for n in tensors if (m := re.match(r"blk\.(\d+)\.", n))}
+    if cfg.n_layer > len(blocks):
+        raise ValueError(f"{name}: {cfg.arch}.block_count is {cfg.n_layer}, but the file has tensors of "
+                         f"{len(blocks)} layers")
     want = {"token_embd.weight": (n_vocab, cfg.n_embd), "output_norm.weight": (cfg.n_embd,)}
     if "output.weight" in tensors:
         want["output.weight"] = (n_vocab, cfg.n_embd)
