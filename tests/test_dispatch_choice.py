@@ -230,6 +230,8 @@ MALFORMED = {
     "binding a list": dmmv_with(x_binding=["texel"]),
     "unknown parameter": dmmv_with(speed=9),
     "too big for the device": dmmv_with(wg_size=1024, rows_per_wg=16),
+    "best variant null": {"Q4_0": {"best": "dmmv", "k_min": 1, "dmmv": None}},
+    "other variant null": {"Q4_0": {**TUNED["Q4_0"], "mmvq_q8_1x2": None}},
 }
 
 

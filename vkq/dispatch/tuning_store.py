@@ -88,9 +88,9 @@ def entry_problems(qtype, entry) -> list[str]:
     if not isinstance(k_min, int) or isinstance(k_min, bool) or k_min < 1:
         problems.append(f"{qtype}: k_min {k_min!r} is not a positive integer")
     for key, (path, _) in ENTRY_KEYS.items():
-        params = entry.get(key)
-        if params is None:
+        if key not in entry:
             continue
+        params = entry[key]
         where = f"{qtype}/{key}"
         if path == "mmvq" and not FORMATS[qtype].has_int8_path:
             problems.append(f"{where}: {qtype} has no int8 path")
