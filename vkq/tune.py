@@ -131,8 +131,7 @@ class TypeBench:
     def __init__(self, backend, qtype: str, shapes, max_copies: int = MAX_COPIES):
         self.backend, self.dev = backend, backend.device
         self.fmt, self.shapes = get_format(qtype), shapes
-        info = backend.device_info
-        self.gpu_timer, self.period = info.timestamps_supported, info.timestamp_period
+        self.gpu_timer = backend.device_info.timestamps_supported
         rng = np.random.default_rng(1)
         data = [random_weights(self.fmt, rows, k, rng) for rows, k in shapes]
         sizes = [self.fmt.row_bytes(k) * rows for rows, k in shapes]
@@ -185,8 +184,9 @@ def tune_path(tb: TypeBench, key: str, path: str, activations: str, passes: int,
 
 
 def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, group: None) -> dict:
-    """{'best': path, 'k_min': K, key: params, 'gbps': {key: [table, tuned]}, 'spread': {key: tuned spread}},
-    a key per path and activation format (tuning_store.entry_variants); k_min: the smallest K of the shapes."""
+    """{'best': path, 'k_min': K, 'shapes': the shapes, key: params, 'gbps': {key: [table, tuned]},
+    'spread': {key: tuned spread}}, a key per path and activation format (tuning_store.entry_variants);
+    k_min: the smallest K of the shapes."""
     tb = TypeBench(backend, qtype, shapes)
     rounds = QUICK_ROUNDS if quick else ROUNDS
     todo = tuning_store.entry_variants(tb.fmt.paths)
@@ -200,7 +200,7 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
     est = tb.race(cands, FINAL_ROUNDS, prune=None)
     for c in cands:
         c.destroy()
-    result = {"k_min": min(k for _, k in shapes), "gbps": {}, "spread": {}}
+    result = {"k_min": min(k for _, k in shapes), "shapes": [list(s) for s in shapes], "gbps": {}, "spread": {}}
     for key, _, _ in todo:
         t, d = est[tuned[key]], est[from_table[key]]
         if not (t.seconds < d.seconds or tuned[key] == from_table[key]):
@@ -249,11 +249,14 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     """`vkq tune`: tune `types` (default all) on the device and save the results."""
     from .backend import Backend
 
-    names = list(FORMATS) if not types else [get_format(t).name for t in types]
+    names = list(FORMATS) if types is None else [get_format(t).name for t in types]
+    if not names:
+        raise ValueError("no block type to tune (--types is empty)")
     shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
+    tuning_store.check_dir()  # before minutes of measuring
     backend = Backend(device)
     info = backend.device_info
-    entries = dict(tuning_store.load(info))
+    entries = tuning_store.load(info)
     skipped = [t for t in names if t in entries and not retune]
     todo = [t for t in names if t not in skipped]
     print(f"vkq tune: {info.name}; shapes {', '.join(f'{r}x{k}' for r, k in shapes)}; "
@@ -266,10 +269,9 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     try:
         for qtype in todo:
             t0 = time.monotonic()
-            entries[qtype] = tune_type(backend, qtype, shapes, quick,
-                                       lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"))
-            path = tuning_store.save(info, entries, {"shapes": shapes})  # saved type by type
-            bar.finish_type(len(entries[qtype]["gbps"]), _summary(qtype, entries[qtype], time.monotonic() - t0))
+            entry = tune_type(backend, qtype, shapes, quick, lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"))
+            path, entries = tuning_store.save_entry(info, qtype, entry)  # saved type by type
+            bar.finish_type(len(entry["gbps"]), _summary(qtype, entry, time.monotonic() - t0))
     except KeyboardInterrupt:
         print(f"\nvkq tune: interrupted; the types finished are saved in {path}; `vkq tune` again resumes",
               file=sys.stderr)

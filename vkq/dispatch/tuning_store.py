@@ -3,12 +3,15 @@
 One JSON file per device under the user's cache directory
 ($XDG_CACHE_HOME/vkq/tuning or ~/.cache/vkq/tuning; VKQ_TUNING_DIR overrides),
 named after vendor, device and driver version, so a driver update starts
-from the vendor table again. Writes are atomic (temporary file + rename). A
+from the vendor table again. Writes are atomic (temporary file + rename);
+`vkq tune` adds each type it finishes under a lock, to the file as it is
+then (another `vkq tune` on the device may have added types meanwhile). A
 file that is corrupt, of another schema or of another device gives a
 warning and is ignored: the dispatcher falls back to the vendor table.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -111,18 +114,23 @@ def load(info: DeviceInfo) -> dict[str, dict]:
 
     A file of any content is either used whole or warned about and ignored:
     nothing in it can make a command fail."""
+    entries, problem = _read(info)
+    if problem:
+        warnings.warn(f"vkq: ignoring {problem}; using the vendor table. Run `vkq tune` again.", stacklevel=2)
+    return entries
+
+
+def _read(info: DeviceInfo) -> tuple[dict[str, dict], str | None]:
+    """The file's entries, or {} and what is wrong with it."""
     path = tuning_path(info)
     try:
         if not path.exists():
-            return {}
+            return {}, None
         data = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as e:
-        warnings.warn(f"vkq: ignoring unreadable tuning file {path}: {e}; using the vendor table", stacklevel=2)
-        return {}
+        return {}, f"unreadable tuning file {path}: {e}"
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("device") != device_key(info):
-        warnings.warn(f"vkq: ignoring stale tuning file {path} (other schema or device/driver); "
-                      "using the vendor table. Run `vkq tune` again.", stacklevel=2)
-        return {}
+        return {}, f"stale tuning file {path} (other schema or device/driver)"
     entries = data.get("entries")
     if not isinstance(entries, dict):
         problems = [f"'entries' is {type(entries).__name__}, not an object"]
@@ -130,17 +138,45 @@ def load(info: DeviceInfo) -> dict[str, dict]:
         problems = [p for qtype, entry in entries.items() for p in entry_problems(qtype, entry)]
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        warnings.warn(f"vkq: ignoring invalid tuning file {path}: {'; '.join(problems[:3])}{more}; "
-                      "using the vendor table. Run `vkq tune` again.", stacklevel=2)
-        return {}
-    return entries
+        return {}, f"invalid tuning file {path}: {'; '.join(problems[:3])}{more}"
+    return entries, None
 
 
-def save(info: DeviceInfo, entries: dict[str, dict], extra: dict | None = None) -> Path:
+def check_dir() -> Path:
+    """The tuning directory, created if need be; a ValueError naming where
+    its path came from if it cannot hold the file (checked before `vkq tune`
+    measures anything)."""
+    d = tuning_dir()
+    where = "VKQ_TUNING_DIR" if os.environ.get("VKQ_TUNING_DIR") else "the cache directory (XDG_CACHE_HOME or ~/.cache)"
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"the tuning directory {d} ({where}) is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=d).close()
+    except OSError as e:
+        raise ValueError(f"the tuning directory {d} ({where}) cannot be created or written: "
+                         f"{e.strerror or e}") from None
+    return d
+
+
+def save_entry(info: DeviceInfo, qtype: str, entry: dict) -> tuple[Path, dict[str, dict]]:
+    """Add one type's results to this device's file; returns the file and
+    all its entries. Under an exclusive lock the file is read again, so that
+    what another `vkq tune` process saved since stays (an unusable file is
+    replaced), and written whole (`save`)."""
+    path = tuning_path(info)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        entries = {**_read(info)[0], qtype: entry}
+        return save(info, entries), entries
+
+
+def save(info: DeviceInfo, entries: dict[str, dict]) -> Path:
     """Write atomically: a reader sees the old file or the new one, never half."""
     path = tuning_path(info)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"schema": SCHEMA, "device": device_key(info), **(extra or {}), "entries": entries}
+    data = {"schema": SCHEMA, "device": device_key(info), "entries": entries}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:

@@ -1,0 +1,113 @@
+"""`vkq tune`'s file under concurrent use and a bad VKQ_TUNING_DIR.
+
+Two `vkq tune` processes on one device each save the types they finish; the
+file must end with the types of both (merged under a lock, each write
+atomic), and a reader at any moment sees a whole file. A VKQ_TUNING_DIR
+that cannot hold the file is refused before anything is measured, naming
+the variable.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from vkq import cli, tune
+from vkq.device_info import DeviceInfo
+from vkq.dispatch import tuning_store
+
+ROOT = Path(__file__).resolve().parent.parent
+LAVAPIPE = ROOT / "tests" / "devices" / "lavapipe.json"
+PARAMS = {"wg_size": 16, "rows_per_wg": 2, "chunks_per_thread": 1, "reduction": "shared", "split_k": True}
+
+
+def fake_entry(gbps: float = 1.0) -> dict:
+    """What tune_type returns for a type measured on the dequantize path alone."""
+    return {"best": "dmmv", "k_min": 256, "shapes": [[64, 256]], "dmmv": dict(PARAMS),
+            "gbps": {"dmmv": [gbps, gbps]}, "spread": {"dmmv": 0.0}}
+
+
+@pytest.fixture
+def tuning_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path / "tuning"))
+    return tmp_path / "tuning"
+
+
+def test_types_another_process_saved_meanwhile_are_kept(backend, tuning_dir, monkeypatch, capsys):
+    """While this run measures Q4_0, another `vkq tune` saves Q8_0: the file
+    keeps both (it used to keep only the last writer's types)."""
+    info = backend.device_info
+
+    def measure(backend, qtype, shapes, quick, on_group=None):
+        tuning_store.save(info, {"Q8_0": fake_entry(2.0)})  # the other process, meanwhile
+        return fake_entry()
+
+    monkeypatch.setattr(tune, "tune_type", measure)
+    assert tune.run(["Q4_0"], progress=False) == 0
+    assert set(tuning_store.load(info)) == {"Q4_0", "Q8_0"}
+    out = capsys.readouterr().out
+    assert "saved" in out and "| Q4_0 " in out
+
+
+WRITER = """
+import json, sys, time
+from vkq.device_info import DeviceInfo
+from vkq.dispatch import tuning_store
+from vkq.formats import FORMATS
+info = DeviceInfo.from_dict(json.loads(open(sys.argv[1]).read()))
+types = list(FORMATS)[int(sys.argv[2])::2]
+entry = json.loads(sys.argv[3])
+while time.time() < float(sys.argv[4]):
+    pass
+for _ in range(int(sys.argv[5])):
+    for t in types:
+        tuning_store.save_entry(info, t, entry)
+"""
+
+
+def test_two_writers_at_once_keep_every_type_and_the_file_whole(tuning_dir):
+    """Two processes save their halves of the block types at the same
+    moment, several rounds, while this one reads the file: every read is a
+    whole, valid file, and the end holds every type."""
+    info = DeviceInfo.from_dict(json.loads(LAVAPIPE.read_text()))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = time.time() + 1.5
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(LAVAPIPE), str(i), json.dumps(fake_entry()),
+                               str(start), "5"], env=env, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    reads = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn or invalid file would warn
+        while any(p.poll() is None for p in procs):
+            if tuning_store.tuning_path(info).exists():
+                tuning_store.load(info)
+                reads += 1
+    for p in procs:
+        assert p.wait() == 0, p.stderr.read()
+    from vkq.formats import FORMATS
+
+    assert set(tuning_store.load(info)) == set(FORMATS)
+    assert reads > 0
+    assert not list(tuning_dir.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("what", ["a file", "under a file"])
+def test_tuning_dir_that_cannot_be_a_directory(tmp_path, monkeypatch, capsys, what):
+    """Refused before the first type is measured, the variable named."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(blocker if what == "a file" else blocker / "tuning"))
+
+    def measure(*args, **kwargs):
+        raise AssertionError("measured before the tuning directory was checked")
+
+    monkeypatch.setattr(tune, "tune_type", measure)
+    assert cli.main(["tune", "--types", "Q4_0", "--quick", "--no-progress"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vkq: error:")]
+    assert len(err) == 1 and "VKQ_TUNING_DIR" in err[0] and str(blocker) in err[0], err
+    assert "is not a directory" in err[0] or "cannot be created" in err[0], err
