@@ -5,6 +5,9 @@ no such device); the missing Vulkan loader and kp are simulated at the
 import they fail in."""
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import subprocess
 import sys
@@ -145,3 +148,62 @@ def test_vkq_errors_keep_the_builtin_types():
     assert issubclass(errors.KomputeUnavailable, RuntimeError)
     with pytest.raises(ValueError, match="no Vulkan device with index 1000"):
         vkq.device_info.get_device_info(1000)
+
+
+def one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vkq: error:")]
+    assert len(err) == 1, err
+    return err[0]
+
+
+MATVEC = ["bench", "--matvec", "--types", "Q4_0", "--shape", "32x256", "-r", "1"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["bench", "-m", ""], "-m: no model given"),
+    (["bench", "-m", ","], "-m: no model given"),
+    (["bench", "--matvec", "--types", ""], "--types: no block type given"),
+    (["bench", "--matvec", "--types", " , "], "--types: no block type given"),
+    (["tune", "--types", ""], "--types: no block type given"),
+    (["bench", "--matvec", "--types", "F16", "--path", "mmvq"], "F16 has no mmvq path"),
+    (["bench", "--matvec", "--types", "Q4_0,F32", "--path", "mmvq"], "F32 has no mmvq path"),
+    (["bench", "--matvec", "--shape", "99999999999x32"], "99999999999 x 32"),
+    (["bench", "--matvec", "--shape", "0x32"], "--shape must be two positive integers"),
+    (["bench", "--matvec", "--shape=-4x32"], "--shape must be two positive integers"),
+], ids=["m-empty", "m-comma", "types-empty", "types-blank", "tune-types-empty", "f16-mmvq", "f32-mmvq",
+        "shape-huge", "shape-zero", "shape-negative"])
+def test_bench_and_tune_arguments_that_name_nothing(capsys, monkeypatch, argv, needle):
+    """One line, exit 2, before any work (the tuner would take an empty
+    --types as all types; the table would be empty; a huge shape would be a
+    MemoryError of numpy)."""
+    from vkq import tune
+
+    monkeypatch.setattr(tune, "tune_type", lambda *a, **k: pytest.fail("tune measured"))
+    assert main(argv) == 2
+    assert needle in one_error_line(capsys)
+
+
+def test_matvec_leaves_out_types_without_the_path_when_all_are_asked():
+    """--types all --path mmvq: the plain types have no int8 path and are
+    left out, said on stderr; the others are measured."""
+    from vkq import bench
+    from vkq.formats import FORMATS
+
+    cases, left_out = bench.matvec_cases(None, ["mmvq"])
+    assert left_out == [n for n, f in FORMATS.items() if not f.has_int8_path] and left_out
+    assert cases == [(n, ["mmvq"]) for n, f in FORMATS.items() if f.has_int8_path]
+    assert bench.matvec_cases(None, ["dmmv", "mmvq"])[1] == []
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_matvec_table_in_json_and_csv(capsys, fmt):
+    assert main([*MATVEC, "--path", "dmmv,mmvq", "-o", fmt]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        records = json.loads(out)
+    else:
+        records = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["type"], r["path"]) for r in records] == [("Q4_0", "dmmv"), ("Q4_0", "mmvq")]
+    for r in records:
+        assert float(r["ms"]) > 0 and float(r["weights_gbps"]) > 0 and float(r["x_numpy_f32"]) > 0
+        assert r["rows"] in (32, "32") and r["k"] in (256, "256")

@@ -361,8 +361,14 @@ def render(rows: list[Row], fmt: str, comparisons: list[dict] | None = None, ver
     if fmt == "md":
         return render_md(rows, comparisons, verbose)
     if fmt == "json":
-        return json.dumps(comparisons or [asdict(r) | {"over_bandwidth": r.over_bandwidth} for r in rows], indent=2)
-    records = comparisons or [_csv_record(r) for r in rows]
+        return render_records(comparisons or [asdict(r) | {"over_bandwidth": r.over_bandwidth} for r in rows], fmt)
+    return render_records(comparisons or [_csv_record(r) for r in rows], fmt)
+
+
+def render_records(records: list[dict], fmt: str) -> str:
+    """Flat records as json (a list of objects) or csv (a header line, then a line each)."""
+    if fmt == "json":
+        return json.dumps(records, indent=2)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(records[0]), lineterminator="\n")
     writer.writeheader()
@@ -391,6 +397,8 @@ def run_bench(model: str, n_gen: int = 64, repetitions: int = 3, path: str | Non
     if n_gen < 1 or repetitions < 1:
         raise ValueError("-n and -r must be at least 1")
     models = [resolve(m) for m in _split(model)]  # every name checked before any work
+    if not models:
+        raise ValueError(f"-m: no model given ({model!r}); a preset NAME:MIX (vkq bench --list) or a .gguf file")
     for m in models:
         if m.ignored:
             print(f"vkq bench: {m.name}: left out {len(m.ignored)} weight matrices the decode step does "
@@ -427,37 +435,73 @@ def parse_shape(text: str) -> tuple[int, int]:
         rows, k = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise ValueError(f"--shape must look like 4096x14336, got {text!r}") from None
+    if rows < 1 or k < 1:
+        raise ValueError(f"--shape must be two positive integers ROWSxK, got {text!r}")
     return rows, k
 
 
-def bench_matvec(types: str = "all", shape: str = "4096x14336", path: str = "dmmv,mmvq", repetitions: int = 5,
-                 activations: str = DEFAULT_ACTIVATIONS, device: int | None = None) -> int:
-    """`vkq bench --matvec`: one rows x K matrix per block type, `Backend.matvec`
-    per call (x in, y out: wall clock including the host round trip), the
-    paths interleaved call by call; the baseline, measured in the same run, is
-    numpy's float32 mat-vec on the already-dequantized weights: the fastest
-    thing a numpy user can do with the same matrix."""
+# Host bytes per weight the --matvec table holds at once, at most: the
+# quantized data (F32: 4), its float64 dequantization (8) and the float32
+# copy numpy's baseline multiplies (4).
+MATVEC_HOST_BYTES_PER_WEIGHT = 16
+
+
+def check_matvec_memory(rows: int, k: int) -> None:
+    need, avail = rows * k * MATVEC_HOST_BYTES_PER_WEIGHT, _available_memory()
+    if avail is not None and need > 0.9 * avail:
+        raise ValueError(f"a {rows} x {k} matrix needs about {need / 2**30:.1f} GiB of host memory here (its "
+                         f"data, dequantization and float32 copy), {avail / 2**30:.1f} GiB are available")
+
+
+def matvec_cases(types: list[str] | None, paths: list[str]) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """The block types to time with the paths each has; and the types left
+    out for having none of them (only of all types: a type asked for by name
+    without any of the paths is a ValueError)."""
+    cases, left_out = [], []
+    for name in list(FORMATS) if types is None else [get_format(t).name for t in types]:
+        have = [p for p in paths if p == "auto" or p in FORMATS[name].paths]
+        if have:
+            cases.append((name, have))
+        elif types is None:
+            left_out.append(name)
+        else:
+            raise ValueError(f"{name} has no {' or '.join(paths)} path (it has {', '.join(FORMATS[name].paths)})")
+    if not cases:
+        raise ValueError(f"no block type has the path(s) {', '.join(paths)}")
+    return cases, left_out
+
+
+def bench_matvec(types: list[str] | None = None, shape: str = "4096x14336", path: str = "dmmv,mmvq",
+                 repetitions: int = 5, activations: str = DEFAULT_ACTIVATIONS, output: str = "md",
+                 device: int | None = None) -> int:
+    """`vkq bench --matvec`: one rows x K matrix per block type (`types`;
+    None: all), `Backend.matvec` per call (x in, y out: wall clock including
+    the host round trip), the paths interleaved call by call; the baseline,
+    measured in the same run, is numpy's float32 mat-vec on the
+    already-dequantized weights: the fastest thing a numpy user can do with
+    the same matrix."""
     rows, k = parse_shape(shape)
-    names = list(FORMATS) if types == "all" else [get_format(t).name for t in _split(types)]
-    paths = _paths(path, "--path", ("auto", "dmmv", "mmvq"))
+    cases, left_out = matvec_cases(types, _paths(path, "--path", ("auto", "dmmv", "mmvq")))
     if repetitions < 1:
         raise ValueError("-r must be at least 1")
+    check_matvec_memory(rows, k)
     backend = Backend(device, activations=activations)
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, k).astype(np.float32)
     print(f"vkq bench: {rows} x {k} mat-vec, one column, on {backend.device_info.name}; {repetitions} calls per "
           f"case after {WARM_SECONDS:g} s of warm-up, wall clock per call, median ± spread (max - min) / 2; "
           f"int8 activations {backend.activations}", file=sys.stderr)
-    cells = []
-    for name in names:
+    if left_out:
+        print(f"vkq bench: {', '.join(left_out)} left out: no {path} path", file=sys.stderr)
+    records = []
+    for name, paths in cases:
         fmt = FORMATS[name]
         data = random_weights(fmt, rows, k, rng)
         w = backend.upload(name, (rows, k), data)
         w32 = dequantize(name, (rows, k), data).astype(np.float32)
         base = statistics.median(wall_samples(lambda w32=w32: w32 @ x, repetitions))
         del w32
-        calls = {p: (lambda p=p: backend.matvec(w, x, path=None if p == "auto" else p))
-                 for p in paths if p == "auto" or p in fmt.paths}
+        calls = {p: (lambda p=p: backend.matvec(w, x, path=None if p == "auto" else p)) for p in paths}
         for call in calls.values():
             warm_up(call, WARM_SECONDS)
         samples = {p: [] for p in calls}
@@ -466,9 +510,15 @@ def bench_matvec(types: str = "all", shape: str = "4096x14336", path: str = "dmm
                 samples[p] += wall_samples(call, 1, warm=False)
         for p, s in samples.items():
             mid = statistics.median(s)
-            cells.append([name, p, f"{mid * 1e3:.2f} ± {(max(s) - min(s)) / 2 * 1e3:.2f}",
-                          f"{w.nbytes / mid / 1e9:.2f}", f"{base / mid:.2f}x"])
+            records.append({"type": name, "path": p, "rows": rows, "k": k, "device": backend.device_info.name,
+                            "activations": backend.activations, "repetitions": repetitions, "ms": mid * 1e3,
+                            "ms_spread": (max(s) - min(s)) / 2 * 1e3, "weights_gbps": w.nbytes / mid / 1e9,
+                            "x_numpy_f32": base / mid})
         print(f"  {name} done", file=sys.stderr, flush=True)
-    print(markdown(["type", "path", "ms", "weights GB/s", "x numpy f32"], cells,
-                   {"ms", "weights GB/s", "x numpy f32"}))
+    if output != "md":
+        print(render_records(records, output))
+        return 0
+    cells = [[r["type"], r["path"], f"{r['ms']:.2f} ± {r['ms_spread']:.2f}", f"{r['weights_gbps']:.2f}",
+              f"{r['x_numpy_f32']:.2f}x"] for r in records]
+    print(markdown(["type", "path", "ms", "weights GB/s", "x numpy f32"], cells, {"ms", "weights GB/s", "x numpy f32"}))
     return 0

@@ -20,6 +20,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def block_types(text: str) -> list[str] | None:
+    """--types: comma-separated block type names; None for "all"."""
+    if text.strip().lower() == "all":
+        return None
+    types = [t.strip() for t in text.split(",") if t.strip()]
+    if not types:
+        raise ValueError(f"--types: no block type given ({text!r}); name some, or all")
+    return types
+
+
 def cmd_info(args) -> int:
     from .info import report
 
@@ -33,9 +43,9 @@ def cmd_bench(args) -> int:
     if args.list:
         return bench.list_models()
     if args.matvec:
-        return bench.bench_matvec(types=args.types, shape=args.shape, path=args.path or "dmmv,mmvq",
+        return bench.bench_matvec(types=block_types(args.types), shape=args.shape, path=args.path or "dmmv,mmvq",
                                   repetitions=args.repetitions or 5, activations=args.activations,
-                                  device=args.device)
+                                  output=args.output, device=args.device)
     return bench.run_bench(args.model, n_gen=args.n_gen, repetitions=args.repetitions or 3, path=args.path,
                            compare_paths=args.compare, activations=args.activations, output=args.output,
                            verbose=args.verbose, device=args.device)
@@ -55,8 +65,7 @@ def cmd_tune(args) -> int:
         return tune.reset(args.device)
     if args.show:
         return tune.show(args.device)
-    types = None if args.types == "all" else [t.strip() for t in args.types.split(",") if t.strip()]
-    return tune.run(types, quick=args.quick, retune=args.retune, progress=not args.no_progress, device=args.device)
+    return tune.run(block_types(args.types), quick=args.quick, retune=args.retune, progress=not args.no_progress, device=args.device)
 
 
 def cmd_generate(args) -> int:
