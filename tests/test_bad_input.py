@@ -267,3 +267,16 @@ def test_load_gguf_not_a_gguf(tmp_path):
     path.write_bytes(b"this is not a gguf file" * 10)
     with pytest.raises(ValueError, match="not a readable GGUF"):
         vkq.load_gguf(path)
+
+
+@pytest.mark.parametrize("device", [1.5, True, False, "0", 0.0])
+def test_device_argument_not_an_integer(device):
+    """Backend(1.5) or Backend(True) would have meant device 1 (int())."""
+    with pytest.raises(TypeError, match="device must be an integer index"):
+        vkq.Backend(device)
+
+
+def test_device_argument_numpy_integer(backend):
+    import numpy as np
+
+    assert vkq.Backend(np.int64(0)).device_info == backend.device_info

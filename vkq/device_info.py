@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
+import os
 from dataclasses import dataclass
 
 from .errors import VULKAN_HINT, DeviceNotFound, VulkanUnavailable
@@ -103,6 +105,22 @@ def enumerate_devices() -> list[DeviceInfo]:
     Vulkan loader, driver or device.
     """
     return list(_enumerate_cached())
+
+
+def device_index_from_env(device: int | None) -> int:
+    """The device index a caller asked for, else VKQ_DEVICE, else 0. An
+    index must be an integer: int() would make 1.5 or True device 1."""
+    if device is not None:
+        if isinstance(device, bool) or not isinstance(device, numbers.Integral):
+            raise TypeError(f"device must be an integer index (0, 1, ...) or None, got {device!r}")
+        return int(device)
+    value = os.environ.get("VKQ_DEVICE", "").strip()
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"VKQ_DEVICE={value!r} is not a device index (0, 1, ...)") from None
 
 
 def get_device_info(index: int) -> DeviceInfo:

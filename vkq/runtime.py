@@ -13,12 +13,11 @@ with a clear error; uploaded weights keep their host copy).
 from __future__ import annotations
 
 import functools
-import os
 
 import kp
 import numpy as np
 
-from .device_info import DeviceInfo, get_device_info
+from .device_info import DeviceInfo, device_index_from_env, get_device_info
 from .dispatch.choose import DeviceCaps, loop_iteration_limit
 from .errors import KOMPUTE_HINT, KomputeUnavailable
 from .shader_variants import load_spirv
@@ -30,18 +29,6 @@ INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 STAGE_COMPUTE = 0x00000800
 ACCESS_SHADER_READ = 0x00000020
 ACCESS_SHADER_WRITE = 0x00000040
-
-
-def device_index_from_env(device: int | None) -> int:
-    if device is not None:
-        return int(device)
-    value = os.environ.get("VKQ_DEVICE", "").strip()
-    if not value:
-        return 0
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"VKQ_DEVICE={value!r} is not a device index (0, 1, ...)") from None
 
 
 class Device:

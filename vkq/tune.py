@@ -299,8 +299,7 @@ def table(entries: dict, types) -> str:
 
 
 def show(device: int | None = None) -> int:
-    from .device_info import get_device_info
-    from .runtime import device_index_from_env
+    from .device_info import device_index_from_env, get_device_info
 
     info = get_device_info(device_index_from_env(device))
     entries = tuning_store.load(info)
@@ -314,8 +313,7 @@ def show(device: int | None = None) -> int:
 
 
 def reset(device: int | None = None) -> int:
-    from .device_info import get_device_info
-    from .runtime import device_index_from_env
+    from .device_info import device_index_from_env, get_device_info
 
     info = get_device_info(device_index_from_env(device))
     removed = tuning_store.reset(info)
