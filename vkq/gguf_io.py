@@ -58,8 +58,10 @@ def open_gguf(path: str | Path) -> GGUFFile:
     in its header, metadata or tensor infos, tensor data past its end) is a
     ValueError naming the file and the first problem found."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"no GGUF file at {path}")
+    if not path.is_file():  # a FIFO, a device: nothing to map, or no end
+        raise ValueError(f"{path} is not a regular file; a GGUF file is read from one")
     try:
         return _parse(path)
     except Exception as e:  # noqa: BLE001 - any failure on bad bytes is the file's fault
@@ -180,6 +182,7 @@ def _parse(path: Path) -> GGUFFile:
         raise ValueError(f"general.alignment {alignment!r} is not a power of two")
     data_offset = -(-c.pos // alignment) * alignment
     tensors: dict[str, GGUFTensor] = {}
+    spans = []  # (start, bytes, name) of each tensor's data: no two may overlap
     for name, dims, type_id, offset in infos:
         if name in tensors:
             raise ValueError(f"tensor {name!r} appears twice")
@@ -199,6 +202,12 @@ def _parse(path: Path) -> GGUFFile:
         else:
             data = data.reshape(gguf.quants.quant_shape_to_byte_shape(shape, qtype))
         tensors[name] = GGUFTensor(name, qtype.name, shape, data)
+        if n_bytes:
+            spans.append((start, n_bytes, name))
+    spans.sort()
+    for (start, n, name), (next_start, _, next_name) in zip(spans, spans[1:]):
+        if start + n > next_start:
+            raise ValueError(f"the data of tensors {name!r} and {next_name!r} overlap")
     return GGUFFile(path, meta, tensors, data_offset)
 
 

@@ -29,10 +29,8 @@ class LlamaFile:
 
     def __init__(self, path: str | Path, fuse: bool = True):
         self.path = path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no GGUF file at {path}")
         arch = read_architecture(path)
-        if arch is not None:  # else the full parse below says what is wrong
+        if arch is not None:  # else the full parse below says what is wrong (no file, not a GGUF)
             check_architecture(arch, path)
         file = open_gguf(path)
         self.config = cfg = LlamaConfig.from_gguf(file)
