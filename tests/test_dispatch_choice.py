@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import vkq
+import vkq.dispatch.config
 from vkq.dispatch import tuning_store
 from vkq.dispatch.choose import DeviceCaps, Dispatcher
 from vkq.dispatch.classify import DeviceClass
@@ -264,3 +265,15 @@ def test_malformed_tuning_file_is_ignored(backend, tuning_dir, capsys, what):
         with pytest.warns(UserWarning, match="vkq: ignoring"):
             assert cli.main(["tune", "--show"]) == 0
     capsys.readouterr()
+
+
+def test_provenance_is_data_not_part_of_the_config():
+    """What a choice rests on is a field (vkq info reads it, no parsing of
+    the source text), and neither it nor the source makes two configs of the
+    same parameters differ (a cache of pipelines keys on the config)."""
+    tuned = choose(tuned=TUNED)
+    table = choose()
+    assert tuned.evidence == {"tuned"}
+    assert table.evidence and table.evidence <= {"ggml", "measured", "guess"}
+    same = vkq.dispatch.config.PipelineConfig.from_params(tuned.params(), tuned.path, source="elsewhere")
+    assert same == tuned and hash(same) == hash(tuned) and same.evidence == frozenset()

@@ -116,7 +116,7 @@ def test_software_and_unknown():
     assert cls_of("lavapipe", driver_id=None, driver_name=None).arch == "lavapipe"
     imgtec = cls_of("qualcomm_adreno_x1_85", vendor_id=0x1010, driver_id=7, name="PowerVR B-Series BXM-8-256")
     assert imgtec.key == "unknown/unknown/proprietary"
-    params, desc = lookup(imgtec, "Q4_0", 4096, 4096, 1)
+    params, desc, _ = lookup(imgtec, "Q4_0", 4096, 4096, 1)
     assert "unknown.json" in desc and params["reduction"] == "shared"
 
 
@@ -192,7 +192,7 @@ def test_lookup_grid(vendor, key):
     for qtype in FORMATS:
         for k in (32, 2047, 2048, 4096, 4097, 14336):
             for ncols in range(1, MAX_NCOLS + 1):
-                params, desc = lookup(cls, qtype, 4096, k, ncols)
+                params, desc, _ = lookup(cls, qtype, 4096, k, ncols)
                 assert f"class {key} " in desc
                 assert set(params) == {"path", "wg_size", "rows_per_wg", "reduction", "chunks_per_thread", "split_k",
                                        "weights_binding", "x_binding"}
@@ -213,7 +213,7 @@ def test_measured_choices_nvidia():
         for qtype, fmt in FORMATS.items():
             for k in (256, 4096, 14336):
                 for ncols in range(1, MAX_NCOLS + 1):
-                    params, desc = lookup(cls, qtype, 4096, k, ncols)
+                    params, desc, _ = lookup(cls, qtype, 4096, k, ncols)
                     want = "mmvq" if fmt.has_int8_path else "dmmv"
                     assert params["path"] == want, (name, qtype, k, ncols)
                     if want == "mmvq":
@@ -240,7 +240,7 @@ def test_gpu_dequantize_path_takes_more_rows():
     its measured launch."""
     for name in EXPECTED_CLASS:
         for qtype in ("F16", "Q4_0", "Q6_K"):
-            params, desc = lookup(cls_of(name), qtype, 4096, 14336, 1, "dmmv")
+            params, desc, _ = lookup(cls_of(name), qtype, 4096, 14336, 1, "dmmv")
             if name == "lavapipe":
                 assert params["rows_per_wg"] == (4 if qtype == "F16" else 16), qtype
             else:
@@ -294,7 +294,7 @@ def test_q6_k_dmmv_where_ggml_rules_remain():
 def test_plain_types_always_dmmv():
     for name in EXPECTED_CLASS:
         for qtype in ("F32", "F16"):
-            params, desc = lookup(cls_of(name), qtype, 4096, 14336, 4)
+            params, desc, _ = lookup(cls_of(name), qtype, 4096, 14336, 4)
             assert params["path"] == "dmmv", (name, qtype)
 
 
@@ -307,10 +307,10 @@ def test_other_vendors_and_software():
 
 
 def test_lookup_description_names_rules():
-    params, desc = lookup(cls_of("nvidia_gtx1080"), "Q8_0", 4096, 4096, 1)
+    params, desc, _ = lookup(cls_of("nvidia_gtx1080"), "Q8_0", 4096, 4096, 1)
     assert desc.startswith("table nvidia.json class nvidia/pre-turing (device nvidia/pre-turing/proprietary)")
     assert "rule 1 [ggml] path=dmmv: ggml: NVIDIA n==1 and k<=4096 -> DMMV" in desc
-    params, desc = lookup(cls_of("amd_rx6800xt"), "Q8_0", 4096, 4096, 1)
+    params, desc, _ = lookup(cls_of("amd_rx6800xt"), "Q8_0", 4096, 4096, 1)
     assert "amd/* rule 2 [ggml]" not in desc and "rule 2 [ggml] path=dmmv: ggml: AMD n==1 Q8_0" in desc
 
 
@@ -320,13 +320,13 @@ def test_info_says_what_is_unmeasured(name):
     the vendors vkq has not measured say "unmeasured", whatever the type."""
     measured = name in ("lavapipe", "nvidia_rtx3090", "nvidia_rtx2060")
     for qtype, fmt in FORMATS.items():
-        params, desc = lookup(cls_of(name), qtype, 4096, 14336, 1)
-        said = evidence(desc)
+        params, desc, bases = lookup(cls_of(name), qtype, 4096, 14336, 1)
+        said = evidence(bases)
         if measured and (name == "lavapipe" or fmt.has_int8_path):
             assert said == "measured", (name, qtype, desc)
         else:
             assert said.startswith("unmeasured ("), (name, qtype, desc)
-    assert evidence("tuned on this device (vkq tune)").startswith("measured on this device")
+    assert evidence(frozenset({"tuned"})).startswith("measured on this device")
 
 
 def test_lookup_rejects_unknown_type():
@@ -345,9 +345,9 @@ def test_path_rules_apply_to_their_path_only(monkeypatch):
     assert not validate_table(table)
     monkeypatch.setattr(tables, "_load", lambda vendor: table)
     lp = cls_of("lavapipe")
-    auto, desc = lookup(lp, "Q4_0", 4096, 14336, 1)
+    auto, desc, _ = lookup(lp, "Q4_0", 4096, 14336, 1)
     mmvq = lookup(lp, "Q4_0", 4096, 14336, 1, "mmvq")[0]
-    dmmv, dmmv_desc = lookup(lp, "Q4_0", 4096, 14336, 1, "dmmv")
+    dmmv, dmmv_desc, _ = lookup(lp, "Q4_0", 4096, 14336, 1, "dmmv")
     assert auto == mmvq and auto["path"] == "mmvq" and auto["rows_per_wg"] == 16
     assert dmmv["path"] == "dmmv" and dmmv["rows_per_wg"] == 2
     assert "dequantize path" in dmmv_desc and "dequantize path" not in desc
@@ -372,9 +372,9 @@ def test_activation_rules_apply_to_their_activations_only():
     """lavapipe's Q8_0 at large K: 4 rows per thread with q8_1 (and on the
     dequantize path, which has no activations), 16 with q8_1x2."""
     lp = cls_of("lavapipe")
-    q8_1, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "mmvq", "q8_1")
-    x2, desc = lookup(lp, "Q8_0", 4096, 14336, 1, "mmvq", "q8_1x2")
-    dmmv, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "dmmv", "q8_1x2")
+    q8_1, _, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "mmvq", "q8_1")
+    x2, desc, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "mmvq", "q8_1x2")
+    dmmv, _, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "dmmv", "q8_1x2")
     assert (q8_1["rows_per_wg"], x2["rows_per_wg"], dmmv["rows_per_wg"]) == (4, 16, 4)
     assert "q8_1x2" in desc
     assert lookup(lp, "Q8_0", 4096, 14336, 1)[0] == q8_1  # the default activations are q8_1

@@ -26,7 +26,7 @@ def gpu_configs(qtype: str, ncols: int) -> dict[tuple, PipelineConfig]:
             parts = key.split("/")
             cls = DeviceClass(parts[0], parts[1], parts[2] if len(parts) > 2 else "unknown")
             for path in fmt.paths:
-                p, _ = tables.lookup(cls, qtype, 4096, K, ncols, path)
+                p, _, _ = tables.lookup(cls, qtype, 4096, K, ncols, path)
                 cfg = PipelineConfig(p["path"], p["path"] == "mmvq", p["reduction"] == "subgroup", p["wg_size"],
                                      p["rows_per_wg"], p["chunks_per_thread"], p["split_k"],
                                      weights_binding=p["weights_binding"], x_binding=p["x_binding"])

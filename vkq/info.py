@@ -1,8 +1,6 @@
 """`vkq info`: the Vulkan devices, what they can do, and which paths vkq picks."""
 from __future__ import annotations
 
-import re
-
 from .device_info import enumerate_devices
 from .dispatch.config import describe
 from .dispatch.tuning_store import tuning_path
@@ -13,12 +11,11 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def evidence(source: str) -> str:
-    """What a choice rests on, from the bases of the table entries that made
-    it (tables.lookup names each as [basis]): measured only when all were."""
-    if "tuned on this device" in source:
+def evidence(bases: frozenset[str]) -> str:
+    """What a choice rests on (PipelineConfig.evidence): this device's tuning,
+    or the bases of the table entries that made it; measured only when all were."""
+    if "tuned" in bases:
         return "measured on this device (vkq tune)"
-    bases = set(re.findall(r"\[(ggml|measured|guess)\]", source))
     if bases == {"measured"}:
         return "measured"
     words = {"ggml": "ggml's rules", "guess": "guesses"}
@@ -65,6 +62,6 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
             cfg = disp.choose(fmt, rows, k, 1)
             lines.append(f"    {name:6s} {cfg.kernel}, {describe(cfg.params())}")
             lines.append(f"           <- {cfg.source}")
-            lines.append(f"           {evidence(cfg.source)}")
+            lines.append(f"           {evidence(cfg.evidence)}")
         lines.append("")
     return "\n".join(lines)

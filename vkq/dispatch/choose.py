@@ -295,14 +295,14 @@ class Dispatcher:
         key = tuning_store.entry_key(want, activations) if want is not None else None
         if tuned is not None and key in tuned:
             chosen = want
-            params, source = tuned[key], "tuned on this device (vkq tune)"
+            params, source, evidence = tuned[key], "tuned on this device (vkq tune)", frozenset({"tuned"})
         else:
             # (a tuned path without parameters for these activations: the table's)
-            params, source = tables.lookup(self.device_class, fmt.name, rows, k, ncols, want, activations)
+            params, source, evidence = tables.lookup(self.device_class, fmt.name, rows, k, ncols, want, activations)
             chosen = params["path"]
             if want is not None and path is None:
                 source = f"path from this device's vkq tune; parameters (none tuned for {activations}) from {source}"
         if path is not None:
             source = f"path from {path_source}; parameters from {source}"
         source = env_note + source
-        return apply_limits(PipelineConfig.from_params(params, chosen, source), self.caps, fmt, k, ncols)
+        return apply_limits(PipelineConfig.from_params(params, chosen, source, evidence), self.caps, fmt, k, ncols)

@@ -7,7 +7,7 @@ depend on the device or the shape are in choose.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PATHS = ("dmmv", "mmvq")
 REDUCTIONS = ("subgroup", "shared")
@@ -83,7 +83,13 @@ class PipelineConfig:
     x_planes: int = 1  # mmvq: int8 planes of the activation (vkq.activations); the caller's choice
     weights_binding: str = "storage"  # one of WEIGHTS_BINDINGS
     x_binding: str = "storage"  # one of X_BINDINGS
-    source: str = "default"  # which rule chose it, and what the device's limits changed (`vkq info`)
+    # Provenance, not part of what runs (a config equals another of the same
+    # parameters whatever chose it): which rules chose it and what the
+    # device's limits changed, in words (`vkq info`); and what the choice
+    # rests on: {"tuned"} (this device's vkq tune) or the bases of the table
+    # entries used (vkq.dispatch.tables.BASES); empty: the caller's own.
+    source: str = field(default="default", compare=False)
+    evidence: frozenset = field(default=frozenset(), compare=False)
 
     def __post_init__(self):
         problems = param_problems(self.params(), "PipelineConfig")
@@ -100,12 +106,13 @@ class PipelineConfig:
             raise ValueError("; ".join(problems))
 
     @classmethod
-    def from_params(cls, params: dict, path: str, source: str = "default") -> "PipelineConfig":
+    def from_params(cls, params: dict, path: str, source: str = "default",
+                    evidence: frozenset = frozenset()) -> "PipelineConfig":
         """The configuration of a table or tuning entry (PARAMS and any
         OPTIONAL_PARAMS; those left out take their default) on `path`."""
         opt = {name: params.get(name, value) for name, value in OPTIONAL_PARAMS.items()}
         return cls(path, path == "mmvq", params["reduction"] == "subgroup", params["wg_size"],
-                   params["rows_per_wg"], source=source, **opt)
+                   params["rows_per_wg"], source=source, evidence=frozenset(evidence), **opt)
 
     def params(self) -> dict:
         """As a table or tuning entry: ALL_PARAMS."""

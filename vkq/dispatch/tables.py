@@ -47,7 +47,7 @@ def _load(vendor: str) -> dict:
 
 
 def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: str | None = None,
-           activations: str = DEFAULT_ACTIVATIONS) -> tuple[dict, str]:
+           activations: str = DEFAULT_ACTIVATIONS) -> tuple[dict, str, frozenset[str]]:
     """Parameters for one mat-vec (rows x k matrix, ncols vectors) on a class.
 
     The path is the caller's `path`, else the table's; then the rules apply
@@ -55,7 +55,7 @@ def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: st
     (and an `activations` condition, an int8-path rule, only where it names
     the call's activations).
     Returns (params with path, wg_size, rows_per_wg, reduction; a description
-    of the table entries that decided them).
+    of the table entries that decided them; their bases, of BASES).
     """
     qtype = qtype.upper()
     if qtype not in FORMATS:
@@ -63,26 +63,26 @@ def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: st
     table_name, class_key, table = _find_class(cls)
     default, rules = _resolve(table, class_key)
     if path is None:
-        path, _ = _apply(default, rules, class_key, qtype, rows, k, ncols, None, activations)
-        path = path["path"]
+        path = _apply(default, rules, class_key, qtype, rows, k, ncols, None, activations)[0]["path"]
     used_extra = []
     if path == "mmvq" and not FORMATS[qtype].has_int8_path:
         # As in ggml, a type without an int8 pipeline falls back to DMMV.
         path = "dmmv"
         used_extra.append(f"{qtype} has no int8 path -> dmmv")
-    params, used = _apply(default, rules, class_key, qtype, rows, k, ncols, path, activations)
+    params, used, bases = _apply(default, rules, class_key, qtype, rows, k, ncols, path, activations)
     params["path"] = path
     desc = f"table {table_name} class {class_key} (device {cls.key}): " + "; ".join(used + used_extra)
-    return params, desc
+    return params, desc, bases
 
 
 def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k: int, ncols: int,
-           path: str | None, activations: str) -> tuple[dict, list[str]]:
+           path: str | None, activations: str) -> tuple[dict, list[str], frozenset[str]]:
     """The default overridden by every matching rule, in order; path None
-    skips the rules conditioned on a path (they cannot set one)."""
+    skips the rules conditioned on a path (they cannot set one). Returns the
+    parameters, a line per entry used and the entries' bases."""
     params = {p: default[p] for p in PARAMS}
     params.update({p: default.get(p, v) for p, v in OPTIONAL_PARAMS.items()})
-    used = [f"default [{default['basis']}]"]
+    used, bases = [f"default [{default['basis']}]"], {default["basis"]}
     for origin, i, rule in rules:
         if not _matches(rule, qtype, rows, k, ncols):
             continue
@@ -94,7 +94,8 @@ def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k:
         set_ = ", ".join(f"{p}={rule[p]}" for p in ALL_PARAMS if p in rule)
         where = f"rule {i}" if origin == class_key else f"{origin} rule {i}"
         used.append(f"{where} [{rule['basis']}] {set_}: {rule.get('note', '')}".rstrip(": "))
-    return params, used
+        bases.add(rule["basis"])
+    return params, used, frozenset(bases)
 
 
 def _find_class(cls: DeviceClass) -> tuple[str, str, dict]:

@@ -222,6 +222,3 @@ class LlamaModel(Decoder):
             logits = self.forward(tokens[s : s + MAX_COLS])
         return int(np.argmax(logits)), logits
 
-    def prefill(self, tokens) -> np.ndarray:
-        """Feed a sequence in chunks of MAX_COLS; the logits of its last position."""
-        return self.feed(tokens, True)[1]
