@@ -52,6 +52,13 @@ def cls_of(fname: str, **changes) -> DeviceClass:
 
 # --- classification -------------------------------------------------------
 
+def test_a_device_records_as_it_is_read_back(backend):
+    """How tests/devices/*.json are made (DeviceInfo.to_dict, see
+    vkq/dispatch/README.md): through JSON and back, the same descriptor."""
+    info = backend.device_info
+    assert DeviceInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
+
+
 def test_every_recorded_device_is_listed():
     assert {p.stem for p in DEVICES.glob("*.json")} == set(EXPECTED_CLASS)
 
