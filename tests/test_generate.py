@@ -275,14 +275,13 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
              "feed_forward_length": t["n_ff"], "attention.head_count": t["n_head"],
              "attention.head_count_kv": t["n_head_kv"], "rope.freq_base": 10000.0,
              "attention.layer_norm_rms_epsilon": 1e-5}
-    kinds = {str: gguf.GGUFValueType.STRING, float: gguf.GGUFValueType.FLOAT32, int: gguf.GGUFValueType.UINT32}
-    for key, value in ({f"{arch}.{k}": v for k, v in hyper.items()} | (metadata or {})).items():
+    V = gguf.GGUFValueType
+    tokenizer = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
+                 "tokenizer.ggml.merges": (merges, V.ARRAY, V.STRING),
+                 "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32), "tokenizer.ggml.eos_token_id": 0}
+    kinds = {str: V.STRING, float: V.FLOAT32, int: V.UINT32}
+    for key, value in ({f"{arch}.{k}": v for k, v in hyper.items()} | tokenizer | (metadata or {})).items():
         w.add_key_value(key, *(value if isinstance(value, tuple) else (value, kinds[type(value)])))
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_token_types(types)
-    w.add_eos_token_id(0)
 
     hd = t["n_embd"] // t["n_head"]
     shapes = {"token_embd.weight": (len(tokens), t["n_embd"]), "output.weight": (len(tokens), t["n_embd"]),
@@ -534,14 +533,32 @@ BAD_METADATA = {
                         r"llama\.attention\.layer_norm_rms_epsilon is nan"),
     "rms_epsilon negative": ({"llama.attention.layer_norm_rms_epsilon": -1e-5},
                              r"llama\.attention\.layer_norm_rms_epsilon is -1e-05"),
+    "tokens not strings": ({"tokenizer.ggml.tokens": (list(range(260)), gguf.GGUFValueType.ARRAY, I32)},
+                           r"tokenizer\.ggml\.tokens is not a list of strings"),
+    "merges not strings": ({"tokenizer.ggml.merges": ([1, 2], gguf.GGUFValueType.ARRAY, I32)},
+                           r"tokenizer\.ggml\.merges is not a list of strings"),
+    "merge of one token": ({"tokenizer.ggml.merges": (["Ġt"], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING)},
+                           r"tokenizer\.ggml\.merges\[0\] is not two tokens split by a space"),
+    "merge of unknown tokens": ({"tokenizer.ggml.merges": (["x yz"], gguf.GGUFValueType.ARRAY,
+                                                           gguf.GGUFValueType.STRING)},
+                                r"the vocabulary and merges are no BPE tokenizer"),
+    "bos id f32 inf": ({"tokenizer.ggml.bos_token_id": (float("inf"), F32),
+                        "tokenizer.ggml.add_bos_token": (True, gguf.GGUFValueType.BOOL)},
+                       r"tokenizer\.ggml\.bos_token_id is inf, not a token id in \[0, 260\)"),
+    "eos id past the vocabulary": ({"tokenizer.ggml.eos_token_id": 260},
+                                   r"tokenizer\.ggml\.eos_token_id is 260, not a token id"),
+    "token types not integers": ({"tokenizer.ggml.token_type": (["x"] * 260, gguf.GGUFValueType.ARRAY,
+                                                                gguf.GGUFValueType.STRING)},
+                                 r"tokenizer\.ggml\.token_type is not an integer per token"),
 }
 
 
 @pytest.mark.parametrize("what", list(BAD_METADATA))
 def test_bad_hyperparameters_are_named(tmp_path, capsys, what):
     """A value the decoder cannot use (zero heads, an integer as float inf,
-    a NaN or zero RoPE base, a NaN or negative norm epsilon) is refused with
-    the key named, not run into a crash or into garbage text."""
+    a NaN or zero RoPE base, a NaN or negative norm epsilon, a vocabulary of
+    numbers, a token id past the vocabulary) is refused with the key named,
+    not run into a crash or into garbage text."""
     metadata, match = BAD_METADATA[what]
     path = write_gguf(tmp_path / "bad.gguf", metadata=metadata)
     with pytest.raises(ValueError, match=match):

@@ -5,6 +5,7 @@ and merges, with the pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre`.
 """
 from __future__ import annotations
 
+from .dispatch.config import is_int
 from .gguf_io import GGUFFile, metadata
 
 # tokenizer.ggml.pre values whose pre-tokenizer is GPT-2's regex after splitting
@@ -27,13 +28,27 @@ class GGUFTokenizer:
         kind = metadata(file, "tokenizer.ggml.model")
         if kind != "gpt2":
             raise ValueError(f"{path.name}: tokenizer model {kind!r} is not supported (only 'gpt2', byte-level BPE)")
-        tokens = list(metadata(file, "tokenizer.ggml.tokens"))
-        merges = [tuple(m.split(" ", 1)) for m in metadata(file, "tokenizer.ggml.merges")]
-        types = list(metadata(file, "tokenizer.ggml.token_type", [1] * len(tokens)))
+        def strings(key: str) -> list[str]:
+            value = metadata(file, key)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{path.name}: {key} is not a list of strings")
+            return value
+
+        tokens = strings("tokenizer.ggml.tokens")
+        merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+        bad = next((i for i, m in enumerate(merges) if len(m) != 2 or not all(m)), None)
+        if bad is not None:
+            raise ValueError(f"{path.name}: tokenizer.ggml.merges[{bad}] is not two tokens split by a space")
+        types = metadata(file, "tokenizer.ggml.token_type", [1] * len(tokens))
+        if not isinstance(types, list) or len(types) != len(tokens) or not all(is_int(t) for t in types):
+            raise ValueError(f"{path.name}: tokenizer.ggml.token_type is not an integer per token")
         vocab = {}
         for i, tok in enumerate(tokens):
             vocab.setdefault(tok, i)
-        tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+        try:
+            tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+        except Exception as e:  # noqa: BLE001 - the library's own words for what the file got wrong
+            raise ValueError(f"{path.name}: the vocabulary and merges are no BPE tokenizer: {e}") from None
         pre = str(metadata(file, "tokenizer.ggml.pre", "default"))
         byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         if pre in _PRE_DIGITS:
@@ -56,9 +71,14 @@ class GGUFTokenizer:
             tk.add_tokens(user)
         self.tokenizer = tk
         self.n_vocab = len(tokens)
-        self.bos_id = metadata(file, "tokenizer.ggml.bos_token_id", None)
-        self.eos_id = metadata(file, "tokenizer.ggml.eos_token_id", None)
+        self.bos_id, self.eos_id = (self._token_id(file, f"tokenizer.ggml.{which}_token_id") for which in ("bos", "eos"))
         self.add_bos = bool(metadata(file, "tokenizer.ggml.add_bos_token", False)) and self.bos_id is not None
+
+    def _token_id(self, file: GGUFFile, key: str) -> int | None:
+        value = metadata(file, key, None)
+        if value is not None and not (is_int(value) and 0 <= value < self.n_vocab):
+            raise ValueError(f"{file.path.name}: {key} is {value!r}, not a token id in [0, {self.n_vocab})")
+        return value
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         try:
@@ -68,7 +88,7 @@ class GGUFTokenizer:
                              "give it in UTF-8") from None
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
-            ids = [int(self.bos_id)] + ids
+            ids = [self.bos_id] + ids
         return ids
 
     def decode(self, ids, skip_special: bool = True) -> str:
