@@ -29,18 +29,35 @@ def load_gguf(path: str | Path) -> dict[str, GGUFTensor]:
     Tensors of block types vkq does not support are left out of the result
     (`load_gguf_all` keeps them, with their ggml type name), and so are type
     ids the gguf package does not know (their size is unknown)."""
-    out = {}
-    for t in load_gguf_all(path).values():
-        try:
-            get_format(t.qtype)
-        except ValueError:
-            continue
-        out[t.name] = t
-    return out
+    return {t.name: t for t in load_gguf_all(path).values() if is_supported(t)}
 
 
 def load_gguf_all(path: str | Path) -> dict[str, GGUFTensor]:
     return open_gguf(path).tensors
+
+
+def is_supported(t: GGUFTensor) -> bool:
+    """Whether vkq has the tensor's block type."""
+    try:
+        get_format(t.qtype)
+    except ValueError:
+        return False
+    return True
+
+
+def describe_unsupported(tensors: list[GGUFTensor]) -> str:
+    """Tensors of types vkq lacks, in one line: 'N tensors of block types vkq
+    does not support: a (TQ1_0), b (NVFP4)'; of many, per type its count,
+    first and last names: 'TQ1_0: 30 tensors, blk.0.x ... blk.29.x'."""
+    by_type: dict[str, list[str]] = {}
+    for t in tensors:
+        by_type.setdefault(t.qtype, []).append(t.name)
+    if len(tensors) <= 8:
+        listed = ", ".join(f"{t.name} ({t.qtype})" for t in tensors)
+    else:
+        listed = "; ".join(f"{q}: {len(n)} tensors, {n[0]} ... {n[-1]}" if len(n) > 2 else
+                           f"{q}: {', '.join(n)}" for q, n in by_type.items())
+    return f"{len(tensors)} tensor{'s' if len(tensors) > 1 else ''} of block types vkq does not support: {listed}"
 
 
 @dataclass(frozen=True)
