@@ -16,7 +16,7 @@ import numpy as np
 
 from .backend import Backend
 from .formats import get_format
-from .gguf_io import GGUFTensor, load_gguf_all
+from .gguf_io import GGUFTensor, describe_unsupported, is_supported, load_gguf_all
 from .reference import dequantize, nmse
 
 NMSE_THRESHOLD = 5e-4
@@ -58,17 +58,12 @@ def check_tensor(backend: Backend, t: GGUFTensor) -> dict[str, float]:
 def compare_file(path: str | Path, backend: Backend, threshold: float = NMSE_THRESHOLD, out=print) -> int:
     """One line per tensor, then a summary; returns the exit status (1: a tensor failed)."""
     path = Path(path)
-    tensors, skipped = [], []
-    for t in load_gguf_all(path).values():
-        if len(t.shape) not in (2, 3):
-            continue  # norms and biases: nothing multiplies them by a vector
-        try:
-            get_format(t.qtype)
-            tensors.append(t)
-        except ValueError:
-            skipped.append(f"{t.name} ({t.qtype})")
+    matrices = [t for t in load_gguf_all(path).values() if len(t.shape) in (2, 3)]  # not norms and biases
+    tensors = [t for t in matrices if is_supported(t)]
+    skipped = [t for t in matrices if not is_supported(t)]
     if not tensors:
-        raise ValueError(f"{path.name} has no weight matrices of a block type vkq supports")
+        raise ValueError(f"{path.name} has no weight matrices of a block type vkq supports"
+                         + (f"; it has {describe_unsupported(skipped)}" if skipped else ""))
 
     width = max(len(t.name) for t in tensors)
     out(f"vkq compare {path.name} on {backend.device_info.name}: NMSE of the GPU mat-vec against "
@@ -91,8 +86,7 @@ def compare_file(path: str | Path, backend: Backend, threshold: float = NMSE_THR
     out(f"\n{len(tensors)} tensors ({', '.join(types)}); worst NMSE: "
         + "; ".join(f"{p} {e:.3g} ({name})" for p, (e, name) in worst.items()))
     if skipped:
-        out(f"skipped {len(skipped)} tensor(s) of block types vkq does not support: {', '.join(skipped[:8])}"
-            + (" ..." if len(skipped) > 8 else ""))
+        out(f"skipped {describe_unsupported(skipped)}")
     if failed:
         out(f"FAIL: {len(failed)} tensor(s) above {threshold:g}: {', '.join(failed[:8])}"
             + (" ..." if len(failed) > 8 else ""))

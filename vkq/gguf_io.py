@@ -16,28 +16,48 @@ class GGUFTensor:
     """One tensor of a GGUF file, ready for `Backend.upload(t.qtype, t.shape, t.data)`."""
 
     name: str
-    qtype: str
+    qtype: str  # ggml's type name; "GGML type N" for a type id the gguf package does not know
     shape: tuple[int, ...]  # numpy order: (rows, K) or (n_expert, rows, K); vectors (K,)
-    data: np.ndarray  # raw bytes in GGUF order (memory-mapped)
+    # Raw bytes in GGUF order (memory-mapped); float and integer types as
+    # numbers in native byte order; empty for a type id the gguf package does not know.
+    data: np.ndarray
 
 
 def load_gguf(path: str | Path) -> dict[str, GGUFTensor]:
     """The tensors of a GGUF file by name, in file order.
 
     Tensors of block types vkq does not support are left out of the result
-    (`load_gguf_all` keeps them, with their ggml type name)."""
-    out = {}
-    for t in load_gguf_all(path).values():
-        try:
-            get_format(t.qtype)
-        except ValueError:
-            continue
-        out[t.name] = t
-    return out
+    (`load_gguf_all` keeps them, with their ggml type name), and so are type
+    ids the gguf package does not know (their size is unknown)."""
+    return {t.name: t for t in load_gguf_all(path).values() if is_supported(t)}
 
 
 def load_gguf_all(path: str | Path) -> dict[str, GGUFTensor]:
     return open_gguf(path).tensors
+
+
+def is_supported(t: GGUFTensor) -> bool:
+    """Whether vkq has the tensor's block type."""
+    try:
+        get_format(t.qtype)
+    except ValueError:
+        return False
+    return True
+
+
+def describe_unsupported(tensors: list[GGUFTensor]) -> str:
+    """Tensors of types vkq lacks, in one line: 'N tensors of block types vkq
+    does not support: a (TQ1_0), b (NVFP4)'; of many, per type its count,
+    first and last names: 'TQ1_0: 30 tensors, blk.0.x ... blk.29.x'."""
+    by_type: dict[str, list[str]] = {}
+    for t in tensors:
+        by_type.setdefault(t.qtype, []).append(t.name)
+    if len(tensors) <= 8:
+        listed = ", ".join(f"{t.name} ({t.qtype})" for t in tensors)
+    else:
+        listed = "; ".join(f"{q}: {len(n)} tensors, {n[0]} ... {n[-1]}" if len(n) > 2 else
+                           f"{q}: {', '.join(n)}" for q, n in by_type.items())
+    return f"{len(tensors)} tensor{'s' if len(tensors) > 1 else ''} of block types vkq does not support: {listed}"
 
 
 @dataclass(frozen=True)
@@ -55,8 +75,11 @@ def open_gguf(path: str | Path) -> GGUFFile:
     """One parse of a file: metadata and every tensor (memory-mapped).
 
     A file that is not a whole, well-formed GGUF (truncated anywhere, garbage
-    in its header, metadata or tensor infos, tensor data past its end) is a
-    ValueError naming the file and the first problem found."""
+    in its header, metadata or tensor infos, tensor data past its end, rows
+    that are not whole blocks) is a ValueError naming the file and the first
+    problem found. So is a big-endian file with block-quantized tensors: their
+    blocks' multi-byte fields are byte-swapped there, which vkq does not undo
+    (its float, integer and BF16 tensors come back in native byte order)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no GGUF file at {path}")
@@ -68,6 +91,10 @@ def open_gguf(path: str | Path) -> GGUFFile:
         raise ValueError(f"{path} is not a readable GGUF file: {_reason(e)}") from None
 
 
+class _Malformed(ValueError):
+    """A check of the parse that knows what is wrong: its message is the reason."""
+
+
 # GGUF metadata value types (gguf.GGUFValueType) of a fixed size: numpy type codes.
 _SCALAR_TYPES = {0: "u1", 1: "i1", 2: "u2", 3: "i2", 4: "u4", 5: "i4", 6: "f4", 7: "?", 10: "u8", 11: "i8", 12: "f8"}
 _STRING, _ARRAY = 8, 9
@@ -77,6 +104,9 @@ _MAX_NESTING = 3  # arrays of arrays: deeper than any writer makes
 # others as bytes, a row per block row): the same views here.
 _PLAIN = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
           "I32": np.int32, "I64": np.int64}
+# Types given as bytes whose values are 16-bit words: byte-swapped from a big-endian file.
+_WORDS = {"BF16": ">u2"}
+_KNOWN_TYPES = {int(t) for t in gguf.GGMLQuantizationType if t in gguf.GGML_QUANT_SIZES}
 
 
 class _Cursor:
@@ -183,24 +213,37 @@ def _parse(path: Path) -> GGUFFile:
     data_offset = -(-c.pos // alignment) * alignment
     tensors: dict[str, GGUFTensor] = {}
     spans = []  # (start, bytes, name) of each tensor's data: no two may overlap
+    swapped_blocks = []  # a big-endian file's block-quantized tensors
     for name, dims, type_id, offset in infos:
         if name in tensors:
             raise ValueError(f"tensor {name!r} appears twice")
-        qtype = gguf.GGMLQuantizationType(type_id)
-        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-        n_elements = int(np.prod(dims, dtype=object))
-        n_bytes = n_elements // block * block_bytes
-        start = data_offset + offset
-        if n_elements % block or start + n_bytes > size:
-            raise ValueError(f"tensor {name!r} ({qtype.name}, {n_bytes} bytes at offset {start}) ends past the end "
-                             f"of the file ({size} bytes): truncated or corrupt")
         # GGUF lists dimensions innermost first; numpy order is the reverse.
         shape = tuple(int(d) for d in reversed(dims))
+        if type_id not in _KNOWN_TYPES:  # a newer ggml's type: its size is unknown, nothing of it is read
+            tensors[name] = GGUFTensor(name, f"GGML type {type_id}", shape, np.zeros(0, np.uint8))
+            continue
+        qtype = gguf.GGMLQuantizationType(type_id)
+        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        if dims[0] % block:
+            raise _Malformed(f"tensor {name!r} ({qtype.name}) has rows of {dims[0]} elements, not a whole number "
+                             f"of {qtype.name} blocks ({block} elements)")
+        n_bytes = int(np.prod(dims, dtype=object)) // block * block_bytes
+        start = data_offset + offset
+        if start + n_bytes > size:
+            raise ValueError(f"tensor {name!r} ({qtype.name}, {n_bytes} bytes at offset {start}) ends past "
+                             f"the end of the file ({size} bytes)")
         data = mm[start:start + n_bytes]
         if qtype.name in _PLAIN:
             data = data.view(np.dtype(_PLAIN[qtype.name]).newbyteorder(order)).reshape(shape)
         else:
             data = data.reshape(gguf.quants.quant_shape_to_byte_shape(shape, qtype))
+        if order == ">":
+            if qtype.name in _PLAIN:
+                data = data.astype(data.dtype.newbyteorder("="))  # a copy, in native order
+            elif qtype.name in _WORDS:
+                data = data.view(_WORDS[qtype.name]).astype(_WORDS[qtype.name][1:]).view(np.uint8)
+            else:
+                swapped_blocks.append(f"{name!r} ({qtype.name})")
         tensors[name] = GGUFTensor(name, qtype.name, shape, data)
         if n_bytes:
             spans.append((start, n_bytes, name))
@@ -208,11 +251,19 @@ def _parse(path: Path) -> GGUFFile:
     for (start, n, name), (next_start, _, next_name) in zip(spans, spans[1:]):
         if start + n > next_start:
             raise ValueError(f"the data of tensors {name!r} and {next_name!r} overlap")
+    if swapped_blocks:
+        # Their blocks' fp16 scales and 16-bit words are byte-swapped (gguf-py's
+        # gguf_convert_endian.py), each type in its own way: refused, not read wrongly.
+        listed = ", ".join(swapped_blocks[:3]) + (", ..." if len(swapped_blocks) > 3 else "")
+        raise _Malformed(f"a big-endian GGUF with {len(swapped_blocks)} block-quantized tensors ({listed}); vkq "
+                         f"reads their blocks from little-endian files only: convert the file to little-endian")
     return GGUFFile(path, meta, tensors, data_offset)
 
 
 def _reason(e: Exception) -> str:
     """One line for whatever the parse raised."""
+    if isinstance(e, _Malformed):
+        return str(e)
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"truncated or corrupt ({type(e).__name__}{': ' + text[:200] if text else ''})"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .formats import get_format
-from .gguf_io import GGUFFile, GGUFTensor, metadata, open_gguf
+from .gguf_io import GGUFFile, GGUFTensor, describe_unsupported, is_supported, metadata, open_gguf
 from .synthetic import random_weights
 
 # The roles of the matrices of one block, and the stage of the decode step
@@ -268,16 +268,12 @@ def from_gguf(path: str | Path) -> Model:
         # Without output.weight the token embedding is the output head (tied).
         if role is None or (name == "token_embd.weight" and "output.weight" in tensors):
             continue
-        try:
-            get_format(t.qtype)
-        except ValueError:
-            unsupported.append(f"{name} ({t.qtype})")
+        if not is_supported(t):
+            unsupported.append(t)
             continue
         found.append(Matrix(name, role[0], role[1], t.qtype, t.shape))
     if unsupported:
-        raise ValueError(f"{path.name}: vkq does not support the block types of "
-                         f"{len(unsupported)} tensor(s): {', '.join(unsupported[:8])}"
-                         + (" ..." if len(unsupported) > 8 else ""))
+        raise ValueError(f"{path.name} has {describe_unsupported(unsupported)}")
     if not found:
         raise ValueError(f"{path.name}: no weight matrices with the names vkq knows "
                          f"(blk.N.attn_q.weight, ..., output.weight)")
