@@ -7,7 +7,10 @@ tied token embedding / output head is BF16, as llama-quantize's
 --tensor-type makes them. The other matrices have K=576: llama.cpp gives
 them IQ4_NL (32-element blocks), its fallback for rows that are not whole
 256-element blocks. One file instead of one per type: each llama.cpp
-quantization of the whole model takes 20-130 s on two cores.
+quantization of the whole model takes 20-130 s on two cores, and on
+SmolLM2 the IQ3_XXS and IQ2_S file types' own mixes hold no tensor of
+their type (IQ3_XXS gives ffn_down Q3_K/Q4_K; IQ2_S gives IQ2_XS, as
+llama.cpp's IQ2_S file type does everywhere: IQ2_S tensors come with IQ2_M).
 
 - llama.cpp wrote each type where it was asked to;
 - `vkq compare`: every weight tensor on every path within NMSE 5e-4 of the
