@@ -57,10 +57,13 @@ class Weights:
         self._configs: dict[tuple, PipelineConfig] = {}
 
     def free(self) -> None:
-        """Release the device memory now; any later use is refused."""
+        """Release the device memory now; any later use is refused. Refused
+        while a replay that reads these weights is in flight."""
         with self.backend._lock:
             if self.freed:
                 return
+            if any(g.in_flight and id(self) in g._weights for g in self.backend._in_flight):
+                raise RuntimeError(f"cannot free {self!r} while a replay that reads it is in flight; wait() first")
             for call in self._calls_by_config.values():
                 call.graph.destroy()
             self._calls.clear()
@@ -150,6 +153,7 @@ class Backend:
         self.dispatcher = Dispatcher.for_device(self.device_info, self.device.caps)
         self._lock = threading.RLock()
         self._many: OrderedDict[tuple, _Call] = OrderedDict()  # matvec_many's graphs, least recent first
+        self._in_flight: set[Graph] = set()  # graphs with a replay submitted and not yet waited for
 
     # -- weights and tensors -----------------------------------------------
     def upload(self, qtype, shape, data) -> Weights:
