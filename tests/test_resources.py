@@ -27,16 +27,17 @@ def open_files() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-class Usage:
-    """RSS and open files now; `grew()` after a loop (garbage collected first)."""
-
-    def __init__(self):
-        gc.collect()
-        self.rss, self.files = rss_mb(), open_files()
-
-    def grew(self) -> tuple[float, int]:
-        gc.collect()
-        return rss_mb() - self.rss, open_files() - self.files
+def growth(action, warmup: int, n: int) -> tuple[float, int]:
+    """RSS (MB) and open files gained over n calls of action after `warmup`
+    calls (garbage collected before and after)."""
+    for _ in range(warmup):
+        action()
+    gc.collect()
+    rss, files = rss_mb(), open_files()
+    for _ in range(n):
+        action()
+    gc.collect()
+    return rss_mb() - rss, open_files() - files
 
 
 def weights_data(rows=64, k=256, seed=1):
@@ -57,13 +58,8 @@ def test_backends_are_freed():
         g.output(g.matvec(w, xt))
         g.run()
 
-    for _ in range(40):  # (RSS settles after ~35 Backends: allocator arenas, driver threads)
-        use_one()
-    usage = Usage()
-    n = 200
-    for _ in range(n):
-        use_one()
-    mb, files = usage.grew()
+    n = 200  # (RSS settles after ~35 Backends: allocator arenas, driver threads)
+    mb, files = growth(use_one, 40, n)
     assert mb < 150, f"{n} Backends: RSS +{mb:.0f} MB"
     assert files <= 2, f"{n} Backends: {files} more open files"
 
@@ -81,13 +77,8 @@ def test_matvec_many_of_fresh_weights(backend):
         assert np.array_equal(y0, y)
         w.free()
 
-    for _ in range(50):
-        call()
-    usage = Usage()
     n = 2000
-    for _ in range(n):
-        call()
-    mb, files = usage.grew()
+    mb, files = growth(call, 50, n)
     assert mb < 40, f"{n} matvec_many calls with fresh weights: RSS +{mb:.0f} MB"
     assert files <= 2
     assert not any(id(w0) in c.graph._weights for c in backend._many.values()), "graphs of freed weights are kept"
@@ -116,13 +107,8 @@ def test_graphs_created_and_dropped(backend):
         g.output(g.matvec(w, g.matvec(backend.upload("Q4_0", (256, 256), weights_data(256, 256)), x), "mmvq"))
         g.run()
 
-    for _ in range(20):
-        one()
-    usage = Usage()
     n = 1000
-    for _ in range(n):
-        one()
-    mb, files = usage.grew()
+    mb, files = growth(one, 20, n)
     assert mb < 40, f"{n} graphs: RSS +{mb:.0f} MB"
     assert files <= 2
 
@@ -133,14 +119,12 @@ def test_replays(backend):
     x = g.input(backend.tensor(256))
     y = g.output(g.matvec(w, x, "mmvq"))
     v = np.ones(256, np.float32)
-    for _ in range(100):
-        x.write(v)
-        g.run()
-    usage = Usage()
-    for _ in range(10000):
+
+    def replay():
         x.write(v)
         g.run()
         y.read()
-    mb, files = usage.grew()
+
+    mb, files = growth(replay, 100, 10000)
     assert mb < 20, f"10000 replays: RSS +{mb:.0f} MB"
     assert files <= 2
