@@ -90,14 +90,13 @@ class Graph:
         self._written: set[int] = set()  # tensors written since the last barrier
         self._read: set[int] = set()  # tensors read since the last barrier
         self._versions: dict[int, int] = {}  # tensor id -> nodes that wrote it so far
-        self._node_writes: list[set[int]] = []  # per node, the ids of the tensors it writes
         self._quantized: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (x id, planes) -> (xq, x version)
         self.matvecs: list[tuple[object, object]] = []  # (weights, PipelineConfig) of every mat-vec
         self.counts = {"barrier": 0, "quantize": 0, "matvec": 0, "op": 0}  # what was recorded
         self._seq = None
         self._submits = 0  # serial number of the last replay submitted
         self._flight = 0  # the serial of the replay in flight; 0: none
-        self._writes: set[int] = set()  # ids of tensors a replay writes (inputs and outputs too): set at _record
+        self._writes: set[int] = set()  # ids of the tensors a replay writes (inputs and outputs too)
         self._ids_checks: list[tuple[Tensor, int]] = []  # (ids tensor, n_expert) of every MUL_MAT_ID
         self._kernel_seconds: float | None = None
         self._destroyed = False
@@ -129,6 +128,7 @@ class Graph:
         if self._own(t, what) not in marked:
             marked.append(t)
             self._tensors[id(t)] = t
+            self._writes.add(id(t))  # (the device copy of an input, the host copy of an output)
             if marked is self._inputs:
                 t.is_input = True
         return t
@@ -184,7 +184,7 @@ class Graph:
         self._kernel_span[1] = len(self._ops) - 1
         self._written |= w
         self._read |= r
-        self._node_writes.append(w)
+        self._writes |= w
         for i in w:
             self._versions[i] = self._versions.get(i, 0) + 1
         self._keep.append(keep)
@@ -290,10 +290,6 @@ class Graph:
             seq.record(op)
         if self._kernel_span:
             self._kernel_span = [i + len(head) for i in self._kernel_span]
-        written = {id(t) for t in self._inputs + self._outputs}
-        for node_writes in self._node_writes:
-            written |= node_writes
-        self._writes = written
         fresh = [t for t in self._tensors.values() if not t.on_device]
         if fresh:  # one upload of their host values (see vkq.tensor)
             dev.manager.sequence().eval(kp.OpTensorSyncDevice([t.kp for t in fresh]))
@@ -337,9 +333,7 @@ class Graph:
 
     def _check_others(self) -> None:
         """No other graph in flight writes what this one uses, or uses what it writes."""
-        mine = self._tensors.keys()
-        writes = self._writes if self._seq is not None else {id(t) for t in self._inputs + self._outputs}.union(
-            *self._node_writes)
+        mine, writes = self._tensors.keys(), self._writes
         for other in self.backend._in_flight:
             if other is self or not other.in_flight:
                 continue
