@@ -18,12 +18,26 @@
 // RoPE, the cache append and the attention are one dispatch. The caches are
 // (n_head_kv, capacity, head_dim): a head's keys are contiguous. The scores
 // live in a scratch buffer (n_head, capacity): any context length fits, where
-// shared memory would cap it.
+// shared memory would cap it. (With SPLIT, the partial results follow them:
+// (n_head, splits, head_dim + 2).)
+//
+// Long contexts (SPLIT, specialization constant 2, > 0): workgroup (h, c)
+// takes positions c*SPLIT .. c*SPLIT + SPLIT - 1 only, and writes its partial
+// result to the scratch after the scores: its max score m_c, its sum of
+// exp(s - m_c), and its unnormalized weighted sum of the values. A second
+// dispatch of this shader (COMBINE, specialization constant 3), one
+// workgroup per head, rescales and adds them (exp(m_c - max m)) into out.
+// Why: llvmpipe ends an invocation's loops after 65535 iterations in all,
+// silently, and one workgroup per head takes about (2*head_dim/WG_SIZE + 1)
+// iterations per position (16 per position at head_dim 64 on its 8-wide
+// subgroups: wrong past ~4000 positions). The host picks SPLIT from that
+// budget; on a device without one, SPLIT is 0 and a head is one workgroup.
+// Splits past pos[0] have nothing to do and return at once.
 //
 // With X_PLANES (specialization constant 1) of 1 or 2, out is also written
 // as Q8_1 blocks (q8_1.glsl) to xq, the int8 mat-vec path's input: each head's
 // head_dim values (a multiple of 32: the host checks) are whole blocks, read
-// back by the workgroup that wrote them.
+// back by the workgroup that wrote them (the COMBINE pass's, with SPLIT).
 //
 // Bindings: 0 q, 1 k, 2 v (the new vectors, unrotated), 3 K cache, 4 V cache,
 // 5 RoPE table, 6 pos, 7 scores (scratch), 8 out, 9 xq.
@@ -33,6 +47,8 @@
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const uint X_PLANES = 0;
+layout(constant_id = 2) const uint SPLIT = 0;  // positions per workgroup; 0: all of them
+layout(constant_id = 3) const bool COMBINE = false;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -69,12 +85,70 @@ vec2 rope(vec2 x, uint j, uint at) {
     return vec2(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
 }
 
+// The scratch's partial result of split c of head h: m, l, then head_dim sums.
+uint partial(uint h, uint c, uint n_split) {
+    return p.n_head * p.capacity + (h * n_split + c) * (p.head_dim + 2u);
+}
+
+// out's head h (its values already in o) as Q8_1 blocks, when asked.
+void store_out_q8_1(uint tid, uint h, uint ob) {
+    if (X_PLANES > 0u) {
+        memoryBarrierBuffer();
+        barrier();
+        for (uint b = tid; b < p.head_dim / 32u; b += WG_SIZE) {
+            vec4 vals[8];
+            for (uint j = 0u; j < 8u; j++) {
+                for (uint c = 0u; c < 4u; c++) {
+                    vals[j][c] = o[ob + 32u * b + 4u * j + c];
+                }
+            }
+            store_q8_1(vals, (h * p.head_dim) / 32u + b);  // out is all of its tensor (the host checks)
+        }
+    }
+}
+
+// The second pass with SPLIT: out = sum_c e_c acc_c / sum_c e_c l_c, e_c = exp(m_c - max m).
+void combine_splits(uint tid, uint h, uint position) {
+    const uint n_split = (p.capacity + SPLIT - 1u) / SPLIT;
+    const uint used = position / SPLIT + 1u;
+    float m = -1.0 / 0.0;
+    for (uint c = 0u; c < used; c++) {
+        m = max(m, scores[partial(h, c, n_split)]);
+    }
+    float l = 0.0;
+    for (uint c = 0u; c < used; c++) {
+        const uint pb = partial(h, c, n_split);
+        l += exp(scores[pb] - m) * scores[pb + 1u];
+    }
+    const float inv_l = 1.0 / l;
+    const uint ob = p.out_off + h * p.head_dim;
+    for (uint d = tid; d < p.head_dim; d += WG_SIZE) {
+        float acc = 0.0;
+        for (uint c = 0u; c < used; c++) {
+            const uint pb = partial(h, c, n_split);
+            acc += exp(scores[pb] - m) * scores[pb + 2u + d];
+        }
+        o[ob + d] = acc * inv_l;
+    }
+    store_out_q8_1(tid, h, ob);
+}
+
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint h = gl_WorkGroupID.x;
+    const uint position = uint(pos[0]);
+    if (COMBINE) {
+        combine_splits(tid, h, position);
+        return;
+    }
+    const uint split = gl_WorkGroupID.y;
+    const uint t0 = split * SPLIT;  // this workgroup's positions t0 .. t1 - 1
+    const uint t1 = SPLIT > 0u ? min(t0 + SPLIT, position + 1u) : position + 1u;
+    if (t0 >= t1) {
+        return;  // (the whole workgroup: t0 and t1 are uniform)
+    }
     const uint group_size = p.n_head / p.n_head_kv;
     const uint g = h / group_size;
-    const uint position = uint(pos[0]);
     const uint qb = p.q_off + h * p.head_dim;
     const uint kb = p.k_off + g * p.head_dim;
     const uint vb = p.v_off + g * p.head_dim;
@@ -93,7 +167,7 @@ void main() {
             q_rot[e + 1u] = qe.y;
             k_rot[e + 1u] = ke.y;
         }
-        if (h % group_size == 0u) {
+        if (h % group_size == 0u && split == 0u) {
             const uint c = kv0 + position * p.head_dim + e;
             k_cache[c] = ke.x;
             v_cache[c] = v[vb + e];
@@ -106,9 +180,9 @@ void main() {
     memoryBarrierShared();
     barrier();
 
-    // Scores; each invocation takes positions tid, tid + WG_SIZE, ... (the new key's from k_rot)
+    // Scores; each invocation takes positions t0 + tid, t0 + tid + WG_SIZE, ... (the new key's from k_rot)
     float m = -1.0 / 0.0;
-    for (uint t = tid; t <= position; t += WG_SIZE) {
+    for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
         float s = 0.0;
         if (t < position) {
             const uint c = kv0 + t * p.head_dim;
@@ -126,36 +200,40 @@ void main() {
     }
     m = workgroup_max(m);
     float sum = 0.0;
-    for (uint t = tid; t <= position; t += WG_SIZE) {
+    for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
         const float e = exp(scores[sb + t] - m);
         scores[sb + t] = e;
         sum += e;
     }
-    const float inv_sum = 1.0 / workgroup_sum(sum);
+    sum = workgroup_sum(sum);
+    const float inv_sum = 1.0 / sum;
     // Every invocation reads every weight below: make the writes visible.
     memoryBarrierBuffer();
     barrier();
     // Weighted sum of the values; each invocation takes dimensions tid, tid + WG_SIZE, ...
+    const uint t_cache = min(t1, position);  // positions read from the V cache; the new one from v
     const uint ob = p.out_off + h * p.head_dim;
+    const uint pb = SPLIT > 0u ? partial(h, split, (p.capacity + SPLIT - 1u) / SPLIT) : 0u;
     for (uint d = tid; d < p.head_dim; d += WG_SIZE) {
         float acc = 0.0;
-        for (uint t = 0u; t < position; t++) {
+        for (uint t = t0; t < t_cache; t++) {
             acc += scores[sb + t] * v_cache[kv0 + t * p.head_dim + d];
         }
-        acc += scores[sb + position] * v[vb + d];
-        o[ob + d] = acc * inv_sum;
-    }
-    if (X_PLANES > 0u) {
-        memoryBarrierBuffer();
-        barrier();
-        for (uint b = tid; b < p.head_dim / 32u; b += WG_SIZE) {
-            vec4 vals[8];
-            for (uint j = 0u; j < 8u; j++) {
-                for (uint c = 0u; c < 4u; c++) {
-                    vals[j][c] = o[ob + 32u * b + 4u * j + c];
-                }
-            }
-            store_q8_1(vals, (h * p.head_dim) / 32u + b);  // out is all of its tensor (the host checks)
+        if (t1 > position) {
+            acc += scores[sb + position] * v[vb + d];
         }
+        if (SPLIT > 0u) {
+            scores[pb + 2u + d] = acc;
+        } else {
+            o[ob + d] = acc * inv_sum;
+        }
+    }
+    if (SPLIT > 0u) {
+        if (tid == 0u) {
+            scores[pb] = m;
+            scores[pb + 1u] = sum;
+        }
+    } else {
+        store_out_q8_1(tid, h, ob);
     }
 }

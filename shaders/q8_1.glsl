@@ -13,6 +13,13 @@
 // Block b is XQ_BLOCK = 2*X_PLANES+1 uvec4: the 32 quants of each plane, then
 // (d, s0, s1, d_r) as float bits (d_r = 0 with one plane).
 //
+// A block whose d would be a float32 subnormal (amax below 127 * 2^-126,
+// about 1.5e-36) is flushed to zero: d = 0 and quants 0. 1/d of a subnormal
+// d overflows to inf, and 0 * inf would put NaN in every quant and residual;
+// a GPU that flushes subnormals (Vulkan allows it) would make d zero anyway.
+// The error is at most 1.5e-36 per value, where ggml (d in fp16) flushes
+// every block with amax below ~7.6e-6.
+//
 // A block holding NaN or inf gets d = s0 = s1 = d_r = NaN (its quants are
 // then meaningless): every dot product with it is NaN, so a non-finite x
 // gives NaN in each output of its column, as float64 numpy gives NaN or
@@ -37,7 +44,9 @@ float quantize_plane(inout vec4 v[8], out uint packed[8], out ivec2 qsum) {
         const vec4 a = abs(v[i]);
         amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
     }
-    const float d = amax / 127.0;
+    const float d0 = amax / 127.0;
+    // (an exponent test, not d0 >= 2^-126: a compiler may flush d0 first)
+    const float d = (floatBitsToUint(d0) & 0x7F800000u) != 0u ? d0 : 0.0;
     const float id = d != 0.0 ? 1.0 / d : 0.0;
     qsum = ivec2(0);
     for (uint i = 0u; i < 8u; i++) {

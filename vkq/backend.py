@@ -15,6 +15,7 @@ shape) the dispatches are recorded once into a Kompute sequence and replayed.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,6 +31,9 @@ from .runtime import Device
 from .tensor import Tensor
 
 MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding)
+# matvec_many's graphs kept per backend (the least recently used go first):
+# each holds its matrices alive and a few pipelines.
+MANY_GRAPHS = 64
 
 
 @dataclass
@@ -53,14 +57,18 @@ class Weights:
         self._configs: dict[tuple, PipelineConfig] = {}
 
     def free(self) -> None:
-        """Release the device memory now; any later use is refused."""
+        """Release the device memory now; any later use is refused. Refused
+        while a replay that reads these weights is in flight."""
         with self.backend._lock:
             if self.freed:
                 return
+            if any(g.in_flight and id(self) in g._weights for g in self.backend._in_flight):
+                raise RuntimeError(f"cannot free {self!r} while a replay that reads it is in flight; wait() first")
             for call in self._calls_by_config.values():
                 call.graph.destroy()
             self._calls.clear()
             self._calls_by_config.clear()
+            self.backend._forget_many(self)
             for buf in self.buffers:
                 buf.tensor.destroy()
             self.freed = True
@@ -144,6 +152,8 @@ class Backend:
         self.device_info = self.device.info
         self.dispatcher = Dispatcher.for_device(self.device_info, self.device.caps)
         self._lock = threading.RLock()
+        self._many: OrderedDict[tuple, _Call] = OrderedDict()  # matvec_many's graphs, least recent first
+        self._in_flight: set[Graph] = set()  # graphs with a replay submitted and not yet waited for
 
     # -- weights and tensors -----------------------------------------------
     def upload(self, qtype, shape, data) -> Weights:
@@ -256,6 +266,11 @@ class Backend:
             w._calls[key] = call
         return call
 
+    def _forget_many(self, w: Weights) -> None:
+        """Destroy matvec_many's graphs that read w (being freed)."""
+        for key in [key for key, call in self._many.items() if id(w) in call.graph._weights]:
+            self._many.pop(key).graph.destroy()
+
     # -- mat-vec -----------------------------------------------------------
     def matvec(self, weights: Weights, x: np.ndarray, path: str | None = None, *,
                activations: str | None = None, config: PipelineConfig | None = None) -> np.ndarray:
@@ -309,7 +324,9 @@ class Backend:
 
         The mat-vecs are independent (no barrier between them) and those
         given the very same x array share one upload and one Q8_1
-        quantization. Recorded once per combination of matrices and shapes."""
+        quantization. Recorded once per combination of matrices and shapes;
+        the last MANY_GRAPHS combinations are kept (a matrix's are dropped
+        when it is freed)."""
         products = list(products)
         if not products:
             raise ValueError("matvec_many needs at least one (weights, x) pair")
@@ -328,16 +345,21 @@ class Backend:
             ws.append(w)
             slots.append(slot)
         ncols = [1 if x.ndim == 1 else x.shape[1] for x in xs]
-        key = ("many", tuple(id(w) for w in ws), tuple(slots), tuple(ncols), path, activations,
+        # (the graph holds the matrices: their ids stay theirs while it is cached)
+        key = (tuple(id(w) for w in ws), tuple(slots), tuple(ncols), path, activations,
                env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
-        call = ws[0]._calls.get(key)
         with self._lock:
+            call = self._many.get(key)
             if call is None:
                 g = Graph(self)
                 inputs = [g.input(self.tensor(x.shape[0], n, name=f"x{j}")) for j, (x, n) in enumerate(zip(xs, ncols))]
                 ys = [g.output(g.matvec(w, inputs[slot], path, activations=activations))
                       for w, slot in zip(ws, slots)]
-                call = ws[0]._calls[key] = _Call(g, inputs, ys)
+                call = self._many[key] = _Call(g, inputs, ys)
+                while len(self._many) > MANY_GRAPHS:
+                    self._many.popitem(last=False)[1].graph.destroy()
+            else:
+                self._many.move_to_end(key)
             for t, x in zip(call.xs, xs):
                 t._host[:, : x.shape[0]] = x.T if x.ndim == 2 else x
             call.graph.run()

@@ -18,8 +18,17 @@ tensor, until a node writes x again. Other operations join through `add`.
 
 The first replay records the Kompute sequence; after that the graph is
 fixed. Replays of one graph never overlap: `submit` while one is in flight,
-or waiting twice for one, is an error, and so is touching one of its input
-or output tensors from the host before `wait`.
+or waiting twice for one, is an error. While a replay is in flight nothing
+it uses may change under it: touching one of its tensors from the host,
+freeing its weights, or submitting another graph that writes a tensor it
+uses (or uses a tensor it writes; inputs and outputs count as written) is
+an error until it is waited for, by its `Replay.wait()` or `Graph.wait()`.
+`run()` waits even when interrupted (Ctrl-C), and a Replay dropped unwaited
+waits for itself: a graph is never left in flight for good.
+
+MUL_MAT_ID's ids are checked on the host before every replay: they must be
+a graph input or a constant (written before the first replay), never
+written on the device, where nothing could check them.
 """
 from __future__ import annotations
 
@@ -32,17 +41,26 @@ from .timing import timestamp_span
 
 
 class Replay:
-    """One submitted replay of a graph; `wait()` once before touching its tensors."""
+    """One submitted replay of a graph; `wait()` once before touching its tensors.
+    Dropped unwaited, it waits for itself (the graph stays usable)."""
 
-    __slots__ = ("graph", "done")
+    __slots__ = ("graph", "serial")
 
-    def __init__(self, graph: "Graph"):
-        self.graph, self.done = graph, False
+    def __init__(self, graph: "Graph", serial: int):
+        self.graph, self.serial = graph, serial
+
+    @property
+    def done(self) -> bool:
+        return self.graph._flight != self.serial
 
     def wait(self) -> None:
         if self.done:
             raise RuntimeError("this replay was already waited for")
-        self.graph._wait(self)
+        self.graph._finish()
+
+    def __del__(self):
+        if not self.done:
+            self.graph._finish()
 
 
 class _Collector:
@@ -76,7 +94,10 @@ class Graph:
         self.matvecs: list[tuple[object, object]] = []  # (weights, PipelineConfig) of every mat-vec
         self.counts = {"barrier": 0, "quantize": 0, "matvec": 0, "op": 0}  # what was recorded
         self._seq = None
-        self._replay: Replay | None = None
+        self._submits = 0  # serial number of the last replay submitted
+        self._flight = 0  # the serial of the replay in flight; 0: none
+        self._writes: set[int] = set()  # ids of the tensors a replay writes (inputs and outputs too)
+        self._ids_checks: list[tuple[Tensor, int]] = []  # (ids tensor, n_expert) of every MUL_MAT_ID
         self._kernel_seconds: float | None = None
         self._destroyed = False
 
@@ -107,6 +128,9 @@ class Graph:
         if self._own(t, what) not in marked:
             marked.append(t)
             self._tensors[id(t)] = t
+            self._writes.add(id(t))  # (the device copy of an input, the host copy of an output)
+            if marked is self._inputs:
+                t.is_input = True
         return t
 
     def barrier(self) -> None:
@@ -144,8 +168,14 @@ class Graph:
 
     def _node(self, ops: list, reads: list[Tensor], writes: list[Tensor], keep) -> None:
         r, w = {id(t) for t in reads}, {id(t) for t in writes}
+        for ids, _ in self._ids_checks:
+            if id(ids) in w:
+                raise ValueError(f"{ids!r} holds a MUL_MAT_ID's ids: they cannot be written on the device, "
+                                 "where nothing could check them")
         for t in (*reads, *writes):
             self._tensors[id(t)] = t
+        for t in writes:
+            t.device_written = True
         if r & self._written or w & (self._written | self._read):
             self._barrier()
         if not self._kernel_span:
@@ -154,6 +184,7 @@ class Graph:
         self._kernel_span[1] = len(self._ops) - 1
         self._written |= w
         self._read |= r
+        self._writes |= w
         for i in w:
             self._versions[i] = self._versions.get(i, 0) + 1
         self._keep.append(keep)
@@ -230,6 +261,9 @@ class Graph:
         ids = self._own(ids, "ids")
         if ids.dtype != np.int32 or ids.n != 1:
             raise ValueError(f"ids {ids!r} must be one int32 vector of the used experts")
+        if ids.device_written:
+            raise ValueError(f"ids {ids!r} are written on the device, where nothing can check them; "
+                             "a MUL_MAT_ID's ids must come from the host")
         n_used = ids.length
         if n_used > MAX_GROUPS_X:
             raise ValueError(f"ids {ids!r} selects {n_used} experts; a MUL_MAT_ID takes at most {MAX_GROUPS_X}")
@@ -239,6 +273,7 @@ class Graph:
         cfg = self.backend._config(w, 1, path, config, activations)
         y = self._out(out, x, w.layout.rows, n_used, "y")
         self._matvec_node(w, cfg, x, y, ids, n_used, shared_x=x.n == 1)
+        self._ids_checks.append((ids, w.layout.n_expert))
         return y
 
     # -- replaying -----------------------------------------------------------
@@ -262,41 +297,92 @@ class Graph:
                 t.on_device = True
         self._seq = seq
 
+    @property
+    def in_flight(self) -> bool:
+        """A replay was submitted and not yet waited for."""
+        return self._flight != 0
+
     def submit(self) -> Replay:
-        """Submit one replay and return at once; `wait()` on the result."""
+        """Submit one replay and return at once; `wait()` on the result (or on the graph)."""
         with self.backend._lock:
             if self._destroyed:
                 raise RuntimeError("this graph was destroyed")
-            if self._replay is not None:
-                raise RuntimeError("a replay of this graph is in flight: wait() for it before the next")
+            if self.in_flight:
+                raise RuntimeError("a replay of this graph is in flight: wait() for it (Replay.wait or Graph.wait) "
+                                   "before the next")
             for w in self._weights.values():
                 if w.freed:
                     raise RuntimeError(f"{w!r} was freed; this graph reads it and cannot run")
+            self._check_others()
+            self._check_ids()
             if self._seq is None:
                 self._record()
-            replay = Replay(self)
-            for t in self._inputs:
-                t._check_idle("replay with")
-            for t in self._inputs + self._outputs:
-                t._replay = replay
-            self._seq.eval_async()
-            self._replay = replay
+            if self._seq.is_running():  # left so by a wait interrupted before it finished
+                self._seq.eval_await()
+            self._submits += 1
+            replay = Replay(self, self._submits)
+            self._flight = replay.serial
+            self.backend._in_flight.add(self)
+            try:
+                self._seq.eval_async()
+            except BaseException:
+                self._flight = 0
+                self.backend._in_flight.discard(self)
+                raise
             return replay
 
-    def _wait(self, replay: Replay) -> None:
-        if replay is not self._replay:
-            raise RuntimeError("this replay is not the one in flight")
-        self._seq.eval_await()
-        replay.done = True
-        self._replay = None
+    def _check_others(self) -> None:
+        """No other graph in flight writes what this one uses, or uses what it writes."""
+        mine, writes = self._tensors.keys(), self._writes
+        for other in self.backend._in_flight:
+            if other is self or not other.in_flight:
+                continue
+            shared = (mine & other._writes) | (writes & other._tensors.keys())
+            if shared:
+                t = self._tensors[next(iter(shared))]
+                raise RuntimeError(f"a replay of another graph that uses {t!r} is in flight, and one of the two "
+                                   "writes it: wait() for it first")
+
+    def _check_ids(self) -> None:
+        """Every MUL_MAT_ID's ids (host values: those of an input go up now, a
+        constant's at the first replay) in [0, n_expert)."""
+        for ids, n_expert in self._ids_checks:
+            if ids.device_written:
+                raise RuntimeError(f"{ids!r} holds a MUL_MAT_ID's ids and another graph writes it on the device, "
+                                   "where nothing can check them")
+            values = ids._host[0, : ids.length]
+            bad = values[(values < 0) | (values >= n_expert)]
+            if bad.size:
+                raise ValueError(f"ids {ids!r} out of range: {bad[:4].tolist()} not in [0, {n_expert})")
+
+    def _finish(self) -> None:
+        """Wait for the replay in flight. The graph is marked idle even when the
+        wait is interrupted, as the GPU's work is then done or abandoned."""
+        try:
+            self._seq.eval_await()
+        finally:
+            self._flight = 0
+            self.backend._in_flight.discard(self)
+            if self._seq.is_running():  # interrupted before the wait began: finish it
+                self._seq.eval_await()
         if self.timestamps and self._kernel_span:
             first, last = self._kernel_span  # timestamps[i + 1] is the end of op i
             self._kernel_seconds = timestamp_span(self._seq.get_timestamps(), self.backend.device_info.timestamp_period,
                                                   first, last + 1)
 
+    def wait(self) -> None:
+        """Wait for this graph's replay in flight, if any (its Replay handle then is done)."""
+        if self.in_flight:
+            self._finish()
+
     def run(self) -> None:
-        """One replay: submit and wait."""
-        self.submit().wait()
+        """One replay: submit and wait (waited for even if interrupted)."""
+        replay = self.submit()
+        try:
+            replay.wait()
+        finally:
+            if not replay.done:
+                self._finish()
 
     @property
     def kernel_seconds(self) -> float | None:
@@ -307,7 +393,7 @@ class Graph:
     def destroy(self) -> None:
         """Free the recorded sequence and the pipelines of vkq's own nodes now
         (the tensors, and what `add` was given, stay the caller's)."""
-        if self._replay is not None:
+        if self.in_flight:
             raise RuntimeError("a replay of this graph is in flight: wait() for it first")
         if self._seq is not None:
             self._seq.destroy()

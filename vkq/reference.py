@@ -2,8 +2,8 @@
 
 - `dequantize(qtype, shape, data)`: the gguf package's own dequantizer (written
   by ggml's authors, not here) to float64.
-- `quantize_q8_1(x)`: vkq's Q8_1 activation quantizer, as shaders/quantize_q8_1.comp
-  computes it (fp32 arithmetic, round half away from zero).
+- `quantize_q8_1(x)`: vkq's Q8_1 activation quantizer, as shaders/q8_1.glsl
+  computes it (fp32 arithmetic, round half away from zero, tiny blocks flushed).
 - `q8_1_values(x, planes)`: the values the int8 path sees in place of x: one
   Q8_1 plane (activations "q8_1"), or that plus the Q8_1 plane of its fp32
   rounding residual ("q8_1x2"); NaN for every value of a block that holds
@@ -34,13 +34,16 @@ def dequantize(qtype, shape, data) -> np.ndarray:
 def quantize_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """x float32 (..., K), K a multiple of 32 -> (int8 quants (..., K), fp32 d (..., K/32)).
 
-    A block with a NaN or inf gets d = NaN and quants 0."""
+    A block with a NaN or inf gets d = NaN and quants 0; one whose d would be
+    subnormal (amax below 127 * 2^-126) is flushed: d = 0, quants 0."""
     x = np.asarray(x, np.float32)
     blocks = x.reshape(*x.shape[:-1], -1, CHUNK)
     finite = np.isfinite(blocks).all(axis=-1)
     blocks = np.where(finite[..., None], blocks, np.float32(0))
     amax = np.abs(blocks).max(axis=-1)
-    d = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(under="ignore"):
+        d = (amax / np.float32(127)).astype(np.float32)
+    d = np.where(d >= np.finfo(np.float32).tiny, d, np.float32(0))
     with np.errstate(divide="ignore"):
         inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     scaled = blocks * inv[..., None]

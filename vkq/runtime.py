@@ -31,6 +31,11 @@ ACCESS_SHADER_READ = 0x00000020
 ACCESS_SHADER_WRITE = 0x00000040
 
 
+# The compiled shaders, read once per process (a cache on a Device method
+# would keep every Device, its Manager and VkDevice, alive for good).
+_spirv = functools.lru_cache(maxsize=None)(load_spirv)
+
+
 class Device:
     """One logical Vulkan device, opened through Kompute."""
 
@@ -90,10 +95,6 @@ class Device:
         """A device tensor of n zero elements (not yet synced)."""
         return self.manager.tensor_t(np.zeros(max(n, 1), dtype))
 
-    @functools.lru_cache(maxsize=None)
-    def spirv(self, variant) -> bytes:
-        return load_spirv(variant)
-
     def algorithm(self, tensors, variant, groups: tuple[int, int, int], spec: list[int], push: np.ndarray,
                   binding_kinds: list[str] | None = None):
         """A Kompute algorithm; tensor i is binding i, bound as binding_kinds[i]
@@ -104,8 +105,8 @@ class Device:
             if not self.patched_kp:
                 raise KomputeUnavailable(f"texel bindings need vkq's Kompute patch level {REQUIRED_KP_PATCH}; "
                                          f"{KOMPUTE_HINT}")
-            return self.manager.algorithm_with_bindings(tensors, binding_kinds, self.spirv(variant), groups, spec, push)
-        return self.manager.algorithm(tensors, self.spirv(variant), groups, spec, push)
+            return self.manager.algorithm_with_bindings(tensors, binding_kinds, _spirv(variant), groups, spec, push)
+        return self.manager.algorithm(tensors, _spirv(variant), groups, spec, push)
 
     def compute_barrier(self):
         """Orders a dispatch after the previous one whose output it reads."""

@@ -9,7 +9,10 @@ place (no allocation), lets a `vkq.Graph` chain operations on the device,
 and reads back only what it needs. A tensor's host values go to the device
 at the first replay of any graph that uses it (so a tensor written once
 before that is a constant, e.g. a norm's weights) and at every replay of a
-graph that takes it as input.
+graph that takes it as input; writing one that no graph takes as input
+after that is an error (the values would never reach the device). While a
+replay that uses a tensor is in flight, the host can neither write nor read
+it.
 
 Memory order is one row per vector: `write` takes and `read` returns
 (length,) for one vector or (n, length) for several (as matvec_id returns
@@ -46,7 +49,8 @@ class Tensor:
         self.kp = backend.device.tensor(self.n * self.stride, dtype)
         # A view of kp's host copy, made once: writes and reads go through it.
         self._host = self.kp.data().reshape(self.n, self.stride)
-        self._replay = None  # the replay in flight that reads or writes this tensor, if any
+        self.is_input = False  # some graph takes it as input (Graph.input)
+        self.device_written = False  # some graph's operation writes it
         # Device memory starts undefined; the first replay that uses the
         # tensor uploads its host values (zeros, or what was written), so
         # padding reads as zero and a tensor written once is a constant.
@@ -65,8 +69,9 @@ class Tensor:
         return f"<vkq.Tensor{label} {self.dtype.name} shape={self.shape}>"
 
     def _check_idle(self, action: str) -> None:
-        if self._replay is not None and not self._replay.done:
-            raise RuntimeError(f"cannot {action} {self!r} while a replay that uses it is in flight; wait() first")
+        for g in tuple(self.backend._in_flight):  # (another thread may submit meanwhile)
+            if g.in_flight and id(self) in g._tensors:
+                raise RuntimeError(f"cannot {action} {self!r} while a replay that uses it is in flight; wait() first")
 
     def write(self, values) -> None:
         """Host values for the next replay that takes this tensor as input
@@ -79,6 +84,9 @@ class Tensor:
             raise TypeError(f"{self!r}.write takes {self.dtype.name}, got dtype {values.dtype}")
         if values.shape != self.shape and not (self.n == 1 and values.shape == (1, self.length)):
             raise ValueError(f"{self!r}.write takes shape {self.shape}, got {values.shape}")
+        if self.on_device and not self.is_input:
+            raise RuntimeError(f"{self!r} went to the device at its first replay and is not an input of any graph "
+                               "(Graph.input): this write would never reach the device")
         self._host[:, : self.length] = values
 
     def read(self) -> np.ndarray:

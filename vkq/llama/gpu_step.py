@@ -38,7 +38,8 @@ from ..ops import q8_1_words
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .ops import Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors, rope_table
+from .ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
+                  attention_scratch_size, rope_table)
 
 STEP_PATHS = ("auto", "dmmv", "mmvq")
 
@@ -99,7 +100,7 @@ class GpuLlama(Decoder):
         self.token = g.input(b.tensor(1, dtype=np.int32, name="token"))
         self.pos = g.input(b.tensor(1, dtype=np.int32, name="position"))
         table = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
-        scores = b.tensor(cfg.n_head * self.ctx, name="attention scores")
+        scores = b.tensor(attention_scratch_size(dev, shape), name="attention scratch")
         self.k_cache = [b.tensor(shape.cache_size, name=f"K cache {i}") for i in range(cfg.n_layer)]
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
         norms = [{k: constant(v, f"{k} {i}") for k, v in layer.items()} for i, layer in enumerate(f.norms)]

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 import kp
 import numpy as np
 
-from ..dispatch.choose import LAVAPIPE_LOOP_ITERATIONS
 from ..formats import CHUNK
 from ..ops import MAX_GROUPS_X, q8_1_words
 from ..shader_variants import GetRowsVariant, VectorOpVariant
@@ -44,10 +43,8 @@ ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
 SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
-# The attention's weighted sum loops over the keys, and llvmpipe silently ends
-# an invocation's loops after this many iterations (vkq.dispatch.choose); an
-# attention op is built before any device is asked, so every device gets it.
-MAX_KV_CAPACITY = LAVAPIPE_LOOP_ITERATIONS
+# Positions of a KV cache: pos is a uint in the shaders; more than anyone's context.
+MAX_KV_CAPACITY = 1 << 20
 
 
 def _size(t) -> int:
@@ -122,8 +119,9 @@ class _Op:
     def record(self, seq) -> None:
         for i, algo in enumerate(self.algorithms):
             if i:
-                # Dispatches of one op write disjoint parts of its output; the
-                # barrier keeps the validation layer's (whole-buffer) tracking clean.
+                # Dispatches of one op write disjoint parts of its output (the
+                # barrier keeps the validation layer's whole-buffer tracking
+                # clean), or the second reads what the first wrote (Attention's splits).
                 seq.record(self.device.compute_barrier())
             seq.record(kp.OpAlgoDispatch(algo))
 
@@ -241,6 +239,45 @@ def rope_table(inv_freq: np.ndarray, capacity: int) -> np.ndarray:
 MAX_HEAD_DIM = 256  # shaders/attention.comp keeps a head's q and new key in shared memory
 
 
+def attention_loop_iterations(head_dim: int, wg: int, positions: int) -> int:
+    """An upper bound of the loop iterations one invocation of
+    shaders/attention.comp takes over `positions` positions, counting every
+    loop as written: RoPE, the scores (head_dim each), the exps, the weighted
+    sum (each of its dimensions over every position), the reductions and the
+    Q8_1 store of its blocks."""
+    per_t = -(-positions // wg)
+    dims = -(-head_dim // wg)
+    q8_1 = -(-head_dim // 32 // wg) * (8 * 4 + 8 + 2 * 8 * 2)
+    return -(-head_dim // 2 // wg) + per_t * (head_dim + 2) + dims * (positions + 1) + 4 * 11 + q8_1
+
+
+def attention_split(device, shape: AttentionShape) -> int:
+    """Positions per workgroup for this device (0: a head's whole context in
+    one workgroup): under a loop budget (llvmpipe's, vkq.dispatch.choose), the
+    most whose invocations stay within half of it."""
+    budget = device.caps.max_loop_iterations
+    if budget is None:
+        return 0
+    _, wg = reducing_variant(device, "attention")
+    if attention_loop_iterations(shape.head_dim, wg, shape.capacity) <= budget // 2:
+        return 0
+    lo, hi = 1, shape.capacity  # the largest split within budget / 2, by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if attention_loop_iterations(shape.head_dim, wg, mid) <= budget // 2:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def attention_scratch_size(device, shape: AttentionShape, split: int | None = None) -> int:
+    """Floats of an Attention's scratch: the scores, then (split) the partial results."""
+    split = attention_split(device, shape) if split is None else split
+    n_split = -(-shape.capacity // split) if split else 0
+    return shape.n_head * shape.capacity + shape.n_head * n_split * (shape.head_dim + 2)
+
+
 class Attention(_Op):
     """One attention step of a llama layer, for the query vector at position
     pos[0]: RoPE (ggml's normal mode: adjacent pairs) of q and of the new key
@@ -248,11 +285,14 @@ class Attention(_Op):
     sqrt(head_dim)) V per query head over positions 0 .. pos[0]. q, k, v: the
     new vectors, unrotated (parts of the stacked Q/K/V mat-vec's output);
     table: rope_table(inv_freq, shape.capacity); scores: a float32 scratch
-    tensor of at least n_head * capacity values. The caller keeps pos[0]
-    below the capacity. With `xq`, out's Q8_1 blocks too (head_dim a multiple of 32)."""
+    tensor of attention_scratch_size(device, shape, split) values. The
+    caller keeps pos[0] below the capacity. With `xq`, out's Q8_1 blocks too
+    (head_dim a multiple of 32). split: positions per workgroup, then a
+    second dispatch combines them (default: attention_split, from the
+    device's loop budget; 0: one workgroup per head)."""
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
-                 table, pos, scores, out: Vectors, xq: Q8_1Output | None = None):
+                 table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None):
         super().__init__(device)
         s = shape
         qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
@@ -267,9 +307,12 @@ class Attention(_Op):
                 raise ValueError(f"Attention: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
         if _size(table) < s.capacity * s.n_rot:
             raise ValueError(f"Attention: the RoPE table holds {_size(table)} values, {s.capacity * s.n_rot} needed")
-        if _size(scores) < s.n_head * s.capacity:
+        split = attention_split(device, s) if split is None else split
+        if not isinstance(split, int) or not 0 <= split <= s.capacity:
+            raise ValueError(f"Attention: split {split!r}; 0 to the capacity {s.capacity} positions per workgroup")
+        if _size(scores) < attention_scratch_size(device, s, split):
             raise ValueError(f"Attention: the scores scratch holds {_size(scores)} values, "
-                             f"{s.n_head * s.capacity} needed")
+                             f"{attention_scratch_size(device, s, split)} needed")
         if xq is not None and s.head_dim % CHUNK:
             raise ValueError(f"Attention: a Q8_1 output needs head_dim a multiple of {CHUNK}, got {s.head_dim}")
         xq_t, planes, _ = _q8_1_params(out, xq, 1, "Attention")
@@ -280,8 +323,15 @@ class Attention(_Op):
                 _f32_bits(1.0 / np.sqrt(s.head_dim))]
         tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t]
         variant, wg = reducing_variant(device, "attention")
-        self.algorithms.append(device.algorithm(
-            [t.kp for t in tensors], variant, (s.n_head, 1, 1), [wg, planes], push))
+        kps = [t.kp for t in tensors]
+        self.split = split
+        if split:  # the splits, then their combination (after a barrier: _Op.record)
+            n_split = -(-s.capacity // split)
+            self.algorithms.append(device.algorithm(kps, variant, (s.n_head, _groups(n_split, 1), 1),
+                                                    [wg, planes, split, 0], push))
+            self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, split, 1], push))
+        else:
+            self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, 0, 0], push))
 
 
 class SwiGLU(_Op):
