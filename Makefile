@@ -38,7 +38,7 @@ $(STAMP)/venv: $(STAMP)/system
 	$(PY) -m pip install --quiet --upgrade pip
 	@touch $@
 
-$(STAMP)/kompute: $(STAMP)/venv tools/install_kompute.sh tools/kompute/vkq-kompute-0.9.0.patch
+$(STAMP)/kompute: $(STAMP)/venv tools/install_kompute.sh $(sort $(wildcard tools/kompute/*.patch)) vkq/runtime.py
 	tools/install_kompute.sh $(PY)
 	@touch $@
 
