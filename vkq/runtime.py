@@ -24,6 +24,7 @@ import numpy as np
 from .device_info import DeviceInfo, get_device_info
 from .dispatch.choose import DeviceCaps, loop_iteration_limit
 from .errors import KOMPUTE_HINT, KomputeUnavailable
+from .memory import MemoryLedger, buffer_limit
 from .shader_variants import load_spirv
 
 # The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
@@ -63,6 +64,7 @@ class Device:
         extensions = [INT_DOT_EXTENSION] if self.info.integer_dot_product and self.patched_kp else []
         self.manager = kp.Manager(self.index, [], extensions)
         self.int_dot_enabled = bool(extensions) and self.manager.integer_dot_product_enabled()
+        self.memory = MemoryLedger(self.info)
 
     @functools.cached_property
     def caps(self) -> DeviceCaps:
@@ -82,7 +84,7 @@ class Device:
 
     @property
     def max_buffer_bytes(self) -> int:
-        return self.info.max_storage_buffer_range
+        return buffer_limit(self.info)[0]
 
     # -- resources -------------------------------------------------------
     @property
