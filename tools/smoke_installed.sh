@@ -54,8 +54,12 @@ run bench -m "$model" -r 1 -n 16
 run compare "$model"
 run generate "$model" -p "Once upon a time" -n 16
 run tune --quick --types Q4_0 --no-progress
-if "$vkq" report --help > /dev/null 2>&1; then
-    run report
+if "$vkq" report --help > "$work/help" 2>&1; then
+    # its options as this version has them: the model, and the short run
+    set -- report
+    grep -q -- "--model" "$work/help" && set -- "$@" --model "$model"
+    grep -q -- "--quick" "$work/help" && set -- "$@" --quick
+    run "$@"
 else
     echo "== vkq report: not in this version (vkq report --help fails), skipped"
 fi
