@@ -17,7 +17,7 @@ test: setup
 	$(PY) -m pytest
 
 # The test suite once more under the Khronos validation layer, with
-# synchronization validation (tools/vk_layer_settings.txt): any error fails.
+# synchronization validation (tests/vk_validation.py): any error fails.
 validate: setup
 	VKQ_VALIDATE=1 $(PY) -m pytest -x -q -m "not slow" -p no:randomly
 
