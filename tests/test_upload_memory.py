@@ -20,6 +20,9 @@ from conftest import assert_matches, random_ids, random_x, references
 
 import ggml_quant
 import vkq.reference as ref
+from vkq.formats import get_format
+from vkq.layout import MatrixLayout
+from vkq.memory import DeviceMemoryError
 from vkq.runtime import Device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +69,7 @@ def gpu_upload_path(monkeypatch):
 
 def test_uploaded_weights_take_host_memory_once(backend):
     if not backend.device.patched_kp:
-        pytest.skip("kp without vkq's patch level 4 keeps the staging copy")
+        pytest.skip("kp without vkq's patch keeps the staging copy")
     released = resident_growth_mib("release")
     kept = resident_growth_mib("keep")
     print(f"resident memory after uploading {UPLOADED_MIB} MiB: {released:.0f} MiB (staging released), "
@@ -80,7 +83,7 @@ def test_uploaded_weights_take_host_memory_once(backend):
 
 def test_gpu_upload_path_gives_device_only_tensors(backend, gpu_upload_path):
     if not backend.device.patched_kp:
-        pytest.skip("kp without vkq's patch level 4 keeps the staging copy")
+        pytest.skip("kp without vkq's patch keeps the staging copy")
     t = backend.device.upload(np.arange(100, dtype=np.uint32))
     assert t.tensor_type() == kp.TensorTypes.storage
     with pytest.raises(RuntimeError, match="no host data"):
@@ -107,3 +110,93 @@ def test_matvec_id_on_the_gpu_upload_path(backend, gpu_upload_path):
     y = backend.matvec_id(w, x, ids, path="dmmv")
     for slot, e in enumerate(ids):
         assert_matches(y[slot], references(w64[e], x), "dmmv", f"Q6_K expert {e} slot {slot}, GPU upload path")
+
+
+# -- the device's memory limits (vkq.memory) -------------------------------
+def limit_device(monkeypatch, backend, **fields):
+    """The backend's device with some DeviceInfo fields replaced (tiny limits)."""
+    from dataclasses import replace
+    dev = backend.device
+    info = replace(dev.info, **fields)
+    monkeypatch.setattr(dev, "info", info)
+    monkeypatch.setattr(dev.memory, "info", info)
+    return dev
+
+
+def test_weights_beyond_one_allocation_are_split(backend, monkeypatch):
+    rows, k = 96, 1024
+    data = ggml_quant.random_weights(rows, k, "Q4_0")
+    one_row = MatrixLayout(get_format("Q4_0"), 1, rows, k).device_nbytes(1)
+    limit_device(monkeypatch, backend, max_memory_allocation_size=40 * one_row)
+    w = backend.upload("Q4_0", (rows, k), data)
+    assert len(w.buffers) == 3, [b.rows for b in w.buffers]
+    x = random_x(k)
+    assert_matches(backend.matvec(w, x, path="dmmv"), references(ref.dequantize("Q4_0", (rows, k), data), x), "dmmv",
+                   "Q4_0 split at maxMemoryAllocationSize")
+    w.free()
+
+
+def test_a_row_beyond_one_allocation_is_refused(backend, monkeypatch):
+    rows, k = 4, 4096
+    data = ggml_quant.random_weights(rows, k, "Q8_0")
+    limit_device(monkeypatch, backend, max_memory_allocation_size=1024)
+    in_use = backend.device.memory.in_use
+    with pytest.raises(ValueError, match="one row"):
+        backend.upload("Q8_0", (rows, k), data)
+    assert backend.device.memory.in_use == in_use
+
+
+def test_weights_beyond_the_heap_are_refused_until_freed(backend, monkeypatch):
+    rows, k = 64, 1024
+    data = ggml_quant.random_weights(rows, k, "Q4_0")
+    nbytes = MatrixLayout(get_format("Q4_0"), 1, rows, k).device_nbytes(rows)
+    dev = limit_device(monkeypatch, backend, device_type="discrete-gpu", device_local_memory=int(2.5 * nbytes))
+    in_use = dev.memory.in_use
+    monkeypatch.setattr(dev.memory, "in_use", 0)  # other tests' weights do not count here
+    first, second = backend.upload("Q4_0", (rows, k), data), backend.upload("Q4_0", (rows, k), data)
+    with pytest.raises(DeviceMemoryError) as e:
+        backend.upload("Q4_0", (rows, k), data)
+    msg = str(e.value)
+    assert dev.info.name in msg and "0.1 MiB" in msg and "device-local heap" in msg, msg
+    assert dev.memory.in_use == 2 * nbytes  # the refused upload holds nothing
+    first.free()
+    third = backend.upload("Q4_0", (rows, k), data)
+    second.free(), third.free()
+    assert dev.memory.in_use == 0
+    monkeypatch.setattr(dev.memory, "in_use", in_use)
+
+
+# Uploads and frees the same 16 MiB of Q4_0 weights 100 times, printing the
+# resident memory (MiB) after cycles 10 and 100 and vkq's count of device bytes.
+CYCLES = r"""
+import numpy as np
+import vkq
+
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+rows, k = 4096, 8192  # 16 MiB of Q4_0 on the device
+data = np.random.default_rng(0).integers(0, 255, rows * k // 32 * 18, dtype=np.uint8)
+data.reshape(-1, 18)[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # finite scales
+backend = vkq.Backend()
+marks = {}
+for cycle in range(1, 101):
+    w = backend.upload("Q4_0", (rows, k), data)
+    w.free()
+    if cycle in (10, 100):
+        marks[cycle] = rss_mib()
+print(marks[10], marks[100], backend.device.memory.in_use)
+"""
+
+
+def test_freeing_weights_gives_the_memory_back():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("VKQ_VALIDATE", None)
+    r = subprocess.run([sys.executable, "-c", CYCLES], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    at10, at100, in_use = (float(v) for v in r.stdout.split())
+    print(f"resident memory over 100 upload/free cycles of 16 MiB: {at10:.0f} MiB after 10, {at100:.0f} after 100")
+    assert in_use == 0
+    assert at100 - at10 < 16, (at10, at100)  # less than one upload more in 90 cycles

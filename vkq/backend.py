@@ -52,6 +52,7 @@ class Weights:
         self.buffers = buffers
         self.shape = shape
         self.freed = False
+        self._reserved = 0  # bytes counted in the device's MemoryLedger (vkq.memory)
         self._calls: dict[tuple, _Call] = {}  # per call key (shape, path, activations, ...)
         self._calls_by_config: dict[tuple, _Call] = {}  # the same pipeline, whichever key chose it
         self._configs: dict[tuple, PipelineConfig] = {}
@@ -71,6 +72,7 @@ class Weights:
             self.backend._forget_many(self)
             for buf in self.buffers:
                 buf.tensor.destroy()
+            self.backend.device.memory.release(self._reserved)
             self.freed = True
 
     @property
@@ -171,10 +173,19 @@ class Backend:
             )
         raw = raw.reshape(n_expert, rows, fmt.row_bytes(k))
         buffers = []
-        for rr in layout.split_rows(self.device.max_buffer_bytes):
-            words, offsets = pack_rows(layout, raw, rr)
-            buffers.append(_Buffer(rr, self.device.upload(words), offsets))
-        return Weights(self, layout, buffers, tuple(int(s) for s in shape))
+        ranges = layout.split_rows(self.device.max_buffer_bytes)
+        reserved = self.device.memory.reserve([layout.device_nbytes(rr.count) for rr in ranges],  # vkq.memory
+                                              f"{fmt.name} weights of shape {tuple(shape)}")
+        try:
+            for rr in ranges:
+                words, offsets = pack_rows(layout, raw, rr)
+                buffers.append(_Buffer(rr, self.device.upload(words), offsets))
+        except BaseException:
+            self.device.memory.release(reserved)
+            raise
+        w = Weights(self, layout, buffers, tuple(int(s) for s in shape))
+        w._reserved = reserved
+        return w
 
     def tensor(self, length: int, n: int = 1, dtype=np.float32, *, name: str = "") -> Tensor:
         """A device tensor of `n` vectors of `length` zeros (vkq.tensor)."""

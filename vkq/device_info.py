@@ -71,6 +71,7 @@ class DeviceInfo:
     integer_dot_4x8_packed_accelerated: bool
     device_local_memory: int  # bytes, largest DEVICE_LOCAL heap
     max_texel_buffer_elements: int
+    max_memory_allocation_size: int = 0  # bytes, one allocation (Vulkan 1.1); 0: not reported
 
     @property
     def vendor(self) -> str:
@@ -86,11 +87,12 @@ class DeviceInfo:
     @classmethod
     def from_dict(cls, d: dict) -> DeviceInfo:
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - d.keys()
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        missing = required - d.keys()
         if missing:
             raise ValueError(f"device descriptor lacks {sorted(missing)}")
         # Keys that are not fields (e.g. notes in a recorded file) are ignored.
-        kw = {k: d[k] for k in names}
+        kw = {k: d[k] for k in names & d.keys()}
         kw["max_workgroup_size"] = tuple(kw["max_workgroup_size"])
         kw["max_workgroup_count"] = tuple(kw["max_workgroup_count"])
         kw["extensions"] = frozenset(kw["extensions"])
@@ -205,9 +207,10 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         stype = getattr(vk, "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_" + stype)
         return ffi.new(f"{ctype}*", {"sType": stype})
 
-    subgroup = driver = size_ctl = dot_props = dot_feats = None
+    subgroup = driver = size_ctl = dot_props = dot_feats = maint3 = None
     if api >= (1, 1, 0):  # a 1.0 device may not be asked for *2 structs
         subgroup = new("VkPhysicalDeviceSubgroupProperties", "SUBGROUP_PROPERTIES")
+        maint3 = new("VkPhysicalDeviceMaintenance3Properties", "MAINTENANCE_3_PROPERTIES")
         if api >= (1, 2, 0) or "VK_KHR_driver_properties" in exts:
             driver = new("VkPhysicalDeviceDriverProperties", "DRIVER_PROPERTIES")
         if api >= (1, 3, 0) or "VK_EXT_subgroup_size_control" in exts:
@@ -225,7 +228,7 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         # calls return: cffi frees an ffi.new() object with its last
         # Python reference, and a pNext pointer is not a reference.
         head = new("VkPhysicalDeviceProperties2", "PROPERTIES_2")
-        _link(ffi, head, [subgroup, driver, size_ctl, dot_props])
+        _link(ffi, head, [subgroup, driver, size_ctl, dot_props, maint3])
         props2(pd, head)
         if dot_feats is not None:
             fhead = new("VkPhysicalDeviceFeatures2", "FEATURES_2")
@@ -283,6 +286,7 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
             default=0,
         ),
         max_texel_buffer_elements=limits.maxTexelBufferElements,
+        max_memory_allocation_size=maint3.maxMemoryAllocationSize if maint3 else 0,
     )
 
 

@@ -13,7 +13,7 @@ and size inside the GGUF block). The same table is used by
   size to the GLSL as defines;
 - the tests, which check the table against `gguf.GGML_QUANT_SIZES`.
 
-The field layouts follow ggml's `ggml-common.h` (see shared/ggml-facts.md).
+The field layouts follow ggml's `ggml-common.h` (the block_* structs).
 F32 and F16 are treated as blocks of 32 plain values so that every type runs
 through the same 32-element chunk loop; a row of them whose length is not a
 multiple of 32 is padded with zeros on the device.

@@ -53,7 +53,7 @@ def _per_sub_block(values: np.ndarray, packer) -> np.ndarray:
     return packer(values.reshape(nb, -1, SUB)).reshape(nb, -1)
 
 
-# -- GGUF bit layouts to element order (ggml-common.h, shared/ggml-facts.md) ---
+# -- GGUF bit layouts to element order (ggml's ggml-common.h, dequantize_row_* in ggml-quants.c) ---
 
 def _q4k_low(qs: np.ndarray) -> np.ndarray:
     """Q4_K/Q5_K qs[128]: chunk c of 64 elements = low nibbles, then high, of qs[32c..]."""

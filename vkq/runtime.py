@@ -1,18 +1,21 @@
 """The Vulkan device as vkq uses it: a Kompute manager plus what it can do.
 
-Kompute (`kp`) is built by tools/install_kompute.sh with vkq's patch, which
-adds what stock kp 0.9 lacks: the shaderIntegerDotProduct feature is
+Kompute (`kp`) is built by tools/install_kompute.sh with vkq's patch series
+(tools/kompute/*.patch), which adds what stock kp 0.9 lacks: the shaderIntegerDotProduct feature is
 enabled when the int-dot extension is requested, `kp.OpGlobalMemoryBarrier`
 orders a dispatch after the one whose output it reads,
 `Manager.algorithm_with_bindings` binds tensors as uniform texel buffer
 views, not only as storage buffers, and `Tensor.release_staging` frees an
-uploaded tensor's host copy. Without the patch vkq still runs, but only on
-what needs none of these (the int8 path and texel bindings are refused
-with a clear error; uploaded weights keep their host copy).
+uploaded tensor's host copy; pipelines are shared between algorithms and
+a sequence keeps one fence. A kp without the whole series (stock, or an
+older level) still runs what needs none of these: the int8 path and
+texel bindings are refused with a clear error, uploaded weights keep their
+host copy.
 """
 from __future__ import annotations
 
 import functools
+import warnings
 
 import kp
 import numpy as np
@@ -20,9 +23,12 @@ import numpy as np
 from .device_info import DeviceInfo, device_index_from_env, get_device_info
 from .dispatch.choose import DeviceCaps, loop_iteration_limit
 from .errors import KOMPUTE_HINT, KomputeUnavailable
+from .memory import MemoryLedger, buffer_limit
 from .shader_variants import load_spirv
 
-REQUIRED_KP_PATCH = 4  # tools/kompute/vkq-kompute-0.9.0.patch; see tools/install_kompute.sh
+# The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
+# patch); tools/install_kompute.sh reads this line to check its build.
+REQUIRED_KP_PATCH = 6
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 
 # Vulkan flag bits used for barriers between dependent dispatches.
@@ -42,10 +48,15 @@ class Device:
     def __init__(self, index: int | None = None):
         self.index = device_index_from_env(index)
         self.info: DeviceInfo = get_device_info(self.index)
-        self.patched_kp = getattr(kp, "VKQ_PATCH_LEVEL", 0) >= REQUIRED_KP_PATCH
+        level = getattr(kp, "VKQ_PATCH_LEVEL", 0)
+        self.patched_kp = level >= REQUIRED_KP_PATCH
+        if not self.patched_kp:
+            warnings.warn(f"kp has vkq's patch level {level}, vkq needs {REQUIRED_KP_PATCH}: the int8 path and "
+                          f"texel bindings are refused, pipelines are not shared; {KOMPUTE_HINT}", stacklevel=2)
         extensions = [INT_DOT_EXTENSION] if self.info.integer_dot_product and self.patched_kp else []
         self.manager = kp.Manager(self.index, [], extensions)
         self.int_dot_enabled = bool(extensions) and self.manager.integer_dot_product_enabled()
+        self.memory = MemoryLedger(self.info)
 
     @functools.cached_property
     def caps(self) -> DeviceCaps:
@@ -65,7 +76,7 @@ class Device:
 
     @property
     def max_buffer_bytes(self) -> int:
-        return self.info.max_storage_buffer_range
+        return buffer_limit(self.info)[0]
 
     # -- resources -------------------------------------------------------
     @property

@@ -7,7 +7,8 @@ decides correctness. Signals, strongest first:
   devices (lavapipe, SwiftShader) and MoltenVK;
 - vendor ID (PCI vendor, or Khronos vendor ID 0x10005 for Mesa);
 - subgroup size range (VK_EXT_subgroup_size_control / Vulkan 1.3), which is
-  what ggml uses for AMD GCN vs RDNA and Intel Xe2 (shared/ggml-facts.md 2c);
+  what ggml uses for AMD GCN (64..64) vs RDNA (32..64) and Intel Xe2 (min 16)
+  (get_device_architecture in ggml-vulkan.cpp, ggml d99724f2);
 - extensions (cooperative matrix on NVIDIA Turing+ and AMD RDNA3+);
 - the device name, as a second opinion where drivers misreport or lack the
   properties above (e.g. a Turing card on a driver without cooperative

@@ -1,0 +1,83 @@
+"""What the wheel holds cannot drift from the tree: every package under vkq/
+and every data file of one are part of it by pyproject.toml's rules (found,
+not listed), and vkq's kp requirement is the level the patch series builds.
+
+(tools/smoke_installed.sh, run by CI, builds the sdist and the wheel and runs
+every command from the installed wheel.)"""
+from __future__ import annotations
+
+import os
+import re
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+from vkq.runtime import REQUIRED_KP_PATCH
+
+ROOT = Path(__file__).resolve().parent.parent
+VKQ = ROOT / "vkq"
+DOCS = {"README.md"}  # documentation beside the code, not needed at run time
+
+
+@pytest.fixture(scope="module")
+def setuptools_config():
+    pyprojecttoml = pytest.importorskip("setuptools.config.pyprojecttoml")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cwd = os.getcwd()
+        os.chdir(ROOT)  # packages.find searches the working directory (setuptools 65)
+        try:
+            return pyprojecttoml.read_configuration(ROOT / "pyproject.toml", expand=True)["tool"]["setuptools"]
+        finally:
+            os.chdir(cwd)
+
+
+def tree_files():
+    for p in VKQ.rglob("*"):
+        if p.is_file() and "__pycache__" not in p.parts:
+            yield p
+
+
+def test_every_python_package_is_in_the_wheel(setuptools_config):
+    packages = set(setuptools_config["packages"])
+    dirs = {p.parent for p in tree_files() if p.suffix == ".py"}
+    want = {".".join(d.relative_to(ROOT).parts) for d in dirs}
+    assert "vkq.llama" in want
+    assert want <= packages, sorted(want - packages)
+    for d in dirs:  # a directory of modules without __init__.py would be a namespace package
+        assert (d / "__init__.py").exists(), d
+
+
+def test_every_data_file_is_in_the_wheel(setuptools_config):
+    rules = setuptools_config["package-data"]
+    data = [p for p in tree_files() if p.suffix not in (".py", ".pyc") and p.name not in DOCS]
+    assert any(p.parent.name == "tables" for p in data)
+    missing = []
+    for p in data:
+        rel = p.relative_to(ROOT)
+        # package-data globs are relative to the package that holds them, an
+        # enclosing package with a subpath, or any package ("" / "*")
+        ok = False
+        for depth in range(1, len(rel.parts)):
+            pkg, sub = ".".join(rel.parts[:depth]), "/".join(rel.parts[depth:])
+            globs = rules.get(pkg, []) + rules.get("", []) + rules.get("*", [])
+            ok = ok or any(fnmatch(sub, g) for g in globs)
+        if not ok:
+            missing.append(str(rel))
+    assert not missing, f"not matched by pyproject.toml's package-data: {missing}"
+
+
+def test_compiled_shaders_are_package_data(setuptools_config):
+    assert any(fnmatch("spirv/x.spv", g) for g in setuptools_config["package-data"]["vkq"])
+
+
+def test_kp_requirement_is_the_level_the_series_builds():
+    series = sorted((ROOT / "tools" / "kompute").glob("*.patch"))
+    assert series, "no kp patch series"
+    levels = [int(m) for p in series for m in re.findall(r'^\+.*VKQ_PATCH_LEVEL"\) = (\d+);', p.read_text(), re.M)]
+    assert levels == [REQUIRED_KP_PATCH], (levels, REQUIRED_KP_PATCH)
+    install = (ROOT / "tools" / "install_kompute.sh").read_text()
+    assert "REQUIRED_KP_PATCH" in install  # its check reads vkq/runtime.py, no number of its own
+    assert not re.search(r"VKQ_PATCH_LEVEL\s*>=?\s*\d", install)
