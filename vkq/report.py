@@ -1,0 +1,366 @@
+"""`vkq report`: every figure that says how vkq does on this device, from one command.
+
+Sections, each measured by the function that owns it elsewhere in vkq:
+- the device: `vkq info`'s summary (vkq.info) and its memory read bandwidth
+  (vkq.bench.memory_bandwidth, shaders/membw.comp);
+- what a call costs: one submit + wait of a 64-byte copy, and
+  Backend.matvec of a 256 x 256 Q4_0 matrix per path (vkq.call_cost);
+- the mat-vec kernels of every block type (vkq.formats.FORMATS) and path at
+  4096 x 14336, n = 1 and 4 columns, timed as `vkq tune` times them
+  (vkq.tune.TypeBench / Candidate, vkq.timing: clocks warmed, samples of
+  tens of ms of back-to-back mat-vecs, GPU timestamps, paths interleaved,
+  the fastest sample): one matrix repeated (as ggml's perf does; on a GPU
+  with a large last-level cache it is partly read from there), and a
+  rotation of copies of it past any cache (at least 256 MiB per pass); the
+  dispatcher's choice marked;
+- `vkq bench`'s default model: wall and kernel t/s (vkq.bench.bench);
+- with a GGUF model: `vkq generate`'s graph engine t/s and submits per
+  token (vkq.generate.load, Decoder.greedy);
+- with ggml's test-backend-ops: ggml-vulkan's time for the same type, shape
+  and columns beside vkq's (vkq.ggml_perf).
+
+`measure` returns the report as plain data (what `-o json` prints);
+`render_md` makes the markdown. What a device or the options leave
+unmeasured is in the report as such (`not_measured`), never guessed.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__, call_cost
+from .bench import DEFAULT_MODEL as BENCH_MODEL
+from .bench import check_host_memory, memory_bandwidth
+from .bench import bench as bench_models
+from .formats import FORMATS, get_format
+from .ggml_perf import GgmlPerf, case_filter, ggml_type_name
+from .info import backend_lines, capability_lines
+from .table import markdown
+from .timing import ROTATION_BYTES, WARM_SECONDS, interleave, warm_up
+from .tune import Candidate, Progress, TypeBench
+
+SCHEMA = 1  # of the JSON report; raised when a field changes meaning or goes
+SHAPE = (4096, 14336)  # rows x K: a Llama-3-8B FFN down projection; ggml's perf list has it for every type
+NCOLS = (1, 4)
+PROMPT = "Once upon a time"
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How much of each measurement: the default, or --quick."""
+
+    rounds: int  # interleaved samples per mat-vec case (the fastest counts)
+    calls: int  # timed calls per per-call case (the median counts)
+    bench_tokens: int  # vkq bench: tokens per repetition
+    bench_repetitions: int
+    gen_tokens: int  # vkq generate: tokens per round
+    gen_rounds: int  # timed rounds (the median counts)
+
+
+FULL = Effort(rounds=5, calls=1000, bench_tokens=64, bench_repetitions=3, gen_tokens=32, gen_rounds=3)
+QUICK = Effort(rounds=2, calls=200, bench_tokens=16, bench_repetitions=2, gen_tokens=16, gen_rounds=1)
+SIZES = ("one", "rotation")  # one matrix repeated; copies rotated past the caches
+
+
+# -- the sections ---------------------------------------------------------------
+
+def device_section(backend, membw: float) -> dict:
+    info = backend.device_info
+    return {"index": info.index, "name": info.name, "vendor": info.vendor, "type": info.device_type,
+            "driver": f"{info.driver_name or '?'} {info.driver_info or ''}".strip(),
+            "timestamps": info.timestamps_supported, "device_class": backend.dispatcher.device_class.key,
+            "tuned": bool(backend.dispatcher.tuned), "membw_gbps": membw / 1e9,
+            "summary": capability_lines(info) + backend_lines(backend)}
+
+
+def calls_section(backend, calls: int) -> list[dict]:
+    """Seconds per call: the submit floor, then Backend.matvec 256 x 256 Q4_0 on each path."""
+    out = [{"case": "submit floor", "seconds": call_cost.seconds_per_call(call_cost.submit_floor(backend), calls)}]
+    w = call_cost.small_weights(backend)
+    for path in get_format(call_cost.SMALL_TYPE).paths:
+        seconds = call_cost.seconds_per_call(call_cost.small_matvec(backend, w, path), calls)
+        out.append({"case": f"Backend.matvec {path}", "seconds": seconds})
+    w.free()
+    return out
+
+
+def matvec_rows(backend, qtype: str, shape: tuple[int, int], size: str, rounds: int, membw: float) -> list[dict]:
+    """Kernel seconds per mat-vec of one block type on each of its paths, n in NCOLS:
+    one matrix repeated (size "one") or copies of it rotated past the caches ("rotation")."""
+    tb = TypeBench(backend, qtype, [shape], max_copies=1 if size == "one" else None)
+    w = tb.units[0].weights
+    cands, auto = {}, {}
+    for n in NCOLS:
+        auto[n] = backend.pipeline(w, n).path
+        passes = tb.passes_for(backend.pipeline(w, n), n)
+        for path in tb.fmt.paths:
+            cands[path, n] = Candidate(tb, backend.pipeline(w, n, path), passes, n)
+    first = next(iter(cands.values()))
+    warm_up(first.sample, WARM_SECONDS)  # building the candidates left the device idle
+    est = interleave({key: c.sample for key, c in cands.items()}, rounds)
+    rows = []
+    for (path, n), c in cands.items():
+        seconds = est[path, n].seconds / len(tb.units)
+        gbps = w.nbytes / seconds / 1e9
+        rows.append({"type": qtype, "path": path, "n": n, "size": size, "rows": shape[0], "k": shape[1],
+                     "copies": len(tb.units), "seconds": seconds, "spread": est[path, n].spread, "gbps": gbps,
+                     "bw_pct": 100 * gbps / (membw / 1e9), "auto": auto[n] == path,
+                     "params": c.cfg.params(), "source": c.cfg.source})
+        c.destroy()
+    for u in tb.units:
+        u.weights.free()
+    return rows
+
+
+def bench_section(backend, effort: Effort, progress: Progress) -> dict:
+    from .models import resolve
+
+    model = resolve(BENCH_MODEL)
+    check_host_memory(model, backend.device_info.device_type)
+    progress.step(f"vkq bench {model.name}")
+    row = bench_models(backend, [model], ["auto"], effort.bench_tokens, effort.bench_repetitions)[0]
+    return {"model": row.model, "path": row.path, "test": row.test, "repetitions": len(row.samples_ts),
+            "avg_ts": row.avg_ts, "stddev_ts": row.stddev_ts, "kernel_avg_ts": row.kernel_avg_ts,
+            "kernel_stddev_ts": row.kernel_stddev_ts,
+            "wall_over_kernel": row.avg_ts / row.kernel_avg_ts if row.kernel_avg_ts else None,
+            "gbps": row.gbps, "bw_pct": row.bw_pct, "paths_used": row.paths_used, "activations": row.activations}
+
+
+def generate_section(backend, file, effort: Effort) -> dict:
+    """vkq generate's graph engine (its default path and activations), greedy
+    from PROMPT, EOS ignored: the median t/s of the timed rounds after
+    WARM_SECONDS of untimed ones."""
+    from .generate import load
+
+    ids = file.tokenizer.encode(PROMPT)
+    n = effort.gen_tokens
+    decoder = load(file.path, engine="graph", backend=backend, ctx=len(ids) + n, file=file)
+    decoder.warm_up(len(ids))
+    warm_up(lambda: decoder.greedy(ids, n, stop_at_eos=False), WARM_SECONDS)
+    stats = [decoder.greedy(ids, n, stop_at_eos=False).stats for _ in range(effort.gen_rounds)]
+    cfg = file.config
+    return {"model": file.path.name, "arch": cfg.arch, "n_layer": cfg.n_layer, "n_embd": cfg.n_embd,
+            "engine": decoder.label, "prompt_tokens": len(ids), "tokens": n, "rounds": len(stats),
+            "tokens_per_second": statistics.median(s.tokens_per_second for s in stats),
+            "submits_per_token": statistics.median(s.submits_per_token for s in stats)}
+
+
+def ggml_rows(ggml: GgmlPerf, types: list[str], shape: tuple[int, int], vkq_rows: list[dict],
+              progress: Progress) -> list[dict]:
+    """ggml-vulkan's us/run of each type and n in NCOLS beside vkq's dispatcher
+    choice on one matrix repeated (ggml's perf repeats one matrix too)."""
+    names = {ggml_type_name(FORMATS[t]): t for t in types}
+    rows_, k = shape
+    done = []
+
+    def on_case(case):
+        done.append(case)
+        progress.step(f"ggml {case.params.get('type_a')} n={case.params.get('n')} done "
+                      f"({len(done)}/{len(names) * len(NCOLS)})")
+
+    progress.step(f"ggml test-backend-ops perf: {len(names) * len(NCOLS)} cases")
+    out = ggml.run(case_filter(names, rows_, k, NCOLS), on_case)
+    by_key = {c.key: c for c in out.cases}
+    mine = {(r["type"], r["n"]): r for r in vkq_rows if r["size"] == "one" and r["auto"]}
+    rows = []
+    for name, qtype in names.items():
+        for n in NCOLS:
+            case, v = by_key.get((name, rows_, n, k)), mine[qtype, n]
+            ggml_s = case.us_per_run * 1e-6 if case is not None and case.supported else None
+            rows.append({"type": qtype, "n": n, "ggml_seconds": ggml_s, "ggml_runs": case.runs if case else None,
+                         "ggml_status": "measured" if ggml_s else ("not supported" if case else "no such case"),
+                         "vkq_seconds": v["seconds"], "vkq_path": v["path"],
+                         "ggml_over_vkq": ggml_s / v["seconds"] if ggml_s else None})
+    return rows
+
+
+# -- the whole report -------------------------------------------------------------
+
+def measure(backend, *, types: list[str] | None = None, quick: bool = False, model: str | Path | None = None,
+            ggml: str | Path | None = None, shape: tuple[int, int] = SHAPE, bench_model: bool = True,
+            progress: bool = True) -> dict:
+    """The report as data. Inputs are checked (the model's architecture, the
+    ggml binary and its device) before anything is measured. types: block
+    types (default every one in FORMATS); bench_model: False leaves `vkq
+    bench`'s model out (tests)."""
+    from .llama.model import LlamaFile
+
+    t0 = time.monotonic()
+    effort = QUICK if quick else FULL
+    types = [get_format(t).name for t in types] if types else list(FORMATS)
+    file = LlamaFile(model) if model is not None else None
+    runner = None
+    if ggml is not None:
+        runner = GgmlPerf(ggml, backend.device_info.index, backend.device_info.name)
+        runner.check()
+    not_measured = {}
+    if not backend.device_info.timestamps_supported:
+        not_measured["kernel_time"] = ("this device has no GPU timestamps: mat-vec times are the wall clock of "
+                                       "a replay of back-to-back mat-vecs, and vkq bench's kernel t/s is missing")
+    if file is None:
+        not_measured["generate"] = "no GGUF model given (--model FILE.gguf, a llama-architecture model)"
+    if runner is None:
+        not_measured["ggml"] = "no ggml test-backend-ops given (--ggml PATH)"
+    elif tuple(shape) != SHAPE:
+        not_measured["ggml"] = f"ggml's perf list has its mat-vec cases at {SHAPE[0]} x {SHAPE[1]} only"
+        runner = None
+    if not bench_model:
+        not_measured["bench"] = "left out by the caller"
+
+    units = 2 + 2 * len(types) + bench_model + (file is not None) + (runner is not None)
+    bar = Progress(units, progress, label="vkq report")
+    report = {"schema": SCHEMA, "vkq": __version__,
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "quick": quick, "shape": list(shape), "ncols": list(NCOLS), "rotation_bytes": ROTATION_BYTES,
+              "warm_seconds": WARM_SECONDS, "rounds": effort.rounds, "activations": backend.activations,
+              "timer": "gpu timestamps" if backend.device_info.timestamps_supported else "wall clock"}
+
+    bar.step("memory bandwidth")
+    membw = memory_bandwidth(backend.device)
+    report["device"] = device_section(backend, membw)
+    bar.finish_type(1, f"vkq report: {backend.device_info.name}, memory read bandwidth {membw / 1e9:.1f} GB/s")
+
+    bar.step("submit floor and Backend.matvec per call")
+    report["calls"] = calls_section(backend, effort.calls)
+    bar.finish_type(1, "vkq report: per call: " + ", ".join(f"{c['case']} {c['seconds'] * 1e3:.3f} ms"
+                                                            for c in report["calls"]))
+    report["matvec"] = []
+    for qtype in types:
+        for size in SIZES:
+            bar.step(f"mat-vec {qtype} {'one matrix' if size == 'one' else 'rotation'}")
+            rows = matvec_rows(backend, qtype, shape, size, effort.rounds, membw)
+            report["matvec"] += rows
+            bar.finish_type(1, f"vkq report: {qtype} {size}: " + ", ".join(
+                f"{r['path']} n={r['n']} {r['seconds'] * 1e6:.1f} us" for r in rows))
+
+    report["bench"] = None
+    if bench_model:
+        report["bench"] = bench_section(backend, effort, bar)
+        bar.finish_type(1, f"vkq report: vkq bench {BENCH_MODEL}: {report['bench']['avg_ts']:.2f} t/s")
+    report["generate"] = None
+    if file is not None:
+        bar.step(f"vkq generate {file.path.name}")
+        report["generate"] = generate_section(backend, file, effort)
+        bar.finish_type(1, f"vkq report: vkq generate {file.path.name}: "
+                           f"{report['generate']['tokens_per_second']:.2f} t/s")
+    report["ggml"] = None
+    if runner is not None:
+        report["ggml"] = {"path": str(runner.path), "rows": ggml_rows(runner, types, shape, report["matvec"], bar)}
+        bar.finish_type(1, "vkq report: ggml done")
+    report["not_measured"] = not_measured
+    report["wall_seconds"] = time.monotonic() - t0
+    return report
+
+
+# -- markdown ------------------------------------------------------------------------
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0f}" if value <= 100 else f"{value:.0f}²"
+
+
+def _matvec_table(rows: list[dict], size: str) -> str:
+    by = {(r["type"], r["path"], r["n"]): r for r in rows if r["size"] == size}
+    keys = dict.fromkeys((t, p) for t, p, _ in by)
+    header = ["type", "path"] + [f"{h} n={n}" for n in NCOLS for h in ("us", "GB/s", "% bw")] + ["auto", "spread"]
+    cells = []
+    for t, p in keys:
+        rs = [by[t, p, n] for n in NCOLS]
+        cells.append([t, p] + [v for r in rs for v in (_us(r["seconds"]), f"{r['gbps']:.1f}", _pct(r["bw_pct"]))]
+                     + [",".join(f"n={r['n']}" for r in rs if r["auto"]) or "",
+                        f"{100 * max(r['spread'] for r in rs):.0f}%"])
+    right = set(header[2:-1]) | {"spread"}
+    return markdown(header, cells, right)
+
+
+def render_md(r: dict) -> str:
+    dev = r["device"]
+    rows_, k = r["shape"]
+    out = [f"# vkq report: {dev['name']}", "",
+           f"vkq {r['vkq']}, {r['date']}, `vkq report{' --quick' if r['quick'] else ''}`, "
+           f"{r['wall_seconds'] / 60:.1f} min.", "", "## Device", "", "```", *dev["summary"], "```", "",
+           f"Memory read bandwidth: **{dev['membw_gbps']:.1f} GB/s** (shaders/membw.comp: "
+           f"{r['rotation_bytes'] >> 20} MiB read back to back after {r['warm_seconds']:g} s of warm-up, "
+           "the fastest of several access patterns and samples).", "",
+           "## What a call costs", "",
+           markdown(["case", "ms per call"],
+                    [[{"submit floor": "one submit + wait of a 64-byte copy (the floor)"}.get(
+                        c["case"], f"{c['case']}, 256 x 256 Q4_0"), f"{c['seconds'] * 1e3:.3f}"]
+                     for c in r["calls"]], {"ms per call"}), "",
+           "Median of the timed calls after warm-up, wall clock.", "",
+           f"## Mat-vec kernels, {rows_} x {k}", ""]
+    timer = "GPU timestamps" if r["timer"] == "gpu timestamps" else "the wall clock (no GPU timestamps)"
+    for size in SIZES:
+        copies = {x["copies"] for x in r["matvec"] if x["size"] == size}
+        if size == "one":
+            out += ["One matrix, repeated back to back (as ggml's perf times it; a GPU's last-level cache can "
+                    "hold part of it):", ""]
+        else:
+            out += [f"Copies of the matrix rotated past any cache (at least {r['rotation_bytes'] >> 20} MiB per "
+                    f"pass: {min(copies)}-{max(copies)} copies):", ""]
+        out += [_matvec_table(r["matvec"], size), ""]
+    out += [f"us: kernel time per mat-vec by {timer}, the fastest of {r['rounds']} samples of tens of ms of "
+            f"back-to-back mat-vecs after {r['warm_seconds']:g} s of warm-up, paths and column counts interleaved; "
+            "spread: how far the median sample lay above the fastest (the worst of the row). GB/s: weight bytes "
+            f"per second; % bw: of the measured {dev['membw_gbps']:.1f} GB/s (² above it: read from a cache). "
+            f"auto: the column counts at which the dispatcher picks this path. int8 path activations: "
+            f"{r['activations']}.", ""]
+    out += ["## Model: vkq bench", ""]
+    b = r["bench"]
+    if b is None:
+        out += [f"Not measured: {r['not_measured'].get('bench')}.", ""]
+    else:
+        kernel = "-" if b["kernel_avg_ts"] is None else f"{b['kernel_avg_ts']:.2f} ± {b['kernel_stddev_ts']:.2f}"
+        ratio = "-" if b["wall_over_kernel"] is None else f"{b['wall_over_kernel']:.2f}"
+        out += [markdown(["model", "test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"],
+                         [[b["model"], b["test"], f"{b['avg_ts']:.2f} ± {b['stddev_ts']:.2f}", kernel, ratio,
+                           f"{b['gbps']:.2f}", _pct(b["bw_pct"])]],
+                         {"test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"}), "",
+                f"The mat-vec share of decoding (every weight matrix of one token, synthetic activations), "
+                f"{b['repetitions']} repetitions; t/s by wall clock (submit to logits read back), kernel t/s by "
+                "GPU timestamps of a timed copy of the step: their ratio is the share of the kernels' speed that "
+                "submitting and waiting leave.", ""]
+    out += ["## Model: vkq generate", ""]
+    g = r["generate"]
+    if g is None:
+        out += [f"Not measured: {r['not_measured']['generate']}.", ""]
+    else:
+        out += [markdown(["model", "engine", "tokens", "t/s", "submits/token"],
+                         [[g["model"], g["engine"], str(g["tokens"]), f"{g['tokens_per_second']:.2f}",
+                           f"{g['submits_per_token']:g}"]], {"tokens", "t/s", "submits/token"}), "",
+                f"{g['arch']}, {g['n_layer']} layers, {g['n_embd']} wide; greedy after \"{PROMPT}\" "
+                f"({g['prompt_tokens']} prompt tokens), median of {g['rounds']} round(s) after warm-up.", ""]
+    out += ["## ggml-vulkan side by side", ""]
+    gg = r["ggml"]
+    if gg is None:
+        out += [f"Not measured: {r['not_measured']['ggml']}.", ""]
+    else:
+        cells = [[x["type"], str(x["n"]), _us(x["ggml_seconds"]) if x["ggml_seconds"] else x["ggml_status"],
+                  _us(x["vkq_seconds"]), x["vkq_path"],
+                  "-" if x["ggml_over_vkq"] is None else f"{x['ggml_over_vkq']:.2f}x"] for x in gg["rows"]]
+        out += [markdown(["type", "n", "ggml us", "vkq us", "vkq path", "ggml / vkq"], cells,
+                         {"n", "ggml us", "vkq us", "ggml / vkq"}), "",
+                f"ggml: `{gg['path']} perf -o MUL_MAT -b Vulkan0`, mean wall time per run of a graph of the "
+                "same mat-vec repeated; vkq: the dispatcher's choice on one matrix repeated (the first table). "
+                "ggml / vkq above 1: vkq is faster.", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def run(model: str | None = None, ggml: str | None = None, quick: bool = False, output: str = "md",
+        types: str | None = None, device: int | None = None) -> int:
+    """`vkq report`: measure, print markdown or JSON on stdout (progress on stderr)."""
+    from .backend import Backend
+
+    if output not in ("md", "json"):
+        raise ValueError(f"-o must be md or json, got {output!r}")
+    names = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    report = measure(Backend(device), types=names, quick=quick, model=model, ggml=ggml)
+    print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
+    return 0
