@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime
 import json
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,15 +182,16 @@ def ggml_rows(ggml: GgmlPerf, types: list[str], shape: tuple[int, int], vkq_rows
 # -- the whole report -------------------------------------------------------------
 
 def measure(backend, *, types: list[str] | None = None, quick: bool = False, model: str | Path | None = None,
-            ggml: str | Path | None = None, shape: tuple[int, int] = SHAPE, bench_model: bool = True,
+            ggml: str | Path | None = None, shape: tuple[int, int] | None = None, bench_model: bool = True,
             progress: bool = True) -> dict:
     """The report as data. Inputs are checked (the model's architecture, the
     ggml binary and its device) before anything is measured. types: block
-    types (default every one in FORMATS); bench_model: False leaves `vkq
-    bench`'s model out (tests)."""
+    types (default every one in FORMATS); shape: rows x K of the mat-vecs
+    (default SHAPE); bench_model: False leaves `vkq bench`'s model out."""
     from .llama.model import LlamaFile
 
     t0 = time.monotonic()
+    shape = tuple(shape or SHAPE)
     effort = QUICK if quick else FULL
     types = [get_format(t).name for t in types] if types else list(FORMATS)
     file = LlamaFile(model) if model is not None else None
@@ -205,14 +207,14 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         not_measured["generate"] = "no GGUF model given (--model FILE.gguf, a llama-architecture model)"
     if runner is None:
         not_measured["ggml"] = "no ggml test-backend-ops given (--ggml PATH)"
-    elif tuple(shape) != SHAPE:
+    elif shape != SHAPE:
         not_measured["ggml"] = f"ggml's perf list has its mat-vec cases at {SHAPE[0]} x {SHAPE[1]} only"
         runner = None
     if not bench_model:
         not_measured["bench"] = "left out by the caller"
 
     units = 2 + 2 * len(types) + bench_model + (file is not None) + (runner is not None)
-    bar = Progress(units, progress, label="vkq report")
+    bar = Progress(units, progress, sys.stderr, label="vkq report")
     report = {"schema": SCHEMA, "vkq": __version__,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "quick": quick, "shape": list(shape), "ncols": list(NCOLS), "rotation_bytes": ROTATION_BYTES,
@@ -250,7 +252,8 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     report["ggml"] = None
     if runner is not None:
         report["ggml"] = {"path": str(runner.path), "rows": ggml_rows(runner, types, shape, report["matvec"], bar)}
-        bar.finish_type(1, "vkq report: ggml done")
+        done = sum(x["ggml_seconds"] is not None for x in report["ggml"]["rows"])
+        bar.finish_type(1, f"vkq report: ggml: {done} of {len(report['ggml']['rows'])} cases measured")
     report["not_measured"] = not_measured
     report["wall_seconds"] = time.monotonic() - t0
     return report
