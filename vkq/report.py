@@ -117,11 +117,19 @@ def matvec_rows(backend, qtype: str, shape: tuple[int, int], size: str, rounds: 
     return rows
 
 
-def bench_section(backend, effort: Effort, progress: Progress) -> dict:
+def bench_model_for(backend):
+    """vkq bench's default model, or why it cannot run here (host memory)."""
     from .models import resolve
 
     model = resolve(BENCH_MODEL)
-    check_host_memory(model, backend.device_info.device_type)
+    try:
+        check_host_memory(model, backend.device_info.device_type)
+    except ValueError as e:
+        return None, str(e)
+    return model, None
+
+
+def bench_section(backend, model, effort: Effort, progress: Progress) -> dict:
     progress.step(f"vkq bench {model.name}")
     row = bench_models(backend, [model], ["auto"], effort.bench_tokens, effort.bench_repetitions)[0]
     return {"model": row.model, "path": row.path, "test": row.test, "repetitions": len(row.samples_ts),
@@ -210,12 +218,20 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     elif shape != SHAPE:
         not_measured["ggml"] = f"ggml's perf list has its mat-vec cases at {SHAPE[0]} x {SHAPE[1]} only"
         runner = None
+    bench = None
     if not bench_model:
         not_measured["bench"] = "left out by the caller"
+    else:
+        bench, why = bench_model_for(backend)
+        if why:
+            not_measured["bench"] = why
 
-    units = 2 + 2 * len(types) + bench_model + (file is not None) + (runner is not None)
+    units = 2 + 2 * len(types) + (bench is not None) + (file is not None) + (runner is not None)
     bar = Progress(units, progress, sys.stderr, label="vkq report")
-    report = {"schema": SCHEMA, "vkq": __version__,
+    command = " ".join(["vkq report"] + (["--quick"] if quick else []) + ([f"--types {','.join(types)}"] if
+                       types != list(FORMATS) else []) + ([f"--model {Path(model).name}"] if model else [])
+                       + ([f"--ggml {ggml}"] if ggml else []))
+    report = {"schema": SCHEMA, "vkq": __version__, "command": command,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "quick": quick, "shape": list(shape), "ncols": list(NCOLS), "rotation_bytes": ROTATION_BYTES,
               "warm_seconds": WARM_SECONDS, "rounds": effort.rounds, "activations": backend.activations,
@@ -240,8 +256,8 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
                 f"{r['path']} n={r['n']} {r['seconds'] * 1e6:.1f} us" for r in rows))
 
     report["bench"] = None
-    if bench_model:
-        report["bench"] = bench_section(backend, effort, bar)
+    if bench is not None:
+        report["bench"] = bench_section(backend, bench, effort, bar)
         bar.finish_type(1, f"vkq report: vkq bench {BENCH_MODEL}: {report['bench']['avg_ts']:.2f} t/s")
     report["generate"] = None
     if file is not None:
@@ -262,7 +278,10 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
 # -- markdown ------------------------------------------------------------------------
 
 def _us(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+    if seconds is None:
+        return "-"
+    us = seconds * 1e6
+    return f"{us:.0f}" if us >= 1000 else f"{us:.1f}"
 
 
 def _pct(value: float) -> str:
@@ -287,7 +306,7 @@ def render_md(r: dict) -> str:
     dev = r["device"]
     rows_, k = r["shape"]
     out = [f"# vkq report: {dev['name']}", "",
-           f"vkq {r['vkq']}, {r['date']}, `vkq report{' --quick' if r['quick'] else ''}`, "
+           f"vkq {r['vkq']}, {r['date']}, `{r['command']}`, "
            f"{r['wall_seconds'] / 60:.1f} min.", "", "## Device", "", "```", *dev["summary"], "```", "",
            f"Memory read bandwidth: **{dev['membw_gbps']:.1f} GB/s** (shaders/membw.comp: "
            f"{r['rotation_bytes'] >> 20} MiB read back to back after {r['warm_seconds']:g} s of warm-up, "
@@ -348,8 +367,8 @@ def render_md(r: dict) -> str:
         cells = [[x["type"], str(x["n"]), _us(x["ggml_seconds"]) if x["ggml_seconds"] else x["ggml_status"],
                   _us(x["vkq_seconds"]), x["vkq_path"],
                   "-" if x["ggml_over_vkq"] is None else f"{x['ggml_over_vkq']:.2f}x"] for x in gg["rows"]]
-        out += [markdown(["type", "n", "ggml us", "vkq us", "vkq path", "ggml / vkq"], cells,
-                         {"n", "ggml us", "vkq us", "ggml / vkq"}), "",
+        out += [markdown(["type", "cols", "ggml us", "vkq us", "vkq path", "ggml / vkq"], cells,
+                         {"cols", "ggml us", "vkq us", "ggml / vkq"}), "",
                 f"ggml: `{gg['path']} perf -o MUL_MAT -b Vulkan0`, mean wall time per run of a graph of the "
                 "same mat-vec repeated; vkq: the dispatcher's choice on one matrix repeated (the first table). "
                 "ggml / vkq above 1: vkq is faster.", ""]
