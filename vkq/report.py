@@ -302,6 +302,43 @@ def _matvec_table(rows: list[dict], size: str) -> str:
     return markdown(header, cells, right)
 
 
+def _section(title: str, data: dict | None, reason: str | None, body) -> list[str]:
+    """A section's heading and its body, or why it was not measured."""
+    return [f"## {title}", "", *(body(data) if data is not None else [f"Not measured: {reason}."]), ""]
+
+
+def _bench_md(b: dict) -> list[str]:
+    kernel = "-" if b["kernel_avg_ts"] is None else f"{b['kernel_avg_ts']:.2f} ± {b['kernel_stddev_ts']:.2f}"
+    ratio = "-" if b["wall_over_kernel"] is None else f"{b['wall_over_kernel']:.2f}"
+    return [markdown(["model", "test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"],
+                     [[b["model"], b["test"], f"{b['avg_ts']:.2f} ± {b['stddev_ts']:.2f}", kernel, ratio,
+                       f"{b['gbps']:.2f}", _pct(b["bw_pct"])]],
+                     {"test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"}), "",
+            f"The mat-vec share of decoding (every weight matrix of one token, synthetic activations), "
+            f"{b['repetitions']} repetitions; t/s by wall clock (submit to logits read back), kernel t/s by "
+            "GPU timestamps of a timed copy of the step: their ratio is the share of the kernels' speed that "
+            "submitting and waiting leave."]
+
+
+def _generate_md(g: dict) -> list[str]:
+    return [markdown(["model", "engine", "tokens", "t/s", "submits/token"],
+                     [[g["model"], g["engine"], str(g["tokens"]), f"{g['tokens_per_second']:.2f}",
+                       f"{g['submits_per_token']:g}"]], {"tokens", "t/s", "submits/token"}), "",
+            f"{g['arch']}, {g['n_layer']} layers, {g['n_embd']} wide; greedy after \"{PROMPT}\" "
+            f"({g['prompt_tokens']} prompt tokens), median of {g['rounds']} round(s) after warm-up."]
+
+
+def _ggml_md(gg: dict) -> list[str]:
+    cells = [[x["type"], str(x["n"]), _us(x["ggml_seconds"]) if x["ggml_seconds"] else x["ggml_status"],
+              _us(x["vkq_seconds"]), x["vkq_path"],
+              "-" if x["ggml_over_vkq"] is None else f"{x['ggml_over_vkq']:.2f}x"] for x in gg["rows"]]
+    return [markdown(["type", "cols", "ggml us", "vkq us", "vkq path", "ggml / vkq"], cells,
+                     {"cols", "ggml us", "vkq us", "ggml / vkq"}), "",
+            f"ggml: `{gg['path']} perf -o MUL_MAT -b Vulkan0`, mean wall time per run of a graph of the "
+            "same mat-vec repeated; vkq: the dispatcher's choice on one matrix repeated (the first table). "
+            "ggml / vkq above 1: vkq is faster."]
+
+
 def render_md(r: dict) -> str:
     dev = r["device"]
     rows_, k = r["shape"]
@@ -334,44 +371,10 @@ def render_md(r: dict) -> str:
             f"per second; % bw: of the measured {dev['membw_gbps']:.1f} GB/s (² above it: read from a cache). "
             f"auto: the column counts at which the dispatcher picks this path. int8 path activations: "
             f"{r['activations']}.", ""]
-    out += ["## Model: vkq bench", ""]
-    b = r["bench"]
-    if b is None:
-        out += [f"Not measured: {r['not_measured'].get('bench')}.", ""]
-    else:
-        kernel = "-" if b["kernel_avg_ts"] is None else f"{b['kernel_avg_ts']:.2f} ± {b['kernel_stddev_ts']:.2f}"
-        ratio = "-" if b["wall_over_kernel"] is None else f"{b['wall_over_kernel']:.2f}"
-        out += [markdown(["model", "test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"],
-                         [[b["model"], b["test"], f"{b['avg_ts']:.2f} ± {b['stddev_ts']:.2f}", kernel, ratio,
-                           f"{b['gbps']:.2f}", _pct(b["bw_pct"])]],
-                         {"test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"}), "",
-                f"The mat-vec share of decoding (every weight matrix of one token, synthetic activations), "
-                f"{b['repetitions']} repetitions; t/s by wall clock (submit to logits read back), kernel t/s by "
-                "GPU timestamps of a timed copy of the step: their ratio is the share of the kernels' speed that "
-                "submitting and waiting leave.", ""]
-    out += ["## Model: vkq generate", ""]
-    g = r["generate"]
-    if g is None:
-        out += [f"Not measured: {r['not_measured']['generate']}.", ""]
-    else:
-        out += [markdown(["model", "engine", "tokens", "t/s", "submits/token"],
-                         [[g["model"], g["engine"], str(g["tokens"]), f"{g['tokens_per_second']:.2f}",
-                           f"{g['submits_per_token']:g}"]], {"tokens", "t/s", "submits/token"}), "",
-                f"{g['arch']}, {g['n_layer']} layers, {g['n_embd']} wide; greedy after \"{PROMPT}\" "
-                f"({g['prompt_tokens']} prompt tokens), median of {g['rounds']} round(s) after warm-up.", ""]
-    out += ["## ggml-vulkan side by side", ""]
-    gg = r["ggml"]
-    if gg is None:
-        out += [f"Not measured: {r['not_measured']['ggml']}.", ""]
-    else:
-        cells = [[x["type"], str(x["n"]), _us(x["ggml_seconds"]) if x["ggml_seconds"] else x["ggml_status"],
-                  _us(x["vkq_seconds"]), x["vkq_path"],
-                  "-" if x["ggml_over_vkq"] is None else f"{x['ggml_over_vkq']:.2f}x"] for x in gg["rows"]]
-        out += [markdown(["type", "cols", "ggml us", "vkq us", "vkq path", "ggml / vkq"], cells,
-                         {"cols", "ggml us", "vkq us", "ggml / vkq"}), "",
-                f"ggml: `{gg['path']} perf -o MUL_MAT -b Vulkan0`, mean wall time per run of a graph of the "
-                "same mat-vec repeated; vkq: the dispatcher's choice on one matrix repeated (the first table). "
-                "ggml / vkq above 1: vkq is faster.", ""]
+    nm = r["not_measured"]
+    out += _section("Model: vkq bench", r["bench"], nm.get("bench"), _bench_md)
+    out += _section("Model: vkq generate", r["generate"], nm.get("generate"), _generate_md)
+    out += _section("ggml-vulkan side by side", r["ggml"], nm.get("ggml"), _ggml_md)
     return "\n".join(out).rstrip() + "\n"
 
 
