@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The device and its memory bandwidth, what a call costs, every block type's "
                                    "mat-vec kernels on each path (one matrix and a rotation past the caches, "
                                    "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed; "
-                                   "with --ggml, ggml-vulkan's times beside vkq's. About 5 minutes on a GPU.")
+                                   "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe (2 busy cores) about "
+                                   "6 minutes, --quick 3; --ggml adds ggml's own time.")
     p.add_argument("-m", "--model", default=None, help="a llama-architecture .gguf file: vkq generate's speed on it")
     p.add_argument("--ggml", metavar="PATH", default=None,
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "

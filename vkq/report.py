@@ -22,6 +22,26 @@ Sections, each measured by the function that owns it elsewhere in vkq:
 `measure` returns the report as plain data (what `-o json` prints);
 `render_md` makes the markdown. What a device or the options leave
 unmeasured is in the report as such (`not_measured`), never guessed.
+
+The JSON (schema SCHEMA; times in seconds, bandwidths in GB/s):
+  schema, vkq, command, date, quick, shape [rows, K], ncols, rotation_bytes,
+  warm_seconds, rounds, activations, timer ("gpu timestamps" | "wall clock"),
+  wall_seconds;
+  device: index, name, vendor, type, driver, timestamps, device_class, tuned,
+    membw_gbps, summary (vkq info's lines);
+  calls: [{case, seconds}];
+  matvec: [{type, path, n, size ("one" | "rotation"), rows, k, copies,
+    seconds (per mat-vec), spread, gbps, bw_pct, auto (the dispatcher's
+    choice for this type, n and size), params, source}];
+  bench: {model, path, test, repetitions, avg_ts, stddev_ts, kernel_avg_ts,
+    kernel_stddev_ts, wall_over_kernel, gbps, bw_pct, paths_used,
+    activations} or null;
+  generate: {model, arch, n_layer, n_embd, engine, prompt_tokens, tokens,
+    rounds, tokens_per_second, submits_per_token} or null;
+  ggml: {path, rows: [{type, n, ggml_seconds, ggml_runs, ggml_status
+    ("measured" | "not supported" | "no such case"), vkq_seconds, vkq_path,
+    ggml_over_vkq}]} or null;
+  not_measured: {section: why} for kernel_time, bench, generate, ggml.
 """
 from __future__ import annotations
 
@@ -41,7 +61,7 @@ from .formats import FORMATS, get_format
 from .ggml_perf import GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
 from .table import markdown
-from .timing import ROTATION_BYTES, WARM_SECONDS, interleave, warm_up
+from .timing import REJECT, ROTATION_BYTES, WARM_SECONDS, interleave, warm_up
 from .tune import Candidate, Progress, TypeBench
 
 SCHEMA = 1  # of the JSON report; raised when a field changes meaning or goes
@@ -371,6 +391,11 @@ def render_md(r: dict) -> str:
             f"per second; % bw: of the measured {dev['membw_gbps']:.1f} GB/s (² above it: read from a cache). "
             f"auto: the column counts at which the dispatcher picks this path. int8 path activations: "
             f"{r['activations']}.", ""]
+    noisy = sum(x["spread"] > REJECT for x in r["matvec"])
+    if noisy:
+        out += [f"**{noisy} of {len(r['matvec'])} figures spread more than {100 * REJECT:.0f}%**: other work on "
+                "the machine slowed their samples; compare them only with figures measured in the same run, or "
+                "run the report again on an idle machine.", ""]
     nm = r["not_measured"]
     out += _section("Model: vkq bench", r["bench"], nm.get("bench"), _bench_md)
     out += _section("Model: vkq generate", r["generate"], nm.get("generate"), _generate_md)
