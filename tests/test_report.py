@@ -80,6 +80,20 @@ def test_ggml_type_names():
     assert all(n.lower() == f.ggml_type.name.lower() for n, f in zip(names.values(), FORMATS.values()))
 
 
+def test_ggml_environment(tmp_path, monkeypatch):
+    """ggml runs on vkq's device (whatever the caller's GGML_VK_VISIBLE_DEVICES)
+    and finds its libraries beside the binary or in ../lib, as ggml's build
+    tree and the GPU kit's unpacked tarball keep them."""
+    from vkq.ggml_perf import GgmlPerf
+
+    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/other")
+    env = GgmlPerf(tmp_path / "ggml" / "bin" / "test-backend-ops", 2, "GPU").env()
+    assert env["GGML_VK_VISIBLE_DEVICES"] == "2"
+    assert env["LD_LIBRARY_PATH"].split(":") == [str(tmp_path / "ggml" / "bin"), str(tmp_path / "ggml" / "lib"),
+                                                 "/opt/other"]
+
+
 # -- the report on this device ----------------------------------------------------------
 
 @pytest.fixture
@@ -245,7 +259,7 @@ def test_ggml_without_the_vulkan_device(tmp_path, capsys, nothing_measured):
 def test_ggml_on_another_device(tmp_path, capsys, nothing_measured):
     ggml = fake_ggml(tmp_path, "Some Other GPU", *report.SHAPE)
     assert main(["report", "--quick", "--ggml", str(ggml)]) == 2
-    assert_user_error(2, capsys.readouterr().err, "'Some Other GPU'", "GGML_VK_VISIBLE_DEVICES")
+    assert_user_error(2, capsys.readouterr().err, "'Some Other GPU'", "GGML_VK_VISIBLE_DEVICES=0")
 
 
 def test_model_of_another_architecture(tmp_path, capsys, nothing_measured):

@@ -14,7 +14,7 @@ and, per backend, `Device description: NAME` (the Vulkan device's name).
 ggml-vulkan lists only GPUs unless GGML_VK_VISIBLE_DEVICES names the
 devices it may use (a CPU driver such as lavapipe needs it); its indices are
 Vulkan's device order, as vkq's are, so vkq sets it to its own device's
-index where the caller has not.
+index: ggml's Vulkan0 is then the device vkq measures.
 """
 from __future__ import annotations
 
@@ -103,12 +103,12 @@ class GgmlPerf:
 
     def env(self) -> dict[str, str]:
         """The caller's environment, with ggml's libraries next to the binary
-        (bin/ or ../lib) found, and ggml shown vkq's device."""
+        (bin/ or ../lib) found, and ggml shown vkq's device alone."""
         env = dict(os.environ)
         here = self.path.resolve().parent
         libs = [str(here), str(here.parent / "lib")]
         env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
-        env.setdefault("GGML_VK_VISIBLE_DEVICES", str(self.device_index))
+        env["GGML_VK_VISIBLE_DEVICES"] = str(self.device_index)
         return env
 
     def command(self, regex: str) -> list[str]:
@@ -133,8 +133,8 @@ class GgmlPerf:
             raise ValueError(f"--ggml: ggml sees no Vulkan device {BACKEND} (GGML_VK_VISIBLE_DEVICES="
                              f"{self.env()['GGML_VK_VISIBLE_DEVICES']})")
         if device != self.device_name:
-            raise ValueError(f"--ggml: ggml's {BACKEND} is {device!r}, vkq's device is {self.device_name!r}; "
-                             "set GGML_VK_VISIBLE_DEVICES to the index of vkq's device")
+            raise ValueError(f"--ggml: ggml's {BACKEND} (GGML_VK_VISIBLE_DEVICES={self.device_index}) is "
+                             f"{device!r}, vkq's device {self.device_index} is {self.device_name!r}")
 
     def run(self, regex: str, on_case: Callable[[PerfCase], None] = lambda case: None,
             timeout: float | None = None) -> PerfOutput:
