@@ -274,6 +274,7 @@ def test_model_of_another_architecture(tmp_path, capsys, nothing_measured):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--types", "Q9_9"], "Q9_9"),
+    (["--types", ","], "no block type given"),
     (["--model", "/nonexistent/model.gguf"], "no GGUF file at /nonexistent/model.gguf"),
 ])
 def test_bad_arguments(capsys, nothing_measured, argv, needle):

@@ -82,8 +82,8 @@ def cmd_generate(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
-    return report.run(model=args.model, ggml=args.ggml, quick=args.quick, output=args.output, types=args.types,
-                      device=args.device)
+    return report.run(model=args.model, ggml=args.ggml, quick=args.quick, output=args.output,
+                      types=block_types(args.types), device=args.device)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "
                         "it takes a minute or more per case)")
     p.add_argument("--quick", action="store_true", help="fewer samples and tokens (the same sections)")
-    p.add_argument("--types", default=None, help="comma-separated block types (default: all)")
+    p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_report)

@@ -221,7 +221,9 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     t0 = time.monotonic()
     shape = tuple(shape or SHAPE)
     effort = QUICK if quick else FULL
-    types = [get_format(t).name for t in types] if types else list(FORMATS)
+    if types is not None and not types:
+        raise ValueError("types: name at least one block type (None: all)")
+    types = list(dict.fromkeys(get_format(t).name for t in types)) if types else list(FORMATS)
     file = LlamaFile(model) if model is not None else None
     runner = None
     if ggml is not None:
@@ -404,13 +406,12 @@ def render_md(r: dict) -> str:
 
 
 def run(model: str | None = None, ggml: str | None = None, quick: bool = False, output: str = "md",
-        types: str | None = None, device: int | None = None) -> int:
-    """`vkq report`: measure, print markdown or JSON on stdout (progress on stderr)."""
+        types: list[str] | None = None, device: int | None = None) -> int:
+    """`vkq report`: measure (types: None for all), print markdown or JSON on stdout (progress on stderr)."""
     from .backend import Backend
 
     if output not in ("md", "json"):
         raise ValueError(f"-o must be md or json, got {output!r}")
-    names = [t.strip() for t in types.split(",") if t.strip()] if types else None
-    report = measure(Backend(device), types=names, quick=quick, model=model, ggml=ggml)
+    report = measure(Backend(device), types=types, quick=quick, model=model, ggml=ggml)
     print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
     return 0
