@@ -1,8 +1,8 @@
 """What a submit costs, and what the batched API (vkq.Graph) saves.
 
-- per call: Backend.matvec of a 256 x 256 Q4_0 matrix (a kernel of a few
-  microseconds), against the floor of one Kompute submit + wait (a 64-byte
-  copy) measured in the same run;
+- per call (vkq.call_cost, as `vkq report` measures it): Backend.matvec of
+  a 256 x 256 Q4_0 matrix (a kernel of a few microseconds), against the
+  floor of one Kompute submit + wait (a 64-byte copy) measured in the same run;
 - 100 chained mat-vecs (a 4096-wide MLP stack, Q4_0, each layer's output
   the next one's input): one graph replay (one submit) against 100
   Backend.matvec calls, and against the GPU time of the replay's kernels
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import statistics
 
-import kp
 import numpy as np
 import pytest
+
+from vkq import call_cost
 
 
 WIDTH, DEPTH, DISTINCT = 4096, 100, 10  # 10 distinct 4096 x 4096 Q4_0 matrices (94 MB) cycled
@@ -39,23 +40,20 @@ def stable_q4_0(rows: int, k: int, rng) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def small(backend):
-    return backend.upload("Q4_0", (256, 256), stable_q4_0(256, 256, np.random.default_rng(0)))
+    return call_cost.small_weights(backend)
 
 
 def test_submit_floor(benchmark, backend, record):
     """One Kompute submit + wait that moves 64 bytes: the least any call costs."""
-    t = backend.device.tensor(16)
-    seq = backend.device.manager.sequence().record(kp.OpTensorSyncDevice([t]))
     benchmark.group = "per call, 256x256 Q4_0"
-    benchmark.pedantic(seq.eval, rounds=2000, iterations=1, warmup_rounds=50)
+    benchmark.pedantic(call_cost.submit_floor(backend), rounds=2000, iterations=1, warmup_rounds=50)
     record(benchmark, benchmark.group, "submit floor (64-byte copy)", 0, baseline=True)
 
 
 @pytest.mark.parametrize("path", ["dmmv", "mmvq"])
 def test_matvec_call(benchmark, backend, record, small, path):
-    x = np.random.default_rng(1).uniform(-1, 1, 256).astype(np.float32)
     benchmark.group = "per call, 256x256 Q4_0"
-    benchmark.pedantic(lambda: backend.matvec(small, x, path), rounds=2000, iterations=1, warmup_rounds=50)
+    benchmark.pedantic(call_cost.small_matvec(backend, small, path), rounds=2000, iterations=1, warmup_rounds=50)
     record(benchmark, benchmark.group, f"Backend.matvec {path}", small.nbytes)
 
 

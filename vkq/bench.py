@@ -40,6 +40,7 @@ from .table import StatusLine, markdown
 from .timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
 
 BACKEND = "Vulkan (vkq)"
+DEFAULT_MODEL = "llama-3.2-1b:Q4_0"  # `vkq bench`'s model when none is given
 NOTE = ("vkq bench measures the mat-vec share of decoding: every weight matrix of one token, in "
         "dependency order, on synthetic activations (no attention, norms or sampling).")
 

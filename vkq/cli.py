@@ -1,4 +1,4 @@
-"""The `vkq` command line: info, bench, compare, tune, generate."""
+"""The `vkq` command line: info, bench, compare, tune, generate, report."""
 from __future__ import annotations
 
 import argparse
@@ -77,6 +77,13 @@ def cmd_generate(args) -> int:
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine, path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps)
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    return report.run(model=args.model, ggml=args.ggml, quick=args.quick, output=args.output,
+                      types=block_types(args.types), device=args.device)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +170,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one mat-vec call per matrix (default: Q/K/V and gate/up stacked into one call each)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("report", help="every figure of vkq on this device in one table (paste it in an issue)",
+                       description="The device and its memory bandwidth, what a call costs, every block type's "
+                                   "mat-vec kernels on each path (one matrix and a rotation past the caches, "
+                                   "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed; "
+                                   "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe (2 busy cores) about "
+                                   "6 minutes, --quick 3; --ggml adds ggml's own time.")
+    p.add_argument("-m", "--model", default=None, help="a llama-architecture .gguf file: vkq generate's speed on it")
+    p.add_argument("--ggml", metavar="PATH", default=None,
+                   help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "
+                        "it takes a minute or more per case)")
+    p.add_argument("--quick", action="store_true", help="fewer samples and tokens (the same sections)")
+    p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
+    p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    p.set_defaults(func=cmd_report)
     return ap
 
 

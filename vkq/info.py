@@ -22,41 +22,52 @@ def evidence(bases: frozenset[str]) -> str:
     return f"unmeasured ({' and '.join(words[b] for b in sorted(bases - {'measured'}))}; `vkq tune` measures this device)"
 
 
+def capability_lines(info) -> list[str]:
+    """What the device is and can do, as `vkq info` lists it."""
+    sg = f"{info.subgroup_size}"
+    if info.subgroup_min_size and info.subgroup_max_size:
+        sg += f" (min {info.subgroup_min_size}, max {info.subgroup_max_size})"
+    return [
+        f"device {info.index}: {info.name}",
+        f"  vendor          {info.vendor} (0x{info.vendor_id:04x}), {info.device_type}, Vulkan {info.api_version}",
+        f"  driver          {info.driver_name or '?'} {info.driver_info or ''}".rstrip(),
+        f"  subgroup        size {sg}, arithmetic {_yes(info.subgroup_arithmetic)}",
+        f"  int8 dot        extension+feature {_yes(info.integer_dot_product)}, "
+        f"accelerated {_yes(info.integer_dot_4x8_packed_accelerated)}",
+        f"  buffers         storage max range {info.max_storage_buffer_range / 2**20:.0f} MiB, "
+        f"texel {info.max_texel_buffer_elements / 2**20:.0f} Mi elements; "
+        f"shared memory {info.max_compute_shared_memory_size // 1024} KiB; "
+        f"device memory {info.device_local_memory / 2**30:.1f} GiB",
+        f"  timestamps      {_yes(info.timestamps_supported)} (period {info.timestamp_period:g} ns)",
+    ]
+
+
+def backend_lines(backend) -> list[str]:
+    """vkq's paths on the device, its device class and tuning file: the rest of `vkq info`'s summary."""
+    dev, disp = backend.device, backend.dispatcher
+    mmvq = "OpSDot (int-dot feature enabled)" if dev.int_dot_enabled else "int32 emulation (no int-dot feature)"
+    return [
+        "  paths           dmmv (dequantize to float): every type",
+        f"                  mmvq (int8 dot products): quantized types, {mmvq}",
+        f"  device class    {disp.device_class.key} ({'; '.join(disp.device_class.reasons)})",
+        f"  tuning file     {tuning_path(backend.device_info)} ({'loaded' if disp.tuned else 'none'})",
+    ]
+
+
 def report(shape: tuple[int, int] = (4096, 4096)) -> str:
     from .backend import Backend  # opens devices; imported late so `vkq --help` stays fast
 
     lines = []
     for info in enumerate_devices():
-        lines.append(f"device {info.index}: {info.name}")
-        lines.append(f"  vendor          {info.vendor} (0x{info.vendor_id:04x}), {info.device_type}, "
-                     f"Vulkan {info.api_version}")
-        lines.append(f"  driver          {info.driver_name or '?'} {info.driver_info or ''}".rstrip())
-        sg = f"{info.subgroup_size}"
-        if info.subgroup_min_size and info.subgroup_max_size:
-            sg += f" (min {info.subgroup_min_size}, max {info.subgroup_max_size})"
-        lines.append(f"  subgroup        size {sg}, arithmetic {_yes(info.subgroup_arithmetic)}")
-        lines.append(f"  int8 dot        extension+feature {_yes(info.integer_dot_product)}, "
-                     f"accelerated {_yes(info.integer_dot_4x8_packed_accelerated)}")
-        lines.append(f"  buffers         storage max range {info.max_storage_buffer_range / 2**20:.0f} MiB, "
-                     f"texel {info.max_texel_buffer_elements / 2**20:.0f} Mi elements; "
-                     f"shared memory {info.max_compute_shared_memory_size // 1024} KiB; "
-                     f"device memory {info.device_local_memory / 2**30:.1f} GiB")
-        lines.append(f"  timestamps      {_yes(info.timestamps_supported)} "
-                     f"(period {info.timestamp_period:g} ns)")
+        lines += capability_lines(info)
         try:
             backend = Backend(info.index)
         except Exception as e:  # a device vkq cannot open is still listed
             lines.append(f"  vkq             cannot open this device: {e}")
             continue
-        dev = backend.device
-        lines.append("  paths           dmmv (dequantize to float): every type")
-        mmvq = ("OpSDot (int-dot feature enabled)" if dev.int_dot_enabled
-                else "int32 emulation (no int-dot feature)")
-        lines.append(f"                  mmvq (int8 dot products): quantized types, {mmvq}")
+        lines += backend_lines(backend)
         rows, k = shape
         disp = backend.dispatcher
-        lines.append(f"  device class    {disp.device_class.key} ({'; '.join(disp.device_class.reasons)})")
-        lines.append(f"  tuning file     {tuning_path(info)} ({'loaded' if disp.tuned else 'none'})")
         lines.append(f"  dispatcher      choice for a {rows} x {k} mat-vec, one column:")
         for name, fmt in FORMATS.items():
             cfg = disp.choose(fmt, rows, k, 1)

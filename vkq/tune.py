@@ -90,27 +90,26 @@ def value_of(cfg: PipelineConfig, name: str):
 
 @dataclass
 class Unit:
-    """One mat-vec of the rotation: a copy of one shape's weights, with its x and y."""
+    """One mat-vec of the rotation: a copy of one shape's weights."""
 
     shape: int  # index into the shapes
     weights: object  # vkq.Weights
-    x: object  # vkq.Tensor
-    y: object  # vkq.Tensor
 
 
 class Candidate:
-    """One configuration recorded for every unit of the rotation, `passes`
-    times back to back, as one graph (vkq.graph: each x quantized to Q8_1 once,
-    a barrier between passes since the next one rewrites every y); `sample()`
-    is the GPU seconds of one pass."""
+    """One configuration recorded for every unit of the rotation with `ncols`
+    columns of x, `passes` times back to back, as one graph (vkq.graph: each
+    x quantized to Q8_1 once, a barrier between passes since the next one
+    rewrites every y); `sample()` is the GPU seconds of one pass."""
 
-    def __init__(self, bench: "TypeBench", cfg: PipelineConfig, passes: int):
+    def __init__(self, bench: "TypeBench", cfg: PipelineConfig, passes: int, ncols: int = 1):
         self.bench, self.cfg, self.passes = bench, cfg, passes
         self.graph = g = bench.backend.graph(timestamps=bench.gpu_timer)
         for _ in range(passes):
-            for u in bench.units:
+            for i, u in enumerate(bench.units):
                 rows, k = bench.shapes[u.shape]
-                g.matvec(u.weights, u.x, config=apply_limits(cfg, bench.dev.caps, bench.fmt, k, 1), out=u.y)
+                g.matvec(u.weights, bench.x(u.shape, ncols),
+                         config=apply_limits(cfg, bench.dev.caps, bench.fmt, k, ncols), out=bench.y(i, ncols))
         # The first replay records the sequence and uploads; on lavapipe it
         # also ran 2x slower than the next ones: never a sample.
         g.run()
@@ -126,26 +125,36 @@ class Candidate:
 
 
 class TypeBench:
-    """The rotation of one block type: copies of the weights of every shape, uploaded once."""
+    """The rotation of one block type: copies of the weights of every shape,
+    uploaded once (max_copies None: as many as the rotation needs)."""
 
-    def __init__(self, backend, qtype: str, shapes, max_copies: int = MAX_COPIES):
+    def __init__(self, backend, qtype: str, shapes, max_copies: int | None = MAX_COPIES):
         self.backend, self.dev = backend, backend.device
         self.fmt, self.shapes = get_format(qtype), shapes
         self.gpu_timer = backend.device_info.timestamps_supported
         rng = np.random.default_rng(1)
         data = [random_weights(self.fmt, rows, k, rng) for rows, k in shapes]
         sizes = [self.fmt.row_bytes(k) * rows for rows, k in shapes]
-        self.units = []
-        xs = {}
-        for i, _copy in rotation(sizes, max_copies=max_copies):
-            rows, k = shapes[i]
-            w = backend.upload(qtype, (rows, k), data[i])
-            if i not in xs:
-                xs[i] = backend.tensor(k, name=f"x{i}")
-                xs[i].write(np.random.default_rng(i).uniform(-1, 1, k).astype(np.float32))
-            self.units.append(Unit(i, w, xs[i], backend.tensor(rows, name="y")))
+        self.units = [Unit(i, backend.upload(qtype, shapes[i], data[i]))
+                      for i, _copy in rotation(sizes, max_copies=max_copies)]
+        self._xs: dict[tuple[int, int], object] = {}  # (shape, ncols) -> x
+        self._ys: dict[tuple[int, int], object] = {}  # (unit, ncols) -> y
         self.pass_bytes = sum(u.weights.nbytes for u in self.units)
         self.table = Dispatcher(self.dev.caps, backend.dispatcher.device_class, {})  # the vendor table alone
+
+    def x(self, shape: int, ncols: int):
+        """The x of a shape with `ncols` columns (uniform in [-1, 1]), made once."""
+        if (shape, ncols) not in self._xs:
+            k = self.shapes[shape][1]
+            x = self._xs[shape, ncols] = self.backend.tensor(k, ncols, name=f"x{shape}")
+            x.write(np.random.default_rng(shape).uniform(-1, 1, (ncols, k)).astype(np.float32))
+        return self._xs[shape, ncols]
+
+    def y(self, unit: int, ncols: int):
+        """The y of a unit with `ncols` columns: each unit its own, so one pass needs no barrier."""
+        if (unit, ncols) not in self._ys:
+            self._ys[unit, ncols] = self.backend.tensor(self.shapes[self.units[unit].shape][0], ncols, name="y")
+        return self._ys[unit, ncols]
 
     def table_config(self, path: str, activations: str = DEFAULT_ACTIVATIONS) -> PipelineConfig:
         """The vendor table's choice (for the int8 path: with x in `activations`)."""
@@ -153,9 +162,9 @@ class TypeBench:
         cfg = self.table.choose(self.fmt, rows, k, 1, path=path, activations=activations)
         return replace(cfg, x_planes=ACTIVATION_PLANES[activations]) if path == "mmvq" else cfg
 
-    def passes_for(self, cfg: PipelineConfig) -> int:
+    def passes_for(self, cfg: PipelineConfig, ncols: int = 1) -> int:
         """Passes per sample for SAMPLE_SECONDS of GPU time, timed warm."""
-        one = Candidate(self, cfg, 1)
+        one = Candidate(self, cfg, 1, ncols)
         warm_up(one.sample, WARM_SECONDS)
         n = calibrate(one.sample, SAMPLE_SECONDS, max_repeats=256)
         one.destroy()
@@ -216,8 +225,8 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
 class Progress:
     """A terminal gets one line, rewritten, with an ETA; a log gets a line per type."""
 
-    def __init__(self, total_units: int, enabled: bool, stream=sys.stderr):
-        self.stream, self.enabled = stream, enabled
+    def __init__(self, total_units: int, enabled: bool, stream=sys.stderr, label: str = "tune"):
+        self.stream, self.enabled, self.label = stream, enabled, label
         self.line = StatusLine(stream, enabled)
         self.total, self.done_units, self.start = total_units, 0, time.monotonic()
 
@@ -228,7 +237,7 @@ class Progress:
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def step(self, text: str) -> None:
-        self.line.show(f"tune {self.done_units}/{self.total}, {self.eta()}: {text}")
+        self.line.show(f"{self.label} {self.done_units}/{self.total}, {self.eta()}: {text}")
 
     def finish_type(self, units: int, line: str) -> None:
         self.done_units += units
