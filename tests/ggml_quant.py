@@ -6,8 +6,9 @@ calls `ggml_quantize_chunk` from the `libggml-base` shared library shipped by
 the `libggml-python` wheel, through ctypes. Its output is the byte layout a
 GGUF file stores: one row after another, each row a run of blocks.
 
-    quantize(values, qtype)        float32 (rows, K) -> uint8 (rows, row_bytes)
+    quantize(values, qtype, imatrix=None)  float32 (rows, K) -> uint8 (rows, row_bytes)
     random_weights(rows, k, qtype) the same for uniform [-1, 1] values
+    importance(k, seed)            a realistic importance matrix for a row length
     available()                    whether libggml-base could be loaded
 
 Type ids and block sizes come from `gguf` (GGMLQuantizationType,
@@ -32,24 +33,27 @@ import numpy as np
 
 GGMLType = gguf.GGMLQuantizationType
 
-# The types the tests use. All of them quantize without an importance matrix;
-# the IQ types would need one (ggml aborts the process instead of returning an
-# error), so they are left out rather than special-cased.
-TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4")
+# The types the tests use. ggml refuses IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S/IQ1_M
+# without an importance matrix (it aborts the process, so quantize() checks
+# first); they, and every other i-quant, are quantized with importance(k).
+TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4",
+         "IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")
+IQ_TYPES = tuple(t for t in TYPES if t.startswith("IQ"))
 
 # Upper bounds on the normalized mean squared error sum((x-y)^2)/sum(x^2) of
 # quantize -> gguf dequantize for uniform [-1, 1] input, used by self_check().
 # They sit at about 2x what ggml achieves (see the module's __main__),
 # so a broken layout (NMSE ~ 1) fails and a correct one never does.
 NMSE_BOUND = {
-    "F32": 0.0, "F16": 1e-7,
+    "F32": 0.0, "F16": 1e-7, "BF16": 5e-6,
     "Q8_0": 3e-5,
     "Q6_K": 4e-4,
     "Q5_0": 2e-3, "Q5_1": 2e-3, "Q5_K": 2e-3,
-    "Q4_0": 8e-3, "Q4_1": 8e-3, "Q4_K": 6e-3,
-    "Q3_K": 3e-2, "MXFP4": 4e-2,
-    "Q2_K": 1e-1,  # the coarsest format
+    "Q4_0": 8e-3, "Q4_1": 8e-3, "Q4_K": 6e-3, "IQ4_NL": 9e-3, "IQ4_XS": 9e-3,
+    "Q3_K": 3e-2, "MXFP4": 4e-2, "IQ3_S": 4e-2, "IQ3_XXS": 8e-2,
+    "Q2_K": 1e-1, "IQ2_S": 0.13, "IQ2_XS": 0.2, "IQ2_XXS": 0.26,
+    "IQ1_M": 0.4, "IQ1_S": 0.43,  # the coarsest formats (a broken layout gives ~1 or more)
 }
 
 
@@ -101,8 +105,6 @@ def _lib() -> ctypes.CDLL:
                 f"libggml-base disagrees with gguf about {name} (id {t.value}): "
                 f"library says {got!r} with (block, bytes) {sizes}, "
                 f"gguf says {gguf.GGML_QUANT_SIZES[t]}")
-        if lib.ggml_quantize_requires_imatrix(t.value):
-            raise RuntimeError(f"{name} needs an importance matrix in this libggml")
     return lib
 
 
@@ -122,12 +124,28 @@ def _type(qtype: str) -> GGMLType:
     return GGMLType[name]
 
 
-def quantize(values: np.ndarray, qtype: str) -> np.ndarray:
+def importance(k: int, seed: int = 0) -> np.ndarray:
+    """A realistic importance matrix for rows of k elements: what llama.cpp's
+    imatrix tool stores, the mean square of each input column's activation
+    over a corpus. LLM activations have a log-normal spread of column
+    magnitudes and a few outlier columns far above the rest (about 1%,
+    10-100x); this draws that shape, float32 (k,), all positive."""
+    rng = np.random.default_rng(seed + 7919 * k)
+    imatrix = rng.lognormal(0.0, 1.0, k)
+    outliers = rng.random(k) < 0.01
+    imatrix[outliers] *= rng.uniform(10.0, 100.0, int(outliers.sum()))
+    return imatrix.astype(np.float32)
+
+
+def quantize(values: np.ndarray, qtype: str, imatrix: np.ndarray | None = None) -> np.ndarray:
     """Quantize a float32 array of shape (rows, K) with ggml's ggml_quantize_chunk.
 
-    qtype: one of F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K MXFP4
-    (case-insensitive). Returns the raw bytes as a numpy uint8 array of shape
-    (rows, row_bytes), exactly as a GGUF file stores them.
+    qtype: one of TYPES (case-insensitive). imatrix: float32 (K,) importance
+    weights; the i-quants get importance(K) when none is given (ggml needs
+    one for IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M), the other types are
+    quantized unweighted, as a model quantized without imatrix. Returns the
+    raw bytes as a numpy uint8 array of shape (rows, row_bytes), exactly as a
+    GGUF file stores them.
     """
     t = _type(qtype)
     if not isinstance(values, np.ndarray) or values.dtype != np.float32:
@@ -148,12 +166,19 @@ def quantize(values: np.ndarray, qtype: str) -> np.ndarray:
     dst = np.zeros((rows, row_bytes), dtype=np.uint8)
     if rows == 0:
         return dst
+    if imatrix is None and t.name in IQ_TYPES:
+        imatrix = importance(k)
+    if imatrix is not None:
+        imatrix = np.ascontiguousarray(imatrix, np.float32)
+        if imatrix.shape != (k,) or not (np.isfinite(imatrix).all() and (imatrix > 0).all()):
+            raise ValueError(f"imatrix must be {k} positive finite float32 values, got shape {imatrix.shape}")
+    elif lib.ggml_quantize_requires_imatrix(t.value):  # ggml would abort the process
+        raise ValueError(f"ggml quantizes {t.name} only with an importance matrix")
     # Builds the lookup tables some types need; cheap, and idempotent.
     lib.ggml_quantize_init(t.value)
-    # start=0: quantize the whole array as one chunk; imatrix=NULL, i.e. the
-    # plain (unweighted) quantizer, as for a model quantized without imatrix.
-    written = lib.ggml_quantize_chunk(t.value, src.ctypes.data, dst.ctypes.data,
-                                      0, rows, k, None)
+    # start=0: quantize the whole array as one chunk.
+    written = lib.ggml_quantize_chunk(t.value, src.ctypes.data, dst.ctypes.data, 0, rows, k,
+                                      None if imatrix is None else imatrix.ctypes.data)
     if written != rows * row_bytes:
         raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {rows * row_bytes}")
     return dst
