@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import get_format
+from .formats import FORMATS, get_format
 from .gguf_io import GGUFFile, GGUFTensor, describe_unsupported, is_supported, metadata, open_gguf
 from .synthetic import random_weights
 
@@ -31,10 +31,19 @@ ROLE_STAGE = {
 }
 OUTPUT = "output"  # the output head: output.weight, or token_embd.weight when tied
 
-MIXES = ("Q4_0", "Q8_0", "Q2_K", "Q3_K_S", "Q4_K_M", "Q5_K_M", "Q6_K")
+# llama.cpp's file types (llama-quantize's names) that presets offer.
+K_MIXES = ("Q4_0", "Q8_0", "Q2_K", "Q3_K_S", "Q4_K_M", "Q5_K_M", "Q6_K")
+IQ_MIXES = ("IQ4_XS", "IQ4_NL", "IQ3_M", "IQ3_S", "IQ3_XS", "IQ3_XXS",
+            "IQ2_M", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")
+MIXES = K_MIXES + IQ_MIXES + ("BF16",)
 # The base type of each mix: the type of every tensor no rule below changes.
-BASE_TYPE = {"Q4_0": "Q4_0", "Q8_0": "Q8_0", "Q2_K": "Q2_K", "Q3_K_S": "Q3_K",
-             "Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K", "Q6_K": "Q6_K", "MXFP4": "Q8_0"}
+# Not always the mix's name: llama.cpp's IQ2_S file is mostly IQ2_XS, its
+# IQ2_M file mostly IQ2_S, and its IQ3_M and IQ3_XS files mostly IQ3_S.
+BASE_TYPE = {"Q2_K": "Q2_K", "Q3_K_S": "Q3_K", "Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K", "MXFP4": "Q8_0",
+             "IQ2_S": "IQ2_XS", "IQ2_M": "IQ2_S", "IQ3_M": "IQ3_S", "IQ3_XS": "IQ3_S"}
+BASE_TYPE |= {mix: mix for mix in MIXES if mix not in BASE_TYPE}
+# The file types of about 2 bits per weight or less, which llama.cpp types by rules of their own.
+LOW_BIT_MIXES = ("IQ2_M", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,10 @@ class ModelSpec:
                 add("ffn_down", i, (self.hidden, self.ffn))
         add(OUTPUT, self.n_layer, (self.vocab, self.hidden),
             "token_embd.weight" if self.tied_output else "output.weight")
+        unsupported = sorted({m.qtype for m in out} - set(FORMATS))
+        if unsupported:
+            raise ValueError(f"{self.name}:{mix} has {', '.join(unsupported)} matrices: block types "
+                             f"vkq does not support (it supports {', '.join(FORMATS)})")
         for m in out:  # the mixes' types must fit every K; presets only offer mixes that do
             block = get_format(m.qtype).block_elems
             assert m.shape[-1] % block == 0, f"{self.name}:{mix} {m.name}: K={m.shape[-1]} vs {m.qtype}"
@@ -164,38 +177,76 @@ def use_more_bits(i: int, n: int) -> bool:
 
 def mix_type(mix: str, role: str, layer: int, n_layer: int, spec: ModelSpec) -> str:
     """The block type llama.cpp's llama_tensor_get_type gives a tensor in a mix
-    (no importance matrix, no overrides). Rules for models no preset has
-    (Falcon, 70B, 8-expert Mixtral) are left out."""
+    (no overrides). The k-quant and legacy mixes are as llama-quantize makes
+    them without an importance matrix, the i-quant mixes as it makes them with
+    one: i-quant files practically always come with one, and IQ1/IQ2 types
+    cannot be made without one (with one, IQ3_XXS keeps V in IQ3_XXS where
+    it would get IQ3_S). Rules for models no preset has (Falcon, 70B,
+    8-expert Mixtral) are left out; so is the fallback of matrices whose K
+    is not a whole number of the type's blocks (presets offer only mixes
+    whose types fit every K)."""
     # The router stays F32: llama.cpp never quantizes ffn_gate_inp.
     if role == "ffn_gate_inp":
         return "F32"
+    # BF16 is not a quantized type: llama.cpp applies no rule, every matrix is BF16.
+    if mix == "BF16":
+        return "BF16"
+    base = BASE_TYPE[mix]
     # The output head (and the token embedding of a tied model, quantized as
-    # the output): Q8_0 in the Q8_0 and MXFP4_MOE mixes, Q6_K in all others.
+    # the output): Q8_0 in the Q8_0 and MXFP4_MOE mixes, Q5_K in the ~2-bit
+    # ones and IQ3_XXS, Q6_K in all others.
     if role == OUTPUT:
-        return "Q8_0" if mix in ("Q8_0", "MXFP4") else "Q6_K"
+        if mix in ("Q8_0", "MXFP4"):
+            return "Q8_0"
+        return "Q5_K" if mix in LOW_BIT_MIXES + ("IQ3_XXS",) else "Q6_K"
     # MXFP4_MOE: expert stacks (3-D tensors) MXFP4, every other matrix Q8_0.
     if mix == "MXFP4":
         return "MXFP4" if role.endswith("_exps") else "Q8_0"
     # Expert stacks follow the rules of the dense FFN tensors; layer = block index.
     kind = role.removesuffix("_exps")
+    gqa = spec.n_head // spec.n_head_kv  # query heads per KV head
+    first_eighth = layer < n_layer // 8
+    if mix in LOW_BIT_MIXES:
+        # V and the first eighth of the down projections get a bigger type:
+        # Q4_K for V with >= 4 query heads per KV head or >= 4 experts.
+        bigger = "IQ3_S" if mix in ("IQ2_S", "IQ2_M") else "Q2_K"
+        if kind == "attn_v":
+            return "Q4_K" if gqa >= 4 or spec.n_expert >= 4 else bigger
+        if kind == "ffn_down" and first_eighth:
+            return bigger
+        if kind == "attn_output":
+            return {"IQ1_S": "IQ2_XXS", "IQ1_M": "IQ2_XXS", "IQ2_S": "IQ3_S", "IQ2_M": "IQ3_S"}.get(mix, base)
+        return base
     if kind == "attn_v":
-        # Q2_K: more bits for V when >= 4 query heads share each KV head.
+        # More bits for V, the more where >= 4 query heads share each KV head.
         if mix == "Q2_K":
-            return "Q4_K" if spec.n_head // spec.n_head_kv >= 4 else "Q3_K"
+            return "Q4_K" if gqa >= 4 else "Q3_K"
+        if mix == "IQ3_M" or (mix in ("IQ3_XXS", "IQ3_XS", "IQ3_S") and gqa >= 4):
+            return "Q4_K"
+        if mix in ("IQ4_NL", "IQ4_XS") and gqa >= 4:
+            return "Q5_K"
         # Q4_K_M / Q5_K_M: Q6_K in the use_more_bits layers.
         if mix in ("Q4_K_M", "Q5_K_M") and use_more_bits(layer, n_layer):
             return "Q6_K"
+    if kind in ("attn_q", "attn_k"):
+        # Fewer bits for Q and K in IQ3_XS and IQ3_XXS.
+        return {"IQ3_XS": "IQ3_XXS", "IQ3_XXS": "IQ2_S"}.get(mix, base)
     if kind == "ffn_down":
-        # Q2_K: the down projection gets Q3_K.
+        # Q2_K: the down projection gets Q3_K; IQ3_M: Q4_K in the first eighth.
         if mix == "Q2_K":
             return "Q3_K"
+        if mix == "IQ3_M" and first_eighth:
+            return "Q4_K"
         # Q4_K_M / Q5_K_M: Q6_K in the use_more_bits layers.
         if mix in ("Q4_K_M", "Q5_K_M") and use_more_bits(layer, n_layer):
             return "Q6_K"
-    # Q2_K: the attention output projection gets Q3_K.
-    if kind == "attn_output" and mix == "Q2_K":
-        return "Q3_K"
-    return BASE_TYPE[mix]
+    if kind == "attn_output":
+        # More bits for the attention output projection in Q2_K, IQ3_XXS and IQ3_M.
+        return {"Q2_K": "Q3_K", "IQ3_XXS": "IQ3_S", "IQ3_M": "Q4_K"}.get(mix, base)
+    if kind in ("ffn_gate", "ffn_up") and mix == "IQ3_XS" and not first_eighth and layer < 7 * n_layer // 8:
+        # IQ3_XS: the gate and up projections of the middle layers get IQ3_XXS.
+        return "IQ3_XXS"
+    return base
 
 
 # Published configurations (the models' config.json on Hugging Face).
@@ -208,10 +259,12 @@ PRESETS: dict[str, ModelSpec] = {s.name: s for s in (
               ffn=14336, vocab=128256, tied_output=False),
     ModelSpec("qwen3-30b-a3b", "qwen3moe", hidden=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
               ffn=0, vocab=151936, tied_output=False, n_expert=128, n_expert_used=8, expert_ffn=768),
-    # K = 2880 is not a multiple of 256 (k-quants' block): only MXFP4_MOE fits.
+    # K = 2880 is not a multiple of 256 (the block of k-quants and of most
+    # i-quants; IQ4_NL's V and output would fall back to other types): only
+    # MXFP4_MOE and BF16 fit.
     ModelSpec("gpt-oss-20b", "gpt-oss", hidden=2880, n_layer=24, n_head=64, n_head_kv=8, head_dim=64,
               ffn=0, vocab=201088, tied_output=False, n_expert=32, n_expert_used=4, expert_ffn=2880,
-              mixes=("MXFP4",)),
+              mixes=("MXFP4", "BF16")),
     # For the tests: small enough for a fraction of a second per step.
     ModelSpec("tiny-llama", "llama", hidden=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=64,
               ffn=512, vocab=1000, tied_output=True, test_only=True),
@@ -228,7 +281,8 @@ def preset(name: str, mix: str) -> Model:
         raise ValueError(f"unknown model preset {name!r}; presets: {listed} (see vkq bench --list)")
     mix = mix.upper()
     if mix not in spec.mixes:
-        why = f" (K={spec.hidden} is not a multiple of 256, which k-quants need)" if spec.hidden % 256 else ""
+        why = (f" (K={spec.hidden} is not a multiple of 256, which k-quants and i-quants need)"
+               if spec.hidden % 256 else "")
         raise ValueError(f"{spec.name} has no {mix!r} mix{why}; it offers {', '.join(spec.mixes)}")
     return Model(f"{spec.name}:{mix}", spec.matrices(mix), spec.n_expert_used)
 

