@@ -140,16 +140,22 @@ def test_mix_rules():
         models.resolve("gpt-oss-20b:Q4_K_M")
 
 
-def test_list_and_bad_models(capsys):
+def test_list_and_bad_models(capsys, monkeypatch):
     status, out, _ = run_cli(capsys, "bench", "--list")
     listed = out.split()
-    assert status == 0 and "llama-3.2-1b:Q4_K_M" in listed and "gpt-oss-20b:MXFP4" in listed
+    for name in ("llama-3.2-1b:Q4_K_M", "gpt-oss-20b:MXFP4", "gpt-oss-20b:BF16", "llama-3.1-8b:IQ4_XS",
+                 "llama-3.1-8b:IQ2_XXS", "llama-3.2-3b:IQ3_M", "qwen3-30b-a3b:IQ1_S", "llama-3.2-1b:BF16"):
+        assert status == 0 and name in listed, name
     assert not any(name.startswith("tiny") for name in listed)
     for bad, message in (("nosuch:Q4_0", "unknown model preset"), ("llama-3.2-1b", "name:MIX"),
                          ("llama-3.2-1b:Q9_9", "no 'Q9_9' mix"), ("gpt-oss-20b:Q4_0", "MXFP4"),
-                         ("missing.gguf", "no GGUF file")):
+                         ("gpt-oss-20b:IQ4_XS", "K=2880"), ("missing.gguf", "no GGUF file")):
         status, _, err = run_cli(capsys, "bench", "-m", bad)
         assert status == 2 and message in err, (bad, err)
+    # A mix with a block type this vkq lacks: one line naming it, before any work.
+    monkeypatch.delitem(models.FORMATS, "Q6_K")
+    status, _, err = run_cli(capsys, "bench", "-m", "llama-3.1-8b:Q4_K_M")
+    assert status == 2 and err.count("\n") == 1 and "has Q6_K matrices" in err, err
 
 
 def test_too_big_for_host_memory(capsys, monkeypatch):
