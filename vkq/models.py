@@ -31,7 +31,8 @@ ROLE_STAGE = {
 }
 OUTPUT = "output"  # the output head: output.weight, or token_embd.weight when tied
 
-# llama.cpp's file types (llama-quantize's names) that presets offer.
+# llama.cpp's file types (llama-quantize's names) that presets offer:
+# legacy and k-quant, i-quant, BF16.
 K_MIXES = ("Q4_0", "Q8_0", "Q2_K", "Q3_K_S", "Q4_K_M", "Q5_K_M", "Q6_K")
 IQ_MIXES = ("IQ4_XS", "IQ4_NL", "IQ3_M", "IQ3_S", "IQ3_XS", "IQ3_XXS",
             "IQ2_M", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")
@@ -180,8 +181,9 @@ def mix_type(mix: str, role: str, layer: int, n_layer: int, spec: ModelSpec) -> 
     (no overrides). The k-quant and legacy mixes are as llama-quantize makes
     them without an importance matrix, the i-quant mixes as it makes them with
     one: i-quant files practically always come with one, and IQ1/IQ2 types
-    cannot be made without one (with one, IQ3_XXS keeps V in IQ3_XXS where
-    it would get IQ3_S). Rules for models no preset has (Falcon, 70B,
+    cannot be made without one (without one, llama.cpp would give more bits
+    to IQ3_XXS's V and down projections and to IQ4_XS's and IQ4_NL's first
+    down projections). Rules for models no preset has (Falcon, 70B,
     8-expert Mixtral) are left out; so is the fallback of matrices whose K
     is not a whole number of the type's blocks (presets offer only mixes
     whose types fit every K)."""
