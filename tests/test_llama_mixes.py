@@ -11,7 +11,7 @@ as in the presets. The i-quant file types are made with an importance
 matrix (a flat one: its values change no type choice, only that there is
 one) and the others without, as mix_type assumes.
 
-The i-quant and BF16 quantizations take 2-20 s each on two cores, so all but
+The i-quant and BF16 quantizations take 1-25 s each on two cores, so all but
 a few are slow-marked.
 """
 from __future__ import annotations
