@@ -11,7 +11,7 @@ from vkq.shader_variants import all_variants, spirv_path
 import ggml_quant
 
 FORMAT_PARAMS = [pytest.param(f, id=name) for name, f in FORMATS.items()]
-PLAIN = ("F32", "F16")
+PLAIN = ("F32", "F16", "BF16")
 
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
@@ -26,7 +26,7 @@ def test_names_and_type_ids(fmt):
 def test_sizes_agree_with_gguf(fmt):
     elems, nbytes = gguf.GGML_QUANT_SIZES[fmt.ggml_type]
     if fmt.name in PLAIN:
-        # The table stores F32/F16 as 32-value blocks; gguf counts single values.
+        # The table stores F32/F16/BF16 as 32-value blocks; gguf counts single values.
         assert elems == 1
         assert (fmt.block_elems, fmt.block_bytes) == (32, 32 * nbytes)
         assert fmt.row_bytes(100) == 100 * nbytes
