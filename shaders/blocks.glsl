@@ -3,6 +3,8 @@
 #include "blocks/f32.glsl"
 #elif defined(TYPE_F16)
 #include "blocks/f16.glsl"
+#elif defined(TYPE_BF16)
+#include "blocks/bf16.glsl"
 #elif defined(TYPE_Q4_0)
 #include "blocks/q4_0.glsl"
 #elif defined(TYPE_Q4_1)
@@ -25,6 +27,10 @@
 #include "blocks/q6_k.glsl"
 #elif defined(TYPE_MXFP4)
 #include "blocks/mxfp4.glsl"
+#elif defined(TYPE_IQ4_NL)
+#include "blocks/iq4_nl.glsl"
+#elif defined(TYPE_IQ4_XS)
+#include "blocks/iq4_xs.glsl"
 #else
 #error "no TYPE_<name> defined"
 #endif

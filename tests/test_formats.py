@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import gguf
+import numpy as np
 import pytest
 
 import vkq
 from vkq.formats import FORMATS, QUANTIZED, GGMLType, get_format
+from vkq.reference import dequantize
+from vkq.synthetic import random_weights
 from vkq.shader_variants import all_variants, spirv_path
 
 import ggml_quant
 
 FORMAT_PARAMS = [pytest.param(f, id=name) for name, f in FORMATS.items()]
-PLAIN = ("F32", "F16")
+PLAIN = ("F32", "F16", "BF16")
 
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
@@ -26,7 +29,7 @@ def test_names_and_type_ids(fmt):
 def test_sizes_agree_with_gguf(fmt):
     elems, nbytes = gguf.GGML_QUANT_SIZES[fmt.ggml_type]
     if fmt.name in PLAIN:
-        # The table stores F32/F16 as 32-value blocks; gguf counts single values.
+        # The table stores F32/F16/BF16 as 32-value blocks; gguf counts single values.
         assert elems == 1
         assert (fmt.block_elems, fmt.block_bytes) == (32, 32 * nbytes)
         assert fmt.row_bytes(100) == 100 * nbytes
@@ -86,3 +89,12 @@ def test_get_format_rejects_unsupported():
 def test_public_exports():
     assert vkq.FORMATS is FORMATS
     assert vkq.MAX_COLS == 8
+
+
+@pytest.mark.parametrize("fmt", FORMAT_PARAMS)
+def test_synthetic_weights_are_finite(fmt):
+    """vkq bench's random blocks (vkq.synthetic) decode, by gguf's dequantizer, to
+    finite, not all-zero values: no NaN or inf scale from random bytes."""
+    data = random_weights(fmt, 4, 512, np.random.default_rng(1))
+    values = dequantize(fmt.name, (4, 512), data)
+    assert np.isfinite(values).all() and np.abs(values).max() > 0

@@ -63,8 +63,8 @@ class BlockFormat:
 
     @property
     def is_plain(self) -> bool:
-        """F32/F16: a 'block' is 32 plain values, padded on the device."""
-        return self.ggml_type in (GGMLType.F32, GGMLType.F16)
+        """F32/F16/BF16: a 'block' is 32 plain values, padded on the device."""
+        return self.ggml_type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -92,6 +92,7 @@ FORMATS: dict[str, BlockFormat] = {
     for f in (
         BlockFormat("F32", GGMLType.F32, 32, 128, (_f("v", 0, 128),), has_int8_path=False),
         BlockFormat("F16", GGMLType.F16, 32, 64, (_f("v", 0, 64),), has_int8_path=False),
+        BlockFormat("BF16", GGMLType.BF16, 32, 64, (_f("v", 0, 64),), has_int8_path=False),
         BlockFormat("Q4_0", GGMLType.Q4_0, 32, 18, (_f("d", 0, 2), _f("qs", 2, 16))),
         BlockFormat("Q4_1", GGMLType.Q4_1, 32, 20, (_f("dm", 0, 4), _f("qs", 4, 16))),
         BlockFormat("Q5_0", GGMLType.Q5_0, 32, 22, (_f("d", 0, 2), _f("qh", 2, 4, "bits1_q5"), _f("qs", 6, 16))),
@@ -120,6 +121,9 @@ FORMATS: dict[str, BlockFormat] = {
             (_f("ql", 0, 128, "nibbles_k6"), _f("qh", 128, 64, "bits2_k6"), _f("scales", 192, 16), _f("d", 208, 2)),
         ),
         BlockFormat("MXFP4", GGMLType.MXFP4, 32, 17, (_f("e", 0, 1), _f("qs", 1, 16))),
+        BlockFormat("IQ4_NL", GGMLType.IQ4_NL, 32, 18, (_f("d", 0, 2), _f("qs", 2, 16))),
+        # d, scales_h and scales_l are one field: a superblock's scales in one 8-byte load.
+        BlockFormat("IQ4_XS", GGMLType.IQ4_XS, 256, 136, (_f("ds", 0, 8), _f("qs", 8, 128))),
     )
 }
 
