@@ -447,11 +447,11 @@ def test_gguf_unknown_matrix_is_reported(tmp_path, capsys):
 
 def test_gguf_unsupported_type(tmp_path, capsys):
     tensors = moe_tensors()
-    bf16 = np.zeros((64, 2 * MOE["hidden"]), np.uint8)  # BF16 bytes of a 64 x hidden matrix
-    tensors["blk.1.attn_k.weight"] = ("BF16", bf16)
-    path = write_gguf(tmp_path / "bf16.gguf", tensors)
+    tq2 = np.zeros((64, MOE["hidden"] // 256 * 66), np.uint8)  # TQ2_0 bytes of a 64 x hidden matrix
+    tensors["blk.1.attn_k.weight"] = ("TQ2_0", tq2)
+    path = write_gguf(tmp_path / "tq2.gguf", tensors)
     status, _, err = run_cli(capsys, "bench", "-m", str(path), "-n", "1", "-r", "1")
-    assert status == 2 and "blk.1.attn_k.weight (BF16)" in err
+    assert status == 2 and "blk.1.attn_k.weight (TQ2_0)" in err
 
 
 def test_bench_gguf_files(capsys, moe_gguf):
