@@ -31,6 +31,20 @@
 #include "blocks/iq4_nl.glsl"
 #elif defined(TYPE_IQ4_XS)
 #include "blocks/iq4_xs.glsl"
+#elif defined(TYPE_IQ3_S)
+#include "blocks/iq3_s.glsl"
+#elif defined(TYPE_IQ3_XXS)
+#include "blocks/iq3_xxs.glsl"
+#elif defined(TYPE_IQ2_S)
+#include "blocks/iq2_s.glsl"
+#elif defined(TYPE_IQ2_XS)
+#include "blocks/iq2_xs.glsl"
+#elif defined(TYPE_IQ2_XXS)
+#include "blocks/iq2_xxs.glsl"
+#elif defined(TYPE_IQ1_M)
+#include "blocks/iq1_m.glsl"
+#elif defined(TYPE_IQ1_S)
+#include "blocks/iq1_s.glsl"
 #else
 #error "no TYPE_<name> defined"
 #endif

@@ -80,8 +80,8 @@ def test_every_type_has_every_variant():
 
 
 def test_get_format_rejects_unsupported():
-    with pytest.raises(ValueError, match="IQ2_XXS"):
-        get_format(GGMLType.IQ2_XXS)
+    with pytest.raises(ValueError, match="TQ2_0"):
+        get_format(GGMLType.TQ2_0)
     with pytest.raises(ValueError, match="Q4_9"):
         get_format("Q4_9")
 

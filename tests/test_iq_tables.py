@@ -1,9 +1,9 @@
-"""The i-quant lookup tables in the shaders are the gguf package's, packed as documented."""
+"""The i-quant lookup tables vkq's decoders read are the gguf package's, packed as documented."""
 import gguf.quants as gq
 import numpy as np
 import pytest
 
-from vkq import iq_tables
+from vkq.formats import FORMATS
 from vkq.iq_tables import GRIDS, grid_values, grid_words, iq4_value_words, ksign, render_glsl
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -39,5 +39,8 @@ def test_ksigns_is_index_with_parity_bit():
     assert [ksign(i) for i in range(128)] == table.tolist()
 
 
-def test_every_table_has_a_guard():
-    assert set(iq_tables.USERS) == set(GRIDS) | {"IQ4_VALUES"}
+def test_every_grid_has_its_types():
+    """Each grid is read by the types gguf reads it for, and by no other."""
+    users = {name: {f.name for f in FORMATS.values() if f.table == name} for name in GRIDS}
+    assert users == {name: {t for t in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
+                            if getattr(gq, t).grid_hex == cls.grid_hex} for name, (cls, _) in GRIDS.items()}

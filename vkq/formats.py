@@ -56,6 +56,9 @@ class BlockFormat:
     # Whether the int8 dot-product (MMVQ) path exists: the block's values
     # are small integers times per-16/32 scales. F16/F32 are not.
     has_int8_path: bool = True
+    # The i-quant grid (vkq.iq_tables.GRIDS) the decoder looks values up in,
+    # stored at the start of each device buffer (vkq.layout).
+    table: str | None = None
 
     @property
     def chunks_per_block(self) -> int:
@@ -124,6 +127,20 @@ FORMATS: dict[str, BlockFormat] = {
         BlockFormat("IQ4_NL", GGMLType.IQ4_NL, 32, 18, (_f("d", 0, 2), _f("qs", 2, 16))),
         # d, scales_h and scales_l are one field: a superblock's scales in one 8-byte load.
         BlockFormat("IQ4_XS", GGMLType.IQ4_XS, 256, 136, (_f("ds", 0, 8), _f("qs", 8, 128))),
+        # qh, signs and scales are one field: the decoder reads each with a word load.
+        BlockFormat("IQ3_S", GGMLType.IQ3_S, 256, 110, (_f("d", 0, 2), _f("qs", 2, 64), _f("hss", 66, 44)), table="IQ3S_GRID"),
+        # sas: per sub-block four sign indices and its scale in one word.
+        BlockFormat("IQ3_XXS", GGMLType.IQ3_XXS, 256, 98, (_f("d", 0, 2), _f("qs", 2, 64), _f("sas", 66, 32)), table="IQ3XXS_GRID"),
+        BlockFormat(
+            "IQ2_S", GGMLType.IQ2_S, 256, 82,
+            (_f("d", 0, 2), _f("qs", 2, 32), _f("signs", 34, 32), _f("qh_scales", 66, 16)), table="IQ2S_GRID",
+        ),
+        BlockFormat("IQ2_XS", GGMLType.IQ2_XS, 256, 74, (_f("d", 0, 2), _f("qs", 2, 64), _f("scales", 66, 8)), table="IQ2XS_GRID"),
+        # qs: per sub-block four grid indices, then their signs and its scale.
+        BlockFormat("IQ2_XXS", GGMLType.IQ2_XXS, 256, 66, (_f("d", 0, 2), _f("qs", 2, 64)), table="IQ2XXS_GRID"),
+        # d is spread over the top nibbles of the four 16-bit scale words.
+        BlockFormat("IQ1_M", GGMLType.IQ1_M, 256, 56, (_f("qs", 0, 32), _f("qh", 32, 16), _f("scales", 48, 8)), table="IQ1S_GRID"),
+        BlockFormat("IQ1_S", GGMLType.IQ1_S, 256, 50, (_f("d", 0, 2), _f("qs", 2, 32), _f("qh", 34, 16)), table="IQ1S_GRID"),
     )
 }
 

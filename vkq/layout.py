@@ -9,6 +9,10 @@ the GGUF size plus at most 16 bytes of padding per field (and for Q3_K, Q4_K,
 Q5_K the unpacked 6-bit scales: vkq.formats). Fields may also be reordered so
 that each 32-element sub-block's bits sit together (vkq.repack).
 
+An i-quant with a lookup grid (`BlockFormat.table`) has the grid's words at
+the start of each of its buffers (word 0 on, before the first field): the
+decoders read it with the same loads as the weights (vkq.iq_tables).
+
 A matrix larger than one storage-buffer binding can address
 (maxStorageBufferRange: 128 MiB on lavapipe, often 4 GiB on GPUs) is split
 into row ranges, each its own buffer; an expert stack is split the same way
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .formats import CHUNK, BlockFormat
+from .iq_tables import grid_words
 from .repack import TRANSFORMS
 
 FIELD_ALIGN = 16  # bytes; the widest load is a uvec4
@@ -28,6 +33,13 @@ FIELD_ALIGN = 16  # bytes; the widest load is a uvec4
 
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
+
+
+def table_bytes(fmt: BlockFormat) -> np.ndarray:
+    """The bytes a buffer of this type starts with: its lookup grid, or none."""
+    if fmt.table is None:
+        return np.zeros(0, np.uint8)
+    return grid_words(fmt.table).view(np.uint8)
 
 
 @dataclass(frozen=True)
@@ -60,12 +72,13 @@ class MatrixLayout:
     def device_nbytes(self, rows: int) -> int:
         """Bytes of the device buffer holding `rows` rows of every expert."""
         nblk = self.n_expert * rows * self.nblocks
-        return sum(_align(nblk * f.device_size, FIELD_ALIGN) for f in self.fmt.fields)
+        fields = sum(_align(nblk * f.device_size, FIELD_ALIGN) for f in self.fmt.fields)
+        return table_bytes(self.fmt).size + fields
 
     def split_rows(self, max_buffer_bytes: int) -> list[RowRange]:
         """Row ranges whose buffers each fit in one binding."""
-        per_row = self.device_nbytes(1)
-        slack = FIELD_ALIGN * len(self.fmt.fields)
+        per_row = self.device_nbytes(1) - table_bytes(self.fmt).size
+        slack = FIELD_ALIGN * len(self.fmt.fields) + table_bytes(self.fmt).size
         rows_per_buffer = (max_buffer_bytes - slack) // per_row
         if rows_per_buffer < 1:
             raise ValueError(
@@ -89,7 +102,8 @@ def pack_rows(layout: MatrixLayout, data: np.ndarray, rows: RowRange) -> tuple[n
         padded[..., : part.shape[2]] = part
         part = padded
     blocks = part.reshape(-1, fmt.block_bytes)
-    pieces, offsets, pos = [], [], 0
+    table = table_bytes(fmt)  # a multiple of FIELD_ALIGN
+    pieces, offsets, pos = ([table], [], table.size) if table.size else ([], [], 0)
     for field in fmt.fields:
         arr = blocks[:, field.offset:field.offset + field.size]
         if field.transform:

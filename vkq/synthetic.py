@@ -33,6 +33,12 @@ def random_weights(fmt: BlockFormat, rows: int, k: int, rng: np.random.Generator
             blocks[:, field.offset:field.offset + field.size] = halves.view(np.uint8)
         elif field.name in FP16_LEADING:
             blocks[:, field.offset:field.offset + 2] = rng.uniform(1e-3, 1e-2, (nblocks, 1)).astype(np.float16).view(np.uint8)
+        elif fmt.ggml_type == GGMLType.IQ1_M and field.name == "scales":  # d in the top nibbles of 4 u16
+            d = rng.uniform(1e-3, 1e-2, nblocks).astype(np.float16).view(np.uint16)
+            words = blocks[:, field.offset:field.offset + field.size].copy().view(np.uint16) & np.uint16(0x0FFF)
+            for j in range(4):
+                words[:, j] |= ((d >> np.uint16(4 * j)) & np.uint16(0xF)) << np.uint16(12)
+            blocks[:, field.offset:field.offset + field.size] = words.view(np.uint8)
         elif field.name == "e":  # MXFP4 shared exponent: 2^(e-127) around 2^-6..2^-1
             blocks[:, field.offset] = rng.integers(120, 127, nblocks, dtype=np.uint8)
     return blocks.reshape(n_rows, fmt.row_bytes(k))

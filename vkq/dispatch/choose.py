@@ -100,7 +100,8 @@ def loop_iterations(cfg: PipelineConfig, fmt: BlockFormat, k: int, ncols: int, s
     units = row_chunks(k) // cpt
     per_thread = -(-units // cfg.wg_size) if cfg.split_k else units
     # Loops inside the block decoders, per row and chunk.
-    decoder = {"MXFP4": 32, "F16": 4, "BF16": 4, "F32": 8}.get(fmt.name, 0)
+    decoder = {"MXFP4": 32, "F16": 4, "BF16": 4, "F32": 8, "IQ3_S": 8, "IQ3_XXS": 8, "IQ2_S": 4,
+               "IQ1_S": 4, "IQ1_M": 4}.get(fmt.name, 0)
     if cfg.path == "mmvq":
         chunk = 1 + nc + r * (1 + decoder + nc)  # x loads per column; rows x columns
     else:

@@ -1,0 +1,25 @@
+// IQ1_S: d (fp16); qs[32]: per 32-element sub-block the low 8 bits of four
+// 11-bit grid indices; qh[8] u16, one per sub-block: bits 3e..3e+2 entry e's
+// high bits, 12..14 a scale ls, 15 the sign of delta;
+// value d*(2*ls+1)*(g + delta).
+#define QUANTS_SIGNED
+#include "bitplanes.glsl"
+#include "iq1_grid.glsl"
+Quants block_quants(uint ib, uint sb) {
+    uint qs = load_w32(FIELD_OFF_qs + ib * 8u + sb);
+    uint qh = byte_pair(FIELD_OFF_qh, ib, sb);
+    uvec2 g[4];
+    for (uint e = 0u; e < 4u; e++) {
+        g[e] = iq1_entry(((qs >> (8u * e)) & 0xFFu) | (((qh >> (3u * e)) & 7u) << 8), (qh & 0x8000u) != 0u);
+    }
+    return Quants(uvec4(g[0], g[1]), uvec4(g[2], g[3]));
+}
+vec4 iq1s_scales(float d, uint qh) {
+    float s = d * float(2u * ((qh >> 12) & 7u) + 1u) * 0.125;
+    return vec4(s, 0.0, s, 0.0);
+}
+vec4 block_scales(uint ib, uint sb) { return iq1s_scales(field_half(FIELD_OFF_d, ib), byte_pair(FIELD_OFF_qh, ib, sb)); }
+// A whole superblock per thread: d and the 8 qh words' halves in one load.
+struct UnitMeta { float d; uvec4 qh; };
+UnitMeta unit_meta(uint ib) { return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(FIELD_OFF_qh / 4u + ib)); }
+vec4 meta_scales(UnitMeta m, uint sb) { return iq1s_scales(m.d, m.qh[sb >> 1] >> (16u * (sb & 1u))); }
