@@ -32,7 +32,7 @@ import vkq.runtime
 from vkq.dispatch.choose import apply_limits
 from vkq.dispatch.config import PipelineConfig
 from vkq.formats import FORMATS
-from vkq.layout import FIELD_ALIGN, MatrixLayout
+from vkq.layout import FIELD_ALIGN, MatrixLayout, table_bytes
 
 # With VKQ_VALIDATE=1 the session runs under the Khronos validation layer.
 pytest_plugins = ["vk_validation"]
@@ -154,8 +154,9 @@ def force_split(monkeypatch, qtype: str, n_expert: int, rows_per_buffer: int, k:
     """Make every Device report a maxStorageBufferRange that holds exactly
     `rows_per_buffer` rows (of every expert) of a (.., K) matrix of qtype."""
     fmt = FORMATS[qtype]
-    per_row = MatrixLayout(fmt, n_expert, 1, k).device_nbytes(1)
-    limit = rows_per_buffer * per_row + FIELD_ALIGN * len(fmt.fields)
+    table = table_bytes(fmt).size  # an i-quant's grid, at the start of every buffer
+    per_row = MatrixLayout(fmt, n_expert, 1, k).device_nbytes(1) - table
+    limit = rows_per_buffer * per_row + FIELD_ALIGN * len(fmt.fields) + table
     monkeypatch.setattr(vkq.runtime.Device, "max_buffer_bytes", property(lambda self: limit))
 
 

@@ -218,6 +218,8 @@ def test_measured_choices_nvidia():
     for name in ("nvidia_rtx3090", "nvidia_rtx2060"):
         cls = cls_of(name)
         for qtype, fmt in FORMATS.items():
+            if qtype.startswith("IQ"):
+                continue  # not measured there: test_ggml_choices_iquants
             for k in (256, 4096, 14336):
                 for ncols in range(1, MAX_NCOLS + 1):
                     params, desc, _ = lookup(cls, qtype, 4096, k, ncols)
@@ -229,6 +231,28 @@ def test_measured_choices_nvidia():
                         assert desc.endswith("default [measured]"), desc
     # An unclassified NVIDIA arch is treated as Turing+.
     assert lookup(class_for_key("nvidia/*"), "Q6_K", 4096, 4096, 1)[0]["path"] == "mmvq"
+
+
+# ggml's Vulkan backend has int8 shaders for IQ1_S and IQ1_M only (d99724f2).
+IQ_DEQUANTIZED_BY_GGML = ("IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS")
+
+
+@pytest.mark.parametrize("name", ["nvidia_rtx3090", "nvidia_gtx1080", "amd_rx6800xt", "amd_radeon_pro_vii", "intel_arc_a770",
+                                  "intel_arc_b580", "intel_arc_a770_windows", "apple_m2_moltenvk", "qualcomm_adreno_x1_85"])
+def test_ggml_choices_iquants(name):
+    """Unmeasured on GPUs: the i-quants ggml has no int8 shader for take the
+    dequantize path at any K and column count; IQ1 follows the vendor's rules
+    (on NVIDIA the int8 path always)."""
+    cls = cls_of(name)
+    for k in (256, 4096, 14336):
+        for ncols in (1, 4):
+            for qtype in IQ_DEQUANTIZED_BY_GGML:
+                params, desc, bases = lookup(cls, qtype, 4096, k, ncols)
+                assert params["path"] == "dmmv" and "ggml" in bases, (name, qtype, desc)
+            if name.startswith("nvidia"):
+                for qtype in ("IQ1_S", "IQ1_M"):
+                    params, desc, bases = lookup(cls, qtype, 4096, k, ncols)
+                    assert params["path"] == "mmvq" and "ggml" in bases, (name, qtype, desc)
 
 
 def test_ggml_choices_nvidia_pre_turing():
@@ -329,7 +353,8 @@ def test_info_says_what_is_unmeasured(name):
     for qtype, fmt in FORMATS.items():
         params, desc, bases = lookup(cls_of(name), qtype, 4096, 14336, 1)
         said = evidence(bases)
-        if measured and (name == "lavapipe" or fmt.has_int8_path):
+        # On the GPUs the H100 stands for, the i-quants are not measured.
+        if measured and (name == "lavapipe" or (fmt.has_int8_path and not qtype.startswith("IQ"))):
             assert said == "measured", (name, qtype, desc)
         else:
             assert said.startswith("unmeasured ("), (name, qtype, desc)

@@ -7,6 +7,8 @@ import pytest
 
 import vkq
 from vkq.formats import FORMATS, QUANTIZED, GGMLType, get_format
+from vkq.iq_tables import grid_words
+from vkq.layout import MatrixLayout, RowRange, pack_rows, table_bytes
 from vkq.reference import dequantize
 from vkq.synthetic import random_weights
 from vkq.shader_variants import all_variants, spirv_path
@@ -98,3 +100,17 @@ def test_synthetic_weights_are_finite(fmt):
     data = random_weights(fmt, 4, 512, np.random.default_rng(1))
     values = dequantize(fmt.name, (4, 512), data)
     assert np.isfinite(values).all() and np.abs(values).max() > 0
+
+
+@pytest.mark.parametrize("fmt", FORMAT_PARAMS)
+def test_device_buffer_is_as_sized(fmt):
+    """pack_rows builds what device_nbytes reserves: an i-quant's grid at
+    word 0 (what its decoder reads there), then the fields, each 16-byte aligned."""
+    layout = MatrixLayout(fmt, 2, 5, 512)
+    data = random_weights(fmt, 5, 512, np.random.default_rng(2), n_expert=2).reshape(2, 5, -1)
+    words, offsets = pack_rows(layout, data, RowRange(0, 5))
+    assert words.nbytes == layout.device_nbytes(5)
+    table = table_bytes(fmt).view(np.uint32)
+    assert offsets[0] == table.size and all(o % 4 == 0 for o in offsets)
+    if fmt.table is not None:
+        np.testing.assert_array_equal(words[:table.size], grid_words(fmt.table))

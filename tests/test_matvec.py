@@ -227,7 +227,7 @@ def test_larger_than_max_storage_buffer(backend):
     print(f"made {rows}x{k} {qtype} in {t_make:.1f} s, {len(w.buffers)} buffers")
 
 
-SPLIT_TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q6_K", "MXFP4", "F16")
+SPLIT_TYPES = ("Q4_0", "Q8_0", "Q4_K", "Q6_K", "MXFP4", "F16", "IQ2_S", "IQ1_M")  # IQ: a grid per buffer
 
 
 @pytest.mark.parametrize("qtype, path", type_paths(SPLIT_TYPES))
