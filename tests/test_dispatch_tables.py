@@ -238,7 +238,7 @@ IQ_DEQUANTIZED_BY_GGML = ("IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_
 
 
 @pytest.mark.parametrize("name", ["nvidia_rtx3090", "nvidia_gtx1080", "amd_rx6800xt", "amd_radeon_pro_vii", "intel_arc_a770",
-                                  "intel_arc_b580", "intel_arc_a770_windows", "apple_m2_moltenvk", "qualcomm_adreno_x1_85"])
+                                  "intel_arc_b580", "intel_arc_a770_windows", "apple_m2_moltenvk"])
 def test_ggml_choices_iquants(name):
     """Unmeasured on GPUs: the i-quants ggml has no int8 shader for take the
     dequantize path at any K and column count; IQ1 follows the vendor's rules
