@@ -13,3 +13,13 @@ uvec2 iq1_entry(uint idx, bool delta_negative) {
     return uvec2(((nibbles_to_bytes(g & 0xFFFFu) << 3) + bias) ^ 0x80808080u,
                  ((nibbles_to_bytes(g >> 16) << 3) + bias) ^ 0x80808080u);
 }
+// A 32-element sub-block's four entries: the low 8 bits of their indices in
+// the bytes of qs, the high 3 in `high` every `high_step` bits, and bit e of
+// `negative` the sign of entry e's delta.
+Quants iq1_quants(uint qs, uint high, uint high_step, uint negative) {
+    uvec2 g[4];
+    for (uint e = 0u; e < 4u; e++) {
+        g[e] = iq1_entry(((qs >> (8u * e)) & 0xFFu) | (((high >> (high_step * e)) & 7u) << 8), ((negative >> e) & 1u) != 0u);
+    }
+    return Quants(uvec4(g[0], g[1]), uvec4(g[2], g[3]));
+}

@@ -7,14 +7,9 @@
 #include "bitplanes.glsl"
 #include "iq1_grid.glsl"
 Quants block_quants(uint ib, uint sb) {
-    uint qs = load_w32(FIELD_OFF_qs + ib * 8u + sb);
-    uint qh = byte_pair(FIELD_OFF_qh, ib, sb);
-    uvec2 g[4];
-    for (uint e = 0u; e < 4u; e++) {
-        uint h = qh >> (4u * e);
-        g[e] = iq1_entry(((qs >> (8u * e)) & 0xFFu) | ((h & 7u) << 8), (h & 8u) != 0u);
-    }
-    return Quants(uvec4(g[0], g[1]), uvec4(g[2], g[3]));
+    uint qh = byte_pair(FIELD_OFF_qh, ib, sb);  // a nibble per entry: high bits, then the delta's sign
+    uint negative = ((qh >> 3) & 1u) | ((qh >> 6) & 2u) | ((qh >> 9) & 4u) | ((qh >> 12) & 8u);
+    return iq1_quants(load_w32(FIELD_OFF_qs + ib * 8u + sb), qh, 4u, negative);
 }
 vec4 iq1m_scales(uvec2 sc, uint sb) {
     uint d16 = ((sc.x >> 12) & 0xFu) | ((sc.x >> 24) & 0xF0u) | ((sc.y >> 4) & 0xF00u) | ((sc.y >> 16) & 0xF000u);

@@ -6,13 +6,8 @@
 #include "bitplanes.glsl"
 #include "iq1_grid.glsl"
 Quants block_quants(uint ib, uint sb) {
-    uint qs = load_w32(FIELD_OFF_qs + ib * 8u + sb);
     uint qh = byte_pair(FIELD_OFF_qh, ib, sb);
-    uvec2 g[4];
-    for (uint e = 0u; e < 4u; e++) {
-        g[e] = iq1_entry(((qs >> (8u * e)) & 0xFFu) | (((qh >> (3u * e)) & 7u) << 8), (qh & 0x8000u) != 0u);
-    }
-    return Quants(uvec4(g[0], g[1]), uvec4(g[2], g[3]));
+    return iq1_quants(load_w32(FIELD_OFF_qs + ib * 8u + sb), qh, 3u, (qh & 0x8000u) != 0u ? 0xFu : 0u);
 }
 vec4 iq1s_scales(float d, uint qh) {
     float s = d * float(2u * ((qh >> 12) & 7u) + 1u) * 0.125;
