@@ -61,10 +61,6 @@ class BlockFormat:
     table: str | None = None
 
     @property
-    def chunks_per_block(self) -> int:
-        return self.block_elems // CHUNK
-
-    @property
     def is_plain(self) -> bool:
         """F32/F16/BF16: a 'block' is 32 plain values, padded on the device."""
         return self.ggml_type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
