@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 import ggml_quant
+import vk_validation
 import vkq
 
 
@@ -24,7 +25,17 @@ def rss_mb() -> float:
 
 
 def open_files() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    """Open file descriptors, less the Khronos validation layer's handles on
+    its log file (`make validate`: the layer opens it once per Vulkan
+    instance and keeps it open)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the descriptor listdir itself used, now closed
+            continue
+        n += not (vk_validation.enabled() and target == str(vk_validation.log_path()))
+    return n
 
 
 def growth(action, warmup: int, n: int) -> tuple[float, int]:

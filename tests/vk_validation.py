@@ -27,6 +27,11 @@ def enabled() -> bool:
     return os.environ.get("VKQ_VALIDATE", "") not in ("", "0")
 
 
+def log_path() -> Path | None:
+    """The file the layer logs to (None when validation is off)."""
+    return _LOG
+
+
 def pytest_configure(config):
     global _LOG
     if not enabled():
