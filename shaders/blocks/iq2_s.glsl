@@ -15,5 +15,5 @@ Quants block_quants(uint ib, uint sb) {
     }
     return Quants(uvec4(g[0], g[1]), uvec4(g[2], g[3]));
 }
-#define IQ2_SCALES_AT(ib) (FIELD_OFF_qh_scales + 4u * (ib) + 2u)
+#define IQ2_SCALES_AT(ib) (FIELD_OFF_qh_scales / 2u + 2u * (ib) + 1u)
 #include "iq2_scales.glsl"

@@ -4,13 +4,13 @@ vec4 iq2_scales(float d, uint byte) {
     vec2 s = d * (0.5 + vec2(float(byte & 0xFu), float((byte >> 4) & 0xFu))) * 0.25;
     return vec4(s.x, 0.0, s.y, 0.0);
 }
-// The 8 scale bytes of block ib (IQ2_SCALES_AT: their word offset).
+// The 8 scale bytes of block ib (IQ2_SCALES_AT: their 64-bit word's index).
 vec4 block_scales(uint ib, uint sb) {
-    return iq2_scales(field_half(FIELD_OFF_d, ib), load_w32(IQ2_SCALES_AT(ib) + (sb >> 2)) >> (8u * (sb & 3u)));
+    return iq2_scales(field_half(FIELD_OFF_d, ib), load_w64(IQ2_SCALES_AT(ib))[sb >> 2] >> (8u * (sb & 3u)));
 }
 // A whole superblock per thread: d and the 8 scale bytes.
 struct UnitMeta { float d; uvec2 sc; };
 UnitMeta unit_meta(uint ib) {
-    return UnitMeta(field_half(FIELD_OFF_d, ib), uvec2(load_w32(IQ2_SCALES_AT(ib)), load_w32(IQ2_SCALES_AT(ib) + 1u)));
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w64(IQ2_SCALES_AT(ib)));
 }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq2_scales(m.d, m.sc[sb >> 2] >> (8u * (sb & 3u))); }

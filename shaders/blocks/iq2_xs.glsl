@@ -10,5 +10,5 @@ Quants block_quants(uint ib, uint sb) {
     return Quants(uvec4(iq2xs_entry(q.x & 0xFFFFu), iq2xs_entry(q.x >> 16)),
                   uvec4(iq2xs_entry(q.y & 0xFFFFu), iq2xs_entry(q.y >> 16)));
 }
-#define IQ2_SCALES_AT(ib) (FIELD_OFF_scales + 2u * (ib))
+#define IQ2_SCALES_AT(ib) (FIELD_OFF_scales / 2u + (ib))
 #include "iq2_scales.glsl"
