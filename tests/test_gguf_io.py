@@ -11,7 +11,7 @@ import pytest
 
 from vkq.gguf_io import load_gguf, open_gguf
 
-from conftest import finish_gguf, smollm2_path
+from conftest import finish_gguf, smollm2_or_skip
 from ggml_quant import random_weights
 
 
@@ -40,7 +40,7 @@ def assert_same_as_reference(path) -> None:
 
 def test_real_model_file():
     """SmolLM2 as llama.cpp wrote it: 49152 tokens and their merges, 272 tensors."""
-    assert_same_as_reference(smollm2_path())
+    assert_same_as_reference(smollm2_or_skip())
 
 
 @pytest.mark.parametrize("endianess", [gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG], ids=["little", "big"])

