@@ -18,6 +18,8 @@
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 
 #include "common.glsl"
+// One row per token: the table loads serve every device (blocks/nibble_pairs.glsl).
+const bool VALUES_BY_SELECTS = false;
 #include "blocks.glsl"
 
 layout(std430, binding = 1) readonly restrict buffer Ids { int ids[]; };

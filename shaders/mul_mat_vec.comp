@@ -41,6 +41,9 @@ layout(constant_id = 4) const bool SPLIT_K = true;
 // MMVQ: int8 planes per activation block (1: Q8_1 as ggml; 2: plus the
 // rounding residual, see quantize_q8_1.comp).
 layout(constant_id = 5) const uint X_PLANES = 1;
+// true: 4-bit quants that index 16 values pick them by selects, not table
+// loads (blocks/nibble_pairs.glsl; vkq/dispatch/config.py VALUE_LOOKUPS).
+layout(constant_id = 6) const bool VALUES_BY_SELECTS = false;
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4

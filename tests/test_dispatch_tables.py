@@ -202,7 +202,7 @@ def test_lookup_grid(vendor, key):
                 params, desc, _ = lookup(cls, qtype, 4096, k, ncols)
                 assert f"class {key} " in desc
                 assert set(params) == {"path", "wg_size", "rows_per_wg", "reduction", "chunks_per_thread", "split_k",
-                                       "weights_binding", "x_binding"}
+                                       "weights_binding", "x_binding", "value_lookup"}
                 if not FORMATS[qtype].has_int8_path:
                     assert params["path"] == "dmmv"
                 check_params(params, qtype, desc)
@@ -237,12 +237,12 @@ def test_measured_choices_nvidia():
 IQ_DEQUANTIZED_BY_GGML = ("IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS")
 
 
-@pytest.mark.parametrize("name", ["nvidia_rtx3090", "nvidia_gtx1080", "amd_rx6800xt", "amd_radeon_pro_vii", "intel_arc_a770",
+@pytest.mark.parametrize("name", ["nvidia_gtx1080", "amd_rx6800xt", "amd_radeon_pro_vii", "intel_arc_a770",
                                   "intel_arc_b580", "intel_arc_a770_windows", "apple_m2_moltenvk"])
 def test_ggml_choices_iquants(name):
-    """Unmeasured on GPUs: the i-quants ggml has no int8 shader for take the
-    dequantize path at any K and column count; IQ1 follows the vendor's rules
-    (on NVIDIA the int8 path always)."""
+    """Unmeasured on these GPUs: the i-quants ggml has no int8 shader for take
+    the dequantize path at any K and column count; IQ1 follows the vendor's
+    rules (on NVIDIA the int8 path always)."""
     cls = cls_of(name)
     for k in (256, 4096, 14336):
         for ncols in (1, 4):
@@ -255,6 +255,17 @@ def test_ggml_choices_iquants(name):
                     assert params["path"] == "mmvq" and "ggml" in bases, (name, qtype, desc)
 
 
+def test_turing_plus_iquants_measured():
+    """On the GPUs the H100 stands for, every i-quant takes the int8 path
+    (measured there: 2-5x the dequantize path), at any K and column count."""
+    cls = cls_of("nvidia_rtx3090")
+    for k in (256, 4096, 14336):
+        for ncols in (1, 4):
+            for qtype in [t for t in FORMATS if t.startswith("IQ")]:
+                params, desc, bases = lookup(cls, qtype, 4096, k, ncols)
+                assert params["path"] == "mmvq" and bases == {"measured"}, (qtype, desc)
+
+
 def test_ggml_choices_nvidia_pre_turing():
     # ggml: NVIDIA n==1: k<=4096 -> DMMV; k>4096 Q8_0/MXFP4 MMVQ only pre-Turing: unmeasured, kept.
     assert path("nvidia_gtx1080", "Q8_0", 14336) == "mmvq"
@@ -265,17 +276,22 @@ def test_ggml_choices_nvidia_pre_turing():
     assert path("nvidia_gtx1080", "Q6_K", 14336, ncols=2) == "dmmv"
 
 
-def test_gpu_dequantize_path_takes_more_rows():
-    """Every GPU table launches the dequantize path with 8 rows per workgroup
-    (x read 4x less often than at 2), whatever picked the path; lavapipe keeps
-    its measured launch."""
+def test_turing_plus_plain_types_measured():
+    """The H100's measured launches for the plain types (vkq tune, twice):
+    F16/BF16 wg 64, 4 rows, texel bindings; F32 texel bindings; the
+    quantized types' dequantize path keeps the default's 2 rows (8, as once
+    reasoned, was measured 1.4-2x slower)."""
+    cls = cls_of("nvidia_rtx3090")
+    for qtype in ("F16", "BF16"):
+        params, desc, bases = lookup(cls, qtype, 4096, 14336, 1)
+        assert (params["wg_size"], params["rows_per_wg"], params["weights_binding"], params["x_binding"]) == (
+            64, 4, "texel", "texel") and bases == {"measured"}, desc
+    params, desc, _ = lookup(cls, "F32", 4096, 14336, 1)
+    assert (params["wg_size"], params["rows_per_wg"], params["weights_binding"]) == (32, 2, "texel"), desc
     for name in EXPECTED_CLASS:
-        for qtype in ("F16", "Q4_0", "Q6_K"):
-            params, desc, _ = lookup(cls_of(name), qtype, 4096, 14336, 1, "dmmv")
-            if name == "lavapipe":
-                assert params["rows_per_wg"] == (4 if qtype == "F16" else 16), qtype
-            else:
-                assert params["rows_per_wg"] == 8 and "reasoned, unmeasured" in desc, (name, qtype)
+        if name != "lavapipe":
+            for qtype in ("Q4_0", "Q6_K"):
+                assert lookup(cls_of(name), qtype, 4096, 14336, 1, "dmmv")[0]["rows_per_wg"] <= 2, (name, qtype)
 
 
 def test_ggml_choices_amd():
@@ -353,8 +369,8 @@ def test_info_says_what_is_unmeasured(name):
     for qtype, fmt in FORMATS.items():
         params, desc, bases = lookup(cls_of(name), qtype, 4096, 14336, 1)
         said = evidence(bases)
-        # On the GPUs the H100 stands for, the i-quants are not measured.
-        if measured and (name == "lavapipe" or (fmt.has_int8_path and not qtype.startswith("IQ"))):
+        # On the GPUs the H100 stands for, every type was measured there.
+        if measured:
             assert said == "measured", (name, qtype, desc)
         else:
             assert said.startswith("unmeasured ("), (name, qtype, desc)

@@ -7,7 +7,7 @@ import pytest
 
 import vkq
 from vkq.formats import FORMATS, QUANTIZED, GGMLType, get_format
-from vkq.iq_tables import grid_words
+from vkq.lookup_tables import table_words
 from vkq.layout import MatrixLayout, RowRange, pack_rows, table_bytes
 from vkq.reference import dequantize
 from vkq.synthetic import random_weights
@@ -113,4 +113,4 @@ def test_device_buffer_is_as_sized(fmt):
     table = table_bytes(fmt).view(np.uint32)
     assert offsets[0] == table.size and all(o % 4 == 0 for o in offsets)
     if fmt.table is not None:
-        np.testing.assert_array_equal(words[:table.size], grid_words(fmt.table))
+        np.testing.assert_array_equal(words[:table.size], table_words(fmt.table))

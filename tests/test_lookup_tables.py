@@ -1,23 +1,19 @@
-"""The i-quant lookup tables vkq's decoders read are the gguf package's, packed as documented."""
+"""The lookup tables vkq's decoders read are the gguf package's, packed as documented."""
 import gguf.quants as gq
 import numpy as np
 import pytest
 
 from vkq.formats import FORMATS
-from vkq.iq_tables import GRIDS, grid_values, grid_words, iq4_value_words, ksign, render_glsl
+from vkq.lookup_tables import TABLES, grid_values, ksign, table_words
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
-
-
-def test_committed_glsl_is_generated_from_gguf():
-    committed = (ROOT / "shaders" / "blocks" / "iq_tables.glsl").read_text()
-    assert committed == render_glsl(), "run python tools/gen_iq_tables.py"
+GRIDS = sorted(name for name, (_, packing) in TABLES.items() if packing != "pairs")
+PAIRS = sorted(name for name, (_, packing) in TABLES.items() if packing == "pairs")
 
 
-@pytest.mark.parametrize("name", sorted(GRIDS))
+@pytest.mark.parametrize("name", GRIDS)
 def test_grid_words_unpack_to_gguf_grid(name):
-    cls, packing = GRIDS[name]
-    words = grid_words(name)
+    cls, packing = TABLES[name]
+    words = table_words(name)
     expect = grid_values(cls)
     if packing == "bytes":
         got = words.astype("<u4").view(np.uint8).reshape(expect.shape).astype(np.int64)
@@ -28,9 +24,19 @@ def test_grid_words_unpack_to_gguf_grid(name):
     assert set(np.unique(expect)) <= set(int(v) for v in cls.grid_map)
 
 
-def test_iq4_values():
-    got = iq4_value_words().astype("<u4").view(np.int8)
-    np.testing.assert_array_equal(got, np.array(gq.IQ4_NL.kvalues, np.int8))
+@pytest.mark.parametrize("name", PAIRS)
+def test_pair_words_are_the_values_of_both_nibbles(name):
+    cls, _ = TABLES[name]
+    words, tail = table_words(name)[:256], table_words(name)[256:]
+    assert not (words & 0xFF00FF00).any()
+    values = np.array(cls.kvalues, np.int8)
+    np.testing.assert_array_equal(tail.astype("<u4").view(np.int8), values)  # the 16 values, for selects
+    low = (words & 0xFF).astype(np.uint8).view(np.int8)
+    high = ((words >> 16) & 0xFF).astype(np.uint8).view(np.int8)
+    for b in (0, 1, 0x0F, 0x10, 0x7A, 0xA7, 0xF0, 0xFF):
+        assert (low[b], high[b]) == (values[b & 15], values[b >> 4]), hex(b)
+    np.testing.assert_array_equal(low, np.tile(values, 16))
+    np.testing.assert_array_equal(high, np.repeat(values, 16))
 
 
 def test_ksigns_is_index_with_parity_bit():
@@ -39,8 +45,19 @@ def test_ksigns_is_index_with_parity_bit():
     assert [ksign(i) for i in range(128)] == table.tolist()
 
 
-def test_every_grid_has_its_types():
-    """Each grid is read by the types gguf reads it for, and by no other."""
-    users = {name: {f.name for f in FORMATS.values() if f.table == name} for name in GRIDS}
-    assert users == {name: {t for t in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
-                            if getattr(gq, t).grid_hex == cls.grid_hex} for name, (cls, _) in GRIDS.items()}
+def test_every_table_has_its_types():
+    """Each grid is read by the types gguf reads it for, each value table by
+    the types gguf gives those 16 values, and no table by any other type."""
+    users = {name: {f.name for f in FORMATS.values() if f.table == name} for name in TABLES}
+    grid_types = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
+    # gguf's IQ4_XS dequantizes with IQ4_NL's values.
+    values_of = {"IQ4_NL": gq.IQ4_NL.kvalues, "IQ4_XS": gq.IQ4_NL.kvalues, "MXFP4": gq.MXFP4.kvalues}
+    value_types = tuple(values_of)
+    expect = {}
+    for name, (cls, packing) in TABLES.items():
+        if packing == "pairs":
+            expect[name] = {t for t in value_types if values_of[t] == cls.kvalues}
+        else:
+            expect[name] = {t for t in grid_types if getattr(gq, t).grid_hex == cls.grid_hex}
+    assert users == expect
+    assert all(f.table is None for f in FORMATS.values() if f.name not in grid_types + value_types)

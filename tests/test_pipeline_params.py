@@ -1,11 +1,14 @@
 """Every launch parameter the dispatcher or `vkq tune` may pick gives right
 results: workgroup sizes, rows per workgroup (also not dividing the rows),
-chunks per thread, both reductions, OpSDot and its int32 emulation."""
+chunks per thread, both reductions, OpSDot and its int32 emulation, both
+ways of looking up a 4-bit quant's value."""
 import numpy as np
 import pytest
 
 from ggml_quant import random_weights
-from vkq.dispatch.config import PipelineConfig
+from vkq.dispatch.config import VALUE_LOOKUPS, PipelineConfig
+from vkq.formats import FORMATS
+from vkq.lookup_tables import has_value_pairs
 from vkq.reference import dequantize, matvec_model, nmse
 
 ROWS, K = 45, 2048  # 45: not a multiple of any rows_per_wg > 1
@@ -24,7 +27,8 @@ PARAMS = [
     (4, 3, 8, False, False),
     (64, 1, 2, True, False),
 ]
-TYPES = ["Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "F16"]
+TYPES = ["Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "IQ4_NL", "IQ4_XS", "F16"]
+VALUE_TYPES = [t for t in TYPES if has_value_pairs(FORMATS[t].table)]
 # Every parameter set on one simple type and one k-quant; on the others the
 # sets that change which decoder functions run (a whole k-quant block per
 # thread reads block_meta; otherwise block_scales) and the row mapping.
@@ -54,6 +58,22 @@ def test_params(backend, matrices, qtype, path, int_dot, params):
     wg, rows, cpt, subgroup, split_k = params
     cfg = PipelineConfig(path, int_dot, subgroup, wg, rows, cpt, split_k=split_k)
     x = np.random.default_rng(5).uniform(-1, 1, (K, 3)).astype(np.float32)
+    y = backend.matvec(w, x, config=cfg)
+    assert nmse(y, w64 @ x.astype(np.float64)) < 5e-4
+    assert nmse(y, matvec_model(w64, x, path)) < 1e-9
+
+
+@pytest.mark.parametrize("qtype", VALUE_TYPES)
+@pytest.mark.parametrize("value_lookup", VALUE_LOOKUPS)
+@pytest.mark.parametrize("params", [PARAMS[2], PARAMS[8]], ids=["splitk", "rows"])
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+def test_value_lookups(backend, matrices, qtype, value_lookup, params, path):
+    """The pair table and the selects decode the same values, on both paths."""
+    assert set(VALUE_TYPES) == {"MXFP4", "IQ4_NL", "IQ4_XS"}
+    w, w64 = matrices[qtype]
+    wg, rows, cpt, subgroup, split_k = params
+    cfg = PipelineConfig(path, path == "mmvq", subgroup, wg, rows, cpt, split_k=split_k, value_lookup=value_lookup)
+    x = np.random.default_rng(6).uniform(-1, 1, (K, 2)).astype(np.float32)
     y = backend.matvec(w, x, config=cfg)
     assert nmse(y, w64 @ x.astype(np.float64)) < 5e-4
     assert nmse(y, matvec_model(w64, x, path)) < 1e-9

@@ -56,8 +56,9 @@ class BlockFormat:
     # Whether the int8 dot-product (MMVQ) path exists: the block's values
     # are small integers times per-16/32 scales. F16/F32 are not.
     has_int8_path: bool = True
-    # The i-quant grid (vkq.iq_tables.GRIDS) the decoder looks values up in,
-    # stored at the start of each device buffer (vkq.layout).
+    # The lookup table (vkq.lookup_tables.TABLES: an i-quant grid, or the 16
+    # values of a 4-bit quant) the decoder reads, stored at the start of each
+    # device buffer (vkq.layout).
     table: str | None = None
 
     @property
@@ -119,10 +120,10 @@ FORMATS: dict[str, BlockFormat] = {
             "Q6_K", GGMLType.Q6_K, 256, 210,
             (_f("ql", 0, 128, "nibbles_k6"), _f("qh", 128, 64, "bits2_k6"), _f("scales", 192, 16), _f("d", 208, 2)),
         ),
-        BlockFormat("MXFP4", GGMLType.MXFP4, 32, 17, (_f("e", 0, 1), _f("qs", 1, 16))),
-        BlockFormat("IQ4_NL", GGMLType.IQ4_NL, 32, 18, (_f("d", 0, 2), _f("qs", 2, 16))),
+        BlockFormat("MXFP4", GGMLType.MXFP4, 32, 17, (_f("e", 0, 1), _f("qs", 1, 16)), table="E2M1_PAIRS"),
+        BlockFormat("IQ4_NL", GGMLType.IQ4_NL, 32, 18, (_f("d", 0, 2), _f("qs", 2, 16)), table="IQ4_PAIRS"),
         # d, scales_h and scales_l are one field: a superblock's scales in one 8-byte load.
-        BlockFormat("IQ4_XS", GGMLType.IQ4_XS, 256, 136, (_f("ds", 0, 8), _f("qs", 8, 128))),
+        BlockFormat("IQ4_XS", GGMLType.IQ4_XS, 256, 136, (_f("ds", 0, 8), _f("qs", 8, 128)), table="IQ4_PAIRS"),
         # qh, signs and scales are one field: the decoder reads each with a word load.
         BlockFormat("IQ3_S", GGMLType.IQ3_S, 256, 110, (_f("d", 0, 2), _f("qs", 2, 64), _f("hss", 66, 44)), table="IQ3S_GRID"),
         # sas: per sub-block four sign indices and its scale in one word.

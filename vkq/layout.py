@@ -9,9 +9,10 @@ the GGUF size plus at most 16 bytes of padding per field (and for Q3_K, Q4_K,
 Q5_K the unpacked 6-bit scales: vkq.formats). Fields may also be reordered so
 that each 32-element sub-block's bits sit together (vkq.repack).
 
-An i-quant with a lookup grid (`BlockFormat.table`) has the grid's words at
-the start of each of its buffers (word 0 on, before the first field): the
-decoders read it with the same loads as the weights (vkq.iq_tables).
+A type with a lookup table (`BlockFormat.table`: an i-quant grid, or a 4-bit
+quant's 16 values) has the table's words at the start of each of its buffers
+(word 0 on, before the first field): the decoders read it with the same loads
+as the weights (vkq.lookup_tables).
 
 A matrix larger than one storage-buffer binding can address
 (maxStorageBufferRange: 128 MiB on lavapipe, often 4 GiB on GPUs) is split
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .formats import CHUNK, BlockFormat
-from .iq_tables import grid_words
+from .lookup_tables import table_words
 from .repack import TRANSFORMS
 
 FIELD_ALIGN = 16  # bytes; the widest load is a uvec4
@@ -36,10 +37,10 @@ def _align(n: int, a: int) -> int:
 
 
 def table_bytes(fmt: BlockFormat) -> np.ndarray:
-    """The bytes a buffer of this type starts with: its lookup grid, or none."""
+    """The bytes a buffer of this type starts with: its lookup table, or none."""
     if fmt.table is None:
         return np.zeros(0, np.uint8)
-    return grid_words(fmt.table).view(np.uint8)
+    return table_words(fmt.table).view(np.uint8)
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,29 @@
-"""The i-quants' lookup tables, derived from the `gguf` package's definitions.
+"""The lookup tables some block decoders read, derived from the `gguf` package.
 
 The gguf package (written by ggml's authors) holds each i-quant's grid as
 hexadecimal text plus a value map (`gguf.quants.IQ2_XXS.grid_hex`,
-`.grid_map`), and IQ4's 16 values (`IQ4_NL.kvalues`). This module turns them
-into the 32-bit words the block decoders read, so no table is typed by hand:
+`.grid_map`), and the 16 values a 4-bit quant of IQ4_NL / IQ4_XS / MXFP4
+stands for (`IQ4_NL.kvalues`, `MXFP4.kvalues`). This module packs them into
+the 32-bit words the decoders read, so no table is typed by hand.
 
-- the grids (up to 8 KiB) are stored at the start of every device buffer of
-  a matrix of their type (vkq.layout; `BlockFormat.table` names the grid),
-  where the decoders read them with the same loads as the weights. A
-  constant array indexed at run time is copied whole at every lookup by
-  SPIR-V compilers, and lavapipe's compiler takes minutes over a copy in
-  shared memory at some launch parameters.
-- IQ4's 16 values are rendered as GLSL (`shaders/blocks/iq_tables.glsl`,
-  written by `tools/gen_iq_tables.py`; a test checks the committed file
-  against `render_glsl()`); the decoders pick from them by selects.
+A table is stored at the start of every device buffer of a matrix of its type
+(vkq.layout; `BlockFormat.table` names it), where the decoders read it with
+the same loads as the weights. Not in the shader: a constant array indexed at
+run time is copied whole at every lookup by SPIR-V compilers, and lavapipe's
+compiler takes minutes over a copy in shared memory at some launch parameters.
+A 4-bit quant's value is looked up a byte (two quants) at a time, or picked
+from the 16 by selects, per device (vkq.dispatch.config.VALUE_LOOKUPS).
 
-Packings (one entry of a grid per word or word pair, element 0 lowest):
-- IQ2_XXS / IQ2_XS / IQ2_S: 8 unsigned bytes per entry (grid values 8, 25,
-  43), two words.
-- IQ3_XXS / IQ3_S: 4 unsigned bytes per entry, one word.
-- IQ1_S / IQ1_M (shared grid): 8 values in -1..1 stored as nibbles v + 1,
-  one word per entry.
-- IQ4_NL / IQ4_XS: the 16 int8 values as 4 words of bytes.
+Packings (element 0 lowest):
+- "bytes" grids, IQ2_XXS / IQ2_XS / IQ2_S: 8 unsigned bytes per entry (grid
+  values 8, 25, 43), two words; IQ3_XXS / IQ3_S: 4 bytes per entry, one word.
+- "nibbles" grid, IQ1_S / IQ1_M (shared): 8 values in -1..1 stored as nibbles
+  v + 1, one word per entry.
+- "pairs" tables, for 16 int8 values indexed by nibbles: one word per byte b
+  of two nibbles, value(b & 15) in bits 0..7 and value(b >> 4) in bits
+  16..23, so one load decodes a byte of Q4_0-layout quants (256 words); then
+  the 16 values as 4 words of bytes, which decoders that pick values by
+  selects read instead (PipelineConfig.value_lookup).
 ggml's sign table (`IQ2_XXS.ksigns`) is not stored: entry i is i with its
 parity in bit 7, which the decoders compute (tested against gguf's table).
 """
@@ -32,17 +34,17 @@ import functools
 import gguf.quants as gq
 import numpy as np
 
-# grid name (BlockFormat.table) -> (gguf class, how its entries are packed)
-GRIDS = {
+# table name (BlockFormat.table) -> (gguf class, how its entries are packed)
+TABLES = {
     "IQ2XXS_GRID": (gq.IQ2_XXS, "bytes"),
     "IQ2XS_GRID": (gq.IQ2_XS, "bytes"),
     "IQ2S_GRID": (gq.IQ2_S, "bytes"),
     "IQ3XXS_GRID": (gq.IQ3_XXS, "bytes"),
     "IQ3S_GRID": (gq.IQ3_S, "bytes"),
     "IQ1S_GRID": (gq.IQ1_S, "nibbles"),
+    "IQ4_PAIRS": (gq.IQ4_NL, "pairs"),
+    "E2M1_PAIRS": (gq.MXFP4, "pairs"),
 }
-# The block types that read IQ4_VALUES (its #if guard).
-IQ4_USERS = ("IQ4_NL", "IQ4_XS")
 
 
 def grid_values(cls) -> np.ndarray:
@@ -51,15 +53,28 @@ def grid_values(cls) -> np.ndarray:
     return np.asarray(cls.grid, np.float64).reshape(cls.grid_shape).astype(np.int64)
 
 
+def pair_values(cls) -> np.ndarray:
+    """(256, 2) int64: the values of the low and the high nibble of each byte."""
+    v = np.array(cls.kvalues, np.int64)
+    assert v.shape == (16,) and v.min() >= -128 and v.max() < 128
+    b = np.arange(256)
+    return np.stack([v[b & 15], v[b >> 4]], axis=1)
+
+
 @functools.lru_cache(maxsize=None)
-def grid_words(name: str) -> np.ndarray:
-    """A grid packed as the decoders read it: uint32, entry-major (read-only)."""
-    cls, packing = GRIDS[name]
-    g = grid_values(cls)
-    if packing == "bytes":
+def table_words(name: str) -> np.ndarray:
+    """A table packed as the decoders read it: uint32, entry-major (read-only)."""
+    cls, packing = TABLES[name]
+    if packing == "pairs":
+        p = pair_values(cls).astype(np.uint8).astype(np.uint32)  # two's complement bytes
+        values = np.array(cls.kvalues, np.int8).view("<u4").astype(np.uint32)
+        words = np.concatenate([p[:, 0] | (p[:, 1] << 16), values])
+    elif packing == "bytes":
+        g = grid_values(cls)
         assert g.min() >= 0 and g.max() < 256
         words = np.ascontiguousarray(g.astype(np.uint8)).view("<u4").reshape(-1).astype(np.uint32)
     else:
+        g = grid_values(cls)
         assert packing == "nibbles" and g.shape[1] == 8 and g.min() >= -1 and g.max() <= 1
         shifts = np.arange(8, dtype=np.uint64) * 4
         words = ((g + 1).astype(np.uint64) << shifts).sum(axis=1).astype(np.uint32)
@@ -67,27 +82,12 @@ def grid_words(name: str) -> np.ndarray:
     return words
 
 
-def iq4_value_words() -> np.ndarray:
-    """IQ4_NL's 16 int8 values as 4 words of bytes (value i in byte i)."""
-    return np.array(gq.IQ4_NL.kvalues, np.int8).view("<u4").astype(np.uint32)
+def has_value_pairs(table: str | None) -> bool:
+    """Whether a type with this table (BlockFormat.table) decodes 4-bit quants
+    that index 16 values (and so has a choice of PipelineConfig.value_lookup)."""
+    return table is not None and TABLES[table][1] == "pairs"
 
 
 def ksign(i: int) -> int:
     """ggml's sign byte for a 7-bit index: bit 7 makes the number of minus signs even."""
     return i | ((bin(i).count("1") & 1) << 7)
-
-
-def _glsl_array(name: str, words: np.ndarray) -> str:
-    rows = [", ".join(f"0x{int(w):08x}u" for w in words[i:i + 8]) for i in range(0, len(words), 8)]
-    body = ",\n    ".join(rows)
-    return f"const uint {name}[{len(words)}] = uint[](\n    {body}\n);\n"
-
-
-def render_glsl() -> str:
-    parts = [
-        "// Generated by tools/gen_iq_tables.py from the gguf package's i-quant\n"
-        "// definitions (vkq/iq_tables.py says how each table is packed). Do not edit.\n"
-    ]
-    guard = " || ".join(f"defined(TYPE_{t})" for t in IQ4_USERS)
-    parts.append(f"#if {guard}\n{_glsl_array('IQ4_VALUES', iq4_value_words())}#endif\n")
-    return "\n".join(parts)

@@ -66,7 +66,8 @@ class MatVec:
                                      cfg.weights_binding, cfg.x_binding)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
         y_stride = lay.rows if y_stride is None else y_stride
-        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes]
+        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
+                int(cfg.value_lookup == "selects")]
         # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
         kinds += ["storage"] if mul_mat_id else []

@@ -33,8 +33,9 @@ import numpy as np
 from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from .dispatch import tuning_store
 from .dispatch.choose import Dispatcher, apply_limits
-from .dispatch.config import PipelineConfig, describe
+from .dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
 from .formats import FORMATS, get_format
+from .lookup_tables import has_value_pairs
 from .synthetic import random_weights
 from .table import StatusLine, markdown
 from .timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
@@ -53,7 +54,7 @@ FINAL_ROUNDS = 8
 PRUNE = 1.5  # a candidate this much slower than the fastest after one round is not timed again
 
 
-def search_space(dev, quick: bool) -> list[tuple[str, list]]:
+def search_space(dev, fmt, quick: bool) -> list[tuple[str, list]]:
     """The parameter groups tried, in order, with their values: what can
     matter on this kind of device, not every combination."""
     caps = dev.caps
@@ -69,6 +70,8 @@ def search_space(dev, quick: bool) -> list[tuple[str, list]]:
         # the tables' wg = subgroup size there.)
         groups.append(("wg_size", sorted({w for w in (sg, 2 * sg, 4 * sg) if w <= caps.max_workgroup_invocations})))
     groups.append(("chunks_per_thread", [1, 8] if quick else [1, 2, 8]))
+    if has_value_pairs(fmt.table):
+        groups.append(("value_lookup", list(VALUE_LOOKUPS)))
     return groups
 
 
@@ -200,7 +203,7 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
     rounds = QUICK_ROUNDS if quick else ROUNDS
     todo = tuning_store.entry_variants(tb.fmt.paths)
     passes = tb.passes_for(tb.table_config(tb.fmt.paths[-1]))
-    groups = search_space(tb.dev, quick)
+    groups = search_space(tb.dev, tb.fmt, quick)
     tuned = {key: tune_path(tb, key, path, acts, passes, groups, rounds, on_group) for key, path, acts in todo}
     # The final word: the table's and the tuned configurations of every variant, side by side.
     on_group("all", "final")

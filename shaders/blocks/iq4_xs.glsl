@@ -3,10 +3,8 @@
 // indexing IQ4's int8 values. Sub-block sb's scale is 6 bits, low 4 from
 // scales_l, high 2 from scales_h; value d*(scale-32)*value.
 #define QUANTS_SIGNED
-#include "bitplanes.glsl"
-#include "iq_tables.glsl"
-#include "iq4_values.glsl"
-Quants block_quants(uint ib, uint sb) { return iq4_quants(nibbles(FIELD_OFF_qs, ib * 8u + sb)); }
+#include "nibble_pairs.glsl"
+Quants block_quants(uint ib, uint sb) { return nibble_values(FIELD_OFF_qs, ib * 8u + sb); }
 vec4 iq4xs_scales(uvec2 ds, uint sb) {
     uint ls = ((ds.y >> (4u * sb)) & 0xFu) | (((ds.x >> (16u + 2u * sb)) & 3u) << 4);
     float s = unpackHalf2x16(ds.x).x * float(int(ls) - 32);

@@ -1,25 +1,9 @@
 // MXFP4: e (E8M0 shared exponent), qs[16] of e2m1 nibbles laid out as Q4_0.
-// The quant is the doubled e2m1 value (an integer in -12..12) and the scale
-// 2^(e-128) (half of 2^(e-127), which undoes the doubling).
+// The quant is the doubled e2m1 value (an integer in -12..12, from the table
+// E2M1_PAIRS) and the scale 2^(e-128) (half of 2^(e-127), which undoes the doubling).
 #define QUANTS_SIGNED
-#include "bitplanes.glsl"
-// e2m1 magnitudes doubled, {0,1,2,3,4,6,8,12}, as nibbles of one constant:
-// a shift instead of an array lookup (arrays are slow on some compilers).
-const uint E2M1_X2_NIBBLES = 0xC8643210u;
-uint e2m1_bytes(uint nibbles) {
-    uint r = 0u;
-    for (uint i = 0u; i < 4u; i++) {
-        uint n = (nibbles >> (8u * i)) & 0xFu;
-        uint v = (E2M1_X2_NIBBLES >> ((n & 7u) * 4u)) & 0xFu;
-        r |= ((n & 8u) != 0u ? (0u - v) & 0xFFu : v) << (8u * i);
-    }
-    return r;
-}
-uvec4 e2m1_words(uvec4 n) { return uvec4(e2m1_bytes(n.x), e2m1_bytes(n.y), e2m1_bytes(n.z), e2m1_bytes(n.w)); }
-Quants block_quants(uint ib, uint sb) {
-    Quants n = nibbles(FIELD_OFF_qs, ib);
-    return Quants(e2m1_words(n.lo), e2m1_words(n.hi));
-}
+#include "nibble_pairs.glsl"
+Quants block_quants(uint ib, uint sb) { return nibble_values(FIELD_OFF_qs, ib); }
 float e8m0_half(uint e) {
     // 2^(e-128) exactly, as a denormal for e < 2
     return uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));

@@ -20,6 +20,13 @@ WEIGHTS_BINDINGS = ("storage", "texel")
 # 64 KiB there.)
 X_BINDINGS = ("storage", "texel")
 CHUNKS_PER_THREAD = (1, 2, 4, 8)
+# How a 4-bit quant that indexes 16 values (IQ4_NL, IQ4_XS, MXFP4) is decoded:
+# one load per two quants from the pair table at the start of the weights
+# buffer (vkq.lookup_tables), or picked from the 16 values by selects. A load
+# at offsets that vary across lanes is a gather on a CPU driver (lavapipe:
+# selects are 1.5-2x faster); selects cost ~11 integer operations per weight
+# (the H100 ran them at 30% of its memory bandwidth). Other types ignore it.
+VALUE_LOOKUPS = ("table", "selects")
 # Vulkan caps maxComputeWorkGroupInvocations at no less than 128; no device
 # reports more than 1024. The shared-memory reduction needs a power of two.
 MAX_WG_SIZE = 1024
@@ -33,7 +40,8 @@ MAX_ROWS_PER_WG = 16
 # A table or tuning entry: the parameters every full entry has, and those
 # it may leave out, with the value they take then.
 PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
-OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True, "weights_binding": "storage", "x_binding": "storage"}
+OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True, "weights_binding": "storage", "x_binding": "storage",
+                   "value_lookup": "table"}
 ALL_PARAMS = PARAMS + tuple(OPTIONAL_PARAMS)
 
 
@@ -68,6 +76,8 @@ def param_problems(params: dict, where: str) -> list[str]:
         out.append(f"{where}: weights_binding {p['weights_binding']!r} not in {WEIGHTS_BINDINGS}")
     if "x_binding" in p and p["x_binding"] not in X_BINDINGS:
         out.append(f"{where}: x_binding {p['x_binding']!r} not in {X_BINDINGS}")
+    if "value_lookup" in p and p["value_lookup"] not in VALUE_LOOKUPS:
+        out.append(f"{where}: value_lookup {p['value_lookup']!r} not in {VALUE_LOOKUPS}")
     return out
 
 
@@ -83,6 +93,7 @@ class PipelineConfig:
     x_planes: int = 1  # mmvq: int8 planes of the activation (vkq.activations); the caller's choice
     weights_binding: str = "storage"  # one of WEIGHTS_BINDINGS
     x_binding: str = "storage"  # one of X_BINDINGS
+    value_lookup: str = "table"  # one of VALUE_LOOKUPS
     # Provenance, not part of what runs (a config equals another of the same
     # parameters whatever chose it): which rules chose it and what the
     # device's limits changed, in words (`vkq info`); and what the choice
@@ -119,7 +130,7 @@ class PipelineConfig:
         return {"path": self.path, "wg_size": self.wg_size, "rows_per_wg": self.rows_per_wg,
                 "reduction": "subgroup" if self.subgroup else "shared",
                 "chunks_per_thread": self.chunks_per_thread, "split_k": self.split_k,
-                "weights_binding": self.weights_binding, "x_binding": self.x_binding}
+                "weights_binding": self.weights_binding, "x_binding": self.x_binding, "value_lookup": self.value_lookup}
 
     @property
     def kernel(self) -> str:
@@ -136,4 +147,5 @@ def describe(params: dict) -> str:
     p = {**OPTIONAL_PARAMS, **params}
     work = f"{p['reduction']} reduction" if p["split_k"] else "rows per thread"
     return (f"wg {p['wg_size']}, rows/wg {p['rows_per_wg']}, chunks/thread {p['chunks_per_thread']}, {work}, "
-            f"weights {p['weights_binding']}, x {p['x_binding']}")
+            f"weights {p['weights_binding']}, x {p['x_binding']}"
+            + (", values by selects" if p["value_lookup"] == "selects" else ""))

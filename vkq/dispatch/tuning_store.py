@@ -70,7 +70,7 @@ def tuning_path(info: DeviceInfo) -> Path:
 # entry's key; those added after tuning files existed (the bindings) may be
 # missing and take their default.
 ENTRY_PARAMS = tuple(p for p in ALL_PARAMS if p != "path")
-ENTRY_REQUIRED = tuple(p for p in ENTRY_PARAMS if p not in ("weights_binding", "x_binding"))
+ENTRY_REQUIRED = tuple(p for p in ENTRY_PARAMS if p not in ("weights_binding", "x_binding", "value_lookup"))
 
 
 def entry_problems(qtype, entry) -> list[str]:
