@@ -1,6 +1,10 @@
 """The block format table (vkq.formats.FORMATS) and the compiled shaders."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
 import gguf
 import numpy as np
 import pytest
@@ -9,8 +13,11 @@ import vkq
 from vkq.formats import FORMATS, QUANTIZED, GGMLType, get_format
 from vkq.lookup_tables import table_words
 from vkq.layout import MatrixLayout, RowRange, pack_rows, table_bytes
+from vkq.ops import WEIGHTS_PARAMS, weights_push
 from vkq.reference import dequantize
 from vkq.synthetic import random_weights
+
+ROOT = Path(__file__).resolve().parent.parent
 from vkq.shader_variants import all_variants, spirv_path
 
 import ggml_quant
@@ -114,3 +121,18 @@ def test_device_buffer_is_as_sized(fmt):
     assert offsets[0] == table.size and all(o % 4 == 0 for o in offsets)
     if fmt.table is not None:
         np.testing.assert_array_equal(words[:table.size], table_words(fmt.table))
+
+
+def test_weights_params_are_the_shaders():
+    """The host's names of the push constants (vkq.ops.WEIGHTS_PARAMS) are
+    common.glsl's Params, in order; a push must name every one."""
+    text = (ROOT / "shaders" / "common.glsl").read_text()
+    block = re.search(r"uniform Params \{(.*?)\} p;", text, re.S).group(1)
+    assert tuple(re.findall(r"uint (\w+);", block)) == WEIGHTS_PARAMS
+    buf = SimpleNamespace(rows=RowRange(5, 3), field_offsets=[0, 8])
+    strides = dict(x_col_stride=1, x_slot_stride=2, y_col_stride=3, y_slot_stride=4)
+    assert weights_push(buf, 7, **strides).tolist() == [3, 7, 0, 8, 0, 0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="Params: got"):
+        weights_push(buf, 7, x_col_stride=1)
+    with pytest.raises(ValueError, match="Params: got"):
+        weights_push(buf, 7, **strides, n_expert=1)

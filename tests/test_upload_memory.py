@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import kp
 import numpy as np

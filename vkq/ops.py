@@ -19,6 +19,24 @@ from .shader_variants import QUANTIZE_Q8_1, MatVecVariant
 QUANTIZE_WG = 64  # quantizer threads per workgroup (one per block; a tiny share of the time)
 MAX_GROUPS_X = 65535  # Vulkan guarantees this many workgroups per dimension
 
+# shaders/common.glsl's `Params`, the push constants of the shaders that read
+# a weights buffer (mul_mat_vec.comp, get_rows.comp), in order; a test checks
+# it against the GLSL.
+WEIGHTS_PARAMS = ("nrows", "nblocks", "field0", "field1", "field2", "field3", "x_col_stride", "x_slot_stride",
+                  "y_col_stride", "y_slot_stride", "y_row_offset")
+
+
+def weights_push(buf, nblocks: int, **values: int) -> np.ndarray:
+    """The Params of one weights buffer: its row count, first row and field
+    offsets from `buf` (a vkq.layout buffer), the rest by name; every name
+    is required, so a push cannot drift from the shader's layout."""
+    fields = buf.field_offsets + [0] * (4 - len(buf.field_offsets))
+    values = {"nrows": buf.rows.count, "nblocks": nblocks, "y_row_offset": buf.rows.start,
+              **{f"field{i}": f for i, f in enumerate(fields)}, **values}
+    if set(values) != set(WEIGHTS_PARAMS):
+        raise ValueError(f"Params: got {sorted(values)}, the shader's are {WEIGHTS_PARAMS}")
+    return np.array([values[name] for name in WEIGHTS_PARAMS], np.uint32)
+
 
 def q8_1_words(n_vectors: int, k_pad: int, planes: int = 1) -> int:
     """Words of n_vectors quantized activations: per block, 8 words of quants
@@ -78,13 +96,8 @@ class MatVec:
         for buf in weights.buffers:
             groups = -(-buf.rows.count // rows_per_group)
             gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
-            fields = buf.field_offsets + [0] * (4 - len(buf.field_offsets))
-            push = np.array([
-                buf.rows.count, lay.nblocks, *fields,
-                x_stride, 0 if shared_x else x_stride,  # x_col_stride, x_slot_stride
-                y_stride, y_stride,  # y_col_stride, y_slot_stride
-                buf.rows.start,  # y_row_offset
-            ], np.uint32)
+            push = weights_push(buf, lay.nblocks, x_col_stride=x_stride, x_slot_stride=0 if shared_x else x_stride,
+                                y_col_stride=y_stride, y_slot_stride=y_stride)
             tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else [])
             if texel_weights:
                 tensors += [buf.tensor] * 3

@@ -34,7 +34,7 @@ import kp
 import numpy as np
 
 from ..formats import CHUNK
-from ..ops import MAX_GROUPS_X, q8_1_words
+from ..ops import MAX_GROUPS_X, q8_1_words, weights_push
 from ..shader_variants import GetRowsVariant, VectorOpVariant
 
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
@@ -167,11 +167,9 @@ class EmbedRows(_Op):
         variant = GetRowsVariant(lay.fmt.name)
         nchunks = lay.k_padded // CHUNK
         for buf in weights.buffers:
-            fields = buf.field_offsets + [0] * (4 - len(buf.field_offsets))
-            # common.glsl's Params: nrows, nblocks, field0..3, x_col_stride (the
-            # output's stride here), x_slot_stride, y_col_stride, y_slot_stride,
-            # y_row_offset (the buffer's first row), n_expert.
-            push = [buf.rows.count, lay.nblocks, *fields, out.step, 0, 0, 0, buf.rows.start, 1]
+            # get_rows.comp reads x_col_stride as the output's stride.
+            push = weights_push(buf, lay.nblocks, x_col_stride=out.step, x_slot_stride=0, y_col_stride=0,
+                                y_slot_stride=0)
             self.algorithms.append(device.algorithm(
                 [buf.tensor, ids.kp, out.tensor.kp], variant,
                 (_groups(nchunks, ROWS_WG), n, 1), [ROWS_WG], push))
