@@ -13,6 +13,7 @@ from conftest import TYPES, assert_matches, paths_for, random_ids, random_x, ref
 from vkq import reference as ref
 from vkq.dispatch.choose import fit_bindings
 from vkq.dispatch.config import PipelineConfig
+from vkq.resolve import resolve
 
 BINDINGS = [("texel", "storage"), ("storage", "texel"), ("texel", "texel")]
 ROWS, K = 37, 1024  # 37: not a multiple of the rows per workgroup
@@ -95,7 +96,7 @@ def test_weights_over_the_texel_limit_fall_back(backend, monkeypatch):
     monkeypatch.setattr(backend.device, "caps", caps)
     w._calls.clear()
     w._calls_by_config.clear()
-    fitted = backend._config(w, 1, None, config("mmvq", True, "texel", "texel"), None)
+    fitted = resolve(backend, w, 1, config=config("mmvq", True, "texel", "texel"))
     assert fitted.weights_binding == "storage" and "maxTexelBufferElements" in fitted.source
     assert np.array_equal(backend.matvec(w, x, config=config("mmvq", True, "texel", "texel")), expected)
 

@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 
 # Imported on first use: they load Kompute and the Vulkan loader, which
 # `vkq --version`, `vkq --help` and the CLI's error report must not need.
-_LAZY = {"Backend": "backend", "Weights": "backend", "MAX_COLS": "backend", "Graph": "graph", "Tensor": "tensor"}
+_LAZY = {"Backend": "backend", "Weights": "weights", "MAX_COLS": "resolve", "Graph": "graph", "Tensor": "tensor"}
 
 
 def __getattr__(name: str):

@@ -16,80 +16,23 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, replace
-
 import numpy as np
 
-from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, check_activations
-from .dispatch.choose import Dispatcher, check_config, env_path, fit_bindings, int_dot_disabled_by_env
+from .activations import DEFAULT_ACTIVATIONS, check_activations
+from .dispatch.choose import Dispatcher, env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .formats import BlockFormat, GGMLType, get_format
 from .graph import Graph
-from .layout import MatrixLayout, RowRange, pack_rows
-from .ops import MAX_GROUPS_X, q8_1_words
+from .layout import MatrixLayout, pack_rows
+from .ops import MAX_GROUPS_X
+from .resolve import MAX_COLS, check_config_type, check_weights, resolve
 from .runtime import Device
 from .tensor import Tensor
+from .weights import Buffer, Weights
 
-MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding)
 # matvec_many's graphs kept per backend (the least recently used go first):
 # each holds its matrices alive and a few pipelines.
 MANY_GRAPHS = 64
-
-
-@dataclass
-class _Buffer:
-    rows: RowRange
-    tensor: object  # kp.Tensor
-    field_offsets: list[int]
-
-
-class Weights:
-    """A matrix (rows, K) or an expert stack (n_expert, rows, K) on the device."""
-
-    def __init__(self, backend: "Backend", layout: MatrixLayout, buffers: list[_Buffer], shape: tuple[int, ...]):
-        self.backend = backend
-        self.layout = layout
-        self.buffers = buffers
-        self.shape = shape
-        self.freed = False
-        self._reserved = 0  # bytes counted in the device's MemoryLedger (vkq.memory)
-        self._calls: dict[tuple, _Call] = {}  # per call key (shape, path, activations, ...)
-        self._calls_by_config: dict[tuple, _Call] = {}  # the same pipeline, whichever key chose it
-        self._configs: dict[tuple, PipelineConfig] = {}
-
-    def free(self) -> None:
-        """Release the device memory now; any later use is refused. Refused
-        while a replay that reads these weights is in flight."""
-        with self.backend._lock:
-            if self.freed:
-                return
-            if any(g.in_flight and id(self) in g._weights for g in self.backend._in_flight):
-                raise RuntimeError(f"cannot free {self!r} while a replay that reads it is in flight; wait() first")
-            for call in self._calls_by_config.values():
-                call.graph.destroy()
-            self._calls.clear()
-            self._calls_by_config.clear()
-            self.backend._forget_many(self)
-            for buf in self.buffers:
-                buf.tensor.destroy()
-            self.backend.device.memory.release(self._reserved)
-            self.freed = True
-
-    @property
-    def qtype(self) -> str:
-        return self.layout.fmt.name
-
-    @property
-    def is_expert_stack(self) -> bool:
-        return len(self.shape) == 3
-
-    @property
-    def nbytes(self) -> int:
-        return self.layout.gguf_nbytes
-
-    def __repr__(self) -> str:
-        state = " freed" if self.freed else ""
-        return f"<vkq.Weights {self.qtype} shape={self.shape} buffers={len(self.buffers)}{state}>"
 
 
 class _Call:
@@ -179,7 +122,7 @@ class Backend:
         try:
             for rr in ranges:
                 words, offsets = pack_rows(layout, raw, rr)
-                buffers.append(_Buffer(rr, self.device.upload(words), offsets))
+                buffers.append(Buffer(rr, self.device.upload(words), offsets))
         except BaseException:
             self.device.memory.release(reserved)
             raise
@@ -196,76 +139,33 @@ class Backend:
         timestamps: time each replay's kernels on the GPU (Graph.kernel_seconds)."""
         return Graph(self, timestamps)
 
-    def _check_weights(self, weights, expert_stack: bool) -> Weights:
-        if not isinstance(weights, Weights) or weights.backend is not self:
-            raise TypeError("weights must be a vkq.Weights returned by this backend's upload()")
-        if weights.freed:
-            raise ValueError(f"{weights!r} was freed")
-        if weights.is_expert_stack != expert_stack:
-            want = "an expert stack (n_expert, rows, K)" if expert_stack else "a matrix (rows, K)"
-            raise ValueError(f"expected {want}, got weights of shape {weights.shape}; "
-                             f"use {'matvec_id' if weights.is_expert_stack else 'matvec'}")
-        return weights
-
     # -- the dispatcher's choice -------------------------------------------
     def pipeline(self, weights: Weights, ncols: int = 1, path: str | None = None,
                  activations: str | None = None) -> PipelineConfig:
-        """The pipeline the dispatcher picks for this weights matrix; on the
-        int8 path its activations are `activations` or the backend's.
-
-        Remembered per matrix (the choice costs more than a small mat-vec);
-        the environment is part of the key, since it takes part in the choice."""
-        activations = check_activations(activations or self.activations)
-        key = (ncols, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
-        cfg = weights._configs.get(key)
-        if cfg is None:
-            lay = weights.layout
-            cfg = self.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path, activations)
-            if cfg.path == "mmvq":
-                cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
-            cfg = self._fit_bindings(weights, cfg, ncols)
-            weights._configs[key] = cfg
-        return cfg
-
-    def _config(self, w: Weights, ncols: int, path, config: PipelineConfig | None,
-                activations: str | None) -> PipelineConfig:
-        if path == "auto":
-            path = None
-        if config is None:
-            return self.pipeline(w, ncols, path, activations)
-        if activations is not None:
-            raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
-        cfg = check_config(config, self.device.caps, w.layout.fmt, w.layout.k, ncols)
-        return self._fit_bindings(w, cfg, ncols)
-
-    def _fit_bindings(self, w: Weights, cfg: PipelineConfig, ncols: int) -> PipelineConfig:
-        """Texel bindings within the device's limits for `ncols`
-        columns of x (MatVec checks again against the tensors it binds)."""
-        k_pad = w.layout.k_padded
-        x_words = q8_1_words(ncols, k_pad, cfg.x_planes) if cfg.path == "mmvq" else ncols * k_pad
-        weights_bytes = 4 * max(buf.tensor.size() for buf in w.buffers)
-        return fit_bindings(cfg, self.device.caps, 4 * x_words, weights_bytes)
+        """The pipeline the dispatcher picks for this weights matrix (vkq.resolve);
+        on the int8 path its activations are `activations` or the backend's."""
+        return resolve(self, weights, ncols, path, None, activations)
 
     def _call(self, w: Weights, ncols: int, n_slots: int, shared_x: bool, path, activations,
               config) -> _Call:
         """The cached graph of one mat-vec call shape (made on first use)."""
-        if config is not None and not isinstance(config, PipelineConfig):  # before it is hashed into the key
-            raise TypeError(f"config must be a vkq.dispatch.config.PipelineConfig, got {type(config).__name__}")
+        check_config_type(config)  # before it is hashed into the key
         key = (ncols, n_slots, shared_x, path, activations, config,
                env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
         call = w._calls.get(key)
         if call is not None:
             return call
         with self._lock:
-            cfg = self._config(w, ncols, path, config, activations)
+            n_x = (1 if shared_x else n_slots) if n_slots else ncols
+            cfg = resolve(self, w, ncols, path, config, activations, n_x)
             if cfg.path == "mmvq" and not self.device.patched_kp:
                 raise RuntimeError("the int8 path needs vkq's Kompute patch (tools/install_kompute.sh)")
-            # The same pipeline, whichever rule or key chose it, is recorded once.
-            cfg_key = (replace(cfg, source=""), ncols, n_slots, shared_x)
+            # The same pipeline, whichever rule or key chose it, is recorded once
+            # (a config's provenance is not part of its equality).
+            cfg_key = (cfg, ncols, n_slots, shared_x)
             call = w._calls_by_config.get(cfg_key)
             if call is None:
                 g = Graph(self)
-                n_x = (1 if shared_x else n_slots) if n_slots else ncols
                 x = g.input(self.tensor(w.layout.k, n_x, name="x"))
                 if n_slots:
                     ids = g.input(self.tensor(n_slots, dtype=np.int32, name="ids"))
@@ -291,7 +191,7 @@ class Backend:
         `activations`: the int8 path's activation format for this call
         (default: the backend's). `config` bypasses the dispatcher (for
         `vkq tune` and parameter tests); it is still held to the device's limits."""
-        w = self._check_weights(weights, expert_stack=False)
+        w = check_weights(self, weights, expert_stack=False)
         x = _check_x(x, w.layout.k, "x")
         call = self._call(w, 1 if x.ndim == 1 else x.shape[1], 0, False, path, activations, config)
         k, rows = w.layout.k, w.layout.rows
@@ -308,7 +208,7 @@ class Backend:
         ids: int32 (n_used,) expert indices; x: float32 (K,) shared by all
         selected experts, or (n_used, K), one input per selected expert.
         """
-        w = self._check_weights(experts, expert_stack=True)
+        w = check_weights(self, experts, expert_stack=True)
         lay = w.layout
         _check_ids(ids, lay.n_expert)
         if not isinstance(x, np.ndarray):
@@ -347,7 +247,7 @@ class Backend:
                 weights, x = pair
             except (TypeError, ValueError):
                 raise TypeError(f"products[{i}] must be a (weights, x) pair") from None
-            w = self._check_weights(weights, expert_stack=False)
+            w = check_weights(self, weights, expert_stack=False)
             x = _check_x(x, w.layout.k, f"products[{i}] x")
             slot = next((j for j, seen in enumerate(xs) if seen is x), None)
             if slot is None:

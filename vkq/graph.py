@@ -36,6 +36,7 @@ import kp
 import numpy as np
 
 from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, q8_1_words
+from .resolve import MAX_COLS, check_weights, resolve
 from .tensor import Tensor
 from .timing import timestamp_span
 
@@ -240,12 +241,10 @@ class Graph:
     def matvec(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
                config=None, out: Tensor | None = None) -> Tensor:
         """y = W @ x for each of x's vectors (1 to MAX_COLS): a tensor of x.n vectors of `rows` values."""
-        from .backend import MAX_COLS
-
         self._open()
-        w = self.backend._check_weights(weights, expert_stack=False)
+        w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
-        cfg = self.backend._config(w, x.n, path, config, activations)
+        cfg = resolve(self.backend, w, x.n, path, config, activations)
         y = self._out(out, x, w.layout.rows, x.n, "y")
         self._matvec_node(w, cfg, x, y, None, 0, False)
         return y
@@ -257,7 +256,7 @@ class Graph:
         [0, n_expert) (ids out of range are the caller's to prevent: the
         host checks them in Backend.matvec_id, not on the device)."""
         self._open()
-        w = self.backend._check_weights(experts, expert_stack=True)
+        w = check_weights(self.backend, experts, expert_stack=True)
         ids = self._own(ids, "ids")
         if ids.dtype != np.int32 or ids.n != 1:
             raise ValueError(f"ids {ids!r} must be one int32 vector of the used experts")
@@ -270,7 +269,7 @@ class Graph:
         x = self._check_x(x, w.layout.k, n_used, "x")
         if x.n not in (1, n_used):
             raise ValueError(f"x {x!r} must hold 1 vector (shared) or {n_used} (one per id)")
-        cfg = self.backend._config(w, 1, path, config, activations)
+        cfg = resolve(self.backend, w, 1, path, config, activations, n_x=x.n)
         y = self._out(out, x, w.layout.rows, n_used, "y")
         self._matvec_node(w, cfg, x, y, ids, n_used, shared_x=x.n == 1)
         self._ids_checks.append((ids, w.layout.n_expert))

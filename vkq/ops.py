@@ -10,7 +10,6 @@ from __future__ import annotations
 import kp
 import numpy as np
 
-from .dispatch.choose import fit_bindings
 from .dispatch.config import PipelineConfig
 from .formats import CHUNK
 from .runtime import Device
@@ -68,16 +67,14 @@ class MatVec:
     expert in `ids[slot]` and x column `slot` (or column 0 when shared_x).
     y: `ncols` (or `n_slots`) vectors of `rows` floats, `y_stride` apart
     (default `rows`).
-    `cfg` is held to the device's binding limits for these very tensors;
-    `self.cfg` is what runs.
+    `cfg` as vkq.resolve.resolve returns it: bindings fitted to the device's
+    limits for these tensors; `self.cfg` is what runs.
     """
 
     def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
                  ids=None, n_slots: int = 0, shared_x: bool = False, y_stride: int | None = None):
         lay = weights.layout
         mul_mat_id = ids is not None
-        # (every vkq tensor holds 32-bit elements)
-        cfg = fit_bindings(cfg, device.caps, 4 * x_in.size(), 4 * max(buf.tensor.size() for buf in weights.buffers))
         self.cfg = cfg
         texel_weights = cfg.weights_binding == "texel"
         self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id,

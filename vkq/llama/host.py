@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from ..activations import GENERATE_ACTIVATIONS, check_activations
-from ..backend import MAX_COLS, Backend
+from ..backend import Backend
+from ..resolve import MAX_COLS
 from .decoding import Decoder
 from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs
 from .model import LlamaFile

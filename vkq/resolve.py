@@ -1,0 +1,79 @@
+"""A mat-vec's pipeline, resolved in one place below Backend and Graph.
+
+Both take the same request: weights (this backend's, not freed, a matrix or
+an expert stack as the call wants), a column count, a path ("dmmv", "mmvq",
+or None / "auto": the dispatcher's choice), the int8 path's activation
+format, or instead of path and activations an explicit PipelineConfig (vkq
+tune, tests), which is held to the device's limits. `resolve` returns the
+configuration that runs: activation planes set, texel bindings fitted to the
+device's limits for these buffers and this many vectors of x. vkq.ops.MatVec
+binds what it returns as it is.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .activations import ACTIVATION_PLANES, check_activations
+from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
+from .dispatch.config import PipelineConfig
+from .dispatch.paths import check_request
+from .ops import q8_1_words
+from .weights import Weights
+
+MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding)
+
+
+def check_weights(backend, weights, expert_stack: bool) -> Weights:
+    """`weights` as a mat-vec (expert_stack False) or MUL_MAT_ID may use them."""
+    if not isinstance(weights, Weights) or weights.backend is not backend:
+        raise TypeError("weights must be a vkq.Weights returned by this backend's upload()")
+    if weights.freed:
+        raise ValueError(f"{weights!r} was freed")
+    if weights.is_expert_stack != expert_stack:
+        want = "an expert stack (n_expert, rows, K)" if expert_stack else "a matrix (rows, K)"
+        raise ValueError(f"expected {want}, got weights of shape {weights.shape}; "
+                         f"use {'matvec_id' if weights.is_expert_stack else 'matvec'}")
+    return weights
+
+
+def choose(backend, weights: Weights, ncols: int, path: str | None, activations: str | None) -> PipelineConfig:
+    """The dispatcher's pipeline for this matrix, before its bindings are
+    fitted; on the int8 path with `activations` (default: the backend's).
+    Remembered per matrix (the choice costs more than a small mat-vec); the
+    environment is part of the key, since it takes part in the choice."""
+    if path is not None:
+        path = check_request(path)
+        path = None if path == "auto" else path
+    activations = check_activations(activations or backend.activations)
+    key = (ncols, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
+    cfg = weights._configs.get(key)
+    if cfg is None:
+        lay = weights.layout
+        cfg = backend.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, path, activations)
+        if cfg.path == "mmvq":
+            cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
+        weights._configs[key] = cfg
+    return cfg
+
+
+def check_config_type(config) -> None:
+    """A caller's `config=` is a PipelineConfig or None (checked before it is hashed into a cache key)."""
+    if config is not None and not isinstance(config, PipelineConfig):
+        raise TypeError(f"config must be a vkq.dispatch.config.PipelineConfig, got {type(config).__name__}")
+
+
+def resolve(backend, weights: Weights, ncols: int, path: str | None = None, config: PipelineConfig | None = None,
+            activations: str | None = None, n_x: int | None = None) -> PipelineConfig:
+    """The configuration a mat-vec of `ncols` columns (MUL_MAT_ID: 1) runs
+    with, its bindings fitted for `n_x` vectors of x (default `ncols`)."""
+    check_config_type(config)
+    if config is None:
+        cfg = choose(backend, weights, ncols, path, activations)
+    elif activations is not None:
+        raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
+    else:
+        cfg = check_config(config, backend.device.caps, weights.layout.fmt, weights.layout.k, ncols)
+    k_pad, n_x = weights.layout.k_padded, ncols if n_x is None else n_x
+    x_words = q8_1_words(n_x, k_pad, cfg.x_planes) if cfg.path == "mmvq" else n_x * k_pad
+    weights_bytes = 4 * max(buf.tensor.size() for buf in weights.buffers)
+    return fit_bindings(cfg, backend.device.caps, 4 * x_words, weights_bytes)
