@@ -1,6 +1,6 @@
 // Sums and maxima over a workgroup, every invocation getting the result.
 // REDUCE_SUBGROUP: subgroup arithmetic, then the subgroups' results through
-// shared memory; with a workgroup of one subgroup (what vkq/llama/ops.py
+// shared memory; with a workgroup of one subgroup (what vkq/llama/vector_ops.py
 // launches where subgroup arithmetic exists) no barrier runs at all.
 // Otherwise a shared-memory tree (WG_SIZE a power of two: the host checks).
 // The including shader defines WG_SIZE; every invocation must call these.

@@ -26,9 +26,9 @@ from conftest import finish_gguf, smollm2_or_skip
 
 import vkq
 import vkq.backend
-from vkq import bench, models
+from vkq import bench, presets
 from vkq.cli import main
-from vkq.step import DecodeStep
+from vkq.bench_step import DecodeStep
 
 import ggml_quant
 
@@ -63,11 +63,11 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
 def test_preset_matches_published_config(name):
-    want, spec = PUBLISHED[name], models.PRESETS[name]
+    want, spec = PUBLISHED[name], presets.PRESETS[name]
     for key, value in want.items():
         if key != "params":
             assert getattr(spec, key) == value, f"{name}.{key}"
-    model = models.preset(name, spec.mixes[0])
+    model = presets.preset(name, spec.mixes[0])
     by_role: dict[str, list] = {}
     for m in model.matrices:
         by_role.setdefault(m.role, []).append(m)
@@ -89,7 +89,7 @@ def test_preset_matches_published_config(name):
     assert abs(total / want["params"] - 1) < 0.01, f"{name}: {total / 1e9:.3f} B"
 
 
-def types(model: models.Model, role: str) -> list[str]:
+def types(model: presets.Model, role: str) -> list[str]:
     return [m.qtype for m in model.matrices if m.role == role]
 
 
@@ -97,7 +97,7 @@ def test_mix_q4_k_m_more_bits_layers():
     # Layers that get Q6_K attn_v / ffn_down in llama.cpp's Q4_K_M of a
     # 32-layer model: the first and last 4, and every third from layer 6.
     more = [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
-    model = models.resolve("llama-3.1-8b:Q4_K_M")
+    model = presets.resolve("llama-3.1-8b:Q4_K_M")
     for role in ("attn_v", "ffn_down"):
         assert [i for i, t in enumerate(types(model, role)) if t == "Q6_K"] == more, role
         assert set(types(model, role)) == {"Q4_K", "Q6_K"}
@@ -105,36 +105,36 @@ def test_mix_q4_k_m_more_bits_layers():
         assert set(types(model, role)) == {"Q4_K"}, role
     assert model.matrices[-1].name == "output.weight" and model.matrices[-1].qtype == "Q6_K"
 
-    small = models.resolve("llama-3.2-1b:Q4_K_M")  # 16 layers: layer 0 Q6_K, layer 8 Q4_K
+    small = presets.resolve("llama-3.2-1b:Q4_K_M")  # 16 layers: layer 0 Q6_K, layer 8 Q4_K
     assert types(small, "attn_v")[0] == "Q6_K" and types(small, "attn_v")[8] == "Q4_K"
     # Tied: the output head is token_embd, quantized as the output.
     assert small.matrices[-1].name == "token_embd.weight" and small.matrices[-1].qtype == "Q6_K"
 
 
 def test_mix_rules():
-    m = models.resolve("llama-3.2-1b:Q2_K")  # 32 heads / 8 kv heads = 4
+    m = presets.resolve("llama-3.2-1b:Q2_K")  # 32 heads / 8 kv heads = 4
     assert set(types(m, "attn_v")) == {"Q4_K"}
     assert set(types(m, "ffn_down")) == set(types(m, "attn_output")) == {"Q3_K"}
     assert set(types(m, "attn_q")) == set(types(m, "ffn_up")) == {"Q2_K"}
-    assert set(types(models.resolve("tiny-llama:Q2_K"), "attn_v")) == {"Q3_K"}  # 4 heads / 2 kv heads
+    assert set(types(presets.resolve("tiny-llama:Q2_K"), "attn_v")) == {"Q3_K"}  # 4 heads / 2 kv heads
 
     for mix, base, output in (("Q4_0", "Q4_0", "Q6_K"), ("Q8_0", "Q8_0", "Q8_0"), ("Q6_K", "Q6_K", "Q6_K"),
                               ("Q3_K_S", "Q3_K", "Q6_K"), ("Q5_K_M", "Q5_K", "Q6_K")):
-        m = models.resolve(f"llama-3.2-3b:{mix}")
+        m = presets.resolve(f"llama-3.2-3b:{mix}")
         assert set(types(m, "attn_q")) == {base} and types(m, "output") == [output], mix
 
-    moe = models.resolve("qwen3-30b-a3b:Q4_K_M")
+    moe = presets.resolve("qwen3-30b-a3b:Q4_K_M")
     assert set(types(moe, "ffn_gate_inp")) == {"F32"}  # llama.cpp never quantizes the router
     down = types(moe, "ffn_down_exps")  # experts follow the ffn_down rule by block index
     assert down[0] == "Q6_K" and down[7] == "Q4_K" and down[47] == "Q6_K"
     assert set(types(moe, "ffn_gate_exps")) == {"Q4_K"}
 
-    oss = models.resolve("gpt-oss-20b:MXFP4")
+    oss = presets.resolve("gpt-oss-20b:MXFP4")
     assert {m.qtype for m in oss.matrices if m.is_expert_stack} == {"MXFP4"}
     assert set(types(oss, "attn_q")) == set(types(oss, "output")) == {"Q8_0"}
     assert set(types(oss, "ffn_gate_inp")) == {"F32"}
     with pytest.raises(ValueError, match="MXFP4"):
-        models.resolve("gpt-oss-20b:Q4_K_M")
+        presets.resolve("gpt-oss-20b:Q4_K_M")
 
 
 def test_list_and_bad_models(capsys, monkeypatch):
@@ -150,7 +150,7 @@ def test_list_and_bad_models(capsys, monkeypatch):
         status, _, err = run_cli(capsys, "bench", "-m", bad)
         assert status == 2 and message in err, (bad, err)
     # A mix with a block type this vkq lacks: one line naming it, before any work.
-    monkeypatch.delitem(models.FORMATS, "Q6_K")
+    monkeypatch.delitem(presets.FORMATS, "Q6_K")
     status, _, err = run_cli(capsys, "bench", "-m", "llama-3.1-8b:Q4_K_M")
     assert status == 2 and err.count("\n") == 1 and "has Q6_K matrices" in err, err
 
@@ -168,7 +168,7 @@ def test_step_computes_each_matvec(backend, monkeypatch, path, activations):
     """After a replayed step, every output equals Backend.matvec(_id) of the
     same synthetic input (and the ids drawn for that token)."""
     monkeypatch.setattr(backend, "activations", activations)
-    model = models.resolve("tiny-moe:Q4_K_M")
+    model = presets.resolve("tiny-moe:Q4_K_M")
     rng = np.random.default_rng(0)
     weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
     step = DecodeStep(backend, model, weights, path)
@@ -195,7 +195,7 @@ def test_step_kernel_seconds(backend, monkeypatch):
     below the wall time of the run; None on a device without timestamps."""
     import time
 
-    model = models.resolve("tiny-llama:Q4_0")
+    model = presets.resolve("tiny-llama:Q4_0")
     rng = np.random.default_rng(0)
     weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
     step = DecodeStep(backend, model, weights, "auto", timestamps=True)
@@ -214,7 +214,7 @@ def test_step_kernel_seconds(backend, monkeypatch):
 
 
 def test_step_ids_change_per_token(backend):
-    model = models.resolve("tiny-moe:Q8_0")
+    model = presets.resolve("tiny-moe:Q8_0")
     rng = np.random.default_rng(0)
     weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
     step = DecodeStep(backend, model, weights, "auto")
@@ -259,7 +259,7 @@ def test_bench_json(capsys):
         (m, p) for m in ("tiny-llama:Q4_0", "tiny-moe:Q4_K_M") for p in ("auto", "dmmv", "mmvq")]
     for row in rows:
         check_row(row)
-        model = models.resolve(row["model"])
+        model = presets.resolve(row["model"])
         assert row["model_n_params"] == model.params and row["model_size"] == model.nbytes
         assert sum(row["paths_used"].values()) == len(model.matrices)
         assert [m["name"] for m in row["matrices"]] == [m.name for m in model.matrices]
@@ -308,7 +308,7 @@ def test_bench_verbose_shows_each_matrix_config(capsys):
     assert detail[0].split("|")[1:4] == [" model           ", " bench path ", " type "]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in detail[2:]]
     assert {r[4].split()[0] for r in rows} == {"mmvq", "dmmv"}  # the F32 router falls back
-    assert sum(int(r[-1].split()[0]) for r in rows) == len(models.resolve("tiny-moe:Q4_K_M").matrices)
+    assert sum(int(r[-1].split()[0]) for r in rows) == len(presets.resolve("tiny-moe:Q4_K_M").matrices)
 
 
 def test_bench_activations(capsys):
@@ -413,7 +413,7 @@ def moe_gguf(tmp_path_factory) -> Path:
 
 
 def test_model_from_moe_gguf(moe_gguf):
-    model = models.resolve(str(moe_gguf))
+    model = presets.resolve(str(moe_gguf))
     assert model.name == "tiny-moe" and model.n_expert_used == MOE["n_used"]
     names = [m.name for m in model.matrices]
     assert names[-1] == "output.weight" and "token_embd.weight" not in names
@@ -430,14 +430,14 @@ def test_model_from_moe_gguf(moe_gguf):
 def test_gguf_without_expert_count(tmp_path):
     path = write_gguf(tmp_path / "no-count.gguf", moe_tensors(), n_used=None)
     with pytest.raises(ValueError, match="expert_used_count"):
-        models.from_gguf(path)
+        presets.from_gguf(path)
 
 
 def test_gguf_unknown_matrix_is_reported(tmp_path, capsys):
     tensors = moe_tensors()
     tensors["blk.0.attn_qkv.weight"] = tensors["blk.0.attn_q.weight"]  # a role the step does not model
     path = write_gguf(tmp_path / "qkv.gguf", tensors)
-    assert models.from_gguf(path).ignored == ("blk.0.attn_qkv.weight",)
+    assert presets.from_gguf(path).ignored == ("blk.0.attn_qkv.weight",)
     status, _, err = run_cli(capsys, "bench", "-m", str(path), "-n", "1", "-r", "1", "-o", "csv")
     assert status == 0 and "left out 1 weight matrices" in err and "blk.0.attn_qkv.weight" in err
 

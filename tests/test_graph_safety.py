@@ -166,7 +166,7 @@ def test_overlapping_graphs_are_refused(backend):
 def test_graphs_sharing_only_reads_overlap(backend):
     """Two graphs that read one constant tensor may run together; the constant
     stays untouchable until both are waited for, in either order."""
-    from vkq.llama.ops import SwiGLU, Vectors
+    from vkq.llama.vector_ops import SwiGLU, Vectors
 
     c = backend.tensor(64)
     c.write(np.ones(64, np.float32))
@@ -256,7 +256,7 @@ def test_graph_input_ids_are_checked_every_replay(backend):
 
 
 def test_device_written_ids_are_refused(backend):
-    from vkq.llama.ops import Argmax, Vectors
+    from vkq.llama.vector_ops import Argmax, Vectors
 
     w = upload(backend, 16, 64, seed=11, n_expert=3)
     g = backend.graph()

@@ -1,4 +1,4 @@
-"""The presets' type mixes (vkq.models.mix_type) against llama.cpp's own
+"""The presets' type mixes (vkq.presets.mix_type) against llama.cpp's own
 quantizer: a tiny random model of each test shape, in F16, is quantized by
 `llama_model_quantize` of the pinned llama.cpp wheel (tests/llama_quant.py)
 to each file type a preset offers, and every weight matrix of the file must
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import finish_gguf
-from vkq import models
+from vkq import presets
 from vkq.gguf_io import open_gguf
 
 import llama_quant
@@ -33,11 +33,11 @@ if llama_quant.bin_dir() is None:
                 "(the test extra installs it)", allow_module_level=True)
 
 SPECS = {s.name: s for s in (
-    models.ModelSpec("gqa4", "llama", hidden=256, n_layer=16, n_head=8, n_head_kv=2, head_dim=32,
+    presets.ModelSpec("gqa4", "llama", hidden=256, n_layer=16, n_head=8, n_head_kv=2, head_dim=32,
                      ffn=512, vocab=256, tied_output=False),
-    models.ModelSpec("gqa2-tied", "llama", hidden=256, n_layer=8, n_head=8, n_head_kv=4, head_dim=32,
+    presets.ModelSpec("gqa2-tied", "llama", hidden=256, n_layer=8, n_head=8, n_head_kv=4, head_dim=32,
                      ffn=256, vocab=256, tied_output=True),
-    models.ModelSpec("moe4", "qwen3moe", hidden=256, n_layer=8, n_head=4, n_head_kv=2, head_dim=64,
+    presets.ModelSpec("moe4", "qwen3moe", hidden=256, n_layer=8, n_head=4, n_head_kv=2, head_dim=64,
                      ffn=0, vocab=256, tied_output=False, n_expert=4, n_expert_used=2, expert_ffn=256),
 )}
 # llama.cpp's name of a file type where it is not the mix's.
@@ -47,17 +47,17 @@ FAST = {("gqa4", "Q4_K_M"), ("gqa4", "IQ4_XS"), ("gqa2-tied", "IQ3_XXS")}
 
 def cases():
     for name, spec in SPECS.items():
-        for mix in models.MIXES + (("MXFP4",) if spec.is_moe else ()):
+        for mix in presets.MIXES + (("MXFP4",) if spec.is_moe else ()):
             marks = () if (name, mix) in FAST else (pytest.mark.slow,)
             yield pytest.param(name, mix, id=f"{name}-{mix}", marks=marks)
 
 
-def shapes(spec: models.ModelSpec) -> list[models.Matrix]:
+def shapes(spec: presets.ModelSpec) -> list[presets.Matrix]:
     """The spec's weight matrices (names, roles, shapes; the Q8_0 mix's types are not used)."""
     return spec.matrices("Q8_0")
 
 
-def write_f16(spec: models.ModelSpec, path: Path) -> Path:
+def write_f16(spec: presets.ModelSpec, path: Path) -> Path:
     """A GGUF of the spec's architecture that llama.cpp's quantizer loads:
     its hyperparameters, F16 random weight matrices, F32 norms."""
     w = gguf.GGUFWriter(str(path), spec.arch)
@@ -88,7 +88,7 @@ def write_f16(spec: models.ModelSpec, path: Path) -> Path:
     return finish_gguf(w, path)
 
 
-def flat_imatrix(spec: models.ModelSpec) -> dict[str, np.ndarray]:
+def flat_imatrix(spec: presets.ModelSpec) -> dict[str, np.ndarray]:
     """An importance matrix of every quantized matrix: one value per column (per expert for a stack)."""
     return {m.name: np.ones(m.params // m.shape[-2], np.float32)
             for m in shapes(spec) if m.role != "ffn_gate_inp"}
@@ -104,9 +104,9 @@ def sources(tmp_path_factory):
 def test_mix_types_are_llama_cpp_s(sources, tmp_path, name, mix):
     spec = SPECS[name]
     out = tmp_path / f"{name}-{mix}.gguf"
-    imatrix = flat_imatrix(spec) if mix in models.IQ_MIXES else None
+    imatrix = flat_imatrix(spec) if mix in presets.IQ_MIXES else None
     llama_quant.quantizer().quantize(sources[name], out, FTYPE.get(mix, mix), imatrix)
     written = {n: t.qtype for n, t in open_gguf(out).tensors.items()}
-    ours = {m.name: models.mix_type(mix, m.role, m.layer, spec.n_layer, spec) for m in shapes(spec)}
+    ours = {m.name: presets.mix_type(mix, m.role, m.layer, spec.n_layer, spec) for m in shapes(spec)}
     differ = {n: (ours[n], written[n]) for n in ours if ours[n] != written[n]}
     assert not differ, f"{name}:{mix} (vkq's type, llama.cpp's) {differ}"

@@ -1,4 +1,4 @@
-"""The vector ops of a llama decode step (vkq.llama.ops) against float64 numpy.
+"""The vector ops of a llama decode step (vkq.llama.vector_ops) against float64 numpy.
 
 Odd sizes throughout: odd vector lengths, odd head counts and GQA ratios,
 head_dim 64 and odd ones, RoPE over part of a head, a context of 1 and of
@@ -19,7 +19,7 @@ import ggml_quant
 import vkq.reference as ref
 from conftest import TYPES, force_split
 from vkq.formats import FORMATS
-from vkq.llama.ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
+from vkq.llama.vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
                            attention_scratch_size, rope_table)
 from vkq.ops import QuantizeQ8_1, q8_1_words
 

@@ -18,7 +18,7 @@ import ggml_quant
 import vkq.reference as ref
 from conftest import NMSE_TIGHT
 from vkq.formats import FORMATS
-from vkq.llama.ops import Attention, AttentionShape, Q8_1Output, RMSNorm, SwiGLU, Vectors
+from vkq.llama.vector_ops import Attention, AttentionShape, Q8_1Output, RMSNorm, SwiGLU, Vectors
 from vkq.ops import q8_1_words
 
 INT8_TYPES = tuple(t for t, f in FORMATS.items() if f.has_int8_path)

@@ -1,6 +1,6 @@
 """`vkq bench`: llama-bench's table for the mat-vec share of decoding.
 
-For each model (preset or GGUF file) and path, the decode step (vkq/step.py)
+For each model (preset or GGUF file) and path, the decode step (vkq/bench_step.py)
 is recorded once and replayed: after the clocks are warmed up (vkq/timing.py),
 each repetition times n tokens by wall clock (ids drawn, submitted, waited
 for, logits read back) and, where the device has GPU timestamps, by kernel
@@ -30,13 +30,13 @@ from .activations import DEFAULT_ACTIVATIONS
 from .backend import Backend
 from .dispatch.config import path_label
 from .formats import FORMATS, get_format
-from .models import Model, list_presets, resolve
+from .presets import Model, list_presets, resolve
 from .reference import dequantize
 from .runtime import Device
 from .shader_variants import MEMBW, MEMBW_TEXEL
-from .step import STEP_PATHS, DecodeStep
+from .bench_step import STEP_PATHS, DecodeStep
 from .synthetic import random_weights
-from .table import StatusLine, markdown
+from .console import StatusLine, markdown
 from .timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
 
 BACKEND = "Vulkan (vkq)"

@@ -2,7 +2,7 @@
 
 These build Kompute algorithms (one per weights buffer) bound to given
 input/output tensors; `record(seq)` appends their dispatches to a sequence.
-`Backend.matvec` records one mat-vec per sequence; `vkq.step` records a
+`Backend.matvec` records one mat-vec per sequence; `vkq.bench_step` records a
 whole decode step. Pipelines are built once here, never per call.
 """
 from __future__ import annotations

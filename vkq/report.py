@@ -60,7 +60,7 @@ from .bench import bench as bench_models
 from .formats import FORMATS, get_format
 from .ggml_perf import GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
-from .table import markdown
+from .console import markdown
 from .timing import REJECT, ROTATION_BYTES, WARM_SECONDS, interleave, warm_up
 from .tune import Candidate, Progress, TypeBench
 
@@ -139,7 +139,7 @@ def matvec_rows(backend, qtype: str, shape: tuple[int, int], size: str, rounds: 
 
 def bench_model_for(backend):
     """vkq bench's default model, or why it cannot run here (host memory)."""
-    from .models import resolve
+    from .presets import resolve
 
     model = resolve(BENCH_MODEL)
     try:

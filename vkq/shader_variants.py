@@ -110,7 +110,7 @@ class GetRowsVariant:
 
 @dataclass(frozen=True)
 class VectorOpVariant:
-    """A vector op of the llama decode step (vkq/llama/ops.py), shaders/<op>.comp;
+    """A vector op of the llama decode step (vkq/llama/vector_ops.py), shaders/<op>.comp;
     `subgroup`: its workgroup reductions use subgroup arithmetic (shaders/reduce.glsl)."""
 
     op: str

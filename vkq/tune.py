@@ -37,7 +37,7 @@ from .dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
 from .formats import FORMATS, get_format
 from .lookup_tables import has_value_pairs
 from .synthetic import random_weights
-from .table import StatusLine, markdown
+from .console import StatusLine, markdown
 from .timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
                      wall_samples, warm_up)
 

@@ -38,7 +38,7 @@ from ..ops import q8_1_words
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
+from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
                   attention_scratch_size, rope_table)
 
 STEP_PATHS = ("auto", "dmmv", "mmvq")

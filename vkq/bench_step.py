@@ -17,7 +17,7 @@ import numpy as np
 
 from .backend import Backend
 from .dispatch.paths import PATH_REQUESTS, resolve_path
-from .models import Matrix, Model
+from .presets import Matrix, Model
 from .tensor import Tensor
 from .weights import Weights
 
