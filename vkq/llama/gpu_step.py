@@ -54,7 +54,7 @@ class GpuLlama(Decoder):
     timestamps: time the kernels of every replay (GPU timestamps; on lavapipe
     latching them after every op makes the step about 13% slower)."""
 
-    def __init__(self, path: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
+    def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
                  timestamps: bool = False):
@@ -63,7 +63,7 @@ class GpuLlama(Decoder):
             raise ValueError(f"unknown path {path_mode!r} for the GPU step; expected one of {', '.join(STEP_PATHS)}")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
-        self.file = f = file if file is not None else LlamaFile(path, fuse)
+        self.file = f = file if file is not None else LlamaFile(model_file, fuse)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
         if weights is not None and (weights.backend is not self.backend or set(weights.weights) != set(

@@ -61,17 +61,17 @@ class LlamaModel(Decoder):
     logits). fuse: one upload and call per stage for matrices of the same
     block type (Q/K/V, gate/up). ctx: the positions the KV cache may hold
     (default: the model's context length). `file`: an already parsed
-    LlamaFile (path is then ignored). Without a backend, one is made on `device` once the file
+    LlamaFile (model_file is then ignored). Without a backend, one is made on `device` once the file
     has passed its checks."""
 
-    def __init__(self, path: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
+    def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None):
         mode = path_mode or "auto"
         if mode not in PATH_MODES:
             raise ValueError(f"unknown path {path_mode!r}; expected one of {', '.join(PATH_MODES)}")
         activations = check_activations(activations or GENERATE_ACTIVATIONS)
-        self.file = file if file is not None else LlamaFile(path, fuse)
+        self.file = file if file is not None else LlamaFile(model_file, fuse)
         self._set_context(ctx)
         groups = self.file.groups
         if mode == "numpy":
