@@ -33,15 +33,13 @@ import numpy as np
 
 from ..activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..backend import Backend
-from ..dispatch.paths import resolve_path
+from ..dispatch.paths import check_request, resolve_path
 from ..ops import q8_1_words
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
                   attention_scratch_size, rope_table)
-
-STEP_PATHS = ("auto", "dmmv", "mmvq")
 
 
 class GpuLlama(Decoder):
@@ -58,9 +56,7 @@ class GpuLlama(Decoder):
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
                  timestamps: bool = False):
-        mode = path_mode or "auto"
-        if mode not in STEP_PATHS:
-            raise ValueError(f"unknown path {path_mode!r} for the GPU step; expected one of {', '.join(STEP_PATHS)}")
+        mode = check_request(path_mode or "auto")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
         self.file = f = file if file is not None else LlamaFile(model_file, fuse)
