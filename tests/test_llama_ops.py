@@ -19,8 +19,8 @@ import ggml_quant
 import vkq.reference as ref
 from conftest import TYPES, force_split
 from vkq.formats import FORMATS
-from vkq.llama.vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
-                           attention_scratch_size, rope_table)
+from vkq.llama.vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU,
+                                  Vectors, attention_scratch_size, rope_table)
 from vkq.ops import QuantizeQ8_1, q8_1_words
 
 NMSE_F32 = 1e-12  # float32 arithmetic against float64

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+
 import numpy as np
 
 from .activations import DEFAULT_ACTIVATIONS, check_activations

@@ -28,15 +28,15 @@ import numpy as np
 
 from .activations import DEFAULT_ACTIVATIONS
 from .backend import Backend
+from .bench_step import STEP_PATHS, DecodeStep
+from .console import StatusLine, markdown
 from .dispatch.config import path_label
 from .formats import FORMATS, get_format
 from .presets import Model, list_presets, resolve
 from .reference import dequantize
 from .runtime import Device
 from .shader_variants import MEMBW, MEMBW_TEXEL
-from .bench_step import STEP_PATHS, DecodeStep
 from .synthetic import random_weights
-from .console import StatusLine, markdown
 from .timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
 
 BACKEND = "Vulkan (vkq)"

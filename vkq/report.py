@@ -57,10 +57,10 @@ from . import __version__, call_cost
 from .bench import DEFAULT_MODEL as BENCH_MODEL
 from .bench import check_host_memory, memory_bandwidth
 from .bench import bench as bench_models
+from .console import markdown
 from .formats import FORMATS, get_format
 from .ggml_perf import GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
-from .console import markdown
 from .timing import REJECT, ROTATION_BYTES, WARM_SECONDS, interleave, warm_up
 from .tune import Candidate, Progress, TypeBench
 

@@ -31,13 +31,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
+from .console import StatusLine, markdown
 from .dispatch import tuning_store
 from .dispatch.choose import Dispatcher, apply_limits
 from .dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
 from .formats import FORMATS, get_format
 from .lookup_tables import has_value_pairs
 from .synthetic import random_weights
-from .console import StatusLine, markdown
 from .timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
                      wall_samples, warm_up)
 

@@ -39,7 +39,7 @@ from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
-                  attention_scratch_size, rope_table)
+                         attention_scratch_size, rope_table)
 
 
 class GpuLlama(Decoder):
