@@ -33,6 +33,17 @@ uvec4 load_w128(uint i) { return w128[i]; }
 // The quants of one 32-element sub-block: two 16-element halves, 4 per word.
 struct Quants { uvec4 lo, hi; };
 
+// Words of a block field held in registers (a decoder's UnitMeta), picked by
+// selects: an array indexed by a loop counter is put in memory by lavapipe's
+// compiler when the loop is not unrolled (2-4x slower i-quant mat-vecs).
+// Word i (0..7) of a, b.
+uint word_of(uvec4 a, uvec4 b, uint i) { return (i < 4u ? a : b)[i & 3u]; }
+// Word pair i (0..7) of a, b, c, d.
+uvec2 word_pair_of(uvec4 a, uvec4 b, uvec4 c, uvec4 d, uint i) {
+    uvec4 v = i < 4u ? (i < 2u ? a : b) : (i < 6u ? c : d);
+    return (i & 1u) == 0u ? v.xy : v.zw;
+}
+
 // Field offsets (in 32-bit words) come as push constants so that one pipeline
 // serves every matrix of a type; FIELD_OFF_<name> is defined per type by
 // tools/compile_shaders.py from the format table.

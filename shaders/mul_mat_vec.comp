@@ -80,6 +80,24 @@ layout(std430, binding = 3) readonly restrict buffer Ids { int ids[]; };
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint CHUNKS_PER_BLOCK = QK / 32u;
 const uint UNIT_CHUNKS = 8u;  // chunks covered by one unit_meta
+// A thread taking 8 chunks at a time (a k-quant superblock, or 8 small
+// blocks) loads their scales at once (unit_meta: one 16-byte load where
+// per chunk it would be 8 word loads), not per chunk (block_scales).
+const bool WHOLE_UNITS = CHUNKS_PER_THREAD == UNIT_CHUNKS;
+
+#ifndef BLOCK_PLAIN
+// The quants of chunk j of a unit, sub-block sb of block ib: from the unit's
+// meta where the decoder loads them with it (META_QUANTS: a few wide loads
+// instead of a narrow one per chunk), else from the weights.
+Quants chunk_quants(UnitMeta m, uint j, uint ib, uint sb) {
+#ifdef META_QUANTS
+    if (WHOLE_UNITS) {
+        return meta_quants(m, j);
+    }
+#endif
+    return block_quants(ib, sb);
+}
+#endif
 
 shared float partial[NUM_ROWS * NCOLS][WG_SIZE];
 
@@ -114,10 +132,6 @@ void main() {
     const uint nchunks = p.nblocks * CHUNKS_PER_BLOCK;
     // CHUNKS_PER_THREAD divides the chunks of a row (the dispatcher checks).
     const uint nunits = nchunks / CHUNKS_PER_THREAD;
-    // A thread taking 8 chunks at a time (a k-quant superblock, or 8 small
-    // blocks) loads their scales at once (unit_meta: one 16-byte load where
-    // per chunk it would be 8 word loads), not per chunk (block_scales).
-    const bool WHOLE_UNITS = CHUNKS_PER_THREAD == UNIT_CHUNKS;
     for (uint unit = SPLIT_K ? tid : 0u; unit < nunits; unit += SPLIT_K ? WG_SIZE : 1u) {
     UnitMeta meta[NUM_ROWS];
     if (WHOLE_UNITS) {
@@ -145,7 +159,7 @@ void main() {
         for (uint r = 0u; r < NUM_ROWS; r++) {
             // Rows past the end repeat the last row; their sums are not written.
             const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
-            const Quants q = block_quants(ib, sb);
+            const Quants q = chunk_quants(meta[r], j, ib, sb);
             const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
             for (uint col = 0u; col < NCOLS; col++) {
                 // sum_i (scale*q_i + offset) * d*qx_i = scale*d*dot(q, qx) + offset*s
@@ -182,7 +196,7 @@ void main() {
 #else
             // (scale, offset) of both halves; the quants loaded once for both.
             const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
-            const Quants q = block_quants(ib, sb);
+            const Quants q = chunk_quants(meta[r], j, ib, sb);
             for (uint h = 0u; h < 2u; h++) {
                 const uvec4 qh = h == 0u ? q.lo : q.hi;
                 const vec2 sh = h == 0u ? so.xy : so.zw;

@@ -11,15 +11,17 @@ of rows_per_wg 976 with split_k false giving NMSE 0.96 / 2.6e65).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from ggml_quant import random_weights
 from vkq.dispatch.choose import Dispatcher, apply_limits, check_config, loop_iterations
 from vkq.dispatch.config import MAX_ROWS_PER_WG, PipelineConfig
-from vkq.formats import FORMATS
+from vkq.formats import CHUNK, FORMATS
 from vkq.reference import dequantize, matvec_model, nmse
 
 ROWS, K = 45, 2048
@@ -116,13 +118,15 @@ def test_chunks_per_thread(backend, matrices):
 
 
 def _largest_k(config: PipelineConfig, fmt, ncols: int, budget: int) -> int:
-    """The largest K (whole blocks) whose loop bound fits the budget."""
-    k = fmt.block_elems
-    while loop_iterations(config, fmt, 2 * k, ncols, 8) <= budget:
+    """The largest K (whole blocks, whole units of chunks_per_thread chunks)
+    whose loop bound fits the budget."""
+    unit = max(fmt.block_elems, CHUNK * config.chunks_per_thread)
+    k = unit
+    while loop_iterations(config, 2 * k, ncols, 8) <= budget:
         k *= 2
     step = k // 2
-    while step >= fmt.block_elems:
-        if loop_iterations(config, fmt, k + step, ncols, 8) <= budget:
+    while step >= unit:
+        if loop_iterations(config, k + step, ncols, 8) <= budget:
             k += step
         step //= 2
     return k
@@ -138,7 +142,7 @@ def test_loop_budget(backend):
     fmt = FORMATS["Q4_0"]
     config = cfg("dmmv", wg=8, rows=16, split_k=False)
     k_in = _largest_k(config, fmt, 1, budget)
-    assert loop_iterations(config, fmt, k_in + 32, 1, 8) > budget
+    assert loop_iterations(config, k_in + 32, 1, 8) > budget
     rows = 16 * 8 + 3  # a full workgroup of threads and a partial one
     data = random_weights(rows, k_in, "Q4_0", seed=5)
     w, w64 = backend.upload("Q4_0", (rows, k_in), data), dequantize("Q4_0", (rows, k_in), data)
@@ -147,6 +151,38 @@ def test_loop_budget(backend):
         check_config(config, backend.device.caps, fmt, k_in + 32, 1)
     adapted = apply_limits(config, backend.device.caps, fmt, k_in + 32, 1)
     assert adapted.split_k and "split_k False -> True: loop budget" in adapted.source
+
+
+def test_block_decoders_have_no_loops():
+    """loop_iterations counts mul_mat_vec.comp's loops only: a loop in a
+    block decoder would spend lavapipe's budget uncounted (cut short: wrong
+    numbers at large K). The decoders are written out instead."""
+    decoders = sorted((ROOT / "shaders" / "blocks").glob("*.glsl"))
+    assert len(decoders) >= len(FORMATS)
+    for path in decoders:
+        code = re.sub(r"//[^\n]*", "", path.read_text())
+        assert not re.search(r"\b(for|while|do)\b", code), f"{path.name} has a loop"
+
+
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+@pytest.mark.parametrize("qtype", list(FORMATS))
+def test_loop_budget_every_type(backend, qtype, path):
+    """lavapipe: every block type at the largest K whose loop bound fits the
+    budget, one thread owning 16 rows (the table's launch): right, so no
+    decoder spends loop iterations the bound does not count."""
+    budget = backend.device.caps.max_loop_iterations
+    fmt = FORMATS[qtype]
+    if budget is None:
+        pytest.skip("this driver has no known loop budget")
+    if path not in fmt.paths:
+        pytest.skip(f"{qtype} has no {path} path")
+    config = replace(cfg(path, wg=8, rows=16, cpt=8, split_k=False), weights_binding="texel")
+    k = _largest_k(config, fmt, 1, budget)
+    rows = 16 + 3  # one thread's 16 rows and a partial second
+    data = random_weights(rows, k, qtype, seed=8)
+    w, w64 = backend.upload(qtype, (rows, k), data), dequantize(qtype, (rows, k), data)
+    assert_right(backend, w, w64, config)
+    w.free()
 
 
 def test_dispatcher_adapts_table_choice_to_loop_budget(backend):

@@ -18,7 +18,8 @@ def test_grid_words_unpack_to_gguf_grid(name):
     if packing == "bytes":
         got = words.astype("<u4").view(np.uint8).reshape(expect.shape).astype(np.int64)
     else:
-        got = np.stack([(words >> (4 * i)) & 0xF for i in range(8)], axis=1).astype(np.int64) - 1
+        shifts = [0, 8, 16, 24, 4, 12, 20, 28]  # Q4_0's order: elements 0..3 low nibbles, 4..7 high
+        got = np.stack([(words >> s) & 0xF for s in shifts], axis=1).astype(np.int64) - 1
     np.testing.assert_array_equal(got, expect)
     # And gguf's grid holds the values of its map, not something else.
     assert set(np.unique(expect)) <= set(int(v) for v in cls.grid_map)

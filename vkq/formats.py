@@ -86,7 +86,8 @@ def _f(name: str, offset: int, size: int, transform: str | None = None, device_b
 # (shaders/blocks/<type>.glsl); `d`/`dm` are fp16 scale (and min) pairs.
 # Transforms (vkq/repack.py) put each 32-element sub-block's bits together;
 # only Q3_K/Q4_K/Q5_K's packed 6-bit scales grow (12 -> 16 bytes, one byte
-# each), which keeps every device copy within 4% of the GGUF size.
+# each), and IQ3_S's hss is padded (44 -> 48 bytes, 16-byte loads), which
+# keeps every device copy within 4% of the GGUF size.
 FORMATS: dict[str, BlockFormat] = {
     f.name: f
     for f in (
@@ -124,8 +125,11 @@ FORMATS: dict[str, BlockFormat] = {
         BlockFormat("IQ4_NL", GGMLType.IQ4_NL, 32, 18, (_f("d", 0, 2), _f("qs", 2, 16)), table="IQ4_PAIRS"),
         # d, scales_h and scales_l are one field: a superblock's scales in one 8-byte load.
         BlockFormat("IQ4_XS", GGMLType.IQ4_XS, 256, 136, (_f("ds", 0, 8), _f("qs", 8, 128)), table="IQ4_PAIRS"),
-        # qh, signs and scales are one field: the decoder reads each with a word load.
-        BlockFormat("IQ3_S", GGMLType.IQ3_S, 256, 110, (_f("d", 0, 2), _f("qs", 2, 64), _f("hss", 66, 44)), table="IQ3S_GRID"),
+        # qh, signs and scales are one field, padded to 48 bytes: a superblock's in three 16-byte loads.
+        BlockFormat(
+            "IQ3_S", GGMLType.IQ3_S, 256, 110,
+            (_f("d", 0, 2), _f("qs", 2, 64), _f("hss", 66, 44, "pad_16", 48)), table="IQ3S_GRID",
+        ),
         # sas: per sub-block four sign indices and its scale in one word.
         BlockFormat("IQ3_XXS", GGMLType.IQ3_XXS, 256, 98, (_f("d", 0, 2), _f("qs", 2, 64), _f("sas", 66, 32)), table="IQ3XXS_GRID"),
         BlockFormat(

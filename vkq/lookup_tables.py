@@ -17,8 +17,10 @@ from the 16 by selects, per device (vkq.dispatch.config.VALUE_LOOKUPS).
 Packings (element 0 lowest):
 - "bytes" grids, IQ2_XXS / IQ2_XS / IQ2_S: 8 unsigned bytes per entry (grid
   values 8, 25, 43), two words; IQ3_XXS / IQ3_S: 4 bytes per entry, one word.
-- "nibbles" grid, IQ1_S / IQ1_M (shared): 8 values in -1..1 stored as nibbles
-  v + 1, one word per entry.
+- "nibbles" grid, IQ1_S / IQ1_M (shared): 8 values g in -1..1 stored as
+  nibbles g + 1, one word per entry, in Q4_0's order: byte j holds element j
+  in its low nibble and element 4 + j in its high one, so two masks give the
+  entry's 8 values as bytes.
 - "pairs" tables, for 16 int8 values indexed by nibbles: one word per byte b
   of two nibbles, value(b & 15) in bits 0..7 and value(b >> 4) in bits
   16..23, so one load decodes a byte of Q4_0-layout quants (256 words); then
@@ -76,7 +78,7 @@ def table_words(name: str) -> np.ndarray:
     else:
         g = grid_values(cls)
         assert packing == "nibbles" and g.shape[1] == 8 and g.min() >= -1 and g.max() <= 1
-        shifts = np.arange(8, dtype=np.uint64) * 4
+        shifts = np.array([0, 8, 16, 24, 4, 12, 20, 28], np.uint64)  # element -> bit
         words = ((g + 1).astype(np.uint64) << shifts).sum(axis=1).astype(np.uint32)
     words.flags.writeable = False
     return words

@@ -120,6 +120,12 @@ def _q3k_scales(scales: np.ndarray) -> np.ndarray:
     return ((lo | (hi << 4)).astype(np.int16) - 32).astype(np.int8).view(np.uint8)
 
 
+def _pad_16(field: np.ndarray) -> np.ndarray:
+    """Zero bytes after the field up to a multiple of 16, so that every
+    block's copy starts 16-byte aligned (read with 16-byte loads)."""
+    return np.pad(field, ((0, 0), (0, -field.shape[1] % 16)))
+
+
 TRANSFORMS = {
     "nibbles_k4": lambda f: _per_sub_block(_q4k_low(f), pack_nibbles),
     "bits1_k5": lambda f: _per_sub_block(_q5k_high(f), pack_bits1),
@@ -130,4 +136,5 @@ TRANSFORMS = {
     "bits1_q5": lambda f: _per_sub_block(_q5_high(f), pack_bits1),
     "scale_min_k4": _k4_scale_min,
     "scales_k3": _q3k_scales,
+    "pad_16": _pad_16,
 }

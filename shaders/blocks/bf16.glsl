@@ -4,11 +4,11 @@
 vec2 unpack_bf16x2(uint u) { return uintBitsToFloat(uvec2(u << 16, u & 0xFFFF0000u)); }
 void block_values(uint ib, uint h, out vec4 v[4]) {
     uint base = FIELD_OFF_v / 4u + 4u * ib + 2u * h;
-    for (uint i = 0u; i < 2u; i++) {
-        uvec4 u = load_w128(base + i);
-        v[2u * i] = vec4(unpack_bf16x2(u.x), unpack_bf16x2(u.y));
-        v[2u * i + 1u] = vec4(unpack_bf16x2(u.z), unpack_bf16x2(u.w));
-    }
+    uvec4 a = load_w128(base), b = load_w128(base + 1u);
+    v[0] = vec4(unpack_bf16x2(a.x), unpack_bf16x2(a.y));
+    v[1] = vec4(unpack_bf16x2(a.z), unpack_bf16x2(a.w));
+    v[2] = vec4(unpack_bf16x2(b.x), unpack_bf16x2(b.y));
+    v[3] = vec4(unpack_bf16x2(b.z), unpack_bf16x2(b.w));
 }
 struct UnitMeta { float unused; };  // plain values have no scales
 UnitMeta unit_meta(uint ib0) { return UnitMeta(0.0); }

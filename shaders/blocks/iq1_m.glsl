@@ -6,11 +6,12 @@
 #define QUANTS_SIGNED
 #include "bitplanes.glsl"
 #include "iq1_grid.glsl"
-Quants block_quants(uint ib, uint sb) {
-    uint qh = byte_pair(FIELD_OFF_qh, ib, sb);  // a nibble per entry: high bits, then the delta's sign
+// qh: a nibble per entry, its index's high bits, then the sign of its delta.
+Quants iq1m_quants(uint qs, uint qh) {
     uint negative = ((qh >> 3) & 1u) | ((qh >> 6) & 2u) | ((qh >> 9) & 4u) | ((qh >> 12) & 8u);
-    return iq1_quants(load_w32(FIELD_OFF_qs + ib * 8u + sb), qh, 4u, negative);
+    return iq1_quants(qs, qh, 4u, negative);
 }
+Quants block_quants(uint ib, uint sb) { return iq1m_quants(load_w32(FIELD_OFF_qs + ib * 8u + sb), byte_pair(FIELD_OFF_qh, ib, sb)); }
 vec4 iq1m_scales(uvec2 sc, uint sb) {
     uint d16 = ((sc.x >> 12) & 0xFu) | ((sc.x >> 24) & 0xF0u) | ((sc.y >> 4) & 0xF00u) | ((sc.y >> 16) & 0xF000u);
     float d = unpackHalf2x16(d16).x * 0.125;
@@ -18,7 +19,15 @@ vec4 iq1m_scales(uvec2 sc, uint sb) {
     return vec4(d * float(2u * (w & 7u) + 1u), 0.0, d * float(2u * ((w >> 3) & 7u) + 1u), 0.0);
 }
 vec4 block_scales(uint ib, uint sb) { return iq1m_scales(load_w64(FIELD_OFF_scales / 2u + ib), sb); }
-// A whole superblock per thread: its scales and d in one 8-byte load.
-struct UnitMeta { uvec2 sc; };
-UnitMeta unit_meta(uint ib) { return UnitMeta(load_w64(FIELD_OFF_scales / 2u + ib)); }
+// A whole superblock per thread: its scales (and d), qs and qh in four loads.
+struct UnitMeta { uvec2 sc; uvec4 qs0, qs1, qh; };
+UnitMeta unit_meta(uint ib) {
+    uint q = FIELD_OFF_qs / 4u + 2u * ib;
+    return UnitMeta(load_w64(FIELD_OFF_scales / 2u + ib), load_w128(q), load_w128(q + 1u),
+                    load_w128(FIELD_OFF_qh / 4u + ib));
+}
 vec4 meta_scales(UnitMeta m, uint sb) { return iq1m_scales(m.sc, sb); }
+#define META_QUANTS
+Quants meta_quants(UnitMeta m, uint sb) {
+    return iq1m_quants(word_of(m.qs0, m.qs1, sb), m.qh[sb >> 1] >> (16u * (sb & 1u)));
+}

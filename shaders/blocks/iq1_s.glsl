@@ -14,7 +14,16 @@ vec4 iq1s_scales(float d, uint qh) {
     return vec4(s, 0.0, s, 0.0);
 }
 vec4 block_scales(uint ib, uint sb) { return iq1s_scales(field_half(FIELD_OFF_d, ib), byte_pair(FIELD_OFF_qh, ib, sb)); }
-// A whole superblock per thread: d and the 8 qh words' halves in one load.
-struct UnitMeta { float d; uvec4 qh; };
-UnitMeta unit_meta(uint ib) { return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(FIELD_OFF_qh / 4u + ib)); }
-vec4 meta_scales(UnitMeta m, uint sb) { return iq1s_scales(m.d, m.qh[sb >> 1] >> (16u * (sb & 1u))); }
+// A whole superblock per thread: d, its 8 qh and its 32 qs bytes in four loads.
+struct UnitMeta { float d; uvec4 qh, qs0, qs1; };
+UnitMeta unit_meta(uint ib) {
+    uint q = FIELD_OFF_qs / 4u + 2u * ib;
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(FIELD_OFF_qh / 4u + ib), load_w128(q), load_w128(q + 1u));
+}
+uint meta_qh(UnitMeta m, uint sb) { return m.qh[sb >> 1] >> (16u * (sb & 1u)); }
+vec4 meta_scales(UnitMeta m, uint sb) { return iq1s_scales(m.d, meta_qh(m, sb)); }
+#define META_QUANTS
+Quants meta_quants(UnitMeta m, uint sb) {
+    uint qh = meta_qh(m, sb);
+    return iq1_quants(word_of(m.qs0, m.qs1, sb), qh, 3u, (qh & 0x8000u) != 0u ? 0xFu : 0u);
+}

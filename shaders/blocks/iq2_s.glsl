@@ -5,15 +5,30 @@
 #define QUANTS_SIGNED
 #define GRID_PAIRS
 #include "iq_grid.glsl"
+// Entry e (0..3) of a sub-block: index byte e of qs with bits 2e..2e+1 of qh above it.
+uvec2 iq2s_entry(uint qs, uint qh, uint signs, uint e) {
+    return grid_signed(((qs >> (8u * e)) & 0xFFu) | (((qh >> (2u * e)) & 3u) << 8), signs >> (8u * e));
+}
+Quants iq2s_quants(uint qs, uint qh, uint signs) {
+    return Quants(uvec4(iq2s_entry(qs, qh, signs, 0u), iq2s_entry(qs, qh, signs, 1u)),
+                  uvec4(iq2s_entry(qs, qh, signs, 2u), iq2s_entry(qs, qh, signs, 3u)));
+}
 Quants block_quants(uint ib, uint sb) {
-    uint qs = load_w32(FIELD_OFF_qs + ib * 8u + sb);
-    uint signs = load_w32(FIELD_OFF_signs + ib * 8u + sb);
     uint qh = load_w32(FIELD_OFF_qh_scales + ib * 4u + (sb >> 2)) >> (8u * (sb & 3u));
-    uvec2 g[4];
-    for (uint e = 0u; e < 4u; e++) {
-        g[e] = grid_signed(((qs >> (8u * e)) & 0xFFu) | (((qh >> (2u * e)) & 3u) << 8), signs >> (8u * e));
-    }
-    return Quants(uvec4(g[0], g[1]), uvec4(g[2], g[3]));
+    return iq2s_quants(load_w32(FIELD_OFF_qs + ib * 8u + sb), qh, load_w32(FIELD_OFF_signs + ib * 8u + sb));
 }
 #define IQ2_SCALES_AT(ib) (FIELD_OFF_qh_scales / 2u + 2u * (ib) + 1u)
 #include "iq2_scales.glsl"
+// A whole superblock per thread: d and its qs, signs, qh and scales in six loads.
+struct UnitMeta { float d; uvec4 qs0, qs1, signs0, signs1, qh_scales; };
+UnitMeta unit_meta(uint ib) {
+    uint q = FIELD_OFF_qs / 4u + 2u * ib, s = FIELD_OFF_signs / 4u + 2u * ib;
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(s), load_w128(s + 1u),
+                    load_w128(FIELD_OFF_qh_scales / 4u + ib));
+}
+vec4 meta_scales(UnitMeta m, uint sb) { return iq2_scales(m.d, iq2_scale_byte(m.qh_scales.zw, sb)); }
+#define META_QUANTS
+Quants meta_quants(UnitMeta m, uint sb) {
+    uint qh = m.qh_scales[sb >> 2] >> (8u * (sb & 3u));
+    return iq2s_quants(word_of(m.qs0, m.qs1, sb), qh, word_of(m.signs0, m.signs1, sb));
+}

@@ -4,13 +4,9 @@ vec4 iq2_scales(float d, uint byte) {
     vec2 s = d * (0.5 + vec2(float(byte & 0xFu), float((byte >> 4) & 0xFu))) * 0.25;
     return vec4(s.x, 0.0, s.y, 0.0);
 }
+// Byte sb of the 8 scale bytes sc.
+uint iq2_scale_byte(uvec2 sc, uint sb) { return sc[sb >> 2] >> (8u * (sb & 3u)); }
 // The 8 scale bytes of block ib (IQ2_SCALES_AT: their 64-bit word's index).
 vec4 block_scales(uint ib, uint sb) {
-    return iq2_scales(field_half(FIELD_OFF_d, ib), load_w64(IQ2_SCALES_AT(ib))[sb >> 2] >> (8u * (sb & 3u)));
+    return iq2_scales(field_half(FIELD_OFF_d, ib), iq2_scale_byte(load_w64(IQ2_SCALES_AT(ib)), sb));
 }
-// A whole superblock per thread: d and the 8 scale bytes.
-struct UnitMeta { float d; uvec2 sc; };
-UnitMeta unit_meta(uint ib) {
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w64(IQ2_SCALES_AT(ib)));
-}
-vec4 meta_scales(UnitMeta m, uint sb) { return iq2_scales(m.d, m.sc[sb >> 2] >> (8u * (sb & 3u))); }

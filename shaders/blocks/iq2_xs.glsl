@@ -4,11 +4,23 @@
 #define QUANTS_SIGNED
 #define GRID_PAIRS
 #include "iq_grid.glsl"
-uvec2 iq2xs_entry(uint e) { return grid_signed(e & 511u, ksign((e >> 9) & 0x7Fu)); }
-Quants block_quants(uint ib, uint sb) {
-    uvec2 q = load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb);
-    return Quants(uvec4(iq2xs_entry(q.x & 0xFFFFu), iq2xs_entry(q.x >> 16)),
-                  uvec4(iq2xs_entry(q.y & 0xFFFFu), iq2xs_entry(q.y >> 16)));
+Quants iq2xs_quants(uvec2 q) {
+    // the four sign indices (bits 9..15 of each u16) into bytes 0..3
+    uint s = ksign_bytes(((q.x >> 9) & 0x7Fu) | ((q.x >> 17) & 0x7F00u) | ((q.y << 7) & 0x7F0000u)
+                         | ((q.y >> 1) & 0x7F000000u));
+    return Quants(uvec4(grid_signed(q.x & 511u, s), grid_signed((q.x >> 16) & 511u, s >> 8)),
+                  uvec4(grid_signed(q.y & 511u, s >> 16), grid_signed((q.y >> 16) & 511u, s >> 24)));
 }
+Quants block_quants(uint ib, uint sb) { return iq2xs_quants(load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb)); }
 #define IQ2_SCALES_AT(ib) (FIELD_OFF_scales / 2u + (ib))
 #include "iq2_scales.glsl"
+// A whole superblock per thread: d, its scales and its 64 qs bytes in six loads.
+struct UnitMeta { float d; uvec2 sc; uvec4 qs0, qs1, qs2, qs3; };
+UnitMeta unit_meta(uint ib) {
+    uint q = FIELD_OFF_qs / 4u + 4u * ib;
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w64(IQ2_SCALES_AT(ib)), load_w128(q), load_w128(q + 1u),
+                    load_w128(q + 2u), load_w128(q + 3u));
+}
+vec4 meta_scales(UnitMeta m, uint sb) { return iq2_scales(m.d, iq2_scale_byte(m.sc, sb)); }
+#define META_QUANTS
+Quants meta_quants(UnitMeta m, uint sb) { return iq2xs_quants(word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb)); }

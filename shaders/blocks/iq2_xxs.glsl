@@ -5,16 +5,26 @@
 #define QUANTS_SIGNED
 #define GRID_PAIRS
 #include "iq_grid.glsl"
-Quants block_quants(uint ib, uint sb) {
-    uvec2 q = load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb);
-    return Quants(uvec4(grid_signed(q.x & 0xFFu, ksign(q.y & 0x7Fu)),
-                        grid_signed((q.x >> 8) & 0xFFu, ksign((q.y >> 7) & 0x7Fu))),
-                  uvec4(grid_signed((q.x >> 16) & 0xFFu, ksign((q.y >> 14) & 0x7Fu)),
-                        grid_signed(q.x >> 24, ksign((q.y >> 21) & 0x7Fu))));
+Quants iq2xxs_quants(uvec2 q) {
+    uint s = ksigns4(q.y);  // entry e's signs in byte e
+    return Quants(uvec4(grid_signed(q.x & 0xFFu, s), grid_signed((q.x >> 8) & 0xFFu, s >> 8)),
+                  uvec4(grid_signed((q.x >> 16) & 0xFFu, s >> 16), grid_signed(q.x >> 24, s >> 24)));
 }
-vec4 block_scales(uint ib, uint sb) {
-    uint ls = load_w32(FIELD_OFF_qs + ib * 16u + 2u * sb + 1u) >> 28;
-    float s = field_half(FIELD_OFF_d, ib) * (0.5 + float(ls)) * 0.25;
+vec4 iq2xxs_scales(float d, uint q_y) {
+    float s = d * (0.5 + float(q_y >> 28)) * 0.25;
     return vec4(s, 0.0, s, 0.0);
 }
-#include "scales_in_quants.glsl"
+Quants block_quants(uint ib, uint sb) { return iq2xxs_quants(load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb)); }
+vec4 block_scales(uint ib, uint sb) {
+    return iq2xxs_scales(field_half(FIELD_OFF_d, ib), load_w32(FIELD_OFF_qs + ib * 16u + 2u * sb + 1u));
+}
+// A whole superblock per thread: d and its 64 qs bytes in five loads.
+struct UnitMeta { float d; uvec4 qs0, qs1, qs2, qs3; };
+UnitMeta unit_meta(uint ib) {
+    uint q = FIELD_OFF_qs / 4u + 4u * ib;
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(q + 2u), load_w128(q + 3u));
+}
+uvec2 meta_qs(UnitMeta m, uint sb) { return word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb); }
+vec4 meta_scales(UnitMeta m, uint sb) { return iq2xxs_scales(m.d, meta_qs(m, sb).y); }
+#define META_QUANTS
+Quants meta_quants(UnitMeta m, uint sb) { return iq2xxs_quants(meta_qs(m, sb)); }

@@ -1,20 +1,24 @@
 // IQ3_S: d (fp16); qs[64]: per 32-element sub-block the low 8 bits of eight
 // 9-bit grid indices (4 values an entry); then qh[8] (bit e of byte sb: entry
 // e's high bit), signs[32] (a bit per element) and scales[4] (a 4-bit ls per
-// sub-block) as one 44-byte field `hss`; value d*(1+2*ls)*grid*sign.
+// sub-block) as one field `hss`, padded to 48 bytes; value d*(1+2*ls)*grid*sign.
 #define QUANTS_SIGNED
 #include "iq_grid.glsl"
-const uint HSS_WORDS = 11u;  // qh at word 0, signs at 2, scales at 10
+const uint HSS_WORDS = 12u;  // qh at word 0, signs at 2, scales at 10
+// Entry e (0..7) of a sub-block: index byte e of q with bit e of qh above it.
+uint iq3s_entry(uvec2 q, uint qh, uint signs, uint e) {
+    return grid_signed(((q[e >> 2] >> (8u * (e & 3u))) & 0xFFu) | (((qh >> e) & 1u) << 8), signs >> (4u * e));
+}
+Quants iq3s_quants(uvec2 q, uint qh, uint signs) {
+    return Quants(uvec4(iq3s_entry(q, qh, signs, 0u), iq3s_entry(q, qh, signs, 1u), iq3s_entry(q, qh, signs, 2u),
+                        iq3s_entry(q, qh, signs, 3u)),
+                  uvec4(iq3s_entry(q, qh, signs, 4u), iq3s_entry(q, qh, signs, 5u), iq3s_entry(q, qh, signs, 6u),
+                        iq3s_entry(q, qh, signs, 7u)));
+}
 Quants block_quants(uint ib, uint sb) {
-    uvec2 q = load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb);
     uint base = FIELD_OFF_hss + ib * HSS_WORDS;
     uint qh = load_w32(base + (sb >> 2)) >> (8u * (sb & 3u));
-    uint signs = load_w32(base + 2u + sb);
-    uint w[8];
-    for (uint e = 0u; e < 8u; e++) {
-        w[e] = grid_signed(((q[e >> 2] >> (8u * (e & 3u))) & 0xFFu) | (((qh >> e) & 1u) << 8), signs >> (4u * e));
-    }
-    return Quants(uvec4(w[0], w[1], w[2], w[3]), uvec4(w[4], w[5], w[6], w[7]));
+    return iq3s_quants(load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb), qh, load_w32(base + 2u + sb));
 }
 vec4 iq3s_scales(float d, uint scales, uint sb) {
     float s = d * float(1u + 2u * ((scales >> (4u * sb)) & 0xFu));
@@ -23,9 +27,19 @@ vec4 iq3s_scales(float d, uint scales, uint sb) {
 vec4 block_scales(uint ib, uint sb) {
     return iq3s_scales(field_half(FIELD_OFF_d, ib), load_w32(FIELD_OFF_hss + ib * HSS_WORDS + 10u), sb);
 }
-// A whole superblock per thread: d and the scales word.
-struct UnitMeta { float d; uint scales; };
+// A whole superblock per thread: d, its qs and hss in eight loads. hss[0]:
+// qh, then signs of sub-blocks 0 and 1; hss[1]: signs 2..5; hss[2]: signs 6
+// and 7, then the scales.
+struct UnitMeta { float d; uvec4 qs0, qs1, qs2, qs3, hss0, hss1, hss2; };
 UnitMeta unit_meta(uint ib) {
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w32(FIELD_OFF_hss + ib * HSS_WORDS + 10u));
+    uint q = FIELD_OFF_qs / 4u + 4u * ib, h = (FIELD_OFF_hss + ib * HSS_WORDS) / 4u;
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(q + 2u),
+                    load_w128(q + 3u), load_w128(h), load_w128(h + 1u), load_w128(h + 2u));
 }
-vec4 meta_scales(UnitMeta m, uint sb) { return iq3s_scales(m.d, m.scales, sb); }
+uint meta_hss_word(UnitMeta m, uint w) { return w < 8u ? word_of(m.hss0, m.hss1, w) : m.hss2[w & 3u]; }
+vec4 meta_scales(UnitMeta m, uint sb) { return iq3s_scales(m.d, m.hss2.z, sb); }
+#define META_QUANTS
+Quants meta_quants(UnitMeta m, uint sb) {
+    uint qh = meta_hss_word(m, sb >> 2) >> (8u * (sb & 3u));
+    return iq3s_quants(word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb), qh, meta_hss_word(m, 2u + sb));
+}

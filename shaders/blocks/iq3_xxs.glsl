@@ -4,19 +4,34 @@
 // value d*(0.5+ls)/2*grid*sign.
 #define QUANTS_SIGNED
 #include "iq_grid.glsl"
-Quants block_quants(uint ib, uint sb) {
-    uvec2 q = load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb);
-    uint sas = load_w32(FIELD_OFF_sas + ib * 8u + sb);
-    uint w[8];
-    for (uint e = 0u; e < 8u; e++) {
-        uint s = ksign((sas >> (7u * (e >> 1))) & 0x7Fu) >> (4u * (e & 1u));
-        w[e] = grid_signed((q[e >> 2] >> (8u * (e & 3u))) & 0xFFu, s);
-    }
-    return Quants(uvec4(w[0], w[1], w[2], w[3]), uvec4(w[4], w[5], w[6], w[7]));
+// Entry e (0..7) of a sub-block: index byte e of q, signs nibble e of the sign bytes.
+uint iq3xxs_entry(uvec2 q, uint signs, uint e) {
+    return grid_signed((q[e >> 2] >> (8u * (e & 3u))) & 0xFFu, signs >> (4u * e));
 }
-vec4 block_scales(uint ib, uint sb) {
-    uint ls = load_w32(FIELD_OFF_sas + ib * 8u + sb) >> 28;
-    float s = field_half(FIELD_OFF_d, ib) * (0.5 + float(ls)) * 0.5;
+Quants iq3xxs_quants(uvec2 q, uint sas) {
+    uint s = ksigns4(sas);
+    return Quants(uvec4(iq3xxs_entry(q, s, 0u), iq3xxs_entry(q, s, 1u), iq3xxs_entry(q, s, 2u), iq3xxs_entry(q, s, 3u)),
+                  uvec4(iq3xxs_entry(q, s, 4u), iq3xxs_entry(q, s, 5u), iq3xxs_entry(q, s, 6u), iq3xxs_entry(q, s, 7u)));
+}
+vec4 iq3xxs_scales(float d, uint sas) {
+    float s = d * (0.5 + float(sas >> 28)) * 0.5;
     return vec4(s, 0.0, s, 0.0);
 }
-#include "scales_in_quants.glsl"
+Quants block_quants(uint ib, uint sb) {
+    return iq3xxs_quants(load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb), load_w32(FIELD_OFF_sas + ib * 8u + sb));
+}
+vec4 block_scales(uint ib, uint sb) {
+    return iq3xxs_scales(field_half(FIELD_OFF_d, ib), load_w32(FIELD_OFF_sas + ib * 8u + sb));
+}
+// A whole superblock per thread: d, its 64 qs and 32 sas bytes in seven loads.
+struct UnitMeta { float d; uvec4 qs0, qs1, qs2, qs3, sas0, sas1; };
+UnitMeta unit_meta(uint ib) {
+    uint q = FIELD_OFF_qs / 4u + 4u * ib, s = FIELD_OFF_sas / 4u + 2u * ib;
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(q + 2u),
+                    load_w128(q + 3u), load_w128(s), load_w128(s + 1u));
+}
+vec4 meta_scales(UnitMeta m, uint sb) { return iq3xxs_scales(m.d, word_of(m.sas0, m.sas1, sb)); }
+#define META_QUANTS
+Quants meta_quants(UnitMeta m, uint sb) {
+    return iq3xxs_quants(word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb), word_of(m.sas0, m.sas1, sb));
+}

@@ -2,15 +2,26 @@
 // weights buffer (vkq/layout.py). Grid values are positive bytes below 128,
 // so a byte is negated as (v ^ 0xFF) + 1 without a borrow into the next.
 
-// Bits 0..3 of s as 0xFF masks of bytes 0..3.
-uint sign_mask(uint s) { return ((s & 1u) | ((s & 2u) << 7) | ((s & 4u) << 14) | ((s & 8u) << 21)) * 0xFFu; }
-// The 4 bytes of w, byte i negated where bit i of s is set.
+// The 4 bytes of w, byte i negated where bit i of s is set. The product
+// places bit i of s at bit 8i (its four shifted copies do not overlap).
 uint with_signs(uint w, uint s) {
-    uint m = sign_mask(s);
-    return (w ^ m) + (m & 0x01010101u);
+    uint ones = ((s & 0xFu) * 0x00204081u) & 0x01010101u;
+    return (w ^ (ones * 0xFFu)) + ones;
 }
-// ggml's sign byte of a 7-bit index (its ksigns table): bit 7 makes the number of minus signs even.
-uint ksign(uint i) { return i | ((uint(bitCount(i)) & 1u) << 7); }
+// ggml's sign bytes (its ksigns table) of four 7-bit indices, one per byte
+// of b: bit 7 set where the index has an odd number of ones (so the number
+// of minus signs is even). The parity is folded to bit 0 of each byte.
+uint ksign_bytes(uint b) {
+    uint x = (b ^ (b >> 4)) & 0x0F0F0F0Fu;
+    x ^= x >> 2;
+    x ^= x >> 1;
+    return b | ((x & 0x01010101u) << 7);
+}
+// The same for four indices packed 7 bits apart from bit 0 (IQ2_XXS, IQ3_XXS).
+uint ksigns4(uint packed) {
+    return ksign_bytes((packed & 0x7Fu) | ((packed << 1) & 0x7F00u) | ((packed << 2) & 0x7F0000u)
+                       | ((packed << 3) & 0x7F000000u));
+}
 
 #ifdef GRID_PAIRS
 // 8 values per entry (IQ2): two words, signed by the 8 low bits of s.

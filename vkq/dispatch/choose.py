@@ -91,21 +91,19 @@ def shared_memory_bytes(cfg: PipelineConfig, ncols: int) -> int:
     return cfg.wg_size * cfg.rows_per_wg * ncols * 4
 
 
-def loop_iterations(cfg: PipelineConfig, fmt: BlockFormat, k: int, ncols: int, subgroup_size: int = 1) -> int:
+def loop_iterations(cfg: PipelineConfig, k: int, ncols: int, subgroup_size: int = 1) -> int:
     """An upper bound of the loop iterations one invocation of
     shaders/mul_mat_vec.comp takes: every loop counted as written, none
     assumed unrolled (the compiler unrolls the small ones, so the true count
-    is lower). Keep in step with the shader's loops."""
+    is lower). The block decoders have no loops (tests/test_launch_limits.py
+    holds them to that). Keep in step with the shader's loops."""
     r, nc, cpt = cfg.rows_per_wg, ncols, cfg.chunks_per_thread
     units = row_chunks(k) // cpt
     per_thread = -(-units // cfg.wg_size) if cfg.split_k else units
-    # Loops inside the block decoders, per row and chunk.
-    decoder = {"MXFP4": 32, "F16": 4, "BF16": 4, "F32": 8, "IQ3_S": 8, "IQ3_XXS": 8, "IQ2_S": 4,
-               "IQ1_S": 4, "IQ1_M": 4}.get(fmt.name, 0)
     if cfg.path == "mmvq":
-        chunk = 1 + nc + r * (1 + decoder + nc)  # x loads per column; rows x columns
+        chunk = 1 + nc + r * (1 + nc)  # x loads per column; rows x columns
     else:
-        chunk = 1 + nc * (1 + 8) + r * (1 + decoder + 2 * (1 + nc))  # x loads; rows x halves x columns
+        chunk = 1 + nc * (1 + 8) + r * (1 + 2 * (1 + nc))  # x loads; rows x halves x columns
     unit = 1 + (r if cpt == 8 else 0) + cpt * chunk  # (8 chunks: one header load per row)
     sums = r * nc
     if not cfg.split_k:
@@ -139,7 +137,7 @@ def limit_problems(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: i
         out.append(f"chunks_per_thread {cfg.chunks_per_thread} does not divide the {row_chunks(k)} "
                    f"32-element chunks of a row of K={k}")
     elif caps.max_loop_iterations is not None:
-        n = loop_iterations(cfg, fmt, k, ncols, caps.subgroup_size)
+        n = loop_iterations(cfg, k, ncols, caps.subgroup_size)
         if n > caps.max_loop_iterations:
             out.append(f"a thread would take up to {n} loop iterations at K={k} with {ncols} column(s) "
                        f"({'split_k' if cfg.split_k else 'rows per thread'}, wg_size {cfg.wg_size}, "
@@ -197,7 +195,7 @@ def apply_limits(cfg: PipelineConfig, caps: DeviceCaps, fmt: BlockFormat, k: int
         change(f"shared memory ({caps.max_shared_memory} bytes) at {ncols} column(s)", rows_per_wg=rows)
     budget = caps.max_loop_iterations
     why = f"loop budget of this driver ({budget} iterations per thread) at K={k}"
-    while budget is not None and loop_iterations(cfg, fmt, k, ncols, caps.subgroup_size) > budget:
+    while budget is not None and loop_iterations(cfg, k, ncols, caps.subgroup_size) > budget:
         if not cfg.split_k:
             change(why, split_k=True)
         elif cfg.rows_per_wg > 1:
