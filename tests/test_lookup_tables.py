@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from vkq.formats import FORMATS
-from vkq.lookup_tables import TABLES, grid_values, ksign, table_words
+from vkq.lookup_tables import TABLES, grid_values, table_words
 
 GRIDS = sorted(name for name, (_, packing) in TABLES.items() if packing != "pairs")
 PAIRS = sorted(name for name, (_, packing) in TABLES.items() if packing == "pairs")
@@ -41,9 +41,12 @@ def test_pair_words_are_the_values_of_both_nibbles(name):
 
 
 def test_ksigns_is_index_with_parity_bit():
+    """What the decoders compute instead of storing ggml's sign table
+    (iq_grid.glsl ksign_bytes): index i with bit 7 set where i has an odd
+    number of ones, so that the number of minus signs is even."""
     table = np.frombuffer(gq.IQ2_XXS.ksigns, np.uint8)
     assert len(table) == 128
-    assert [ksign(i) for i in range(128)] == table.tolist()
+    assert [i | ((bin(i).count("1") & 1) << 7) for i in range(128)] == table.tolist()
 
 
 def test_every_table_has_its_types():

@@ -88,8 +88,3 @@ def has_value_pairs(table: str | None) -> bool:
     """Whether a type with this table (BlockFormat.table) decodes 4-bit quants
     that index 16 values (and so has a choice of PipelineConfig.value_lookup)."""
     return table is not None and TABLES[table][1] == "pairs"
-
-
-def ksign(i: int) -> int:
-    """ggml's sign byte for a 7-bit index: bit 7 makes the number of minus signs even."""
-    return i | ((bin(i).count("1") & 1) << 7)
