@@ -33,14 +33,26 @@ uvec4 load_w128(uint i) { return w128[i]; }
 // The quants of one 32-element sub-block: two 16-element halves, 4 per word.
 struct Quants { uvec4 lo, hi; };
 
-// Words of a block field held in registers (a decoder's UnitMeta), picked by
-// selects: an array indexed by a loop counter is put in memory by lavapipe's
-// compiler when the loop is not unrolled (2-4x slower i-quant mat-vecs).
-// Word i (0..7) of a, b.
-uint word_of(uvec4 a, uvec4 b, uint i) { return (i < 4u ? a : b)[i & 3u]; }
-// Word pair i (0..7) of a, b, c, d.
-uvec2 word_pair_of(uvec4 a, uvec4 b, uvec4 c, uvec4 d, uint i) {
-    uvec4 v = i < 4u ? (i < 2u ? a : b) : (i < 6u ? c : d);
+// A block's 32 or 64 bytes of one field held in registers (a decoder's
+// UnitMeta), read with 16-byte loads and picked from by selects: an array
+// indexed by a loop counter is put in memory by lavapipe's compiler when the
+// loop is not unrolled (2-4x slower i-quant mat-vecs).
+struct Words8 { uvec4 a, b; };
+struct Words16 { uvec4 a, b, c, d; };
+// Block ib's bytes of the field at word offset off (16-byte aligned).
+Words8 load_words8(uint off, uint ib) {
+    uint i = off / 4u + 2u * ib;
+    return Words8(load_w128(i), load_w128(i + 1u));
+}
+Words16 load_words16(uint off, uint ib) {
+    uint i = off / 4u + 4u * ib;
+    return Words16(load_w128(i), load_w128(i + 1u), load_w128(i + 2u), load_w128(i + 3u));
+}
+// Word i (0..7).
+uint word_of(Words8 w, uint i) { return (i < 4u ? w.a : w.b)[i & 3u]; }
+// Word pair i (0..7): words 2i and 2i + 1.
+uvec2 word_pair_of(Words16 w, uint i) {
+    uvec4 v = i < 4u ? (i < 2u ? w.a : w.b) : (i < 6u ? w.c : w.d);
     return (i & 1u) == 0u ? v.xy : v.zw;
 }
 

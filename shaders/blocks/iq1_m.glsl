@@ -20,14 +20,12 @@ vec4 iq1m_scales(uvec2 sc, uint sb) {
 }
 vec4 block_scales(uint ib, uint sb) { return iq1m_scales(load_w64(FIELD_OFF_scales / 2u + ib), sb); }
 // A whole superblock per thread: its scales (and d), qs and qh in four loads.
-struct UnitMeta { uvec2 sc; uvec4 qs0, qs1, qh; };
+struct UnitMeta { uvec2 sc; Words8 qs; uvec4 qh; };
 UnitMeta unit_meta(uint ib) {
-    uint q = FIELD_OFF_qs / 4u + 2u * ib;
-    return UnitMeta(load_w64(FIELD_OFF_scales / 2u + ib), load_w128(q), load_w128(q + 1u),
-                    load_w128(FIELD_OFF_qh / 4u + ib));
+    return UnitMeta(load_w64(FIELD_OFF_scales / 2u + ib), load_words8(FIELD_OFF_qs, ib), load_w128(FIELD_OFF_qh / 4u + ib));
 }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq1m_scales(m.sc, sb); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) {
-    return iq1m_quants(word_of(m.qs0, m.qs1, sb), m.qh[sb >> 1] >> (16u * (sb & 1u)));
+    return iq1m_quants(word_of(m.qs, sb), m.qh[sb >> 1] >> (16u * (sb & 1u)));
 }

@@ -5,25 +5,20 @@
 #define QUANTS_SIGNED
 #include "bitplanes.glsl"
 #include "iq1_grid.glsl"
-Quants block_quants(uint ib, uint sb) {
-    uint qh = byte_pair(FIELD_OFF_qh, ib, sb);
-    return iq1_quants(load_w32(FIELD_OFF_qs + ib * 8u + sb), qh, 3u, (qh & 0x8000u) != 0u ? 0xFu : 0u);
-}
+// qh: the sub-block's u16 (entries' high bits, scale, delta's sign).
+Quants iq1s_quants(uint qs, uint qh) { return iq1_quants(qs, qh, 3u, (qh & 0x8000u) != 0u ? 0xFu : 0u); }
+Quants block_quants(uint ib, uint sb) { return iq1s_quants(load_w32(FIELD_OFF_qs + ib * 8u + sb), byte_pair(FIELD_OFF_qh, ib, sb)); }
 vec4 iq1s_scales(float d, uint qh) {
     float s = d * float(2u * ((qh >> 12) & 7u) + 1u) * 0.125;
     return vec4(s, 0.0, s, 0.0);
 }
 vec4 block_scales(uint ib, uint sb) { return iq1s_scales(field_half(FIELD_OFF_d, ib), byte_pair(FIELD_OFF_qh, ib, sb)); }
 // A whole superblock per thread: d, its 8 qh and its 32 qs bytes in four loads.
-struct UnitMeta { float d; uvec4 qh, qs0, qs1; };
+struct UnitMeta { float d; uvec4 qh; Words8 qs; };
 UnitMeta unit_meta(uint ib) {
-    uint q = FIELD_OFF_qs / 4u + 2u * ib;
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(FIELD_OFF_qh / 4u + ib), load_w128(q), load_w128(q + 1u));
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(FIELD_OFF_qh / 4u + ib), load_words8(FIELD_OFF_qs, ib));
 }
 uint meta_qh(UnitMeta m, uint sb) { return m.qh[sb >> 1] >> (16u * (sb & 1u)); }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq1s_scales(m.d, meta_qh(m, sb)); }
 #define META_QUANTS
-Quants meta_quants(UnitMeta m, uint sb) {
-    uint qh = meta_qh(m, sb);
-    return iq1_quants(word_of(m.qs0, m.qs1, sb), qh, 3u, (qh & 0x8000u) != 0u ? 0xFu : 0u);
-}
+Quants meta_quants(UnitMeta m, uint sb) { return iq1s_quants(word_of(m.qs, sb), meta_qh(m, sb)); }

@@ -20,15 +20,14 @@ Quants block_quants(uint ib, uint sb) {
 #define IQ2_SCALES_AT(ib) (FIELD_OFF_qh_scales / 2u + 2u * (ib) + 1u)
 #include "iq2_scales.glsl"
 // A whole superblock per thread: d and its qs, signs, qh and scales in six loads.
-struct UnitMeta { float d; uvec4 qs0, qs1, signs0, signs1, qh_scales; };
+struct UnitMeta { float d; Words8 qs, signs; uvec4 qh_scales; };
 UnitMeta unit_meta(uint ib) {
-    uint q = FIELD_OFF_qs / 4u + 2u * ib, s = FIELD_OFF_signs / 4u + 2u * ib;
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(s), load_w128(s + 1u),
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_words8(FIELD_OFF_qs, ib), load_words8(FIELD_OFF_signs, ib),
                     load_w128(FIELD_OFF_qh_scales / 4u + ib));
 }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq2_scales(m.d, iq2_scale_byte(m.qh_scales.zw, sb)); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) {
     uint qh = m.qh_scales[sb >> 2] >> (8u * (sb & 3u));
-    return iq2s_quants(word_of(m.qs0, m.qs1, sb), qh, word_of(m.signs0, m.signs1, sb));
+    return iq2s_quants(word_of(m.qs, sb), qh, word_of(m.signs, sb));
 }

@@ -15,12 +15,10 @@ Quants block_quants(uint ib, uint sb) { return iq2xs_quants(load_w64(FIELD_OFF_q
 #define IQ2_SCALES_AT(ib) (FIELD_OFF_scales / 2u + (ib))
 #include "iq2_scales.glsl"
 // A whole superblock per thread: d, its scales and its 64 qs bytes in six loads.
-struct UnitMeta { float d; uvec2 sc; uvec4 qs0, qs1, qs2, qs3; };
+struct UnitMeta { float d; uvec2 sc; Words16 qs; };
 UnitMeta unit_meta(uint ib) {
-    uint q = FIELD_OFF_qs / 4u + 4u * ib;
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w64(IQ2_SCALES_AT(ib)), load_w128(q), load_w128(q + 1u),
-                    load_w128(q + 2u), load_w128(q + 3u));
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w64(IQ2_SCALES_AT(ib)), load_words16(FIELD_OFF_qs, ib));
 }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq2_scales(m.d, iq2_scale_byte(m.sc, sb)); }
 #define META_QUANTS
-Quants meta_quants(UnitMeta m, uint sb) { return iq2xs_quants(word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb)); }
+Quants meta_quants(UnitMeta m, uint sb) { return iq2xs_quants(word_pair_of(m.qs, sb)); }

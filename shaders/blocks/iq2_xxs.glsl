@@ -19,12 +19,8 @@ vec4 block_scales(uint ib, uint sb) {
     return iq2xxs_scales(field_half(FIELD_OFF_d, ib), load_w32(FIELD_OFF_qs + ib * 16u + 2u * sb + 1u));
 }
 // A whole superblock per thread: d and its 64 qs bytes in five loads.
-struct UnitMeta { float d; uvec4 qs0, qs1, qs2, qs3; };
-UnitMeta unit_meta(uint ib) {
-    uint q = FIELD_OFF_qs / 4u + 4u * ib;
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(q + 2u), load_w128(q + 3u));
-}
-uvec2 meta_qs(UnitMeta m, uint sb) { return word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb); }
-vec4 meta_scales(UnitMeta m, uint sb) { return iq2xxs_scales(m.d, meta_qs(m, sb).y); }
+struct UnitMeta { float d; Words16 qs; };
+UnitMeta unit_meta(uint ib) { return UnitMeta(field_half(FIELD_OFF_d, ib), load_words16(FIELD_OFF_qs, ib)); }
+vec4 meta_scales(UnitMeta m, uint sb) { return iq2xxs_scales(m.d, word_pair_of(m.qs, sb).y); }
 #define META_QUANTS
-Quants meta_quants(UnitMeta m, uint sb) { return iq2xxs_quants(meta_qs(m, sb)); }
+Quants meta_quants(UnitMeta m, uint sb) { return iq2xxs_quants(word_pair_of(m.qs, sb)); }

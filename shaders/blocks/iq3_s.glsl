@@ -30,16 +30,16 @@ vec4 block_scales(uint ib, uint sb) {
 // A whole superblock per thread: d, its qs and hss in eight loads. hss[0]:
 // qh, then signs of sub-blocks 0 and 1; hss[1]: signs 2..5; hss[2]: signs 6
 // and 7, then the scales.
-struct UnitMeta { float d; uvec4 qs0, qs1, qs2, qs3, hss0, hss1, hss2; };
+struct UnitMeta { float d; Words16 qs; Words8 hss01; uvec4 hss2; };
 UnitMeta unit_meta(uint ib) {
-    uint q = FIELD_OFF_qs / 4u + 4u * ib, h = (FIELD_OFF_hss + ib * HSS_WORDS) / 4u;
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(q + 2u),
-                    load_w128(q + 3u), load_w128(h), load_w128(h + 1u), load_w128(h + 2u));
+    uint h = (FIELD_OFF_hss + ib * HSS_WORDS) / 4u;
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_words16(FIELD_OFF_qs, ib),
+                    Words8(load_w128(h), load_w128(h + 1u)), load_w128(h + 2u));
 }
-uint meta_hss_word(UnitMeta m, uint w) { return w < 8u ? word_of(m.hss0, m.hss1, w) : m.hss2[w & 3u]; }
+uint meta_hss_word(UnitMeta m, uint w) { return w < 8u ? word_of(m.hss01, w) : m.hss2[w & 3u]; }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq3s_scales(m.d, m.hss2.z, sb); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) {
     uint qh = meta_hss_word(m, sb >> 2) >> (8u * (sb & 3u));
-    return iq3s_quants(word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb), qh, meta_hss_word(m, 2u + sb));
+    return iq3s_quants(word_pair_of(m.qs, sb), qh, meta_hss_word(m, 2u + sb));
 }

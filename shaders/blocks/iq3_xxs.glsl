@@ -24,14 +24,10 @@ vec4 block_scales(uint ib, uint sb) {
     return iq3xxs_scales(field_half(FIELD_OFF_d, ib), load_w32(FIELD_OFF_sas + ib * 8u + sb));
 }
 // A whole superblock per thread: d, its 64 qs and 32 sas bytes in seven loads.
-struct UnitMeta { float d; uvec4 qs0, qs1, qs2, qs3, sas0, sas1; };
+struct UnitMeta { float d; Words16 qs; Words8 sas; };
 UnitMeta unit_meta(uint ib) {
-    uint q = FIELD_OFF_qs / 4u + 4u * ib, s = FIELD_OFF_sas / 4u + 2u * ib;
-    return UnitMeta(field_half(FIELD_OFF_d, ib), load_w128(q), load_w128(q + 1u), load_w128(q + 2u),
-                    load_w128(q + 3u), load_w128(s), load_w128(s + 1u));
+    return UnitMeta(field_half(FIELD_OFF_d, ib), load_words16(FIELD_OFF_qs, ib), load_words8(FIELD_OFF_sas, ib));
 }
-vec4 meta_scales(UnitMeta m, uint sb) { return iq3xxs_scales(m.d, word_of(m.sas0, m.sas1, sb)); }
+vec4 meta_scales(UnitMeta m, uint sb) { return iq3xxs_scales(m.d, word_of(m.sas, sb)); }
 #define META_QUANTS
-Quants meta_quants(UnitMeta m, uint sb) {
-    return iq3xxs_quants(word_pair_of(m.qs0, m.qs1, m.qs2, m.qs3, sb), word_of(m.sas0, m.sas1, sb));
-}
+Quants meta_quants(UnitMeta m, uint sb) { return iq3xxs_quants(word_pair_of(m.qs, sb), word_of(m.sas, sb)); }
