@@ -269,7 +269,10 @@ def test_bench_json(capsys):
         assert row["over_bandwidth"] == (row["bw_pct"] > 100)
     moe = [r for r in rows if r["model"] == "tiny-moe:Q4_K_M"]
     # MoE: a token reads only the used experts' bytes; the F32 router takes dmmv under mmvq.
-    assert moe[0]["bytes_per_token"] < moe[0]["model_size"]
+    spec = presets.resolve("tiny-moe:Q4_K_M")
+    used = sum(m.nbytes * spec.n_expert_used // m.shape[0] if m.is_expert_stack else m.nbytes for m in spec.matrices)
+    unused = sum(m.nbytes - m.nbytes * spec.n_expert_used // m.shape[0] for m in spec.matrices if m.is_expert_stack)
+    assert moe[0]["bytes_per_token"] == used and moe[0]["model_size"] - used == unused > 0
     assert moe[2]["paths_used"] == {"dmmv": 2, "mmvq": 15}
 
 

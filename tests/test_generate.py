@@ -42,6 +42,7 @@ from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 
 from conftest import finish_gguf, NMSE_TIGHT
+from tiny_llama import write_gguf
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived a"  # 16 tokens: 2 chunks
 N_PARITY = 32  # greedy tokens compared on the dequantize path
@@ -247,68 +248,6 @@ def test_generate_is_deterministic(smol):
 
 # -- a tiny synthetic llama ------------------------------------------------
 
-TINY = dict(n_layer=2, n_embd=64, n_ff=128, n_head=4, n_head_kv=2)
-
-
-def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
-    """tokens, merges, token types of a small byte-level BPE: <|endoftext|>,
-    the 256 byte symbols and three merges."""
-    from tokenizers import pre_tokenizers
-
-    merges = ["Ġ t", "h e", "Ġt he"]
-    tokens = ["<|endoftext|>"] + sorted(pre_tokenizers.ByteLevel.alphabet()) + ["Ġt", "he", "Ġthe"]
-    return tokens, merges, [3] + [1] * (len(tokens) - 1)
-
-
-def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
-               metadata: dict | None = None) -> Path:
-    """A tiny random model: Q8_0 matrices except attn_v (Q4_0, so Q/K/V form
-    two upload groups), an untied output head, F32 norms. metadata: keys to
-    add or to replace (the hyper-parameters too): a str, a float (float32),
-    an int (uint32), or (value, gguf.GGUFValueType)."""
-    rng = np.random.default_rng(0)
-    t = TINY
-    tokens, merges, types = byte_level_vocab()
-    w = gguf.GGUFWriter(str(path), arch)
-    hyper = {"block_count": t["n_layer"], "context_length": 256, "embedding_length": t["n_embd"],
-             "feed_forward_length": t["n_ff"], "attention.head_count": t["n_head"],
-             "attention.head_count_kv": t["n_head_kv"], "rope.freq_base": 10000.0,
-             "attention.layer_norm_rms_epsilon": 1e-5}
-    V = gguf.GGUFValueType
-    tokenizer = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
-                 "tokenizer.ggml.merges": (merges, V.ARRAY, V.STRING),
-                 "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32), "tokenizer.ggml.eos_token_id": 0}
-    kinds = {str: V.STRING, float: V.FLOAT32, int: V.UINT32}
-    for key, value in ({f"{arch}.{k}": v for k, v in hyper.items()} | tokenizer | (metadata or {})).items():
-        w.add_key_value(key, *(value if isinstance(value, tuple) else (value, kinds[type(value)])))
-
-    hd = t["n_embd"] // t["n_head"]
-    shapes = {"token_embd.weight": (len(tokens), t["n_embd"]), "output.weight": (len(tokens), t["n_embd"]),
-              "output_norm.weight": (t["n_embd"],)}
-    for i in range(t["n_layer"]):
-        shapes.update({
-            f"blk.{i}.attn_norm.weight": (t["n_embd"],), f"blk.{i}.ffn_norm.weight": (t["n_embd"],),
-            f"blk.{i}.attn_q.weight": (t["n_head"] * hd, t["n_embd"]),
-            f"blk.{i}.attn_k.weight": (t["n_head_kv"] * hd, t["n_embd"]),
-            f"blk.{i}.attn_v.weight": (t["n_head_kv"] * hd, t["n_embd"]),
-            f"blk.{i}.attn_output.weight": (t["n_embd"], t["n_head"] * hd),
-            f"blk.{i}.ffn_gate.weight": (t["n_ff"], t["n_embd"]), f"blk.{i}.ffn_up.weight": (t["n_ff"], t["n_embd"]),
-            f"blk.{i}.ffn_down.weight": (t["n_embd"], t["n_ff"]),
-        })
-    shapes.update(reshape or {})
-    for name, shape in shapes.items():
-        if name in drop:
-            continue
-        if len(shape) == 1:
-            w.add_tensor(name, (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
-            continue
-        scale = 1.0 if name == "token_embd.weight" else 1 / np.sqrt(shape[1])
-        values = (scale * rng.standard_normal(shape)).astype(np.float32)
-        qtype = gguf.GGMLQuantizationType.Q4_0 if "attn_v" in name else gguf.GGMLQuantizationType.Q8_0
-        w.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
-    return finish_gguf(w, path)
-
-
 @pytest.fixture(scope="session")
 def tiny_file(tmp_path_factory) -> Path:
     return write_gguf(tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf")
@@ -324,7 +263,7 @@ TINY_PROMPT = "the theory that the three then-"  # 19 tokens: chunks of MAX_COLS
 
 def test_tiny_model_matches_reference(backend, tiny_file, tiny_ref):
     model = LlamaModel(tiny_file, backend, "dmmv")
-    assert model.file.output_name == "output.weight" and len(model.file.stages[0][0]) == 2  # Q+K, and V alone
+    assert model.file.output_name == "output.weight" and len(model.file.layers[0].qkv) == 2  # Q+K, and V alone
     ids = tiny_ref.tokenizer.encode(TINY_PROMPT)
     want = tiny_ref.greedy(ids, 8, stop_at_eos=False, keep_logits=True)
     got = model.greedy(ids, 8, stop_at_eos=False, keep_logits=True)

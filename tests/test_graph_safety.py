@@ -10,7 +10,9 @@
 - Tensor.write on a tensor no graph takes as input, after its first replay,
   would never reach the device: an error.
 - MUL_MAT_ID ids in a device tensor are checked on the host before every
-  replay; ids the device itself writes cannot be, and are refused.
+  replay; ids the device itself writes cannot be, and are refused unless
+  every op that writes them keeps them in range by construction (the
+  mixture-of-experts router), in this graph and any other.
 """
 from __future__ import annotations
 
@@ -265,3 +267,79 @@ def test_device_written_ids_are_refused(backend):
     g.add(Argmax(backend.device, Vectors(logits, 3), ids))
     with pytest.raises(ValueError, match="written on the device"):
         g.matvec_id(w, g.input(backend.tensor(64)), ids)
+
+
+def routing_graph(backend, n_logits: int, ids):
+    from vkq.llama.vector_ops import ExpertRouting, Vectors
+
+    g = backend.graph()
+    logits = g.input(backend.tensor(n_logits))
+    g.add(ExpertRouting(backend.device, Vectors(logits, n_logits), ids, backend.tensor(ids.length), ids.length))
+    return g, logits
+
+
+def test_ids_of_the_router_op_are_in_range_by_construction(backend):
+    """ExpertRouting keeps its ids in [0, n_expert): a MUL_MAT_ID may read them."""
+    w = upload(backend, 16, 64, seed=11, n_expert=3)
+    ids = backend.tensor(2, dtype=np.int32)
+    g, logits = routing_graph(backend, 3, ids)
+    x = g.input(backend.tensor(64))
+    y = g.output(g.matvec_id(w, x, ids))
+    g.output(ids)
+    logits.write(np.array([0.5, -1.0, 2.0], np.float32))
+    x.write(random_x(64))
+    g.run()
+    assert ids.read().tolist() == [2, 0]
+    assert np.array_equal(y.read(), backend.matvec_id(w, random_x(64), np.array([2, 0], np.int32),
+                                                      config=g.matvecs[0][1]))
+
+
+def test_ids_of_a_router_over_more_experts_are_refused(backend):
+    w = upload(backend, 16, 64, seed=11, n_expert=3)
+    ids = backend.tensor(2, dtype=np.int32)
+    g, _ = routing_graph(backend, 5, ids)
+    with pytest.raises(ValueError, match=r"does not keep them in \[0, 3\)"):
+        g.matvec_id(w, g.input(backend.tensor(64)), ids)
+    # the other order: the MUL_MAT_ID first, then a router over 5 experts writes its ids
+    g2 = backend.graph()
+    ids2 = backend.tensor(2, dtype=np.int32)
+    g2.matvec_id(w, g2.input(backend.tensor(64)), ids2)
+    from vkq.llama.vector_ops import ExpertRouting, Vectors
+    op = ExpertRouting(backend.device, Vectors(g2.input(backend.tensor(5)), 5), ids2, backend.tensor(2), 2)
+    with pytest.raises(ValueError, match=r"only an op that keeps them in \[0, 3\) by construction"):
+        g2.add(op)
+
+
+def test_ids_written_by_any_other_op_too_are_refused(backend):
+    """One undeclared writer, in this graph or another, and the ids are unchecked: refused."""
+    from vkq.llama.vector_ops import Argmax, Vectors
+
+    w = upload(backend, 16, 64, seed=11, n_expert=3)
+    ids = backend.tensor(1, dtype=np.int32)
+    g, _ = routing_graph(backend, 3, ids)
+    g.add(Argmax(backend.device, Vectors(g.input(backend.tensor(3)), 3), ids))
+    with pytest.raises(ValueError, match="written on the device by an op that does not keep them"):
+        g.matvec_id(w, g.input(backend.tensor(64)), ids)
+
+    ids = backend.tensor(1, dtype=np.int32)
+    g, logits = routing_graph(backend, 3, ids)
+    g.matvec_id(w, g.input(backend.tensor(64)), ids)
+    g.run()
+    other = backend.graph()
+    other.add(Argmax(backend.device, Vectors(other.input(backend.tensor(3)), 3), ids))
+    with pytest.raises(RuntimeError, match="another graph writes it on the device"):
+        g.run()
+
+
+def test_bounded_ids_must_be_written_by_the_op(backend):
+    class Liar:
+        reads, writes = (), ()
+
+        def __init__(self, t):
+            self.bounded_ids = ((t, 3),)
+
+        def record(self, seq):
+            pass
+
+    with pytest.raises(ValueError, match="must name int32 tensors it writes"):
+        backend.graph().add(Liar(backend.tensor(2, dtype=np.int32)))

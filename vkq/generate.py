@@ -71,9 +71,10 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     cfg = file.config
     backend = getattr(decoder, "backend", None)
     dev = "numpy float64 (reference)" if backend is None else backend.device_info.name
+    experts = f", {cfg.n_expert} experts ({cfg.n_expert_used} used)" if cfg.is_moe else ""
     print(f"{file.path.name}: {cfg.arch}, {cfg.n_layer} layers, {cfg.n_embd} wide, {cfg.n_head}/{cfg.n_head_kv} "
-          f"heads, vocab {file.n_vocab}; loaded in {load_s:.1f} s on {dev}, pipelines recorded in {warm:.1f} s",
-          file=sys.stderr)
+          f"heads{experts}, vocab {file.n_vocab}; loaded in {load_s:.1f} s on {dev}, pipelines recorded in "
+          f"{warm:.1f} s", file=sys.stderr)
     print(prompt, end="", flush=True)
     _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
                                    on_text=lambda s: print(s, end="", flush=True))

@@ -26,9 +26,12 @@ an error until it is waited for, by its `Replay.wait()` or `Graph.wait()`.
 `run()` waits even when interrupted (Ctrl-C), and a Replay dropped unwaited
 waits for itself: a graph is never left in flight for good.
 
-MUL_MAT_ID's ids are checked on the host before every replay: they must be
-a graph input or a constant (written before the first replay), never
-written on the device, where nothing could check them.
+MUL_MAT_ID's ids are checked on the host before every replay (their host
+values: an input's, or a constant's before its first replay). On the device
+they may be written only by ops that keep them in range by construction
+and say so (an op's `bounded_ids`: (tensor, bound) pairs, e.g. the
+mixture-of-experts router's top-k): ids any other op writes, in this graph
+or another, are refused, since nothing could check them.
 """
 from __future__ import annotations
 
@@ -39,6 +42,11 @@ from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, q8_1_words
 from .resolve import MAX_COLS, check_weights, resolve
 from .tensor import Tensor
 from .timing import timestamp_span
+
+
+def _ids_safe(ids: Tensor, n_expert: int) -> bool:
+    """Every device write of ids so far (any graph's) stays in [0, n_expert)."""
+    return not ids.device_written or (ids.ids_bound is not None and ids.ids_bound <= n_expert)
 
 
 class Replay:
@@ -156,9 +164,14 @@ class Graph:
         self._open()
         reads = [self._own(t, "a tensor the op reads") for t in op.reads]
         writes = [self._own(t, "a tensor the op writes") for t in op.writes]
+        bounded = {}
+        for t, bound in getattr(op, "bounded_ids", ()):
+            if not any(t is w for w in writes) or t.dtype != np.int32:
+                raise ValueError(f"an op's `bounded_ids` must name int32 tensors it writes, got {t!r}")
+            bounded[id(t)] = int(bound)
         collector = _Collector()
         op.record(collector)
-        self._node(collector.ops, reads, writes, keep=op)
+        self._node(collector.ops, reads, writes, keep=op, bounded=bounded)
         self.counts["op"] += 1
         quantized = getattr(op, "quantized", None)
         if quantized is not None:  # the op wrote x's Q8_1 blocks too: mat-vecs of x read them
@@ -167,15 +180,21 @@ class Graph:
                 raise ValueError("an op's `quantized` (x, xq, planes) must name tensors it writes")
             self._quantized[(id(x), planes)] = (xq, self._versions[id(x)])
 
-    def _node(self, ops: list, reads: list[Tensor], writes: list[Tensor], keep) -> None:
-        r, w = {id(t) for t in reads}, {id(t) for t in writes}
-        for ids, _ in self._ids_checks:
-            if id(ids) in w:
-                raise ValueError(f"{ids!r} holds a MUL_MAT_ID's ids: they cannot be written on the device, "
-                                 "where nothing could check them")
+    def _node(self, ops: list, reads: list[Tensor], writes: list[Tensor], keep, bounded: dict | None = None) -> None:
+        """Append a node's ops, after a barrier if it depends on what came since
+        the last one. bounded: id -> bound of the int32 tensors it writes that
+        stay in [0, bound) by construction (see the module's note on ids)."""
+        r, w, bounded = {id(t) for t in reads}, {id(t) for t in writes}, bounded or {}
+        for ids, n_expert in self._ids_checks:
+            if id(ids) in w and bounded.get(id(ids), n_expert + 1) > n_expert:
+                raise ValueError(f"{ids!r} holds a MUL_MAT_ID's ids: on the device only an op that keeps them "
+                                 f"in [0, {n_expert}) by construction may write them")
         for t in (*reads, *writes):
             self._tensors[id(t)] = t
         for t in writes:
+            bound = bounded.get(id(t))
+            t.ids_bound = None if bound is None or (t.device_written and t.ids_bound is None) \
+                else max(bound, t.ids_bound or 0)
             t.device_written = True
         if r & self._written or w & (self._written | self._read):
             self._barrier()
@@ -260,10 +279,10 @@ class Graph:
         ids = self._own(ids, "ids")
         if ids.dtype != np.int32 or ids.n != 1:
             raise ValueError(f"ids {ids!r} must be one int32 vector of the used experts")
-        if ids.device_written:
-            raise ValueError(f"ids {ids!r} are written on the device, where nothing can check them; "
-                             "a MUL_MAT_ID's ids must come from the host")
         n_used = ids.length
+        if not _ids_safe(ids, w.layout.n_expert):
+            raise ValueError(f"ids {ids!r} are written on the device by an op that does not keep them in "
+                             f"[0, {w.layout.n_expert}), where nothing can check them")
         if n_used > MAX_GROUPS_X:
             raise ValueError(f"ids {ids!r} selects {n_used} experts; a MUL_MAT_ID takes at most {MAX_GROUPS_X}")
         x = self._check_x(x, w.layout.k, n_used, "x")
@@ -346,9 +365,9 @@ class Graph:
         """Every MUL_MAT_ID's ids (host values: those of an input go up now, a
         constant's at the first replay) in [0, n_expert)."""
         for ids, n_expert in self._ids_checks:
-            if ids.device_written:
-                raise RuntimeError(f"{ids!r} holds a MUL_MAT_ID's ids and another graph writes it on the device, "
-                                   "where nothing can check them")
+            if not _ids_safe(ids, n_expert):
+                raise RuntimeError(f"{ids!r} holds a MUL_MAT_ID's ids and another graph writes it on the device "
+                                   f"with an op that does not keep them in [0, {n_expert})")
             values = ids._host[0, : ids.length]
             bad = values[(values < 0) | (values >= n_expert)]
             if bad.size:

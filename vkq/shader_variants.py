@@ -128,9 +128,9 @@ class VectorOpVariant:
         return {"REDUCE_SUBGROUP": "1"} if self.subgroup else {}
 
 
-REDUCING_OPS = ("rms_norm", "attention")  # the ops with workgroup reductions
+REDUCING_OPS = ("rms_norm", "attention", "expert_routing")  # the ops with workgroup reductions
 LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)) + tuple(
-    VectorOpVariant(op) for op in ("swiglu", "argmax"))
+    VectorOpVariant(op) for op in ("swiglu", "argmax", "expert_sum"))
 
 
 def all_variants() -> list:

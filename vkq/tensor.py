@@ -51,6 +51,9 @@ class Tensor:
         self._host = self.kp.data().reshape(self.n, self.stride)
         self.is_input = False  # some graph takes it as input (Graph.input)
         self.device_written = False  # some graph's operation writes it
+        # int32 ids: the bound every device write so far keeps them under (an
+        # op's `bounded_ids`, vkq.graph); None once any other op writes them.
+        self.ids_bound: int | None = None
         # Device memory starts undefined; the first replay that uses the
         # tensor uploads its host values (zeros, or what was written), so
         # padding reads as zero and a tensor written once is a constant.

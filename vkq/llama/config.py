@@ -21,6 +21,10 @@ from ..gguf_io import GGUFFile, GGUFTensor, metadata, read_metadata_head
 
 SUPPORTED_ARCHS = ("llama",)
 LAYER_VECTORS = ("attn_norm", "ffn_norm")
+# The expert counts the device's routing op takes (vkq.llama.vector_ops.ExpertRouting):
+# llama.cpp's own maximum of experts, and more used experts than any model has.
+MAX_EXPERTS = 512
+MAX_EXPERTS_USED = 64
 
 
 def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:
@@ -58,6 +62,12 @@ class LlamaConfig:
     rope_scale: float  # linear RoPE scaling: positions are divided by it
     rms_eps: float
     n_ctx_train: int
+    n_expert: int = 0  # experts per layer (mixture of experts, Mixtral's layout); 0: dense FFN layers
+    n_expert_used: int = 0  # experts each token goes through
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 0
 
     @classmethod
     def from_gguf(cls, file: GGUFFile) -> "LlamaConfig":
@@ -99,6 +109,7 @@ class LlamaConfig:
         if n_rot % 2 or n_rot > head_dim:
             raise ValueError(f"{path.name}: RoPE over {n_rot} dimensions of {head_dim}-wide heads is not supported "
                              f"(an even count up to the head size)")
+        n_expert, n_expert_used = _expert_counts(path.name, arch, get)
         scaling = str(get("rope.scaling.type", "none"))
         if scaling not in ("none", "linear") and get("rope.scaling.factor", 1.0) != 1.0:
             raise ValueError(f"{path.name}: RoPE scaling {scaling!r} is not supported (only linear)")
@@ -110,7 +121,7 @@ class LlamaConfig:
             rope_base=number("rope.freq_base", 10000.0, above=1),
             rope_scale=number("rope.scaling.factor", 1.0, above=0) if scaling == "linear" else 1.0,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
-            n_ctx_train=count("context_length", 4096),
+            n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
         )
 
     def inv_freq(self, freq_factors: np.ndarray | None = None) -> np.ndarray:
@@ -122,6 +133,54 @@ class LlamaConfig:
         if freq_factors is not None:
             inv = inv / np.asarray(freq_factors, np.float64)[:half]
         return inv / self.rope_scale
+
+
+def _expert_counts(name: str, arch: str, get) -> tuple[int, int]:
+    """(expert_count, expert_used_count): (0, 0) for dense layers, else 1 <=
+    used <= count <= MAX_EXPERTS, as llama.cpp requires of them."""
+    n_expert, n_used = get("expert_count", 0), get("expert_used_count", 0)
+    for key, value in (("expert_count", n_expert), ("expert_used_count", n_used)):
+        if not is_int(value) or value < 0:
+            raise ValueError(f"{name}: {arch}.{key} is {_show(value)}; expected a non-negative integer")
+    if n_expert == 0:
+        if n_used:
+            raise ValueError(f"{name}: {arch}.expert_used_count is {n_used} but the file has no experts "
+                             f"({arch}.expert_count is 0 or missing)")
+        return 0, 0
+    if n_expert > MAX_EXPERTS:
+        raise ValueError(f"{name}: {arch}.expert_count is {n_expert}; vkq generate takes at most {MAX_EXPERTS} experts")
+    if not 1 <= n_used <= min(n_expert, MAX_EXPERTS_USED):
+        raise ValueError(f"{name}: {arch}.expert_used_count is {n_used}; expected 1 to "
+                         f"{min(n_expert, MAX_EXPERTS_USED)} for {n_expert} experts")
+    return n_expert, n_used
+
+
+def ffn_tensors(cfg: LlamaConfig, layer: int) -> dict[str, tuple[int, ...]]:
+    """The FFN tensors of a layer and their shapes: ffn_gate/up/down, or with
+    experts the router (ffn_gate_inp) and the three expert stacks, as llama.cpp
+    reads Mixtral's layout (every layer has experts then)."""
+    n, d, f, e = f"blk.{layer}.", cfg.n_embd, cfg.n_ff, cfg.n_expert
+    if not cfg.is_moe:
+        return {n + "ffn_gate.weight": (f, d), n + "ffn_up.weight": (f, d), n + "ffn_down.weight": (d, f)}
+    return {n + "ffn_gate_inp.weight": (e, d), n + "ffn_gate_exps.weight": (e, f, d),
+            n + "ffn_up_exps.weight": (e, f, d), n + "ffn_down_exps.weight": (e, d, f)}
+
+
+def _check_ffn_layout(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], name: str) -> None:
+    """Dense files have no expert tensors, and MoE files no dense FFN: llama.cpp's
+    llama layout does not mix them."""
+    dense = ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+    moe = ("ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")
+    for i in range(cfg.n_layer):
+        other = next((f"blk.{i}.{t}" for t in (dense if cfg.is_moe else moe) if f"blk.{i}.{t}" in tensors), None)
+        if other is None:
+            continue
+        if cfg.is_moe:
+            raise ValueError(f"{name}: tensor {other!r} is a dense FFN matrix in a mixture-of-experts file "
+                             f"({cfg.arch}.expert_count {cfg.n_expert}); the {cfg.arch} layout has experts in "
+                             f"every layer")
+        raise ValueError(f"{name}: tensor {other!r} belongs to a mixture-of-experts layer, but "
+                         f"{cfg.arch}.expert_count is 0 or missing")
 
 
 def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) -> int:
@@ -142,16 +201,13 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
         want["output.weight"] = (n_vocab, cfg.n_embd)
     if "rope_freqs.weight" in tensors:
         want["rope_freqs.weight"] = (cfg.n_rot // 2,)
+    _check_ffn_layout(cfg, tensors, name)
     for i in range(cfg.n_layer):
-        if f"blk.{i}.ffn_gate_inp.weight" in tensors:
-            raise ValueError(f"{name}: mixture-of-experts llama layers (blk.{i}.ffn_gate_inp.weight) "
-                             f"are not supported")
         want.update({
             f"blk.{i}.attn_norm.weight": (cfg.n_embd,), f"blk.{i}.ffn_norm.weight": (cfg.n_embd,),
             f"blk.{i}.attn_q.weight": (q_rows, cfg.n_embd), f"blk.{i}.attn_k.weight": (kv_rows, cfg.n_embd),
             f"blk.{i}.attn_v.weight": (kv_rows, cfg.n_embd), f"blk.{i}.attn_output.weight": (cfg.n_embd, q_rows),
-            f"blk.{i}.ffn_gate.weight": (cfg.n_ff, cfg.n_embd), f"blk.{i}.ffn_up.weight": (cfg.n_ff, cfg.n_embd),
-            f"blk.{i}.ffn_down.weight": (cfg.n_embd, cfg.n_ff),
+            **ffn_tensors(cfg, i),
         })
     missing = [n for n in want if n not in tensors]
     if missing:

@@ -16,6 +16,15 @@ runs on the device, layer by layer:
       g|u = W_gu h;  s = silu(g) * u;  d = W_down s         mat-vec, SwiGLU, mat-vec
     h = rms_norm(x += d, output_norm);  logits = W_out h;  argmax
 
+A mixture-of-experts layer's FFN (Mixtral's layout) instead:
+
+      ids, w = top-k of softmax(W_router h)                 mat-vec, ExpertRouting
+      g|u[j] = W_gu[ids[j]] h;  s[j] = silu(g[j]) * u[j]    MUL_MAT_ID, SwiGLU over the slots
+      d[j] = W_down[ids[j]] s[j];  d = sum_j w[j] d[j]      MUL_MAT_ID, ExpertSum
+
+with the ids written on the device by the router's op, in range by its
+construction (vkq.graph's note on ids).
+
 The weight matrices are those of the host engine (vkq.llama.matvecs, the
 same stacking), each mat-vec the dispatcher's pipeline for it. On the int8
 path their inputs come quantized from the op that makes them: the norms,
@@ -38,8 +47,8 @@ from ..ops import q8_1_words
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU, Vectors,
-                         attention_scratch_size, rope_table)
+from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, ExpertSum, Q8_1Output, RMSNorm,
+                         SwiGLU, Vectors, attention_scratch_size, rope_table)
 
 
 class GpuLlama(Decoder):
@@ -101,11 +110,17 @@ class GpuLlama(Decoder):
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
         norms = [{k: constant(v, f"{k} {i}") for k, v in layer.items()} for i, layer in enumerate(f.norms)]
         out_norm = constant(f.output_norm, "output_norm")
-        y = {gr.names: b.tensor(sum(gr.rows), name=gr.names[0]) for gr in f.groups}  # each group's stacked output
+        k_used = cfg.n_expert_used
+        # Each group's stacked output: one vector, or one per used expert (MUL_MAT_ID).
+        y = {gr.names: b.tensor(sum(gr.rows), k_used if gr.n_expert else 1, name=gr.names[0]) for gr in f.groups}
         x = Vectors(b.tensor(cfg.n_embd, name="x"), cfg.n_embd)  # the residual stream
         h = b.tensor(cfg.n_embd, name="h")  # a norm's output: the input of a stage's mat-vecs
         attn = b.tensor(qd, name="attention")
-        swiglu = b.tensor(cfg.n_ff, name="swiglu")
+        swiglu = b.tensor(cfg.n_ff, k_used or 1, name="swiglu")
+        if cfg.is_moe:
+            expert_ids = b.tensor(k_used, dtype=np.int32, name="expert ids")
+            expert_weights = b.tensor(k_used, name="expert weights")
+            moe_out = b.tensor(cfg.n_embd, name="experts' sum")
 
         def part(name: str) -> Vectors:
             """Where matrix `name`'s output sits: its group's tensor, at its rows."""
@@ -116,8 +131,11 @@ class GpuLlama(Decoder):
         def path(names) -> str | None:
             return resolve_path(self.weights[names].layout.fmt, self.path_mode)
 
-        def matvec(names, x_in) -> None:
-            g.matvec(self.weights[names], x_in, path(names), activations=self.activations, out=y[names])
+        def matvec(names, x_in, ids=None) -> None:
+            if ids is None:
+                g.matvec(self.weights[names], x_in, path(names), activations=self.activations, out=y[names])
+            else:
+                g.matvec_id(self.weights[names], x_in, ids, path(names), activations=self.activations, out=y[names])
 
         def q8_1(t, readers) -> Q8_1Output | None:
             """A tensor for t's Q8_1 blocks, when a mat-vec that reads t takes the int8 path."""
@@ -125,14 +143,15 @@ class GpuLlama(Decoder):
             if all(b.pipeline(self.weights[names], 1, path(names), self.activations).path != "mmvq"
                    for names in readers):
                 return None
-            return Q8_1Output(b.tensor(q8_1_words(1, t.stride, planes), dtype=np.uint32, name=f"{t.name} Q8_1"),
+            return Q8_1Output(b.tensor(q8_1_words(1, t.stride, planes), t.n, dtype=np.uint32, name=f"{t.name} Q8_1"),
                               planes)
 
-        # Per layer, the stages' groups: Q/K/V and gate/up read h, the output head too.
-        hq = q8_1(h, [names for qkv, _, gu, _ in f.stages for names in qkv + gu] + [f.output_group])
+        # h is read by Q/K/V, the router and gate/up of every layer, and the output head.
+        hq = q8_1(h, [names for layer in f.layers for names in layer.qkv + layer.gate_up
+                      + ((layer.router,) if layer.router else ())] + [f.output_group])
         # (a head's output is whole Q8_1 blocks only when head_dim is a multiple of 32)
-        attn_q = q8_1(attn, [names for _, o, _, _ in f.stages for names in o]) if cfg.head_dim % 32 == 0 else None
-        swiglu_q = q8_1(swiglu, [names for _, _, _, down in f.stages for names in down])
+        attn_q = q8_1(attn, [layer.attn_output for layer in f.layers]) if cfg.head_dim % 32 == 0 else None
+        swiglu_q = q8_1(swiglu, [layer.down for layer in f.layers])
 
         if f.output_name == "token_embd.weight":
             embd = self.weights[f.output_group]  # the tied output head: one upload serves both
@@ -142,25 +161,36 @@ class GpuLlama(Decoder):
         self._embd = embd
         g.add(EmbedRows(dev, embd, self.token, x))
         residual = None  # the FFN output of the layer before, added into x by the next norm
-        for i in range(cfg.n_layer):
-            s_qkv, s_o, s_gu, s_down = f.stages[i]
+        for i, layer in enumerate(f.layers):
             n = f"blk.{i}."
             g.add(RMSNorm(dev, x, norms[i]["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual,
                           xq=hq))
-            for names in s_qkv:
+            for names in layer.qkv:
                 matvec(names, h)
             q, k, v = part(n + "attn_q.weight"), part(n + "attn_k.weight"), part(n + "attn_v.weight")
             g.add(Attention(dev, shape, q, k, v, self.k_cache[i], self.v_cache[i], table, self.pos, scores,
                             Vectors(attn, qd), xq=attn_q))
-            matvec(s_o[0], attn)
+            matvec(layer.attn_output, attn)
             g.add(RMSNorm(dev, x, norms[i]["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps,
                           residual=part(n + "attn_output.weight"), xq=hq))
-            for names in s_gu:
-                matvec(names, h)
-            g.add(SwiGLU(dev, part(n + "ffn_gate.weight"), part(n + "ffn_up.weight"), Vectors(swiglu, cfg.n_ff),
-                         xq=swiglu_q))
-            matvec(s_down[0], swiglu)
-            residual = part(n + "ffn_down.weight")
+            if layer.router is None:
+                for names in layer.gate_up:
+                    matvec(names, h)
+                g.add(SwiGLU(dev, part(n + "ffn_gate.weight"), part(n + "ffn_up.weight"), Vectors(swiglu, cfg.n_ff),
+                             xq=swiglu_q))
+                matvec(layer.down, swiglu)
+                residual = part(n + "ffn_down.weight")
+                continue
+            # The experts: router, top-k, MUL_MAT_ID of gate|up for the chosen ones, SwiGLU, down, weighted sum.
+            matvec(layer.router, h)
+            g.add(ExpertRouting(dev, part(n + "ffn_gate_inp.weight"), expert_ids, expert_weights, k_used))
+            for names in layer.gate_up:
+                matvec(names, h, expert_ids)
+            gate, up = part(n + "ffn_gate_exps.weight"), part(n + "ffn_up_exps.weight")
+            g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n=k_used, xq=swiglu_q))
+            matvec(layer.down, swiglu, expert_ids)
+            g.add(ExpertSum(dev, y[layer.down], expert_weights, Vectors(moe_out, cfg.n_embd), k_used))
+            residual = Vectors(moe_out, cfg.n_embd)
         g.add(RMSNorm(dev, x, out_norm, Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual, xq=hq))
         matvec(f.output_group, h)
         self.logits_t = g.output(y[f.output_group])

@@ -2,8 +2,9 @@
 
 llama.cpp's llama graph: RMSNorm, RoPE (ggml's "normal" mode: adjacent pairs
 (x[2i], x[2i+1]) rotate; GGUF llama files store Q and K permuted for it),
-grouped-query attention over a KV cache, SwiGLU FFN, final norm and output
-head (`output.weight`, or the tied `token_embd.weight`). The vector ops run
+grouped-query attention over a KV cache, SwiGLU FFN (or a mixture of SwiGLU
+experts: `route`, then MUL_MAT_ID), final norm and output head
+(`output.weight`, or the tied `token_embd.weight`). The vector ops run
 in numpy float32 here; each weight mat-vec is one call of a `Matvecs`
 engine: `Backend.matvec` (path "auto", "dmmv", "mmvq": one submit per call)
 or float64 numpy ("numpy": the reference; nothing else differs).
@@ -36,6 +37,25 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (np.float32(1) + np.exp(-x))
+
+
+# llama.cpp clamps the sum of the selected experts' probabilities to the
+# smallest normal fp16 before it divides by it.
+MIN_EXPERT_WEIGHT_SUM = np.float32(6.103515625e-5)
+
+
+def route(logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
+    """A mixture-of-experts router's choice, as llama.cpp's llama layers make
+    it: softmax over every expert, the n_used most probable (in descending
+    order; equal probabilities: the lower index first), their probabilities
+    divided by their sum. logits float32 (n, n_expert) -> (ids int32 (n,
+    n_used), weights float32 (n, n_used))."""
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs = e * (np.float32(1) / e.sum(axis=-1, keepdims=True, dtype=np.float32))
+    ids = np.argsort(-probs, axis=-1, kind="stable")[:, :n_used].astype(np.int32)
+    weights = np.take_along_axis(probs, ids, axis=-1)
+    total = np.maximum(weights.sum(axis=-1, keepdims=True, dtype=np.float32), MIN_EXPERT_WEIGHT_SUM)
+    return ids, (weights / total).astype(np.float32)
 
 
 def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int) -> np.ndarray:
@@ -105,10 +125,25 @@ class LlamaModel(Decoder):
             if n_prompt % MAX_COLS:
                 sizes.add(n_prompt % MAX_COLS)
         t0 = time.perf_counter()
-        for g in self.file.groups:
-            for n in sorted(sizes):
-                self.matvecs.multiply(g, np.zeros((n, g.k), np.float32))
+        for n in sorted(sizes):
+            for names, rows, ids in self._calls(n):
+                g = self.matvecs.groups[names]
+                self.matvecs.multiply(g, np.zeros((rows, g.k), np.float32),
+                                      None if ids is None else np.zeros(ids, np.int32))
         return time.perf_counter() - t0
+
+    def _calls(self, n: int):
+        """(group, rows of x, shape of the ids or None) of every mat-vec a forward of n tokens makes."""
+        k = self.config.n_expert_used
+        for layer in self.file.layers:
+            for names in layer.qkv + (layer.attn_output,) + ((layer.router,) if layer.router else ()):
+                yield names, n, None
+            if layer.router is None:
+                yield from ((names, n, None) for names in layer.gate_up + (layer.down,))
+            else:
+                yield from ((names, n, (n, k)) for names in layer.gate_up)
+                yield layer.down, n * k, (n * k, 1)
+        yield self.file.output_group, n, None
 
     # -- settings -----------------------------------------------------------------
     @property
@@ -188,6 +223,23 @@ class LlamaModel(Decoder):
         out = np.einsum("kgnt,tkd->nkgd", scores, values)
         return out.reshape(n, cfg.n_head * cfg.head_dim)
 
+    def _ffn(self, layer, h: np.ndarray) -> np.ndarray:
+        gate, up = [y for g in layer.gate_up for y in self.matvecs.run(g, h)]
+        return self.matvecs.run(layer.down, silu(gate) * up)[0]
+
+    def _experts(self, layer, h: np.ndarray) -> np.ndarray:
+        """The mixture of experts of h (n, n_embd): each row through its
+        n_used experts (MUL_MAT_ID), their outputs weighted and added in the
+        router's order, as llama.cpp adds them."""
+        mv, n_used = self.matvecs, self.config.n_expert_used
+        ids, weights = route(mv.run(layer.router, h)[0], n_used)
+        gate, up = [y for g in layer.gate_up for y in mv.run(g, h, ids)]  # (n * n_used, n_ff): slot by slot
+        down = mv.run(layer.down, silu(gate) * up, ids.reshape(-1, 1))[0].reshape(h.shape[0], n_used, -1)
+        out = down[:, 0] * weights[:, :1]
+        for j in range(1, n_used):
+            out = out + down[:, j] * weights[:, j : j + 1]
+        return out
+
     def forward(self, tokens, all_logits: bool = False) -> np.ndarray:
         """Feed up to MAX_COLS tokens at positions n_past..; they join the KV cache.
         Returns the logits (n_vocab,) of the last position, or (n, n_vocab)."""
@@ -199,16 +251,15 @@ class LlamaModel(Decoder):
         pos = np.arange(self.n_past, self.n_past + n)
         x = f.embed(tokens)
         for i in range(cfg.n_layer):
-            norms, (s_qkv, s_o, s_gu, s_down) = f.norms[i], f.stages[i]
+            norms, layer = f.norms[i], f.layers[i]
             h = rms_norm(x, norms["attn_norm"], cfg.rms_eps)
-            q, k, v = [y for g in s_qkv for y in mv.run(g, h)]
+            q, k, v = [y for g in layer.qkv for y in mv.run(g, h)]
             q = rope(q.reshape(n, cfg.n_head, cfg.head_dim), pos, f.inv_freq, cfg.n_rot)
             k = rope(k.reshape(n, cfg.n_head_kv, cfg.head_dim), pos, f.inv_freq, cfg.n_rot)
             a = self._attention(i, q, k, v.reshape(n, cfg.n_head_kv, cfg.head_dim))
-            x = x + mv.run(s_o[0], a)[0]
+            x = x + mv.run(layer.attn_output, a)[0]
             h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
-            gate, up = [y for g in s_gu for y in mv.run(g, h)]
-            x = x + mv.run(s_down[0], silu(gate) * up)[0]
+            x = x + (self._experts(layer, h) if layer.router else self._ffn(layer, h))
         self.n_past += n
         h = rms_norm(x if all_logits else x[-1:], f.output_norm, cfg.rms_eps)
         logits = mv.run(f.output_group, h)[0]

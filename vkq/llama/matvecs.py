@@ -2,10 +2,13 @@
 
 Matrices of one stage that read the same input and share a block type
 (Q/K/V, FFN gate/up) form a group: uploaded as one matrix, their rows
-stacked, and multiplied in one call. `VkqMatvecs` calls Backend.matvec
-(one submit per call); `NumpyMatvecs` is the float64 reference on weights
-the gguf package dequantizes. The GPU step (vkq.llama.gpu_step) records
-the same groups' uploads into its graph.
+stacked, and multiplied in one call. Expert stacks (n_expert, rows, K) group
+the same way, expert by expert (the gate and up stacks of a mixture-of-
+experts layer: one MUL_MAT_ID gives both for each selected expert).
+`VkqMatvecs` calls Backend.matvec / matvec_id (one submit per call);
+`NumpyMatvecs` is the float64 reference on weights the gguf package
+dequantizes. The GPU step (vkq.llama.gpu_step) records the same groups'
+uploads into its graph.
 """
 from __future__ import annotations
 
@@ -26,9 +29,15 @@ class Group:
     """Matrices multiplied by one input in one call: their rows stacked."""
 
     names: tuple[str, ...]
-    rows: tuple[int, ...]
+    rows: tuple[int, ...]  # of each matrix (of each expert, in a stack)
     qtype: str
     k: int
+    n_expert: int = 0  # expert stacks: experts in each; 0: matrices
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The uploaded shape: (rows, K), or (n_expert, rows, K)."""
+        return ((self.n_expert,) if self.n_expert else ()) + (sum(self.rows), self.k)
 
     @property
     def offsets(self) -> tuple[int, ...]:
@@ -37,27 +46,35 @@ class Group:
 
 
 def make_groups(tensors: dict[str, GGUFTensor], names: list[str], fuse: bool) -> list[Group]:
-    """Consecutive matrices of one block type and K, stacked (fuse), or one group each."""
+    """Consecutive matrices (or expert stacks of as many experts) of one block
+    type and K, stacked (fuse), or one group each."""
     out: list[Group] = []
     for n in names:
         t = tensors[n]
-        if fuse and out and out[-1].qtype == t.qtype and out[-1].k == t.shape[1]:
-            g = out[-1]
-            out[-1] = Group(g.names + (n,), g.rows + (t.shape[0],), g.qtype, g.k)
+        n_expert = t.shape[0] if len(t.shape) == 3 else 0
+        rows, k = t.shape[-2:]
+        g = out[-1] if out else None
+        if fuse and g is not None and (g.qtype, g.k, g.n_expert) == (t.qtype, k, n_expert):
+            out[-1] = Group(g.names + (n,), g.rows + (rows,), g.qtype, g.k, n_expert)
         else:
-            out.append(Group((n,), (t.shape[0],), t.qtype, t.shape[1]))
+            out.append(Group((n,), (rows,), t.qtype, k, n_expert))
     return out
 
 
 def raw_bytes(tensors: dict[str, GGUFTensor], group: Group) -> np.ndarray:
-    """The group's GGUF bytes, its matrices' rows one after the other."""
-    parts = [np.ascontiguousarray(tensors[n].data).reshape(-1).view(np.uint8) for n in group.names]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    """The group's GGUF bytes: its matrices' rows one after the other (in an
+    expert stack, expert by expert)."""
+    experts = max(group.n_expert, 1)
+    parts = [np.ascontiguousarray(tensors[n].data).reshape(-1).view(np.uint8).reshape(experts, -1)
+             for n in group.names]
+    return parts[0].reshape(-1) if len(parts) == 1 else np.concatenate(parts, axis=1).reshape(-1)
 
 
 class Matvecs(ABC):
     """The model's weight mat-vecs, timed. `run(names, x)`: x float32 (n, K) ->
-    one float32 (n, rows) array per matrix of the group."""
+    one float32 (n, rows) array per matrix of the group. For expert stacks
+    (MUL_MAT_ID) `ids` int32 (n, m) picks m experts for each row of x: the
+    result has n * m rows, row i * m + j = W[ids[i, j]] @ x[i]."""
 
     def __init__(self, groups: list[Group]):
         self.groups = {g.names: g for g in groups}
@@ -67,13 +84,16 @@ class Matvecs(ABC):
         self.on_matvec: Callable[[tuple[str, ...], np.ndarray, np.ndarray], None] | None = None
 
     @abstractmethod
-    def multiply(self, group: Group, x: np.ndarray) -> np.ndarray:
-        """One call of the engine: x (n, K) -> (n, sum of the group's rows)."""
+    def multiply(self, group: Group, x: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
+        """One call of the engine: x (n, K) -> (n, sum of the group's rows);
+        an expert stack's with ids (n, m) -> (n * m, rows)."""
 
-    def run(self, names: tuple[str, ...], x: np.ndarray) -> list[np.ndarray]:
+    def run(self, names: tuple[str, ...], x: np.ndarray, ids: np.ndarray | None = None) -> list[np.ndarray]:
         group = self.groups[names]
+        if (ids is None) != (group.n_expert == 0):
+            raise ValueError(f"{names[0]}: ids go with expert stacks, and only with them")
         t0 = time.perf_counter()
-        y = self.multiply(group, x)
+        y = self.multiply(group, x, ids)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         if self.on_matvec is not None:
@@ -89,11 +109,16 @@ class VkqMatvecs(Matvecs):
         self.backend = backend
         self.path = path
         self.activations = activations
-        self.weights = {g.names: backend.upload(g.qtype, (sum(g.rows), g.k), raw_bytes(tensors, g)) for g in groups}
+        self.weights = {g.names: backend.upload(g.qtype, g.shape, raw_bytes(tensors, g)) for g in groups}
 
-    def multiply(self, group, x):
+    def multiply(self, group, x, ids=None):
         w = self.weights[group.names]
         path, act = resolve_path(w.layout.fmt, self.path), self.activations
+        if ids is not None:  # one x shared by a row's experts, or one per slot
+            if x.shape[0] == 1:
+                return self.backend.matvec_id(w, x[0], ids[0], path=path, activations=act)
+            slots = np.repeat(x, ids.shape[1], axis=0)
+            return self.backend.matvec_id(w, slots, ids.reshape(-1), path=path, activations=act)
         if x.shape[0] == 1:
             return self.backend.matvec(w, x[0], path=path, activations=act)[None]
         return self.backend.matvec(w, np.ascontiguousarray(x.T), path=path, activations=act).T
@@ -108,8 +133,16 @@ class NumpyMatvecs(Matvecs):
         super().__init__(groups)
         self.weights = {}
         for g in groups:
-            parts = [dequantize(tensors[n].qtype, tensors[n].shape, tensors[n].data) for n in g.names]
-            self.weights[g.names] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            # Expert stacks stay float32 (what the dequantizer gives, exactly), a
+            # used expert's matrix goes float64 per product: a float64 copy of
+            # every expert would be 2x the memory for what one token never reads.
+            dtype = np.float32 if g.n_expert else np.float64
+            parts = [dequantize(tensors[n].qtype, tensors[n].shape, tensors[n].data).astype(dtype, copy=False)
+                     for n in g.names]
+            self.weights[g.names] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
 
-    def multiply(self, group, x):
-        return (x.astype(np.float64) @ self.weights[group.names].T).astype(np.float32)
+    def multiply(self, group, x, ids=None):
+        w, x64 = self.weights[group.names], x.astype(np.float64)
+        if ids is None:
+            return (x64 @ w.T).astype(np.float32)
+        return np.stack([w[e].astype(np.float64) @ xi for xi, row in zip(x64, ids) for e in row]).astype(np.float32)

@@ -8,6 +8,7 @@ grouping of the weight matrices into mat-vec calls (vkq.llama.matvecs).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
@@ -19,8 +20,25 @@ from ..tokenizer import GGUFTokenizer
 from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
 from .matvecs import Group, make_groups
 
-# The matrices of one block by stage: a stage's matrices read the same input.
-LAYER_STAGES = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",))
+Names = tuple[str, ...]  # the matrices of one group (vkq.llama.matvecs.Group.names)
+
+
+@dataclass(frozen=True)
+class LayerGroups:
+    """The mat-vec groups of one layer, by stage (a stage's matrices read the
+    same input): Q/K/V, the attention output, FFN gate/up and down. In a
+    mixture-of-experts layer gate_up and down are expert stacks, and `router`
+    (ffn_gate_inp) picks the experts."""
+
+    qkv: tuple[Names, ...]
+    attn_output: Names
+    gate_up: tuple[Names, ...]
+    down: Names
+    router: Names | None = None
+
+    @property
+    def all(self) -> tuple[Names, ...]:
+        return self.qkv + (self.attn_output,) + ((self.router,) if self.router else ()) + self.gate_up + (self.down,)
 
 
 class LlamaFile:
@@ -43,15 +61,18 @@ class LlamaFile:
         del file
 
         self.output_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
-        self.stages: list[list[tuple[str, ...]]] = []  # per layer, per stage: the groups' names
         self.groups: list[Group] = []
-        for i in range(cfg.n_layer):
-            layer = []
-            for stage in LAYER_STAGES:
-                gs = make_groups(tensors, [f"blk.{i}.{r}.weight" for r in stage], fuse)
-                self.groups += gs
-                layer.append([g.names for g in gs])
-            self.stages.append(layer)
+        ffn = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps") if cfg.is_moe else ("ffn_gate", "ffn_up", "ffn_down")
+
+        def stage(layer: int, *roles: str) -> tuple[Names, ...]:
+            gs = make_groups(tensors, [f"blk.{layer}.{r}.weight" for r in roles], fuse)
+            self.groups += gs
+            return tuple(g.names for g in gs)
+
+        self.layers = [LayerGroups(qkv=stage(i, "attn_q", "attn_k", "attn_v"), attn_output=stage(i, "attn_output")[0],
+                                   router=stage(i, "ffn_gate_inp")[0] if cfg.is_moe else None,
+                                   gate_up=stage(i, ffn[0], ffn[1]), down=stage(i, ffn[2])[0])
+                       for i in range(cfg.n_layer)]
         out = make_groups(tensors, [self.output_name], fuse)
         self.groups += out
         self.output_group = out[0].names

