@@ -1,8 +1,9 @@
 #version 450
 // One attention step of a llama layer, for the query vector at position
-// pos[0] (the decode step): RoPE of q and of the new key, the new key and
-// value appended to the KV cache, then grouped-query attention over the cache
-// (float32), causal. Workgroup h is query head h; it reads K/V head
+// pos[pos_slot] (a decode step; a chunk of a prompt runs one dispatch per
+// token, in order, with the same arithmetic): RoPE of q and of the new key,
+// the new key and value appended to the KV cache, then grouped-query
+// attention over the cache (float32), causal. Workgroup h is query head h; it reads K/V head
 // g = h / (n_head / n_head_kv), as ggml broadcasts:
 //   s_t = (q . k_t) * scale;  p_t = exp(s_t - max s) / sum exp;  out = sum p_t v_t
 //
@@ -13,7 +14,7 @@
 // exact, and no GPU sin/cos of large angles.
 //
 // The group's first query head writes the new key and value into the caches
-// at pos[0]; every head takes that position's key and value from k and v
+// at the position; every head takes that position's key and value from k and v
 // themselves, so no workgroup reads a cache entry another one is writing, and
 // RoPE, the cache append and the attention are one dispatch. The caches are
 // (n_head_kv, capacity, head_dim): a head's keys are contiguous. The scores
@@ -32,7 +33,7 @@
 // iterations per position (16 per position at head_dim 64 on its 8-wide
 // subgroups: wrong past ~4000 positions). The host picks SPLIT from that
 // budget; on a device without one, SPLIT is 0 and a head is one workgroup.
-// Splits past pos[0] have nothing to do and return at once.
+// Splits past the position have nothing to do and return at once.
 //
 // With X_PLANES (specialization constant 1) of 1 or 2, out is also written
 // as Q8_1 blocks (q8_1.glsl) to xq, the int8 mat-vec path's input: each head's
@@ -64,8 +65,10 @@ layout(std430, binding = 9) writeonly restrict buffer XQ { uvec4 xq[]; };
 layout(push_constant) uniform Params {
     uint q_off, k_off, v_off, out_off;  // first value of each vector in its tensor
     uint n_head, n_head_kv, head_dim, n_rot;
-    uint capacity;   // positions the caches hold (the host keeps pos[0] below it)
+    uint capacity;   // positions the caches hold (the host keeps the position below it)
     float scale;     // 1 / sqrt(head_dim)
+    uint pos_slot;   // which value of pos is this query's position
+    uint xq_off;     // the first Q8_1 block of out's vector in xq
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
@@ -102,7 +105,7 @@ void store_out_q8_1(uint tid, uint h, uint ob) {
                     vals[j][c] = o[ob + 32u * b + 4u * j + c];
                 }
             }
-            store_q8_1(vals, (h * p.head_dim) / 32u + b);  // out is all of its tensor (the host checks)
+            store_q8_1(vals, p.xq_off + (h * p.head_dim) / 32u + b);
         }
     }
 }
@@ -136,7 +139,7 @@ void combine_splits(uint tid, uint h, uint position) {
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint h = gl_WorkGroupID.x;
-    const uint position = uint(pos[0]);
+    const uint position = uint(pos[p.pos_slot]);
     if (COMBINE) {
         combine_splits(tid, h, position);
         return;

@@ -44,6 +44,10 @@ layout(constant_id = 5) const uint X_PLANES = 1;
 // true: 4-bit quants that index 16 values pick them by selects, not table
 // loads (blocks/nibble_pairs.glsl; vkq/dispatch/config.py VALUE_LOOKUPS).
 layout(constant_id = 6) const bool VALUES_BY_SELECTS = false;
+// MUL_MAT_ID: consecutive used-expert slots that read one vector of x (a
+// token's experts, when a chunk of tokens shares the call); x_slot_stride
+// is then the stride between those vectors.
+layout(constant_id = 7) const uint SLOTS_PER_X = 1;
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4
@@ -118,7 +122,7 @@ void main() {
 #else
     const uint block0 = 0u;
 #endif
-    const uint x0 = slot * p.x_slot_stride;
+    const uint x0 = (slot / SLOTS_PER_X) * p.x_slot_stride;
 
     float acc[NUM_ROWS * NCOLS];
     for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {

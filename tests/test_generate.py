@@ -336,11 +336,15 @@ def test_cli_same_tokens_on_both_engines(tiny_file, capsys):
 
 @pytest.mark.parametrize("path", ["dmmv", "auto"])
 def test_cli_compare_engines(tiny_file, capsys, path):
-    """Both engines on the same uploaded weights, rounds alternating: same tokens, both timed."""
-    assert main(["generate", str(tiny_file), "-p", "the", "-n", "6", "--compare-engines", "2", "--path", path]) == 0
+    """The engines on the same uploaded weights, rounds alternating: same tokens, all timed, the
+    prompt in chunks and token by token."""
+    assert main(["generate", str(tiny_file), "-p", "the theory that the three then-", "-n", "6",
+                 "--compare-engines", "2", "--path", path]) == 0
     out = capsys.readouterr().out
-    assert out.count("engine graph") == 3 and out.count("engine host") == 2 and out.count(", timed") == 1
-    assert "1 submit/token" in out and "11 submits/token" in out and "same tokens: yes" in out  # 2 layers x 5 + 1
+    assert out.count("engine graph") == 5 and out.count("engine host") == 2 and out.count(", timed") == 1
+    assert out.count("prompt token by token: pp") == 2
+    assert "1 submit/token" in out and "11 submits/token" in out and "same tokens on every engine: yes" in out
+    assert re.search(r"prompt \(pp\): graph [\d.]+ t/s in chunks of 8, [\d.]+ t/s token by token \([\d.]+x\)", out)
     assert re.search(r"kernels \d+% of the step in a timed round", out)
 
 

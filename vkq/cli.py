@@ -76,7 +76,7 @@ def cmd_generate(args) -> int:
                                activations=args.activations, fuse=not args.no_fuse, device=args.device)
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine, path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
-                    fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps)
+                    fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile)
 
 
 def cmd_report(args) -> int:
@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timestamps", action="store_true",
                    help="graph engine: time its kernels with GPU timestamps and print their share of the step "
                         "(slows the step down on lavapipe)")
+    p.add_argument("--profile", action="store_true",
+                   help="graph engine: GPU time per kind of op of a decode step (timestamps around every op), "
+                        "dispatches and barriers per token, as a table after the text")
     p.add_argument("--compare-engines", type=positive_int, metavar="ROUNDS", default=None,
                    help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
                         "between them (EOS ignored)")

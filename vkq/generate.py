@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from .activations import GENERATE_ACTIVATIONS
@@ -29,33 +30,40 @@ ENGINES = ("graph", "host")
 
 def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activations: str = GENERATE_ACTIVATIONS,
          ctx: int | None = None, fuse: bool = True, backend: Backend | None = None, device: int | None = None,
-         file: LlamaFile | None = None, timestamps: bool = False) -> Decoder:
+         file: LlamaFile | None = None, timestamps: bool = False, profile: bool = False) -> Decoder:
     """A decoder of the model on an engine (path "numpy": the reference, whatever the engine).
-    timestamps: the graph engine times its kernels (see GpuLlama)."""
+    timestamps: the graph engine times its kernels; profile: and keeps every op's time (see GpuLlama)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     if path not in PATH_MODES:
         raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATH_MODES)}")
+    if profile and (engine == "host" or path == "numpy"):
+        raise ValueError("a profile times the ops of the graph engine's step: --profile needs --engine graph "
+                         "and a device path")
     if engine == "host" or path == "numpy":
         return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file)
     from .llama.gpu_step import GpuLlama
 
     return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
-                    timestamps=timestamps)
+                    timestamps=timestamps, profile=profile)
 
 
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
-             fuse: bool = True, device: int | None = None, timestamps: bool = False) -> int:
+             fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: the prompt and the new tokens). timestamps: the graph engine
-    reports its kernels' share of the step."""
+    reports its kernels' share of the step; profile: and a table of where a
+    decode step's GPU time goes (vkq.profile), after the statistics."""
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
     n_prompt = len(file.tokenizer.encode(prompt))
     if n_tokens < 0:
         raise ValueError(f"-n must be >= 0, got {n_tokens}")
+    if profile and n_tokens < 2:
+        raise ValueError(f"--profile times decode steps: -n must be at least 2 (the first token comes from "
+                         f"the prompt), got {n_tokens}")
     if ctx is not None and n_prompt > ctx:
         raise ValueError(f"the prompt ({n_prompt} tokens) is longer than the context of {ctx} it was given")
     need = n_prompt + max(n_tokens - 1, 0)
@@ -65,7 +73,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
                          f"the context is {min(ctx, file.config.n_ctx_train)}")
     decoder = load(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse, device=device,
-                   file=file, timestamps=timestamps)
+                   file=file, timestamps=timestamps, profile=profile)
     load_s = time.perf_counter() - t0
     warm = decoder.warm_up(n_prompt)
     cfg = file.config
@@ -80,17 +88,26 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                                    on_text=lambda s: print(s, end="", flush=True))
     print()
     print(stats.summary(), file=sys.stderr)
+    if profile:
+        if not stats.decode_steps:
+            raise ValueError("no decode step to profile: the model stopped at its end-of-text token first "
+                             "(--ignore-eos)")
+        prof = decoder.profile(stats.decode_steps)
+        prof = replace(prof, wall_seconds=stats.ms_per_token / 1e3)
+        print(f"\nprofile of a decode step ({prof.summary()}):\n{prof.table()}", file=sys.stderr)
     return 0
 
 
 def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, rounds: int = 3, path: str = "auto",
                     activations: str = GENERATE_ACTIVATIONS, fuse: bool = True, device: int | None = None) -> int:
-    """Decode speed of the graph and host engines side by side in one run:
-    the same uploaded weights, prompt and tokens, rounds alternating between
-    the engines (so that load from other processes falls on both alike), then
-    one round of the graph engine with GPU timestamps for its kernels' share
-    of the step (timestamps slow the step down, so the speed is from untimed
-    rounds). Prints each round and the medians; returns 1 if the tokens differ."""
+    """Prompt and decode speed of vkq's engines side by side in one run: the
+    graph engine (prompt in chunks of MAX_COLS tokens), the graph engine fed
+    the prompt token by token, and the host engine; the same uploaded
+    weights, prompt and tokens, rounds alternating between them (so that load
+    from other processes falls on all alike), then one round of the graph
+    engine with GPU timestamps for its kernels' share of the step
+    (timestamps slow the step down, so the speeds are from untimed rounds).
+    Prints each round and the medians; returns 1 if the tokens differ."""
     import statistics
 
     from .llama.gpu_step import GpuLlama
@@ -98,19 +115,22 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     if n_tokens < 1:
         raise ValueError(f"--compare-engines times the new tokens: -n must be at least 1, got {n_tokens}")
     if path == "numpy":
-        raise ValueError("--compare-engines times vkq's two engines; path numpy is the reference, on neither")
+        raise ValueError("--compare-engines times vkq's engines; path numpy is the reference, on none")
     file = LlamaFile(model, fuse)
     ids = file.tokenizer.encode(prompt)
     ctx = len(ids) + n_tokens
     backend = Backend(device)
     host = LlamaModel(None, backend, path, activations=activations, fuse=fuse, ctx=ctx, file=file)
-    engines = {name: GpuLlama(None, backend, path, activations=activations, ctx=ctx, file=file,
-                              weights=host.matvecs, timestamps=name == "graph, timed")  # the same uploaded weights
-               for name in ("graph", "graph, timed")}
-    engines["host"] = host
+
+    def graph(**kw) -> GpuLlama:  # on the host engine's uploads
+        return GpuLlama(None, backend, path, activations=activations, ctx=ctx, file=file, weights=host.matvecs, **kw)
+
+    engines = {"graph": graph(), "graph, prompt token by token": graph(prompt_chunk=1), "host": host,
+               "graph, timed": graph(timestamps=True)}
     for d in engines.values():
         d.warm_up(len(ids))
-    tps: dict[str, list[float]] = {name: [] for name in engines}
+    pp: dict[str, list[float]] = {name: [] for name in engines}
+    tg: dict[str, list[float]] = {name: [] for name in engines}
     tokens: dict[str, list[int]] = {}
     stats = {}
     for r in range(rounds + 1):
@@ -119,15 +139,23 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
                 continue
             gen = d.greedy(ids, n_tokens, stop_at_eos=False)
             tokens.setdefault(name, gen.tokens)
-            tps[name].append(gen.stats.tokens_per_second)
+            pp[name].append(gen.stats.prompt_tokens_per_second)
+            tg[name].append(gen.stats.tokens_per_second)
             stats[name] = gen.stats
-            print(f"round {r + 1}: {gen.stats.summary().splitlines()[-1]}" + (", timed" if "timed" in name else ""))
+            print(f"round {r + 1}, {name}: pp {gen.stats.prompt_tokens_per_second:.2f} t/s; "
+                  f"{gen.stats.summary().splitlines()[-1]}")
     same = all(t == tokens["host"] for t in tokens.values())
-    med = {name: statistics.median(v) for name, v in tps.items()}
+    pp_med = {name: statistics.median(v) for name, v in pp.items()}
+    tg_med = {name: statistics.median(v) for name, v in tg.items()}
     timed = stats["graph, timed"]
-    print(f"{file.path.name}, {n_tokens} tokens, {rounds} rounds on {backend.device_info.name}: "
-          f"graph {med['graph']:.2f} t/s ({stats['graph'].submits_per_token:g} submit/token; kernels "
-          f"{100 * timed.device_share:.0f}% of the step in a timed round, {timed.tokens_per_second:.2f} t/s) vs host "
-          f"{med['host']:.2f} t/s ({stats['host'].submits_per_token:g} submits/token): "
-          f"{med['graph'] / med['host']:.2f}x; same tokens: {'yes' if same else 'NO'}")
+    print(f"{file.path.name}, {len(ids)} prompt tokens, {n_tokens} new tokens, {rounds} rounds on "
+          f"{backend.device_info.name} (medians):")
+    print(f"  prompt (pp): graph {pp_med['graph']:.2f} t/s in chunks of {engines['graph'].prompt_chunk}, "
+          f"{pp_med['graph, prompt token by token']:.2f} t/s token by token "
+          f"({pp_med['graph'] / pp_med['graph, prompt token by token']:.2f}x); host {pp_med['host']:.2f} t/s")
+    print(f"  decode (tg): graph {tg_med['graph']:.2f} t/s ({stats['graph'].submits_per_token:g} submit/token; "
+          f"kernels {100 * timed.device_share:.0f}% of the step in a timed round, {timed.tokens_per_second:.2f} "
+          f"t/s) vs host {tg_med['host']:.2f} t/s ({stats['host'].submits_per_token:g} submits/token): "
+          f"{tg_med['graph'] / tg_med['host']:.2f}x")
+    print(f"  same tokens on every engine: {'yes' if same else 'NO'}")
     return 0 if same else 1

@@ -49,6 +49,9 @@ def _ids_safe(ids: Tensor, n_expert: int) -> bool:
     return not ids.device_written or (ids.ids_bound is not None and ids.ids_bound <= n_expert)
 
 
+BARRIER = "barrier"  # the label of every compute barrier in a profile
+
+
 class Replay:
     """One submitted replay of a graph; `wait()` once before touching its tensors.
     Dropped unwaited, it waits for itself (the graph stays usable)."""
@@ -90,6 +93,7 @@ class Graph:
         self.backend = backend
         self.timestamps = bool(timestamps) and backend.device_info.timestamps_supported
         self._ops: list = []  # kp ops in order, barriers included
+        self._labels: list[str] = []  # what each op of _ops is, for profiles (vkq.profile)
         self._kernel_span: list[int] = []  # index of the first and last kernel op
         self._keep: list = []  # what the recorded ops need alive (algorithms, Q8_1 tensors)
         self._inputs: list[Tensor] = []
@@ -108,6 +112,7 @@ class Graph:
         self._writes: set[int] = set()  # ids of the tensors a replay writes (inputs and outputs too)
         self._ids_checks: list[tuple[Tensor, int]] = []  # (ids tensor, n_expert) of every MUL_MAT_ID
         self._kernel_seconds: float | None = None
+        self._timestamps: list[int] | None = None  # of the last replay (timestamps=True)
         self._destroyed = False
 
     # -- building ------------------------------------------------------------
@@ -150,14 +155,16 @@ class Graph:
 
     def _barrier(self) -> None:
         self._ops.append(self.backend.device.compute_barrier())
+        self._labels.append(BARRIER)
         self._written.clear()
         self._read.clear()
         self.counts["barrier"] += 1
 
-    def add(self, op) -> None:
+    def add(self, op, label: str | None = None) -> None:
         """Any operation with `reads` and `writes` (vkq.Tensor sequences) and
         `record(seq)`, which appends its Kompute ops (with barriers between
         its own dispatches); the graph orders it after what it depends on.
+        label: what it is in a profile (default: the op's class name).
         An op that also writes the Q8_1 blocks of a float tensor x it writes
         says so in `quantized` = (x, xq, planes): mat-vecs on the int8 path
         then read xq instead of quantizing x themselves."""
@@ -171,7 +178,7 @@ class Graph:
             bounded[id(t)] = int(bound)
         collector = _Collector()
         op.record(collector)
-        self._node(collector.ops, reads, writes, keep=op, bounded=bounded)
+        self._node(collector.ops, reads, writes, keep=op, label=label or type(op).__name__, bounded=bounded)
         self.counts["op"] += 1
         quantized = getattr(op, "quantized", None)
         if quantized is not None:  # the op wrote x's Q8_1 blocks too: mat-vecs of x read them
@@ -180,7 +187,8 @@ class Graph:
                 raise ValueError("an op's `quantized` (x, xq, planes) must name tensors it writes")
             self._quantized[(id(x), planes)] = (xq, self._versions[id(x)])
 
-    def _node(self, ops: list, reads: list[Tensor], writes: list[Tensor], keep, bounded: dict | None = None) -> None:
+    def _node(self, ops: list, reads: list[Tensor], writes: list[Tensor], keep, label: str,
+              bounded: dict | None = None) -> None:
         """Append a node's ops, after a barrier if it depends on what came since
         the last one. bounded: id -> bound of the int32 tensors it writes that
         stay in [0, bound) by construction (see the module's note on ids)."""
@@ -201,6 +209,7 @@ class Graph:
         if not self._kernel_span:
             self._kernel_span = [len(self._ops), 0]
         self._ops += ops
+        self._labels += [BARRIER if isinstance(op, kp.OpGlobalMemoryBarrier) else label for op in ops]
         self._kernel_span[1] = len(self._ops) - 1
         self._written |= w
         self._read |= r
@@ -241,39 +250,45 @@ class Graph:
         k_pad = x.stride
         xq = cached[0] if cached else Tensor(self.backend, q8_1_words(1, k_pad, cfg.x_planes), x.n, np.uint32)
         op = QuantizeQ8_1(self.backend.device, x.kp, xq.kp, x.n, k_pad, cfg.x_planes)
-        self._node([kp.OpAlgoDispatch(op.algorithm)], [x], [xq], keep=(op, xq))
+        self._node([kp.OpAlgoDispatch(op.algorithm)], [x], [xq], keep=(op, xq), label="quantize Q8_1")
         self._quantized[key] = (xq, version)
         self.counts["quantize"] += 1
         return xq
 
-    def _matvec_node(self, w, cfg, x: Tensor, y: Tensor, ids: Tensor | None, n_slots: int, shared_x: bool) -> None:
+    def _matvec_node(self, w, cfg, x: Tensor, y: Tensor, ids: Tensor | None, n_slots: int, label: str | None) -> None:
         xin = self._x_for(x, cfg)
         op = MatVec(self.backend.device, w, cfg, xin.kp, y.kp, ncols=1 if ids is not None else x.n,
-                    ids=None if ids is None else ids.kp, n_slots=n_slots, shared_x=shared_x, y_stride=y.stride)
+                    ids=None if ids is None else ids.kp, n_slots=n_slots, shared_x=ids is not None and x.n == 1,
+                    slots_per_x=n_slots // x.n if ids is not None else 1, y_stride=y.stride)
         collector = _Collector()
         op.record(collector)
-        self._node(collector.ops, [xin] + ([ids] if ids is not None else []), [y], keep=op)
+        kind = "mat-vec" if ids is None else "MUL_MAT_ID"
+        self._node(collector.ops, [xin] + ([ids] if ids is not None else []), [y], keep=op,
+                   label=f"{label or kind} {w.qtype} {op.cfg.path}")
         self._weights[id(w)] = w
         self.matvecs.append((w, op.cfg))
         self.counts["matvec"] += 1
 
     def matvec(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
-               config=None, out: Tensor | None = None) -> Tensor:
-        """y = W @ x for each of x's vectors (1 to MAX_COLS): a tensor of x.n vectors of `rows` values."""
+               config=None, out: Tensor | None = None, label: str | None = None) -> Tensor:
+        """y = W @ x for each of x's vectors (1 to MAX_COLS): a tensor of x.n vectors of `rows` values.
+        label: the matrix's role in a profile (its block type and path are added)."""
         self._open()
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
         cfg = resolve(self.backend, w, x.n, path, config, activations)
         y = self._out(out, x, w.layout.rows, x.n, "y")
-        self._matvec_node(w, cfg, x, y, None, 0, False)
+        self._matvec_node(w, cfg, x, y, None, 0, label)
         return y
 
     def matvec_id(self, experts, x: Tensor, ids: Tensor, path: str | None = None, *,
-                  activations: str | None = None, config=None, out: Tensor | None = None) -> Tensor:
-        """MUL_MAT_ID: y[i] = experts[ids[i]] @ x (one x shared) or @ x[i]
-        (one x per used expert); ids: an int32 tensor of n_used values in
-        [0, n_expert) (ids out of range are the caller's to prevent: the
-        host checks them in Backend.matvec_id, not on the device)."""
+                  activations: str | None = None, config=None, out: Tensor | None = None,
+                  label: str | None = None) -> Tensor:
+        """MUL_MAT_ID: y[i] = experts[ids[i]] @ x (one x shared), @ x[i] (one x
+        per used expert), or @ x[i // (n_used / x.n)] (x.n vectors, each read
+        by as many consecutive ids: the experts of a chunk of tokens); ids: an
+        int32 tensor of n_used values in [0, n_expert), checked on the host,
+        or written by an op that keeps them so (see the module's note)."""
         self._open()
         w = check_weights(self.backend, experts, expert_stack=True)
         ids = self._own(ids, "ids")
@@ -286,11 +301,12 @@ class Graph:
         if n_used > MAX_GROUPS_X:
             raise ValueError(f"ids {ids!r} selects {n_used} experts; a MUL_MAT_ID takes at most {MAX_GROUPS_X}")
         x = self._check_x(x, w.layout.k, n_used, "x")
-        if x.n not in (1, n_used):
-            raise ValueError(f"x {x!r} must hold 1 vector (shared) or {n_used} (one per id)")
+        if n_used % x.n:
+            raise ValueError(f"x {x!r} must hold 1 vector (shared), {n_used} (one per id) or a divisor of "
+                             f"{n_used} (each read by as many consecutive ids)")
         cfg = resolve(self.backend, w, 1, path, config, activations, n_x=x.n)
         y = self._out(out, x, w.layout.rows, n_used, "y")
-        self._matvec_node(w, cfg, x, y, ids, n_used, shared_x=x.n == 1)
+        self._matvec_node(w, cfg, x, y, ids, n_used, label)
         self._ids_checks.append((ids, w.layout.n_expert))
         return y
 
@@ -300,6 +316,7 @@ class Graph:
         head = [kp.OpTensorSyncDevice([t.kp for t in self._inputs])] if self._inputs else []
         tail = [kp.OpTensorSyncLocal([t.kp for t in self._outputs])] if self._outputs else []
         ops = head + self._ops + tail
+        self._labels = ["upload inputs"] * len(head) + self._labels + ["read back outputs"] * len(tail)
         if not ops:
             raise ValueError("the graph is empty: record mat-vecs or operations before replaying it")
         # kp latches one timestamp before the first op and one after each op.
@@ -385,7 +402,8 @@ class Graph:
                 self._seq.eval_await()
         if self.timestamps and self._kernel_span:
             first, last = self._kernel_span  # timestamps[i + 1] is the end of op i
-            self._kernel_seconds = timestamp_span(self._seq.get_timestamps(), self.backend.device_info.timestamp_period,
+            self._timestamps = self._seq.get_timestamps()
+            self._kernel_seconds = timestamp_span(self._timestamps, self.backend.device_info.timestamp_period,
                                                   first, last + 1)
 
     def wait(self) -> None:
@@ -401,6 +419,21 @@ class Graph:
         finally:
             if not replay.done:
                 self._finish()
+
+    def op_seconds(self) -> list[tuple[str, float]] | None:
+        """(label, GPU seconds) of every op of the last replay, in order, from
+        the end of the op before it to its own end (barriers are ops labelled
+        "barrier"; the uploads and read-backs too); None without timestamps."""
+        if self._timestamps is None:
+            return None
+        ts, period = self._timestamps, self.backend.device_info.timestamp_period
+        return [(label, timestamp_span(ts, period, i, i + 1)) for i, label in enumerate(self._labels)]
+
+    def dispatch_counts(self) -> tuple[int, int]:
+        """(compute dispatches, barriers) of one replay."""
+        barriers = sum(label == BARRIER for label in self._labels)
+        dispatches = sum(isinstance(op, kp.OpAlgoDispatch) for op in self._ops)
+        return dispatches, barriers
 
     @property
     def kernel_seconds(self) -> float | None:

@@ -64,7 +64,8 @@ class MatVec:
 
     x_in: fp32 tensor (dmmv) or its Q8_1 tensor (mmvq), `ncols` columns of
     k_pad values each. For MUL_MAT_ID, `n_slots` used-expert slots read the
-    expert in `ids[slot]` and x column `slot` (or column 0 when shared_x).
+    expert in `ids[slot]` and x column `slot // slots_per_x` (or column 0
+    when shared_x).
     y: `ncols` (or `n_slots`) vectors of `rows` floats, `y_stride` apart
     (default `rows`).
     `cfg` as vkq.resolve.resolve returns it: bindings fitted to the device's
@@ -72,7 +73,8 @@ class MatVec:
     """
 
     def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
-                 ids=None, n_slots: int = 0, shared_x: bool = False, y_stride: int | None = None):
+                 ids=None, n_slots: int = 0, shared_x: bool = False, slots_per_x: int = 1,
+                 y_stride: int | None = None):
         lay = weights.layout
         mul_mat_id = ids is not None
         self.cfg = cfg
@@ -82,7 +84,7 @@ class MatVec:
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
         y_stride = lay.rows if y_stride is None else y_stride
         spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
-                int(cfg.value_lookup == "selects")]
+                int(cfg.value_lookup == "selects"), slots_per_x]
         # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
         kinds += ["storage"] if mul_mat_id else []

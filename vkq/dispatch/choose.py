@@ -27,7 +27,7 @@ from ..activations import DEFAULT_ACTIVATIONS
 from ..formats import CHUNK, BlockFormat
 from . import tables, tuning_store
 from .classify import DeviceClass, classify
-from .config import PATHS, PipelineConfig
+from .config import PATHS, PipelineConfig, describe
 
 # Mesa's llvmpipe (lavapipe) ends every loop of a shader invocation once the
 # invocation has taken 65535 loop iterations in all (gallivm's
@@ -273,7 +273,33 @@ class Dispatcher:
     def choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int = 1, path: str | None = None,
                activations: str = DEFAULT_ACTIVATIONS) -> PipelineConfig:
         """The pipeline for one mat-vec. `activations`: those of the int8 path
-        if it is chosen (a table rule may depend on them)."""
+        if it is chosen (a table rule may depend on them).
+
+        Batch invariance: a column's result does not depend on how many
+        columns share the call. Where the rules pick another summation order
+        for ncols > 1 than for one column (another path, another split of K),
+        the n = 1 choice's order is kept, with this column count's rows per
+        workgroup where they fit (named in `source`); only where nothing of
+        that order fits the device at this column count does the order change,
+        and `source` says so."""
+        cfg = self._choose(fmt, rows, k, ncols, path, activations)
+        if ncols == 1:
+            return cfg
+        one = self._choose(fmt, rows, k, 1, path, activations)
+        if cfg.summation == one.summation:
+            return cfg
+        kept = replace(one, rows_per_wg=cfg.rows_per_wg if cfg.path == one.path else one.rows_per_wg)
+        while kept.rows_per_wg > 1 and limit_problems(kept, self.caps, fmt, k, ncols):
+            kept = replace(kept, rows_per_wg=kept.rows_per_wg // 2)
+        if limit_problems(kept, self.caps, fmt, k, ncols):
+            return _with_notes(cfg, [f"the summation order differs from one column's: {one.summation} does not "
+                                     f"fit {ncols} columns on this device"])
+        return replace(kept, source=f"{one.source}; one column's summation order, kept at {ncols} columns "
+                                    f"(the rules' choice there: {cfg.path}, {describe(cfg.params())})")
+
+    def _choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int, path: str | None,
+                activations: str) -> PipelineConfig:
+        """The rules' choice (explicit path, environment, tuning, table), fitted to the device."""
         env_note = ""
         if path is not None:
             path, path_source = check_path(path), "argument"

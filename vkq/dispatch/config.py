@@ -133,6 +133,18 @@ class PipelineConfig:
                 "weights_binding": self.weights_binding, "x_binding": self.x_binding, "value_lookup": self.value_lookup}
 
     @property
+    def summation(self) -> tuple:
+        """What fixes the order in which a row's products are summed, and so
+        their rounding: the path and activations, and how the row's chunks
+        are split among threads and reduced. Two configs with the same
+        summation give a column the same bits whatever the column count, rows
+        per workgroup, bindings or dot-product instructions (those change
+        where values come from, not the arithmetic)."""
+        if not self.split_k:  # one thread sums each row's chunks in order, however many it takes at a time
+            return (self.path, self.x_planes, False)
+        return (self.path, self.x_planes, True, self.wg_size, self.chunks_per_thread, self.subgroup)
+
+    @property
     def kernel(self) -> str:
         """The path and, on the int8 path, how its dot products run."""
         return path_label(self.path, self.int_dot)

@@ -29,6 +29,8 @@ class GenerationStats:
     decode_seconds: float = 0.0
     decode_device_seconds: float = 0.0
     decode_submits: int = 0
+    dispatches: int | None = None  # compute dispatches and barriers per decode step (where the engine knows)
+    barriers: int | None = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -66,10 +68,14 @@ class GenerationStats:
             lines.append(
                 f"decode: {self.n_generated} tokens, {self.decode_steps} steps in {self.decode_seconds:.2f} s: "
                 f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
-                f"{self.submits_per_token:g} submits/token); {self.engine}")
+                f"{self.submits_per_token:g} submits/token{self._dispatch_note()}); {self.engine}")
         else:
             lines.append(f"decode: {self.n_generated} tokens, no decode step; {self.engine}")
         return "\n".join(lines)
+
+
+    def _dispatch_note(self) -> str:
+        return "" if self.dispatches is None else f", {self.dispatches} dispatches and {self.barriers} barriers/token"
 
 
 @dataclass
@@ -128,6 +134,10 @@ class Decoder(ABC):
         """(device seconds, submits) so far: see GenerationStats."""
         return 0.0, 0
 
+    def step_counts(self) -> tuple[int, int] | None:
+        """(compute dispatches, barriers) of one decode step, where the engine records them."""
+        return None
+
     def check_room(self, n_past: int, n_new: int) -> None:
         if n_past + n_new > self.ctx:
             raise ValueError(f"{n_past + n_new} positions (prompt and new tokens) exceed the context of "
@@ -161,6 +171,7 @@ class Decoder(ABC):
             raise ValueError("no tokens to feed (empty prompt?)")
         self.check_room(0, len(prompt_ids) + max(n_tokens - 1, 0))
         stats = GenerationStats(self.label, self.device_label, n_prompt=len(prompt_ids))
+        stats.dispatches, stats.barriers = self.step_counts() or (None, None)
         out, kept = [], [] if keep_logits else None
         self.reset()
         t0, (d0, _) = time.perf_counter(), self.counters()

@@ -30,12 +30,20 @@ same stacking), each mat-vec the dispatcher's pipeline for it. On the int8
 path their inputs come quantized from the op that makes them: the norms,
 the attention and SwiGLU also write their output's Q8_1 blocks. The KV
 cache is float32, on the device, (n_head_kv, ctx, head_dim) per layer; the
-RoPE table covers ctx positions. A prompt runs through the same step, token
-by token.
+RoPE table covers ctx positions.
+
+A prompt goes in chunks of up to MAX_COLS tokens, one submit each: the same
+step recorded for n tokens (mat-vecs of n columns, the vector ops over n
+vectors, one attention dispatch per token in order, the output head on the
+last token only). Its logits equal those of the prompt fed token by token,
+bit for bit: every op computes a token's values as the one-token step does
+(the dispatcher keeps one summation order per matrix whatever the column
+count, vkq.dispatch.choose).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +52,8 @@ from ..activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activat
 from ..backend import Backend
 from ..dispatch.paths import check_request, resolve_path
 from ..ops import q8_1_words
+from ..profile import Profile
+from ..resolve import MAX_COLS
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
@@ -59,15 +69,19 @@ class GpuLlama(Decoder):
     the new tokens need). weights: the uploaded matrices of a host engine of
     the same file and backend, to share instead of uploading them again.
     timestamps: time the kernels of every replay (GPU timestamps; on lavapipe
-    latching them after every op makes the step about 13% slower)."""
+    latching them after every op makes the step about 13% slower); profile:
+    that, and every replay's op times kept for a profile (`profile()`)."""
 
     def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
-                 timestamps: bool = False):
+                 timestamps: bool = False, profile: bool = False, prompt_chunk: int = MAX_COLS):
         mode = check_request(path_mode or "auto")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
+        if not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= MAX_COLS:
+            raise ValueError(f"prompt_chunk {prompt_chunk!r}: 1 (token by token) to {MAX_COLS} tokens per submit")
+        self.prompt_chunk = prompt_chunk
         self.file = f = file if file is not None else LlamaFile(model_file, fuse)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
@@ -77,8 +91,12 @@ class GpuLlama(Decoder):
         self.weights = (weights or VkqMatvecs(f.tensors, f.groups, self.backend, mode, self.activations)).weights
         self.submits = 0
         self.kernel_seconds = 0.0  # GPU time of the replays so far (timestamps)
-        self.device_label = "kernels" if timestamps else None
-        self._build(timestamps)
+        self.timestamps = timestamps or profile
+        self.device_label = "kernels" if self.timestamps else None
+        self.op_samples: list[list[tuple[str, float]]] | None = [] if profile else None  # per decode step
+        self._make_state()
+        self._steps: dict[int, _Step] = {}
+        self.step_graph = self._step(1).graph  # the decode step
         self.reset()
 
     @property
@@ -86,41 +104,79 @@ class GpuLlama(Decoder):
         return f"engine graph, path {self.path_mode}" + (
             "" if self.path_mode == "dmmv" else f", int8 activations {self.activations}")
 
+    @property
+    def graph(self):
+        """The decode step's graph."""
+        return self.step_graph
+
     def counters(self) -> tuple[float, int]:
         return self.kernel_seconds, self.submits
 
-    # -- the recorded step ---------------------------------------------------------
-    def _build(self, timestamps: bool) -> None:
+    def step_counts(self) -> tuple[int, int]:
+        return self.step_graph.dispatch_counts()
+
+    def profile(self, steps: int) -> Profile:
+        """The profile of the last `steps` decode steps (a decoder made with profile=True)."""
+        if self.op_samples is None:
+            raise RuntimeError("this decoder keeps no op times: make it with profile=True")
+        if not 1 <= steps <= len(self.op_samples):
+            raise ValueError(f"{steps} steps to profile; {len(self.op_samples)} were run")
+        return Profile.of_replays(self.op_samples[-steps:], *self.step_graph.dispatch_counts())
+
+    # -- what every recorded step shares -----------------------------------------------
+    def _make_state(self) -> None:
+        """The weights' companions that every step graph reads or writes: the
+        KV caches, the RoPE table, the norms' weights, the attention scratch,
+        the token embedding's upload."""
         f, cfg, b = self.file, self.config, self.backend
-        dev = b.device
-        g = self.graph = b.graph(timestamps=timestamps)
-        shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
-        qd = cfg.n_head * cfg.head_dim
 
         def constant(values: np.ndarray, name: str):
             t = b.tensor(values.size, name=name)
             t.write(np.ascontiguousarray(values, np.float32).reshape(-1))
             return t
 
-        self.token = g.input(b.tensor(1, dtype=np.int32, name="token"))
-        self.pos = g.input(b.tensor(1, dtype=np.int32, name="position"))
-        table = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
-        scores = b.tensor(attention_scratch_size(dev, shape), name="attention scratch")
+        self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
+        self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
+        self.scores = b.tensor(attention_scratch_size(b.device, shape), name="attention scratch")
         self.k_cache = [b.tensor(shape.cache_size, name=f"K cache {i}") for i in range(cfg.n_layer)]
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
-        norms = [{k: constant(v, f"{k} {i}") for k, v in layer.items()} for i, layer in enumerate(f.norms)]
-        out_norm = constant(f.output_norm, "output_norm")
+        self.norm_weights = [{k: constant(v, f"{k} {i}") for k, v in layer.items()} for i, layer in enumerate(f.norms)]
+        self.out_norm = constant(f.output_norm, "output_norm")
+        if f.output_name == "token_embd.weight":
+            self._embd = self.weights[f.output_group]  # the tied output head: one upload serves both
+        else:
+            t = f.tensors["token_embd.weight"]
+            self._embd = b.upload(t.qtype, t.shape, t.data)
+
+    def _step(self, n: int) -> "_Step":
+        """The recorded step for n tokens (made on first use)."""
+        if n not in self._steps:
+            self._steps[n] = self._record_step(n)
+        return self._steps[n]
+
+    # -- the recorded step ---------------------------------------------------------
+    def _record_step(self, n: int) -> "_Step":
+        """The graph of one forward pass over n tokens at consecutive positions
+        (n = 1: a decode step); the last token's logits and their argmax come back."""
+        f, cfg, b = self.file, self.config, self.backend
+        dev = b.device
+        g = b.graph(timestamps=self.timestamps)
+        qd = cfg.n_head * cfg.head_dim
+        tokens = g.input(b.tensor(n, dtype=np.int32, name="tokens"))
+        positions = g.input(b.tensor(n, dtype=np.int32, name="positions"))
         k_used = cfg.n_expert_used
-        # Each group's stacked output: one vector, or one per used expert (MUL_MAT_ID).
-        y = {gr.names: b.tensor(sum(gr.rows), k_used if gr.n_expert else 1, name=gr.names[0]) for gr in f.groups}
-        x = Vectors(b.tensor(cfg.n_embd, name="x"), cfg.n_embd)  # the residual stream
-        h = b.tensor(cfg.n_embd, name="h")  # a norm's output: the input of a stage's mat-vecs
-        attn = b.tensor(qd, name="attention")
-        swiglu = b.tensor(cfg.n_ff, k_used or 1, name="swiglu")
+        slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
+        # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID).
+        y = {gr.names: b.tensor(sum(gr.rows), slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
+        x = Vectors(b.tensor(cfg.n_embd, n, name="x"), cfg.n_embd)  # the residual stream
+        h = b.tensor(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
+        h_last = b.tensor(cfg.n_embd, name="h of the last token")  # the output norm's: the output head's input
+        attn = b.tensor(qd, n, name="attention")
+        swiglu = b.tensor(cfg.n_ff, slots or n, name="swiglu")
         if cfg.is_moe:
-            expert_ids = b.tensor(k_used, dtype=np.int32, name="expert ids")
-            expert_weights = b.tensor(k_used, name="expert weights")
-            moe_out = b.tensor(cfg.n_embd, name="experts' sum")
+            expert_ids = b.tensor(slots, dtype=np.int32, name="expert ids")
+            expert_weights = b.tensor(slots, name="expert weights")
+            moe_out = b.tensor(cfg.n_embd, n, name="experts' sum")
 
         def part(name: str) -> Vectors:
             """Where matrix `name`'s output sits: its group's tensor, at its rows."""
@@ -131,14 +187,18 @@ class GpuLlama(Decoder):
         def path(names) -> str | None:
             return resolve_path(self.weights[names].layout.fmt, self.path_mode)
 
-        def matvec(names, x_in, ids=None) -> None:
+        def matvec(names, x_in, ids=None, out=None) -> None:
+            """The group's mat-vec (MUL_MAT_ID with ids), labelled by its matrices' roles for profiles."""
+            role = "output" if names == f.output_group else "+".join(nm.split(".")[-2] for nm in names)
+            kw = dict(activations=self.activations, out=y[names] if out is None else out, label=role)
             if ids is None:
-                g.matvec(self.weights[names], x_in, path(names), activations=self.activations, out=y[names])
+                g.matvec(self.weights[names], x_in, path(names), **kw)
             else:
-                g.matvec_id(self.weights[names], x_in, ids, path(names), activations=self.activations, out=y[names])
+                g.matvec_id(self.weights[names], x_in, ids, path(names), **kw)
 
         def q8_1(t, readers) -> Q8_1Output | None:
-            """A tensor for t's Q8_1 blocks, when a mat-vec that reads t takes the int8 path."""
+            """A tensor for t's Q8_1 blocks, when a mat-vec that reads t takes the int8
+            path (the path of one column: every column count keeps it, vkq.dispatch.choose)."""
             planes = ACTIVATION_PLANES[self.activations]
             if all(b.pipeline(self.weights[names], 1, path(names), self.activations).path != "mmvq"
                    for names in readers):
@@ -146,72 +206,84 @@ class GpuLlama(Decoder):
             return Q8_1Output(b.tensor(q8_1_words(1, t.stride, planes), t.n, dtype=np.uint32, name=f"{t.name} Q8_1"),
                               planes)
 
-        # h is read by Q/K/V, the router and gate/up of every layer, and the output head.
+        # h is read by Q/K/V, the router and gate/up of every layer; h_last by the output head.
         hq = q8_1(h, [names for layer in f.layers for names in layer.qkv + layer.gate_up
-                      + ((layer.router,) if layer.router else ())] + [f.output_group])
+                      + ((layer.router,) if layer.router else ())])
+        h_last_q = q8_1(h_last, [f.output_group])
         # (a head's output is whole Q8_1 blocks only when head_dim is a multiple of 32)
         attn_q = q8_1(attn, [layer.attn_output for layer in f.layers]) if cfg.head_dim % 32 == 0 else None
         swiglu_q = q8_1(swiglu, [layer.down for layer in f.layers])
 
-        if f.output_name == "token_embd.weight":
-            embd = self.weights[f.output_group]  # the tied output head: one upload serves both
-        else:
-            t = f.tensors["token_embd.weight"]
-            embd = b.upload(t.qtype, t.shape, t.data)
-        self._embd = embd
-        g.add(EmbedRows(dev, embd, self.token, x))
+        g.add(EmbedRows(dev, self._embd, tokens, x, n))
         residual = None  # the FFN output of the layer before, added into x by the next norm
         for i, layer in enumerate(f.layers):
-            n = f"blk.{i}."
-            g.add(RMSNorm(dev, x, norms[i]["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual,
+            pre = f"blk.{i}."
+            norm = self.norm_weights[i]
+            g.add(RMSNorm(dev, x, norm["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, residual=residual,
                           xq=hq))
             for names in layer.qkv:
                 matvec(names, h)
-            q, k, v = part(n + "attn_q.weight"), part(n + "attn_k.weight"), part(n + "attn_v.weight")
-            g.add(Attention(dev, shape, q, k, v, self.k_cache[i], self.v_cache[i], table, self.pos, scores,
-                            Vectors(attn, qd), xq=attn_q))
+            q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
+            g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
+                            self.scores, Vectors(attn, qd), xq=attn_q, n=n))
             matvec(layer.attn_output, attn)
-            g.add(RMSNorm(dev, x, norms[i]["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps,
-                          residual=part(n + "attn_output.weight"), xq=hq))
+            g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
+                          residual=part(pre + "attn_output.weight"), xq=hq))
             if layer.router is None:
                 for names in layer.gate_up:
                     matvec(names, h)
-                g.add(SwiGLU(dev, part(n + "ffn_gate.weight"), part(n + "ffn_up.weight"), Vectors(swiglu, cfg.n_ff),
-                             xq=swiglu_q))
+                g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
+                             Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q))
                 matvec(layer.down, swiglu)
-                residual = part(n + "ffn_down.weight")
+                residual = part(pre + "ffn_down.weight")
                 continue
             # The experts: router, top-k, MUL_MAT_ID of gate|up for the chosen ones, SwiGLU, down, weighted sum.
             matvec(layer.router, h)
-            g.add(ExpertRouting(dev, part(n + "ffn_gate_inp.weight"), expert_ids, expert_weights, k_used))
+            g.add(ExpertRouting(dev, part(pre + "ffn_gate_inp.weight"), expert_ids, expert_weights, k_used, n))
             for names in layer.gate_up:
                 matvec(names, h, expert_ids)
-            gate, up = part(n + "ffn_gate_exps.weight"), part(n + "ffn_up_exps.weight")
-            g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n=k_used, xq=swiglu_q))
+            gate, up = part(pre + "ffn_gate_exps.weight"), part(pre + "ffn_up_exps.weight")
+            g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), slots, xq=swiglu_q))
             matvec(layer.down, swiglu, expert_ids)
-            g.add(ExpertSum(dev, y[layer.down], expert_weights, Vectors(moe_out, cfg.n_embd), k_used))
+            g.add(ExpertSum(dev, y[layer.down], expert_weights, Vectors(moe_out, cfg.n_embd), k_used, n))
             residual = Vectors(moe_out, cfg.n_embd)
-        g.add(RMSNorm(dev, x, out_norm, Vectors(h, cfg.n_embd), cfg.rms_eps, residual=residual, xq=hq))
-        matvec(f.output_group, h)
-        self.logits_t = g.output(y[f.output_group])
-        self.next_token = g.output(b.tensor(1, dtype=np.int32, name="next token"))
-        g.add(Argmax(dev, Vectors(self.logits_t, f.n_vocab), self.next_token))
+        # Only the last token's logits are wanted: the output norm and head take its vectors alone.
+        last = (n - 1) * x.tensor.stride
+        g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
+                      cfg.rms_eps, residual=Vectors(residual.tensor, cfg.n_embd,
+                                                    residual.offset + (n - 1) * residual.step, residual.step),
+                      xq=h_last_q), label="RMSNorm output_norm")
+        logits = g.output(b.tensor(f.n_vocab, name="logits"))
+        matvec(f.output_group, h_last, out=logits)
+        next_token = g.output(b.tensor(1, dtype=np.int32, name="next token"))
+        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token))
+        return _Step(n, g, tokens, positions, logits, next_token)
 
     def warm_up(self, n_prompt: int = 0) -> float:
-        """The first replay (it records the graph and uploads the constants) on
+        """The first replay of every step a prompt of n_prompt tokens and the
+        decode steps use (it records the graph and uploads the constants), on
         an empty KV cache, left empty. Returns the seconds it took."""
         if self.n_past:
             raise RuntimeError("warm_up() needs an empty KV cache (reset() first)")
         t0 = time.perf_counter()
-        self._replay(0, 0)
+        for n in sorted({1} | set(self._chunks(n_prompt))):
+            self._replay(self._step(n), [0] * n, 0)
         return time.perf_counter() - t0
 
-    def _replay(self, token: int, position: int) -> None:
-        self.token.write(np.array([token], np.int32))
-        self.pos.write(np.array([position], np.int32))
-        self.graph.run()
+    def _chunks(self, n_tokens: int) -> list[int]:
+        """The chunk sizes a prompt of n_tokens goes in."""
+        c = self.prompt_chunk
+        return [c] * (n_tokens // c) + ([n_tokens % c] if n_tokens % c else [])
+
+    def _replay(self, step: "_Step", tokens: list[int], position: int) -> None:
+        step.tokens.write(np.array(tokens, np.int32))
+        step.positions.write(np.arange(position, position + step.n, dtype=np.int32))
+        step.graph.run()
         self.submits += 1
-        self.kernel_seconds += self.graph.kernel_seconds or 0.0
+        self.kernel_seconds += step.graph.kernel_seconds or 0.0
+        if self.op_samples is not None and step.n == 1:
+            self.op_samples.append(step.graph.op_seconds())
+        self._last = step
 
     # -- the forward pass ---------------------------------------------------------
     def reset(self) -> None:
@@ -219,11 +291,27 @@ class GpuLlama(Decoder):
         self.n_past = 0
 
     def feed(self, tokens, want_logits: bool = True):
+        """The tokens join the KV cache, a chunk of up to prompt_chunk per submit."""
         tokens = self.file.check_ids(tokens)
         if not tokens:
             raise ValueError("no tokens to feed (empty prompt?)")
         self.check_room(self.n_past, len(tokens))
-        for t in tokens:
-            self._replay(t, self.n_past)
-            self.n_past += 1
-        return int(self.next_token.read()[0]), (self.logits_t.read() if want_logits else None)
+        done = 0
+        for n in self._chunks(len(tokens)):
+            self._replay(self._step(n), tokens[done:done + n], self.n_past)
+            self.n_past += n
+            done += n
+        last = self._last
+        return int(last.next_token.read()[0]), (last.logits.read() if want_logits else None)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A recorded step for n tokens: its graph, inputs and outputs."""
+
+    n: int
+    graph: object
+    tokens: object  # int32 (n,): the token ids
+    positions: object  # int32 (n,): their positions
+    logits: object  # the last token's
+    next_token: object  # their argmax

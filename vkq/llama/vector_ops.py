@@ -19,8 +19,8 @@ mat-vec's output, and a stride).
   ExpertSum: the weighted sum of the selected experts' outputs.
 - Argmax: greedy sampling, numpy's argmax order.
 
-The vector ops take n vectors; Attention takes the one of a decode step
-(a prompt runs through the step token by token).
+The vector ops take n vectors (a decode step's one, or a chunk of a
+prompt's tokens).
 
 RMSNorm, SwiGLU and Attention can also write their output as the int8
 mat-vec path's Q8_1 blocks (`xq`, a Q8_1Output): the mat-vecs that read it
@@ -281,27 +281,33 @@ def attention_scratch_size(device, shape: AttentionShape, split: int | None = No
 
 
 class Attention(_Op):
-    """One attention step of a llama layer, for the query vector at position
-    pos[0]: RoPE (ggml's normal mode: adjacent pairs) of q and of the new key
-    k, k and v appended to the caches at pos[0], then out = softmax(q . K^T /
-    sqrt(head_dim)) V per query head over positions 0 .. pos[0]. q, k, v: the
-    new vectors, unrotated (parts of the stacked Q/K/V mat-vec's output);
-    table: rope_table(inv_freq, shape.capacity); scores: a float32 scratch
-    tensor of attention_scratch_size(device, shape, split) values. The
-    caller keeps pos[0] below the capacity. With `xq`, out's Q8_1 blocks too
-    (head_dim a multiple of 32). split: positions per workgroup, then a
-    second dispatch combines them (default: attention_split, from the
-    device's loop budget; 0: one workgroup per head)."""
+    """One attention step of a llama layer for each of n query vectors, the
+    i-th at position pos[i]: RoPE (ggml's normal mode: adjacent pairs) of q
+    and of the new key k, k and v appended to the caches at pos[i], then out
+    = softmax(q . K^T / sqrt(head_dim)) V per query head over positions 0 ..
+    pos[i]. q, k, v: the new vectors, unrotated (parts of the stacked Q/K/V
+    mat-vec's output); table: rope_table(inv_freq, shape.capacity); scores:
+    a float32 scratch tensor of attention_scratch_size(device, shape, split)
+    values. The caller keeps the positions below the capacity, in order. With
+    `xq`, out's Q8_1 blocks too (head_dim a multiple of 32). split:
+    positions per workgroup, then a second dispatch combines them (default:
+    attention_split, from the device's loop budget; 0: one workgroup per head).
+
+    n queries (a chunk of a prompt) are n dispatches in order, the i-th
+    seeing the keys of those before it: each the very arithmetic of a decode
+    step at its position, so a prompt in chunks gives the logits of one fed
+    token by token, bit for bit."""
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
-                 table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None):
+                 table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None,
+                 n: int = 1):
         super().__init__(device)
         s = shape
         qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
         for vec, length, what in ((q, qd, "q"), (k, kvd, "k"), (v, kvd, "v"), (out, qd, "out")):
             if vec.length != length:
                 raise ValueError(f"Attention {what}: {vec.length} values; {s} needs {length}")
-            vec.check(1, f"Attention {what}")
+            vec.check(n, f"Attention {what}")
         if s.head_dim > MAX_HEAD_DIM:
             raise ValueError(f"Attention: head_dim {s.head_dim}; at most {MAX_HEAD_DIM}")
         for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
@@ -309,6 +315,8 @@ class Attention(_Op):
                 raise ValueError(f"Attention: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
         if _size(table) < s.capacity * s.n_rot:
             raise ValueError(f"Attention: the RoPE table holds {_size(table)} values, {s.capacity * s.n_rot} needed")
+        if _size(pos) < n:
+            raise ValueError(f"Attention: {n} queries, the positions tensor holds {_size(pos)}")
         split = attention_split(device, s) if split is None else split
         if not isinstance(split, int) or not 0 <= split <= s.capacity:
             raise ValueError(f"Attention: split {split!r}; 0 to the capacity {s.capacity} positions per workgroup")
@@ -317,23 +325,26 @@ class Attention(_Op):
                              f"{attention_scratch_size(device, s, split)} needed")
         if xq is not None and s.head_dim % CHUNK:
             raise ValueError(f"Attention: a Q8_1 output needs head_dim a multiple of {CHUNK}, got {s.head_dim}")
-        xq_t, planes, _ = _q8_1_params(out, xq, 1, "Attention")
+        xq_t, planes, xq_stride = _q8_1_params(out, xq, n, "Attention")
         self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos)
         self.writes = (k_cache, v_cache, scores, out.tensor) + ((xq_t,) if xq else ())
         self.quantized = (out.tensor, xq_t, planes) if xq else None
-        push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
-                _f32_bits(1.0 / np.sqrt(s.head_dim))]
         tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t]
         variant, wg = reducing_variant(device, "attention")
         kps = [t.kp for t in tensors]
         self.split = split
-        if split:  # the splits, then their combination (after a barrier: _Op.record)
-            n_split = -(-s.capacity // split)
-            self.algorithms.append(device.algorithm(kps, variant, (s.n_head, _groups(n_split, 1), 1),
-                                                    [wg, planes, split, 0], push))
-            self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, split, 1], push))
-        else:
-            self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, 0, 0], push))
+        for i in range(n):  # the queries in order (_Op.record puts a barrier between any two dispatches)
+            push = [q.offset + i * q.step, k.offset + i * k.step, v.offset + i * v.step, out.offset + i * out.step,
+                    s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity, _f32_bits(1.0 / np.sqrt(s.head_dim)),
+                    i, i * xq_stride]
+            if split:  # the splits, then their combination
+                n_split = -(-s.capacity // split)
+                self.algorithms.append(device.algorithm(kps, variant, (s.n_head, _groups(n_split, 1), 1),
+                                                        [wg, planes, split, 0], push))
+                self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, split, 1],
+                                                        push))
+            else:
+                self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, 0, 0], push))
 
 
 class SwiGLU(_Op):

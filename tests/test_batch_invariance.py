@@ -1,0 +1,111 @@
+"""Batch invariance: a column's result does not depend on how many columns
+share the call, bit for bit (vkq.dispatch.choose.Dispatcher.choose).
+
+- On this device: every block type and path, the dispatcher's own choice,
+  n = 2..8 columns against each column alone; MUL_MAT_ID slots against each
+  expert alone; and every launch a GPU table can pick, run at one and at
+  several columns with the same parameters;
+- on every recorded device (tests/devices/) and every type, path and model
+  shape: the dispatcher's choice at n = 2..8 sums in the order of its choice
+  at n = 1 (`PipelineConfig.summation`), even where its rules pick another
+  path or split for n > 1 (then the source says that the order was kept).
+
+What breaks it elsewhere: ggml-vulkan's n > 1 path flips greedy tokens
+against n = 1 (llama.cpp PR 28489), and with it speculative decoding and a
+prompt processed in chunks.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vkq.device_info import DeviceInfo
+from vkq.dispatch.choose import Dispatcher, DeviceCaps, loop_iteration_limit
+from vkq.dispatch.classify import classify
+from vkq.formats import FORMATS
+from vkq.resolve import MAX_COLS
+from vkq.synthetic import random_weights
+
+import ggml_quant
+from test_gpu_table_configs import gpu_configs
+
+DEVICES = Path(__file__).parent / "devices"
+# (rows, K) of the matrices of the models vkq runs: SmolLM2's, Llama 3's, an output head
+SHAPES = [(576, 576), (1536, 576), (576, 1536), (4096, 4096), (14336, 4096), (4096, 14336), (49152, 576)]
+
+
+def k_for(qtype: str) -> int:
+    return 512 if FORMATS[qtype].block_elems <= 256 else FORMATS[qtype].block_elems * 2
+
+
+@pytest.mark.parametrize("qtype, path", [(t, p) for t in FORMATS for p in FORMATS[t].paths])
+def test_columns_alone_and_together(backend, qtype, path):
+    rows, k = 37, k_for(qtype)
+    w = backend.upload(qtype, (rows, k), random_weights(FORMATS[qtype], rows, k, np.random.default_rng(5)))
+    x = np.random.default_rng(6).uniform(-1, 1, (k, MAX_COLS)).astype(np.float32)
+    alone = [backend.matvec(w, x[:, j], path) for j in range(MAX_COLS)]
+    for n in range(2, MAX_COLS + 1):
+        together = backend.matvec(w, np.ascontiguousarray(x[:, :n]), path)
+        for j in range(n):
+            assert together[:, j].tobytes() == alone[j].tobytes(), f"column {j} of {n}"
+
+
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+def test_mul_mat_id_slots_alone_and_together(backend, path):
+    n_expert, rows, k = 6, 33, 256
+    data = ggml_quant.random_weights(n_expert * rows, k, "Q4_K", seed=7)
+    w = backend.upload("Q4_K", (n_expert, rows, k), data)
+    x = np.random.default_rng(8).uniform(-1, 1, (5, k)).astype(np.float32)
+    ids = np.array([5, 0, 3, 3, 1], np.int32)
+    together = backend.matvec_id(w, x, ids, path)
+    shared = backend.matvec_id(w, x[0], ids, path)
+    for s in range(len(ids)):
+        alone = backend.matvec_id(w, x[s:s + 1], ids[s:s + 1], path)[0]
+        assert together[s].tobytes() == alone.tobytes()
+        assert shared[s].tobytes() == backend.matvec_id(w, x[0], ids[s:s + 1], path)[0].tobytes()
+
+
+@pytest.mark.parametrize("qtype", ["F16", "Q4_0", "Q4_K", "IQ4_XS", "Q6_K"])
+def test_every_gpu_table_launch_is_column_invariant(backend, qtype):
+    rows, k = 45, 2048
+    w = backend.upload(qtype, (rows, k), ggml_quant.random_weights(rows, k, qtype, seed=11))
+    x = np.random.default_rng(3).uniform(-1, 1, (k, 4)).astype(np.float32)
+    for cfg in gpu_configs(qtype, 1).values():
+        together = backend.matvec(w, x, config=cfg)
+        for j in range(4):
+            assert together[:, j].tobytes() == backend.matvec(w, x[:, j], config=cfg).tobytes(), cfg
+
+
+def recorded_dispatchers() -> list:
+    out = []
+    for path in sorted(DEVICES.glob("*.json")):
+        info = DeviceInfo.from_dict(json.loads(path.read_text()))
+        caps = DeviceCaps(vendor=info.vendor, device_type=info.device_type, subgroup_size=info.subgroup_size,
+                          subgroup_arithmetic=info.subgroup_arithmetic, int_dot=info.integer_dot_product,
+                          max_shared_memory=info.max_compute_shared_memory_size,
+                          max_workgroup_invocations=info.max_workgroup_invocations,
+                          max_texel_buffer_elements=info.max_texel_buffer_elements,
+                          max_workgroup_size_x=info.max_workgroup_size[0],
+                          max_loop_iterations=loop_iteration_limit(info))
+        out.append(pytest.param(Dispatcher(caps, classify(info), {}), id=path.stem))
+    return out
+
+
+@pytest.mark.parametrize("dispatcher", recorded_dispatchers())
+def test_one_summation_order_per_matrix_on_every_device(dispatcher):
+    kept = 0
+    for qtype, fmt in FORMATS.items():
+        for rows, k in SHAPES:
+            if not fmt.is_plain and k % fmt.block_elems:
+                continue
+            for path in (None,) + fmt.paths:
+                for activations in ("q8_1", "q8_1x2"):
+                    one = dispatcher.choose(fmt, rows, k, 1, path, activations)
+                    for n in range(2, MAX_COLS + 1):
+                        cfg = dispatcher.choose(fmt, rows, k, n, path, activations)
+                        assert cfg.summation == one.summation, (qtype, rows, k, path, n, cfg.source)
+                        kept += "summation order, kept" in cfg.source
+    print(f"{kept} choices kept one column's order against their rules")

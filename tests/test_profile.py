@@ -1,0 +1,95 @@
+"""The profile of a decode step (vkq.profile, `vkq generate --profile`).
+
+- Every op of the step is in it once per replay, under a label that says
+  what it is (matrix role, block type and path for mat-vecs); its rows add
+  up to the step's GPU time, which the graph's own kernel time agrees with;
+- dispatches and barriers per token are the graph's, and show in the
+  summary line;
+- `Profile.of_replays` aggregates by label (median per row) on made-up times;
+- the CLI prints the table; a profile of the host engine or of no decode
+  step is one line of error.
+"""
+from __future__ import annotations
+
+import pytest
+
+from vkq.cli import main
+from vkq.llama.gpu_step import GpuLlama
+from vkq.profile import Profile
+
+from tiny_llama import write_gguf
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("profile") / "tiny.gguf")
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("profile") / "tiny-moe.gguf", experts=(8, 2))
+
+
+def test_of_replays_groups_by_label_and_takes_medians():
+    samples = [[("a", 1.0), ("barrier", 0.5), ("a", 2.0), ("b", 4.0)],
+               [("a", 3.0), ("barrier", 0.1), ("a", 3.0), ("b", 1.0)],
+               [("a", 2.0), ("barrier", 0.3), ("a", 2.0), ("b", 2.0)]]
+    p = Profile.of_replays(samples, dispatches=3, barriers=1)
+    assert [(r.label, r.count) for r in p.rows] == [("a", 2), ("barrier", 1), ("b", 1)]
+    assert [r.seconds for r in p.rows] == [4.0, 0.3, 2.0]
+    assert p.gpu_seconds == pytest.approx(6.3) and p.replays == 3
+    assert "| a " in p.table() and "GPU time per token" in p.table()
+    with pytest.raises(ValueError, match="no replays"):
+        Profile.of_replays([], 0, 0)
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_step_profile_covers_every_op(backend, tiny, tiny_moe, moe):
+    model = GpuLlama(tiny_moe if moe else tiny, backend, "auto", ctx=24, profile=True)
+    gen = model.greedy(model.tokenizer.encode("the theory"), 6, stop_at_eos=False)
+    prof = model.profile(gen.stats.decode_steps)
+    rows = {r.label: r for r in prof.rows}
+    n_layer = model.config.n_layer
+    assert rows["RMSNorm"].count == 2 * n_layer and rows["RMSNorm output_norm"].count == 1
+    assert rows["Attention"].count >= n_layer and rows["EmbedRows"].count == rows["Argmax"].count == 1
+    assert any(label.startswith("output Q8_0 ") for label in rows)
+    if moe:
+        assert rows["ExpertRouting"].count == rows["ExpertSum"].count == n_layer
+        assert any(label.startswith("ffn_gate_exps Q8_0 ") for label in rows)
+        assert any(label.startswith("ffn_gate_inp F32 dmmv") for label in rows)
+    else:
+        assert any(label.startswith("ffn_gate+ffn_up Q8_0 ") for label in rows)
+    dispatches, barriers = model.graph.dispatch_counts()
+    assert (prof.dispatches, prof.barriers) == (dispatches, barriers) == (gen.stats.dispatches, gen.stats.barriers)
+    assert rows["barrier"].count == barriers
+    assert sum(r.count for r in prof.rows) == dispatches + barriers + 2  # and the upload and the read-back
+    assert prof.gpu_seconds == pytest.approx(sum(r.seconds for r in prof.rows))
+    assert all(r.seconds >= 0 for r in prof.rows) and prof.gpu_seconds > 0
+    assert f"{dispatches} dispatches and {barriers} barriers/token" in gen.stats.summary()
+
+
+def test_profile_needs_profiling_and_steps(backend, tiny):
+    model = GpuLlama(tiny, backend, "auto", ctx=8)
+    with pytest.raises(RuntimeError, match="make it with profile=True"):
+        model.profile(1)
+    model = GpuLlama(tiny, backend, "auto", ctx=8, profile=True)
+    model.logits([5])  # one replay
+    with pytest.raises(ValueError, match="3 steps to profile; 1 were run"):
+        model.profile(3)
+
+
+def test_cli_profile(tiny, capsys):
+    assert main(["generate", str(tiny), "-p", "the", "-n", "4", "--ignore-eos", "--profile"]) == 0
+    err = capsys.readouterr().err
+    assert "profile of a decode step" in err and "| op " in err and "wall clock per token" in err
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--engine", "host"], "--profile needs --engine graph"),
+    (["--path", "numpy"], "--profile needs --engine graph"),
+    (["-n", "1"], "-n must be at least 2"),
+])
+def test_cli_profile_refusals(tiny, capsys, args, match):
+    assert main(["generate", str(tiny), "-p", "the", "--profile", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0], err

@@ -1,0 +1,97 @@
+"""Prompts in chunks on the graph engine: the same logits as token by token, bit for bit.
+
+A prompt goes through the step recorded for n tokens (up to MAX_COLS), one
+submit per chunk; its logits, and every token decoded after it, must be
+those of the prompt fed one token per step. Checked at chunk boundaries and
+odd lengths, on the dense and the mixture-of-experts tiny models, both
+paths; with a context long enough that lavapipe splits the attention over
+workgroups; and on SmolLM2.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vkq.llama.gpu_step import GpuLlama
+from vkq.llama.vector_ops import attention_split
+from vkq.resolve import MAX_COLS
+
+from conftest import smollm2_or_skip
+from tiny_llama import write_gguf
+
+TEXT = "the theory that the three then- the other thing that the world"
+
+
+@pytest.fixture(scope="module", params=[None, (8, 2)], ids=["dense", "moe"])
+def model_file(request, tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("chunks") / "tiny.gguf", experts=request.param)
+
+
+def pair(backend, path, model_file, ctx=48, chunk=MAX_COLS):
+    """The chunked decoder and a token-by-token one on the same uploaded weights."""
+    chunked = GpuLlama(model_file, backend, path, ctx=ctx, prompt_chunk=chunk)
+    single = GpuLlama(None, backend, path, ctx=ctx, prompt_chunk=1, file=chunked.file,
+                      weights=_matvecs_of(chunked))
+    return chunked, single
+
+
+def _matvecs_of(decoder):
+    """A VkqMatvecs-like holder of a decoder's uploads, to share them."""
+    from vkq.llama.matvecs import VkqMatvecs
+
+    holder = VkqMatvecs.__new__(VkqMatvecs)
+    holder.backend, holder.weights = decoder.backend, decoder.weights
+    return holder
+
+
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+@pytest.mark.parametrize("n_prompt", [1, 3, MAX_COLS, MAX_COLS + 1, 2 * MAX_COLS + 3])
+def test_chunked_prompt_logits_equal_token_by_token(backend, model_file, path, n_prompt):
+    chunked, single = pair(backend, path, model_file)
+    ids = chunked.tokenizer.encode(TEXT)[:n_prompt]
+    assert len(ids) == n_prompt
+    a, b = chunked.logits(ids), single.logits(ids)
+    assert a.tobytes() == b.tobytes()
+    assert chunked.submits == -(-n_prompt // MAX_COLS) and single.submits == n_prompt
+
+
+@pytest.mark.parametrize("chunk", [2, 3, 5])
+def test_any_chunk_size_and_the_tokens_after(backend, model_file, chunk):
+    chunked, single = pair(backend, "auto", model_file, chunk=chunk)
+    ids = chunked.tokenizer.encode(TEXT)[:13]
+    a = chunked.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+    b = single.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+    assert a.tokens == b.tokens
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
+    assert a.stats.n_prompt == 13 and a.stats.decode_submits == a.stats.decode_steps == 5
+
+
+def test_long_context_with_split_attention(backend, tmp_path):
+    """A context of 9000 positions: on lavapipe the attention splits each head's
+    positions over workgroups (its loop budget), and a chunk's queries still
+    give the token-by-token bits."""
+    path = write_gguf(tmp_path / "long.gguf", metadata={"llama.context_length": 16384})
+    chunked, single = pair(backend, "auto", path, ctx=9000)
+    split = attention_split(backend.device, chunked.shape)
+    print(f"attention split: {split} positions per workgroup")
+    if backend.device.caps.max_loop_iterations is not None:  # lavapipe
+        assert 0 < split < 9000
+    ids = chunked.tokenizer.encode(TEXT)[:11]
+    assert chunked.logits(ids).tobytes() == single.logits(ids).tobytes()
+
+
+def test_prompt_chunk_is_checked(backend, model_file):
+    for bad in (0, MAX_COLS + 1, 2.0):
+        with pytest.raises(ValueError, match="prompt_chunk"):
+            GpuLlama(model_file, backend, "auto", ctx=8, prompt_chunk=bad)
+
+
+def test_smollm2_chunked_prompt(backend):
+    smol = smollm2_or_skip()
+    chunked = GpuLlama(smol, backend, "auto", ctx=40)
+    single = GpuLlama(None, backend, "auto", ctx=40, prompt_chunk=1, file=chunked.file, weights=_matvecs_of(chunked))
+    ids = chunked.tokenizer.encode("The history of the printing press begins in the fifteenth century, when a "
+                                   "goldsmith in Mainz set out to print books with movable metal type")
+    assert len(ids) > 2 * MAX_COLS
+    a, b = chunked.logits(ids), single.logits(ids)
+    assert a.tobytes() == b.tobytes() and np.isfinite(a).all()

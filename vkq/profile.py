@@ -1,0 +1,74 @@
+"""Where a replayed graph's GPU time goes: per kind of operation, from GPU timestamps.
+
+A graph made with timestamps latches one after each of its ops
+(vkq.Graph.op_seconds): an op's time runs from the end of the op before it
+to its own end, so the rows add up to the replay's GPU time. Ops with the
+same label (the same matrix role and block type in every layer, every
+norm, ...) form one row: how many a replay runs, their time, their share.
+Barriers are a row of their own ("barrier": the wait for the ops before
+them to finish, the time between ops); so are the uploads of the inputs and
+the read-back of the outputs. A GPU may overlap ops that no barrier
+separates: their times then split the overlap between them.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from .console import markdown
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    label: str
+    count: int  # ops with this label per replay
+    seconds: float  # their GPU time per replay (the median over the replays profiled)
+
+
+@dataclass(frozen=True)
+class Profile:
+    rows: tuple[ProfileRow, ...]  # in order of first appearance
+    replays: int  # replays profiled
+    gpu_seconds: float  # GPU time per replay: the sum of the rows (of their medians)
+    dispatches: int  # compute dispatches per replay
+    barriers: int
+    wall_seconds: float | None = None  # wall clock per replay (submit to results), if measured
+
+    @classmethod
+    def of_replays(cls, samples: list[list[tuple[str, float]]], dispatches: int, barriers: int,
+                   wall_seconds: float | None = None) -> "Profile":
+        """samples: Graph.op_seconds() of each replay profiled (the same graph)."""
+        if not samples:
+            raise ValueError("no replays to profile")
+        per_replay = []
+        for ops in samples:
+            seconds: dict[str, float] = {}
+            for label, s in ops:
+                seconds[label] = seconds.get(label, 0.0) + s
+            per_replay.append(seconds)
+        counts = Counter(label for label, _ in samples[0])
+        rows = tuple(ProfileRow(label, counts[label], statistics.median(r.get(label, 0.0) for r in per_replay))
+                     for label in counts)
+        return cls(rows, len(samples), sum(r.seconds for r in rows), dispatches, barriers, wall_seconds)
+
+    def table(self, top: int | None = None) -> str:
+        """A markdown table, the most costly rows first (top: the first `top`,
+        the rest in one row), then the totals."""
+        rows = sorted(self.rows, key=lambda r: -r.seconds)
+        if top is not None and len(rows) > top:
+            rest = rows[top:]
+            rows = rows[:top] + [ProfileRow(f"({len(rest)} other kinds)", sum(r.count for r in rest),
+                                            sum(r.seconds for r in rest))]
+        total = self.gpu_seconds or 1.0
+        cells = [[r.label, str(r.count), f"{r.seconds * 1e6:.1f}", f"{100 * r.seconds / total:.1f}%"] for r in rows]
+        cells.append(["GPU time per token", str(self.dispatches + self.barriers), f"{self.gpu_seconds * 1e6:.1f}",
+                      "100%"])
+        if self.wall_seconds is not None:
+            cells.append(["wall clock per token (submit to logits)", "", f"{self.wall_seconds * 1e6:.1f}",
+                          f"{100 * self.wall_seconds / total:.0f}%"])
+        return markdown(["op", "per token", "us per token", "share"], cells, {"per token", "us per token", "share"})
+
+    def summary(self) -> str:
+        return (f"{self.dispatches} dispatches and {self.barriers} barriers per token; GPU time "
+                f"{self.gpu_seconds * 1e3:.3f} ms per token (median of {self.replays} steps)")
