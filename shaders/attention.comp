@@ -1,9 +1,17 @@
 #version 450
 // One attention step of a llama layer, for the query vector at position
-// pos[pos_slot] (a decode step; a chunk of a prompt runs one dispatch per
-// token, in order, with the same arithmetic): RoPE of q and of the new key,
-// the new key and value appended to the KV cache, then grouped-query
-// attention over the cache (float32), causal. Workgroup h is query head h; it reads K/V head
+// pos[0] (a decode step): RoPE of q and of the new key, the new key and
+// value appended to the KV cache, then grouped-query attention over the
+// cache (float32), causal.
+//
+// A chunk of n tokens of a prompt (PASS, specialization constant 4): pass 1
+// appends every token's rotated key and value to the caches at pos[i]
+// (workgroup (kv head, 1, i)); pass 2 attends for every query i over
+// positions 0 .. pos[i], all read from the caches (workgroup (head, split,
+// i)). A query's arithmetic is then the decode step's at its position, in
+// the same order (the new key and value it takes from k, v and shared
+// memory are the values stored in the caches), so a prompt in chunks gives
+// the logits of one fed token by token, bit for bit. Workgroup h is query head h; it reads K/V head
 // g = h / (n_head / n_head_kv), as ggml broadcasts:
 //   s_t = (q . k_t) * scale;  p_t = exp(s_t - max s) / sum exp;  out = sum p_t v_t
 //
@@ -50,6 +58,7 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const uint X_PLANES = 0;
 layout(constant_id = 2) const uint SPLIT = 0;  // positions per workgroup; 0: all of them
 layout(constant_id = 3) const bool COMBINE = false;
+layout(constant_id = 4) const uint PASS = 0;  // 0: a decode step; 1, 2: a chunk's append and attend
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -65,10 +74,11 @@ layout(std430, binding = 9) writeonly restrict buffer XQ { uvec4 xq[]; };
 layout(push_constant) uniform Params {
     uint q_off, k_off, v_off, out_off;  // first value of each vector in its tensor
     uint n_head, n_head_kv, head_dim, n_rot;
-    uint capacity;   // positions the caches hold (the host keeps the position below it)
+    uint capacity;   // positions the caches hold (the host keeps the positions below it)
     float scale;     // 1 / sqrt(head_dim)
-    uint pos_slot;   // which value of pos is this query's position
-    uint xq_off;     // the first Q8_1 block of out's vector in xq
+    uint q_step, k_step, v_step, out_step;  // floats between the vectors of a chunk's tokens
+    uint xq_step;    // Q8_1 blocks between them in xq
+    uint scratch_step;  // floats of scratch per query (scores, then partial results)
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
@@ -88,13 +98,13 @@ vec2 rope(vec2 x, uint j, uint at) {
     return vec2(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
 }
 
-// The scratch's partial result of split c of head h: m, l, then head_dim sums.
-uint partial(uint h, uint c, uint n_split) {
-    return p.n_head * p.capacity + (h * n_split + c) * (p.head_dim + 2u);
+// The scratch's partial result of split c of head h for query qi: m, l, then head_dim sums.
+uint partial(uint qi, uint h, uint c, uint n_split) {
+    return qi * p.scratch_step + p.n_head * p.capacity + (h * n_split + c) * (p.head_dim + 2u);
 }
 
-// out's head h (its values already in o) as Q8_1 blocks, when asked.
-void store_out_q8_1(uint tid, uint h, uint ob) {
+// out's head h of query qi (its values already in o) as Q8_1 blocks, when asked.
+void store_out_q8_1(uint tid, uint qi, uint h, uint ob) {
     if (X_PLANES > 0u) {
         memoryBarrierBuffer();
         barrier();
@@ -105,45 +115,70 @@ void store_out_q8_1(uint tid, uint h, uint ob) {
                     vals[j][c] = o[ob + 32u * b + 4u * j + c];
                 }
             }
-            store_q8_1(vals, p.xq_off + (h * p.head_dim) / 32u + b);
+            store_q8_1(vals, qi * p.xq_step + (h * p.head_dim) / 32u + b);
         }
     }
 }
 
 // The second pass with SPLIT: out = sum_c e_c acc_c / sum_c e_c l_c, e_c = exp(m_c - max m).
-void combine_splits(uint tid, uint h, uint position) {
+void combine_splits(uint tid, uint qi, uint h, uint position) {
     const uint n_split = (p.capacity + SPLIT - 1u) / SPLIT;
     const uint used = position / SPLIT + 1u;
     float m = -1.0 / 0.0;
     for (uint c = 0u; c < used; c++) {
-        m = max(m, scores[partial(h, c, n_split)]);
+        m = max(m, scores[partial(qi, h, c, n_split)]);
     }
     float l = 0.0;
     for (uint c = 0u; c < used; c++) {
-        const uint pb = partial(h, c, n_split);
+        const uint pb = partial(qi, h, c, n_split);
         l += exp(scores[pb] - m) * scores[pb + 1u];
     }
     const float inv_l = 1.0 / l;
-    const uint ob = p.out_off + h * p.head_dim;
+    const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
     for (uint d = tid; d < p.head_dim; d += WG_SIZE) {
         float acc = 0.0;
         for (uint c = 0u; c < used; c++) {
-            const uint pb = partial(h, c, n_split);
+            const uint pb = partial(qi, h, c, n_split);
             acc += exp(scores[pb] - m) * scores[pb + 2u + d];
         }
         o[ob + d] = acc * inv_l;
     }
-    store_out_q8_1(tid, h, ob);
+    store_out_q8_1(tid, qi, h, ob);
+}
+
+// Pass 1 of a chunk: KV head g's rotated key and value of query qi into the caches.
+void append(uint tid, uint qi, uint g, uint position) {
+    const uint kb = p.k_off + qi * p.k_step + g * p.head_dim;
+    const uint vb = p.v_off + qi * p.v_step + g * p.head_dim;
+    const uint c0 = g * p.capacity * p.head_dim + position * p.head_dim;
+    for (uint j = tid; 2u * j < p.head_dim; j += WG_SIZE) {
+        const uint e = 2u * j;
+        const bool pair = e + 1u < p.head_dim;
+        const vec2 ke = rope(vec2(k[kb + e], pair ? k[kb + e + 1u] : 0.0), j, position);
+        k_cache[c0 + e] = ke.x;
+        v_cache[c0 + e] = v[vb + e];
+        if (pair) {
+            k_cache[c0 + e + 1u] = ke.y;
+            v_cache[c0 + e + 1u] = v[vb + e + 1u];
+        }
+    }
 }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint h = gl_WorkGroupID.x;
-    const uint position = uint(pos[p.pos_slot]);
-    if (COMBINE) {
-        combine_splits(tid, h, position);
+    const uint qi = gl_WorkGroupID.z;  // the query of a chunk (0 in a decode step)
+    const uint position = uint(pos[qi]);
+    if (PASS == 1u) {
+        append(tid, qi, h, position);
         return;
     }
+    if (COMBINE) {
+        combine_splits(tid, qi, h, position);
+        return;
+    }
+    // Pass 2 reads every key and value from the caches, the query's own too.
+    const bool cached = PASS == 2u;
     const uint split = gl_WorkGroupID.y;
     const uint t0 = split * SPLIT;  // this workgroup's positions t0 .. t1 - 1
     const uint t1 = SPLIT > 0u ? min(t0 + SPLIT, position + 1u) : position + 1u;
@@ -152,11 +187,11 @@ void main() {
     }
     const uint group_size = p.n_head / p.n_head_kv;
     const uint g = h / group_size;
-    const uint qb = p.q_off + h * p.head_dim;
-    const uint kb = p.k_off + g * p.head_dim;
-    const uint vb = p.v_off + g * p.head_dim;
+    const uint qb = p.q_off + qi * p.q_step + h * p.head_dim;
+    const uint kb = p.k_off + qi * p.k_step + g * p.head_dim;
+    const uint vb = p.v_off + qi * p.v_step + g * p.head_dim;
     const uint kv0 = g * p.capacity * p.head_dim;
-    const uint sb = h * p.capacity;
+    const uint sb = qi * p.scratch_step + h * p.capacity;
 
     // RoPE of q and the new key into shared memory; the group's first head appends k and v.
     for (uint j = tid; 2u * j < p.head_dim; j += WG_SIZE) {
@@ -170,7 +205,7 @@ void main() {
             q_rot[e + 1u] = qe.y;
             k_rot[e + 1u] = ke.y;
         }
-        if (h % group_size == 0u && split == 0u) {
+        if (!cached && h % group_size == 0u && split == 0u) {
             const uint c = kv0 + position * p.head_dim + e;
             k_cache[c] = ke.x;
             v_cache[c] = v[vb + e];
@@ -187,7 +222,7 @@ void main() {
     float m = -1.0 / 0.0;
     for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
         float s = 0.0;
-        if (t < position) {
+        if (cached || t < position) {
             const uint c = kv0 + t * p.head_dim;
             for (uint d = 0u; d < p.head_dim; d++) {
                 s += q_rot[d] * k_cache[c + d];
@@ -214,15 +249,15 @@ void main() {
     memoryBarrierBuffer();
     barrier();
     // Weighted sum of the values; each invocation takes dimensions tid, tid + WG_SIZE, ...
-    const uint t_cache = min(t1, position);  // positions read from the V cache; the new one from v
-    const uint ob = p.out_off + h * p.head_dim;
-    const uint pb = SPLIT > 0u ? partial(h, split, (p.capacity + SPLIT - 1u) / SPLIT) : 0u;
+    const uint t_cache = cached ? t1 : min(t1, position);  // positions read from the V cache; the new one from v
+    const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
+    const uint pb = SPLIT > 0u ? partial(qi, h, split, (p.capacity + SPLIT - 1u) / SPLIT) : 0u;
     for (uint d = tid; d < p.head_dim; d += WG_SIZE) {
         float acc = 0.0;
         for (uint t = t0; t < t_cache; t++) {
             acc += scores[sb + t] * v_cache[kv0 + t * p.head_dim + d];
         }
-        if (t1 > position) {
+        if (t1 > t_cache) {
             acc += scores[sb + position] * v[vb + d];
         }
         if (SPLIT > 0u) {
@@ -237,6 +272,6 @@ void main() {
             scores[pb + 1u] = sum;
         }
     } else {
-        store_out_q8_1(tid, h, ob);
+        store_out_q8_1(tid, qi, h, ob);
     }
 }

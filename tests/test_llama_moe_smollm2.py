@@ -106,7 +106,7 @@ def test_compare_every_tensor(backend, moe_file):
 @pytest.fixture(scope="module")
 def runs(moe_file):
     """(prompt ids, the float64 reference's greedy run, llama.cpp's tokens, the compared length)."""
-    from llama_server import LlamaServer
+    from vkq.llama_server import LlamaServer
 
     reference = load(moe_file[1], path="numpy")
     ids = reference.tokenizer.encode(PROMPT)

@@ -34,11 +34,11 @@ RoPE table covers ctx positions.
 
 A prompt goes in chunks of up to MAX_COLS tokens, one submit each: the same
 step recorded for n tokens (mat-vecs of n columns, the vector ops over n
-vectors, one attention dispatch per token in order, the output head on the
-last token only). Its logits equal those of the prompt fed token by token,
+vectors, the output head on the last token only). Its logits equal those of the prompt fed token by token,
 bit for bit: every op computes a token's values as the one-token step does
 (the dispatcher keeps one summation order per matrix whatever the column
-count, vkq.dispatch.choose).
+count, vkq.dispatch.choose; the attention appends the chunk's keys, then
+attends for each query over the caches, vkq.llama.vector_ops.Attention).
 """
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ class GpuLlama(Decoder):
 
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
-        self.scores = b.tensor(attention_scratch_size(b.device, shape), name="attention scratch")
+        self.scores = b.tensor(attention_scratch_size(b.device, shape, queries=self.prompt_chunk),
+                               name="attention scratch")
         self.k_cache = [b.tensor(shape.cache_size, name=f"K cache {i}") for i in range(cfg.n_layer)]
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
         self.norm_weights = [{k: constant(v, f"{k} {i}") for k, v in layer.items()} for i, layer in enumerate(f.norms)]

@@ -273,11 +273,12 @@ def attention_split(device, shape: AttentionShape) -> int:
     return lo
 
 
-def attention_scratch_size(device, shape: AttentionShape, split: int | None = None) -> int:
-    """Floats of an Attention's scratch: the scores, then (split) the partial results."""
+def attention_scratch_size(device, shape: AttentionShape, split: int | None = None, queries: int = 1) -> int:
+    """Floats of an Attention's scratch for `queries` queries at once: per
+    query the scores, then (split) the partial results."""
     split = attention_split(device, shape) if split is None else split
     n_split = -(-shape.capacity // split) if split else 0
-    return shape.n_head * shape.capacity + shape.n_head * n_split * (shape.head_dim + 2)
+    return queries * (shape.n_head * shape.capacity + shape.n_head * n_split * (shape.head_dim + 2))
 
 
 class Attention(_Op):
@@ -287,16 +288,18 @@ class Attention(_Op):
     = softmax(q . K^T / sqrt(head_dim)) V per query head over positions 0 ..
     pos[i]. q, k, v: the new vectors, unrotated (parts of the stacked Q/K/V
     mat-vec's output); table: rope_table(inv_freq, shape.capacity); scores:
-    a float32 scratch tensor of attention_scratch_size(device, shape, split)
-    values. The caller keeps the positions below the capacity, in order. With
-    `xq`, out's Q8_1 blocks too (head_dim a multiple of 32). split:
-    positions per workgroup, then a second dispatch combines them (default:
-    attention_split, from the device's loop budget; 0: one workgroup per head).
+    a float32 scratch tensor of attention_scratch_size(device, shape, split,
+    n) values. The caller keeps the positions below the capacity and
+    consecutive. With `xq`, out's Q8_1 blocks too (head_dim a multiple of 32).
+    split: positions per workgroup, then a second dispatch combines them
+    (default: attention_split, from the device's loop budget; 0: one
+    workgroup per head).
 
-    n queries (a chunk of a prompt) are n dispatches in order, the i-th
-    seeing the keys of those before it: each the very arithmetic of a decode
-    step at its position, so a prompt in chunks gives the logits of one fed
-    token by token, bit for bit."""
+    One query (a decode step) is one dispatch. n queries (a chunk of a
+    prompt) are two: every key and value appended, then every query
+    attending over the caches; a query's arithmetic is the decode step's at
+    its position (shaders/attention.comp), so a prompt in chunks gives the
+    logits of one fed token by token, bit for bit."""
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None,
@@ -320,31 +323,34 @@ class Attention(_Op):
         split = attention_split(device, s) if split is None else split
         if not isinstance(split, int) or not 0 <= split <= s.capacity:
             raise ValueError(f"Attention: split {split!r}; 0 to the capacity {s.capacity} positions per workgroup")
-        if _size(scores) < attention_scratch_size(device, s, split):
-            raise ValueError(f"Attention: the scores scratch holds {_size(scores)} values, "
-                             f"{attention_scratch_size(device, s, split)} needed")
+        need = attention_scratch_size(device, s, split, n)
+        if _size(scores) < need:
+            raise ValueError(f"Attention: the scores scratch holds {_size(scores)} values, {need} needed")
         if xq is not None and s.head_dim % CHUNK:
             raise ValueError(f"Attention: a Q8_1 output needs head_dim a multiple of {CHUNK}, got {s.head_dim}")
         xq_t, planes, xq_stride = _q8_1_params(out, xq, n, "Attention")
         self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos)
         self.writes = (k_cache, v_cache, scores, out.tensor) + ((xq_t,) if xq else ())
         self.quantized = (out.tensor, xq_t, planes) if xq else None
+        push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
+                _f32_bits(1.0 / np.sqrt(s.head_dim)), q.step, k.step, v.step, out.step, xq_stride,
+                attention_scratch_size(device, s, split)]
         tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t]
         variant, wg = reducing_variant(device, "attention")
         kps = [t.kp for t in tensors]
         self.split = split
-        for i in range(n):  # the queries in order (_Op.record puts a barrier between any two dispatches)
-            push = [q.offset + i * q.step, k.offset + i * k.step, v.offset + i * v.step, out.offset + i * out.step,
-                    s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity, _f32_bits(1.0 / np.sqrt(s.head_dim)),
-                    i, i * xq_stride]
-            if split:  # the splits, then their combination
-                n_split = -(-s.capacity // split)
-                self.algorithms.append(device.algorithm(kps, variant, (s.n_head, _groups(n_split, 1), 1),
-                                                        [wg, planes, split, 0], push))
-                self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, split, 1],
-                                                        push))
-            else:
-                self.algorithms.append(device.algorithm(kps, variant, (s.n_head, 1, 1), [wg, planes, 0, 0], push))
+        n_split = -(-s.capacity // split) if split else 1
+        attend = 0 if n == 1 else 2  # shaders/attention.comp's PASS: 0 one query, 1 + 2 a chunk
+
+        def dispatch(groups, combine, pass_):  # (_Op.record puts a barrier between two dispatches)
+            self.algorithms.append(device.algorithm(kps, variant, groups, [wg, planes, split, int(combine), pass_],
+                                                    push))
+
+        if n > 1:
+            dispatch((s.n_head_kv, 1, n), False, 1)
+        dispatch((s.n_head, _groups(n_split, 1), n), False, attend)
+        if split:
+            dispatch((s.n_head, 1, n), True, attend)
 
 
 class SwiGLU(_Op):

