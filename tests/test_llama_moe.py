@@ -5,8 +5,9 @@
   experts to 512, up to 64 used), ties and NaN logits included;
 - a whole MoE FFN block recorded in a graph (router mat-vec, routing,
   MUL_MAT_ID of the stacked gate|up, SwiGLU over the slots, MUL_MAT_ID of
-  down, the weighted sum) against float64 numpy, at Mixtral-, Qwen3-MoE- and
-  gpt-oss-like expert counts (gpt-oss with MXFP4 experts);
+  down, the weighted sum as the next norm's residual) against float64 numpy,
+  at Mixtral-, Qwen3-MoE- and gpt-oss-like expert counts (gpt-oss with
+  MXFP4 experts);
 - a tiny random MoE model on the graph engine (one submit per token) and the
   host engine, both paths, against the float64 reference; a prompt in
   chunks on the host engine against token by token;
@@ -29,7 +30,7 @@ from vkq.cli import main
 from vkq.llama.config import MAX_EXPERTS
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel, route, silu
-from vkq.llama.vector_ops import ExpertRouting, ExpertSum, SwiGLU, Vectors
+from vkq.llama.vector_ops import ExpertRouting, RMSNorm, SwiGLU, Vectors, WeightedSlots
 from vkq.synthetic import random_weights
 from vkq.formats import get_format
 
@@ -114,7 +115,8 @@ BLOCKS = [("mixtral", 8, 2, 256, 256, "Q4_K"), ("qwen3-moe", 128, 8, 256, 256, "
 @pytest.mark.parametrize("name, n_expert, n_used, n_embd, n_ff, qtype", BLOCKS, ids=[b[0] for b in BLOCKS])
 def test_moe_block_matches_numpy(backend, name, n_expert, n_used, n_embd, n_ff, qtype, path):
     """router -> routing -> MUL_MAT_ID(gate|up) -> SwiGLU -> MUL_MAT_ID(down) ->
-    weighted sum, one replay; checked step by step against float64 numpy."""
+    weighted sum into the residual and its norm, one replay; checked step by
+    step against float64 numpy."""
     rng = np.random.default_rng(n_expert)
     fmt = get_format(qtype)
     router64 = rng.standard_normal((n_expert, n_embd)) * 2 / np.sqrt(n_embd)
@@ -133,10 +135,16 @@ def test_moe_block_matches_numpy(backend, name, n_expert, n_used, n_embd, n_ff, 
     s = g.output(backend.tensor(n_ff, n_used))
     g.add(SwiGLU(dev, Vectors(gu, n_ff), Vectors(gu, n_ff, n_ff), Vectors(s, n_ff), n=n_used))
     d = g.output(g.matvec_id(down, s, ids, path))
-    out = g.output(backend.tensor(n_embd))
-    g.add(ExpertSum(dev, d, weights, Vectors(out, n_embd), n_used))
+    # The weighted sum of the experts is the residual of the norm after them: x2 += sum_j w_j d_j.
+    x2 = g.output(g.input(backend.tensor(n_embd)))
+    norm_w, normed = backend.tensor(n_embd), g.output(backend.tensor(n_embd))
+    norm_w.write(np.ones(n_embd, np.float32))
+    g.add(RMSNorm(dev, Vectors(x2, n_embd), norm_w, Vectors(normed, n_embd), 1e-5, residual=Vectors(d, n_embd),
+                  slots=WeightedSlots(weights, n_used)))
     xv = rng.uniform(-1, 1, n_embd).astype(np.float32)
     x.write(xv)
+    x2_before = rng.uniform(-1, 1, n_embd).astype(np.float32)
+    x2.write(x2_before)
     g.run()
 
     assert ref.nmse(logits.read(), router64 @ xv) < 1e-10
@@ -154,10 +162,15 @@ def test_moe_block_matches_numpy(backend, name, n_expert, n_used, n_embd, n_ff, 
     assert ref.nmse(s.read(), s64) < bound
     d64 = np.einsum("jrk,jk->jr", w_down, s.read().astype(np.float64))  # from the device's s: down alone
     assert ref.nmse(d.read(), d64) < bound
-    want = (got_w.astype(np.float64)[:, None] * d.read()).sum(axis=0)
-    assert ref.nmse(out.read(), want) < 1e-12
-    assert ref.nmse(out.read(), (got_w[:, None] * (w_down @ s64[..., None])[..., 0]).sum(axis=0)) < (
-        1e-9 if path == "dmmv" else 1e-3)
+    terms = got_w[:, None] * d.read()  # float32 products, added in slot order: llama.cpp's arithmetic
+    acc = terms[0]
+    for t in terms[1:]:
+        acc = acc + t
+    assert np.array_equal(x2.read(), x2_before + acc)
+    want = x2_before + (got_w[:, None] * (w_down @ s64[..., None])[..., 0]).sum(axis=0)
+    assert ref.nmse(x2.read(), want) < (1e-9 if path == "dmmv" else 1e-3)
+    x64 = x2.read().astype(np.float64)
+    assert ref.nmse(normed.read(), x64 / np.sqrt(np.mean(x64 * x64) + 1e-5)) < 1e-10
 
 
 # -- a tiny random MoE model ----------------------------------------------------

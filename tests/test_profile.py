@@ -54,7 +54,7 @@ def test_step_profile_covers_every_op(backend, tiny, tiny_moe, moe):
     assert rows["Attention"].count >= n_layer and rows["EmbedRows"].count == rows["Argmax"].count == 1
     assert any(label.startswith("output Q8_0 ") for label in rows)
     if moe:
-        assert rows["ExpertRouting"].count == rows["ExpertSum"].count == n_layer
+        assert rows["ExpertRouting"].count == n_layer and "ExpertSum" not in rows
         assert any(label.startswith("ffn_gate_exps Q8_0 ") for label in rows)
         assert any(label.startswith("ffn_gate_inp F32 dmmv") for label in rows)
     else:

@@ -130,7 +130,7 @@ class VectorOpVariant:
 
 REDUCING_OPS = ("rms_norm", "attention", "expert_routing")  # the ops with workgroup reductions
 LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)) + tuple(
-    VectorOpVariant(op) for op in ("swiglu", "argmax", "expert_sum"))
+    VectorOpVariant(op) for op in ("swiglu", "argmax"))
 
 
 def all_variants() -> list:

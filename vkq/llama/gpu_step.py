@@ -20,7 +20,8 @@ A mixture-of-experts layer's FFN (Mixtral's layout) instead:
 
       ids, w = top-k of softmax(W_router h)                 mat-vec, ExpertRouting
       g|u[j] = W_gu[ids[j]] h;  s[j] = silu(g[j]) * u[j]    MUL_MAT_ID, SwiGLU over the slots
-      d[j] = W_down[ids[j]] s[j];  d = sum_j w[j] d[j]      MUL_MAT_ID, ExpertSum
+      d[j] = W_down[ids[j]] s[j]                            MUL_MAT_ID
+      (d = sum_j w[j] d[j]: the next norm's residual)       RMSNorm
 
 with the ids written on the device by the router's op, in range by its
 construction (vkq.graph's note on ids).
@@ -57,8 +58,8 @@ from ..resolve import MAX_COLS
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, ExpertSum, Q8_1Output, RMSNorm,
-                         SwiGLU, Vectors, attention_scratch_size, rope_table)
+from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, Q8_1Output, RMSNorm, SwiGLU,
+                         Vectors, WeightedSlots, attention_scratch_size, rope_table)
 
 
 class GpuLlama(Decoder):
@@ -166,18 +167,17 @@ class GpuLlama(Decoder):
         tokens = g.input(b.tensor(n, dtype=np.int32, name="tokens"))
         positions = g.input(b.tensor(n, dtype=np.int32, name="positions"))
         k_used = cfg.n_expert_used
-        slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
+        n_slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
         # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID).
-        y = {gr.names: b.tensor(sum(gr.rows), slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
+        y = {gr.names: b.tensor(sum(gr.rows), n_slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
         x = Vectors(b.tensor(cfg.n_embd, n, name="x"), cfg.n_embd)  # the residual stream
         h = b.tensor(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
         h_last = b.tensor(cfg.n_embd, name="h of the last token")  # the output norm's: the output head's input
         attn = b.tensor(qd, n, name="attention")
-        swiglu = b.tensor(cfg.n_ff, slots or n, name="swiglu")
+        swiglu = b.tensor(cfg.n_ff, n_slots or n, name="swiglu")
         if cfg.is_moe:
-            expert_ids = b.tensor(slots, dtype=np.int32, name="expert ids")
-            expert_weights = b.tensor(slots, name="expert weights")
-            moe_out = b.tensor(cfg.n_embd, n, name="experts' sum")
+            expert_ids = b.tensor(n_slots, dtype=np.int32, name="expert ids")
+            expert_weights = b.tensor(n_slots, name="expert weights")
 
         def part(name: str) -> Vectors:
             """Where matrix `name`'s output sits: its group's tensor, at its rows."""
@@ -217,11 +217,12 @@ class GpuLlama(Decoder):
 
         g.add(EmbedRows(dev, self._embd, tokens, x, n))
         residual = None  # the FFN output of the layer before, added into x by the next norm
+        slots = None  # with experts: that output is their weighted sum
         for i, layer in enumerate(f.layers):
             pre = f"blk.{i}."
             norm = self.norm_weights[i]
             g.add(RMSNorm(dev, x, norm["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, residual=residual,
-                          xq=hq))
+                          xq=hq, slots=slots))
             for names in layer.qkv:
                 matvec(names, h)
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
@@ -236,7 +237,7 @@ class GpuLlama(Decoder):
                 g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
                              Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q))
                 matvec(layer.down, swiglu)
-                residual = part(pre + "ffn_down.weight")
+                residual, slots = part(pre + "ffn_down.weight"), None
                 continue
             # The experts: router, top-k, MUL_MAT_ID of gate|up for the chosen ones, SwiGLU, down, weighted sum.
             matvec(layer.router, h)
@@ -244,16 +245,18 @@ class GpuLlama(Decoder):
             for names in layer.gate_up:
                 matvec(names, h, expert_ids)
             gate, up = part(pre + "ffn_gate_exps.weight"), part(pre + "ffn_up_exps.weight")
-            g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), slots, xq=swiglu_q))
+            g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n_slots, xq=swiglu_q))
             matvec(layer.down, swiglu, expert_ids)
-            g.add(ExpertSum(dev, y[layer.down], expert_weights, Vectors(moe_out, cfg.n_embd), k_used, n))
-            residual = Vectors(moe_out, cfg.n_embd)
+            residual = Vectors(y[layer.down], cfg.n_embd)
+            slots = WeightedSlots(expert_weights, k_used)
         # Only the last token's logits are wanted: the output norm and head take its vectors alone.
-        last = (n - 1) * x.tensor.stride
-        g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
-                      cfg.rms_eps, residual=Vectors(residual.tensor, cfg.n_embd,
-                                                    residual.offset + (n - 1) * residual.step, residual.step),
-                      xq=h_last_q), label="RMSNorm output_norm")
+        per_token = slots.k if slots else 1  # residual vectors per token
+        last_residual = Vectors(residual.tensor, cfg.n_embd, residual.offset + (n - 1) * per_token * residual.step,
+                                residual.step)
+        last_slots = WeightedSlots(slots.weights, slots.k, (n - 1) * slots.k) if slots else None
+        g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, (n - 1) * x.tensor.stride), self.out_norm,
+                      Vectors(h_last, cfg.n_embd), cfg.rms_eps, residual=last_residual, xq=h_last_q,
+                      slots=last_slots), label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, name="logits"))
         matvec(f.output_group, h_last, out=logits)
         next_token = g.output(b.tensor(1, dtype=np.int32, name="next token"))

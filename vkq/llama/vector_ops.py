@@ -15,8 +15,9 @@ mat-vec's output, and a stride).
   to the float32 KV cache at the position in a device int32 tensor, and
   grouped-query attention over the cache, causal: one dispatch per layer.
 - SwiGLU: silu(gate) * up.
-- ExpertRouting: a mixture-of-experts router's softmax, top-k and weights;
-  ExpertSum: the weighted sum of the selected experts' outputs.
+- ExpertRouting: a mixture-of-experts router's softmax, top-k and weights
+  (the weighted sum of the selected experts' outputs is the residual of the
+  RMSNorm after them: WeightedSlots).
 - Argmax: greedy sampling, numpy's argmax order.
 
 The vector ops take n vectors (a decode step's one, or a chunk of a
@@ -45,7 +46,6 @@ from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
 SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
-EXPERT_SUM_WG = 64
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
 # Positions of a KV cache: pos is a uint in the shaders; more than anyone's context.
 MAX_KV_CAPACITY = 1 << 20
@@ -179,30 +179,52 @@ class EmbedRows(_Op):
                 (_groups(nchunks, ROWS_WG), n, 1), [ROWS_WG], push))
 
 
+@dataclass(frozen=True)
+class WeightedSlots:
+    """A residual that is, for each vector v, the weighted sum of k vectors:
+    a mixture-of-experts layer's selected experts' outputs (MUL_MAT_ID's slots
+    v*k .. v*k + k - 1 of the residual's tensor) and the router's weights
+    (weights[offset + v*k + j])."""
+
+    weights: object
+    k: int
+    offset: int = 0
+
+
 class RMSNorm(_Op):
     """y = x / sqrt(mean(x^2) + eps) * w for n vectors; with `residual`,
-    x += residual first (written back to x); with `xq`, y's Q8_1 blocks too."""
+    x += residual first (written back to x); with `slots`, the residual is
+    the weighted sum of each vector's slots (WeightedSlots); with `xq`, y's
+    Q8_1 blocks too."""
 
     def __init__(self, device, x: Vectors, w, y: Vectors, eps: float, n: int = 1,
-                 residual: Vectors | None = None, xq: Q8_1Output | None = None):
+                 residual: Vectors | None = None, xq: Q8_1Output | None = None, slots: WeightedSlots | None = None):
         super().__init__(device)
         length = x.length
+        if slots is not None and residual is None:
+            raise ValueError("RMSNorm: weighted slots are a residual's: give the residual's vectors")
         for vec, what in ((x, "RMSNorm x"), (y, "RMSNorm y")) + (((residual, "RMSNorm residual"),) if residual else ()):
             if vec.length != length:
                 raise ValueError(f"{what}: {vec.length} values per vector, x has {length}")
-            vec.check(n, what)
+            vec.check(n * (slots.k if slots is not None and vec is residual else 1), what)
         if _size(w) < length:
             raise ValueError(f"RMSNorm weight: {_size(w)} values for vectors of {length}")
+        if slots is not None and (not 1 <= slots.k <= MAX_EXPERTS_USED or slots.weights.dtype != np.float32
+                                  or _size(slots.weights) < slots.offset + n * slots.k):
+            raise ValueError(f"RMSNorm slots: 1 to {MAX_EXPERTS_USED} per vector and {n * slots.k} float32 "
+                             f"weights from {slots.offset}, got k={slots.k}, {slots.weights!r}")
         r = residual or x
         xq_t, planes, xq_stride = _q8_1_params(y, xq, n, "RMSNorm")
-        self.reads = (x.tensor, w) + ((residual.tensor,) if residual else ())
+        rw = slots.weights if slots is not None else x.tensor
+        self.reads = (x.tensor, w) + ((residual.tensor,) if residual else ()) + ((rw,) if slots else ())
         self.writes = (y.tensor,) + ((x.tensor,) if residual else ()) + ((xq_t,) if xq else ())
         self.quantized = (y.tensor, xq_t, planes) if xq else None
-        push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps), xq_stride]
+        push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps), xq_stride,
+                slots.offset if slots else 0]
         variant, wg = reducing_variant(device, "rms_norm")
         self.algorithms.append(device.algorithm(
-            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp, xq_t.kp], variant,
-            (n, 1, 1), [wg, int(residual is not None), planes], push))
+            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp, xq_t.kp, rw.kp], variant,
+            (n, 1, 1), [wg, int(residual is not None), planes, slots.k if slots else 0], push))
 
 
 @dataclass(frozen=True)
@@ -401,25 +423,6 @@ class ExpertRouting(_Op):
         push = [n_expert, n_used, logits.offset, logits.step]
         self.algorithms.append(device.algorithm(
             [logits.tensor.kp, ids.kp, weights.kp], variant, (_groups(n, 1), 1, 1), [wg], push))
-
-
-class ExpertSum(_Op):
-    """out[v] = sum over j < n_used of weights[v * n_used + j] * d[v * n_used + j]
-    for n vectors, in slot order: the output of a mixture-of-experts layer
-    from its MUL_MAT_ID's slots d (n * n_used vectors) and the router's weights."""
-
-    def __init__(self, device, d, weights, out: Vectors, n_used: int, n: int = 1):
-        super().__init__(device)
-        if d.dtype != np.float32 or d.n != n * n_used or d.length != out.length:
-            raise ValueError(f"ExpertSum d: {n * n_used} float32 vectors of {out.length}, got {d!r}")
-        if weights.dtype != np.float32 or _size(weights) < n * n_used:
-            raise ValueError(f"ExpertSum weights: {n * n_used} float32 values, got {weights!r}")
-        out.check(n, "ExpertSum out")
-        self.reads, self.writes = (d, weights), (out.tensor,)
-        push = [out.length, n_used, d.stride, out.offset, out.step]
-        self.algorithms.append(device.algorithm(
-            [d.kp, weights.kp, out.tensor.kp], VectorOpVariant("expert_sum"),
-            (_groups(out.length, EXPERT_SUM_WG), n, 1), [EXPERT_SUM_WG], push))
 
 
 class Argmax(_Op):
