@@ -1,7 +1,8 @@
 """`vkq generate`: greedy text generation of a llama GGUF model on vkq.
 
+    import vkq
     from vkq.generate import load
-    model = load("SmolLM2-135M-Instruct.Q4_1.gguf")            # the GPU step (engine "graph")
+    model = load(vkq.example_model())                         # the GPU step (engine "graph")
     text, token_ids, stats = model.generate("The capital of France is", 32)
     print(text, stats.summary())
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from .activations import GENERATE_ACTIVATIONS
 from .backend import Backend
-from .llama.decoding import Decoder
+from .llama.decoding import Decoder, submits_per_token
 from .llama.host import PATH_MODES, LlamaModel
 from .llama.model import LlamaFile
 
@@ -125,8 +126,8 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     med = {name: statistics.median(v) for name, v in tps.items()}
     timed = stats["graph, timed"]
     print(f"{file.path.name}, {n_tokens} tokens, {rounds} rounds on {backend.device_info.name}: "
-          f"graph {med['graph']:.2f} t/s ({stats['graph'].submits_per_token:g} submit/token; kernels "
+          f"graph {med['graph']:.2f} t/s ({submits_per_token(stats['graph'].submits_per_token)}; kernels "
           f"{100 * timed.device_share:.0f}% of the step in a timed round, {timed.tokens_per_second:.2f} t/s) vs host "
-          f"{med['host']:.2f} t/s ({stats['host'].submits_per_token:g} submits/token): "
+          f"{med['host']:.2f} t/s ({submits_per_token(stats['host'].submits_per_token)}): "
           f"{med['graph'] / med['host']:.2f}x; same tokens: {'yes' if same else 'NO'}")
     return 0 if same else 1

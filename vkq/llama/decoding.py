@@ -66,10 +66,15 @@ class GenerationStats:
             lines.append(
                 f"decode: {self.n_generated} tokens, {self.decode_steps} steps in {self.decode_seconds:.2f} s: "
                 f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
-                f"{self.submits_per_token:g} submits/token); {self.engine}")
+                f"{submits_per_token(self.submits_per_token)}); {self.engine}")
         else:
             lines.append(f"decode: {self.n_generated} tokens, no decode step; {self.engine}")
         return "\n".join(lines)
+
+
+def submits_per_token(n: float) -> str:
+    """'1 submit/token', '121 submits/token'."""
+    return f"{n:g} submit{'' if n == 1 else 's'}/token"
 
 
 @dataclass
