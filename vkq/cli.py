@@ -201,8 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "
                         "it takes a minute or more per case)")
     p.add_argument("--quick", action="store_true",
-                   help="a first table sooner: the mat-vecs on the rotation only (one matrix repeated too with "
-                        "--ggml), fewer samples and tokens")
+                   help="a first table sooner: each type's mat-vec on the dispatcher's path alone, one matrix "
+                        "repeated, n=1 (n=4 too with --ggml), fewer samples and tokens")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")

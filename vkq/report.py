@@ -15,8 +15,8 @@ Sections, each measured by the function that owns it elsewhere in vkq:
   the fastest sample): one matrix repeated (as ggml's perf does; on a GPU
   with a large last-level cache it is partly read from there), and a
   rotation of copies of it past any cache (at least 256 MiB per pass); the
-  dispatcher's choice marked (--quick: the rotation only, unless ggml's side
-  by side needs the one matrix, and fewer samples);
+  dispatcher's choice marked (--quick: the dispatcher's path alone on one
+  matrix, n = 1, fewer samples; n = 4 too with ggml's side by side);
 - `vkq bench`'s default model: wall and kernel t/s (vkq.bench.bench);
 - with a GGUF model: `vkq generate`'s graph engine t/s and submits per
   token (vkq.generate.load, Decoder.greedy);
@@ -29,7 +29,8 @@ unmeasured is in the report as such (`not_measured`), never guessed.
 
 The JSON (schema SCHEMA; times in seconds, bandwidths in GB/s):
   schema, vkq, command, date, quick, shape [rows, K], ncols, sizes (of "one",
-  "rotation": the mat-vec tables measured), rotation_bytes,
+  "rotation": the mat-vec tables measured), paths ("every": each path of a
+  type; "auto": the dispatcher's alone), rotation_bytes,
   warm_seconds, rounds, activations, timer ("gpu timestamps" | "wall clock"),
   wall_seconds;
   device: index, name, vendor, type, driver, timestamps, device_class, tuned,
@@ -56,7 +57,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__, call_cost
@@ -84,6 +85,8 @@ class Effort:
     """How much of each measurement: the default, or --quick."""
 
     sizes: tuple[str, ...]  # the mat-vec tables (of SIZES) measured
+    every_path: bool  # each path of a block type, or the dispatcher's choice alone
+    ncols: tuple[int, ...]  # columns of x (of NCOLS)
     rounds: int  # interleaved samples per mat-vec case (the fastest counts)
     calls: int  # timed calls per per-call case (the median counts)
     bench_tokens: int  # vkq bench: tokens per repetition
@@ -92,11 +95,19 @@ class Effort:
     gen_rounds: int  # timed rounds (the median counts)
 
 
-FULL = Effort(sizes=SIZES, rounds=5, calls=1000, bench_tokens=64, bench_repetitions=3, gen_tokens=32, gen_rounds=3)
-# The rotation alone (what decoding reads: every matrix once per token, past
-# the caches), unless ggml's side by side needs the one matrix it repeats.
-QUICK = Effort(sizes=("rotation",), rounds=2, calls=200, bench_tokens=16, bench_repetitions=2, gen_tokens=16,
-               gen_rounds=1)
+FULL = Effort(sizes=SIZES, every_path=True, ncols=NCOLS, rounds=5, calls=1000, bench_tokens=64,
+              bench_repetitions=3, gen_tokens=32, gen_rounds=3)
+# A first table in about a minute on lavapipe: what the dispatcher runs on one
+# matrix (no copies to upload, no pass over 256 MiB per sample), one column;
+# ggml's side by side adds the 4 columns it compares (ggml_effort).
+QUICK = Effort(sizes=("one",), every_path=False, ncols=(1,), rounds=2, calls=200, bench_tokens=16,
+               bench_repetitions=2, gen_tokens=16, gen_rounds=1)
+
+
+def ggml_effort(effort: Effort) -> Effort:
+    """What ggml's side by side needs measured: one matrix repeated, as its
+    perf does, at every column count it compares (NCOLS)."""
+    return replace(effort, sizes=tuple(s for s in SIZES if s in effort.sizes or s == "one"), ncols=NCOLS)
 
 
 # -- the sections ---------------------------------------------------------------
@@ -124,22 +135,24 @@ def calls_section(backend, calls: int) -> list[dict]:
     return out
 
 
-def matvec_rows(backend, qtype: str, shape: tuple[int, int], size: str, rounds: int) -> list[dict]:
-    """Kernel seconds per mat-vec of one block type on each of its paths, n in NCOLS:
-    one matrix repeated (size "one") or copies of it rotated past the caches
-    ("rotation"). Each case is a graph of as many passes over the copies as
-    make a sample of SAMPLE_SECONDS, timed warm (one warm-up for them all)."""
+def matvec_rows(backend, qtype: str, shape: tuple[int, int], size: str, effort: Effort) -> list[dict]:
+    """Kernel seconds per mat-vec of one block type, on each of its paths (or
+    the dispatcher's alone), n in effort.ncols: one matrix repeated (size
+    "one") or copies of it rotated past the caches ("rotation"). Each case is
+    a graph of as many passes over the copies as make a sample of
+    SAMPLE_SECONDS, timed warm (one warm-up for them all)."""
     tb = TypeBench(backend, qtype, [shape], max_copies=1 if size == "one" else None)
     w = tb.units[0].weights
-    auto = {n: backend.pipeline(w, n).path for n in NCOLS}
-    cands = {(path, n): Candidate(tb, backend.pipeline(w, n, path), 1, n) for n in NCOLS for path in tb.fmt.paths}
+    auto = {n: backend.pipeline(w, n).path for n in effort.ncols}
+    cands = {(path, n): Candidate(tb, backend.pipeline(w, n, path), 1, n)
+             for n in effort.ncols for path in (tb.fmt.paths if effort.every_path else (auto[n],))}
     warm_up(next(iter(cands.values())).sample, WARM_SECONDS)  # building the candidates left the device idle
     for (path, n), c in cands.items():
         passes = calibrate(c.sample, SAMPLE_SECONDS, max_repeats=256)
         if passes > 1:
             c.destroy()
             cands[path, n] = Candidate(tb, c.cfg, passes, n)
-    est = interleave({key: c.sample for key, c in cands.items()}, rounds)
+    est = interleave({key: c.sample for key, c in cands.items()}, effort.rounds)
     rows = []
     for (path, n), c in cands.items():
         seconds = est[path, n].seconds / len(tb.units)
@@ -266,15 +279,17 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         if why:
             not_measured["bench"] = why
 
-    sizes = effort.sizes if runner is None else tuple(s for s in SIZES if s in effort.sizes or s == "one")
-    units = 3 + len(sizes) * len(types) + (bench is not None) + (file is not None) + (runner is not None)
+    if runner is not None:
+        effort = ggml_effort(effort)
+    units = 3 + len(effort.sizes) * len(types) + (bench is not None) + (file is not None) + (runner is not None)
     bar = Progress(units, progress, sys.stderr, label="vkq report")
     command = " ".join(["vkq report"] + (["--quick"] if quick else []) + ([f"--types {','.join(types)}"] if
                        types != list(FORMATS) else []) + ([f"--model {Path(model).name}"] if model else [])
                        + ([f"--ggml {ggml}"] if ggml else []))
     report = {"schema": SCHEMA, "vkq": __version__, "command": command,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "quick": quick, "shape": list(shape), "ncols": list(NCOLS), "sizes": list(sizes),
+              "quick": quick, "shape": list(shape), "ncols": list(effort.ncols), "sizes": list(effort.sizes),
+              "paths": "every" if effort.every_path else "auto",
               "rotation_bytes": ROTATION_BYTES,
               "warm_seconds": WARM_SECONDS, "rounds": effort.rounds, "activations": backend.activations,
               "timer": "gpu timestamps" if backend.device_info.timestamps_supported else "wall clock"}
@@ -290,9 +305,9 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
                                                             for c in report["calls"]))
     report["matvec"] = []
     for qtype in types:
-        for size in sizes:
+        for size in effort.sizes:
             bar.step(f"mat-vec {qtype} {'one matrix' if size == 'one' else 'rotation'}")
-            rows = matvec_rows(backend, qtype, shape, size, effort.rounds)
+            rows = matvec_rows(backend, qtype, shape, size, effort)
             report["matvec"] += rows
             bar.finish_type(1, f"vkq report: {qtype} {size}: " + ", ".join(
                 f"{r['path']} n={r['n']} {r['seconds'] * 1e6:.1f} us" for r in rows))
@@ -347,16 +362,17 @@ def _pct(value: float) -> str:
     return f"{value:.0f}" if value <= 100 else OVER
 
 
-def _matvec_table(rows: list[dict], size: str) -> str:
+def _matvec_table(rows: list[dict], size: str, ncols: list[int]) -> str:
     by = {(r["type"], r["path"], r["n"]): r for r in rows if r["size"] == size}
     keys = dict.fromkeys((t, p) for t, p, _ in by)
-    header = ["type", "path"] + [f"{h} n={n}" for n in NCOLS for h in ("us", "GB/s", "% bw")] + ["auto", "spread"]
+    header = ["type", "path"] + [f"{h} n={n}" for n in ncols for h in ("us", "GB/s", "% bw")] + ["auto", "spread"]
     cells = []
     for t, p in keys:
-        rs = [by[t, p, n] for n in NCOLS]
-        cells.append([t, p] + [v for r in rs for v in (_us(r["seconds"]), f"{r['gbps']:.1f}", _pct(r["bw_pct"]))]
-                     + [",".join(f"n={r['n']}" for r in rs if r["auto"]) or "",
-                        f"{100 * max(r['spread'] for r in rs):.0f}%"])
+        rs = [by.get((t, p, n)) for n in ncols]  # (--quick: only the dispatcher's path, which may differ per n)
+        cells.append([t, p] + [v for r in rs for v in ((_us(r["seconds"]), f"{r['gbps']:.1f}", _pct(r["bw_pct"]))
+                                                       if r else ("-", "-", "-"))]
+                     + [",".join(f"n={r['n']}" for r in rs if r and r["auto"]),
+                        f"{100 * max(r['spread'] for r in rs if r):.0f}%"])
     right = set(header[2:-1]) | {"spread"}
     return markdown(header, cells, right)
 
@@ -435,7 +451,7 @@ def render_md(r: dict) -> str:
             counts = f"{copies[0]}" if len(copies) == 1 else f"{copies[0]}-{copies[-1]}"
             out += [f"Copies of the matrix rotated past any cache (at least {r['rotation_bytes'] >> 20} MiB per "
                     f"pass: {counts} copies):", ""]
-        out += [_matvec_table(r["matvec"], size), ""]
+        out += [_matvec_table(r["matvec"], size, r["ncols"]), ""]
     over = [size for size in r["sizes"] if any(x["bw_pct"] > 100 for x in r["matvec"] if x["size"] == size)]
     out += [f"us: kernel time per mat-vec by {timer}, the fastest of {r['rounds']} samples of tens of ms of "
             f"back-to-back mat-vecs after {r['warm_seconds']:g} s of warm-up, paths and column counts interleaved; "
@@ -445,8 +461,9 @@ def render_md(r: dict) -> str:
                + ": the GB/s stands, the share does not)" if over else "")
             + f". auto: the column counts at which the dispatcher picks this path. int8 path activations: "
             f"{r['activations']}."
-            + ("" if "one" in r["sizes"] else " --quick measures the rotation only (without --ggml); the full "
-               "report adds one matrix repeated, and more samples."), ""]
+            + ("" if r["paths"] == "every" else " --quick: the dispatcher's path alone, on one matrix"
+               + (", n=1" if r["ncols"] == [1] else "") + "; the full report adds the other path, n=4 and a "
+               "rotation of copies past the caches, with more samples."), ""]
     noisy = sum(x["spread"] > REJECT for x in r["matvec"])
     if noisy:
         out += [f"**{noisy} of {len(r['matvec'])} figures spread more than {100 * REJECT:.0f}%**: other work on "
