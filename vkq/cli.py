@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="one 4096x4096 shape, fewer candidates (all types: 3.5 minutes on lavapipe, against 5.5)")
+                   help="one 4096x4096 shape, fewer candidates (on lavapipe, 2026-11-23, 13 types: 3.5 minutes against 5.5)")
     p.add_argument("--retune", action="store_true",
                    help="measure again the types already in this device's tuning file (default: skip them, "
                         "so an interrupted run resumes where it stopped)")
@@ -194,8 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The device and its memory bandwidth, what a call costs, every block type's "
                                    "mat-vec kernels on each path (one matrix and a rotation past the caches, "
                                    "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed; "
-                                   "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe (2 busy cores) about "
-                                   "6 minutes, --quick 3; --ggml adds ggml's own time.")
+                                   "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe with other work "
+                                   "beside it (2 cores, 2026-11-26): 8.8 minutes with --model, --quick 1.3; "
+                                   "--ggml adds ggml's own time.")
     p.add_argument("-m", "--model", default=None, help="a llama-architecture .gguf file: vkq generate's speed on it")
     p.add_argument("--ggml", metavar="PATH", default=None,
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "

@@ -7,6 +7,8 @@ from .dispatch.config import describe
 from .dispatch.tuning_store import tuning_path
 from .formats import FORMATS
 
+NOTE_WIDTH = 100  # characters of a rule's note that `vkq info` shows without --verbose
+
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
@@ -87,11 +89,9 @@ def choice_lines(backend, shape: tuple[int, int] = (4096, 4096), verbose: bool =
     if used and not verbose:
         lines.append(f"  {'':16s}(vkq info --verbose: every rule's whole note, every choice's whole source)")
     if unmeasured:
-        lines.append(f"  {'':16s}unmeasured choices: `vkq tune` measures this device's own")
+        lines.append(f"  {'':16s}unmeasured: `vkq tune` measures launches on this device and keeps the best")
     return lines
 
-
-NOTE_WIDTH = 100  # characters of a rule's note that `vkq info` shows without --verbose
 
 
 def _rule_order(label: str) -> tuple[str, int]:
