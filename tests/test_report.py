@@ -24,7 +24,7 @@ from conftest import finish_gguf, smollm2_or_skip
 from test_cli import assert_user_error, run_vkq
 
 import vkq
-from vkq import report, timing, tune
+from vkq import bench, report, timing, tune
 from vkq.cli import main
 from vkq.formats import FORMATS
 from vkq.ggml_perf import case_filter, ggml_type_name, parse_perf
@@ -126,44 +126,52 @@ def fake_ggml(tmp_path: Path, device: str, rows: int, k: int) -> Path:
     return script
 
 
-def check_schema(r: dict, types: list[str]) -> None:
+def check_schema(r: dict, types: list[str], effort: report.Effort) -> None:
     assert r["schema"] == report.SCHEMA and r["vkq"] == vkq.__version__
-    assert r["shape"] == list(SMALL) and r["ncols"] == [1, 4]
+    assert r["shape"] == list(SMALL) and r["ncols"] == list(effort.ncols) and r["sizes"] == list(effort.sizes)
     dev = r["device"]
-    assert dev["name"] and dev["membw_gbps"] > 0 and dev["summary"][0].startswith("device ")
+    assert dev["name"] and dev["summary"][0].startswith("device ")
+    probes = dev["membw_probes_gbps"]
+    assert set(probes) == {"before", "after"} and min(probes.values()) > 0
+    assert dev["membw_gbps"] == max(probes.values())  # the better probe counts
     assert [c["case"] for c in r["calls"]] == ["submit floor", "Backend.matvec dmmv", "Backend.matvec mmvq"]
     assert all(c["seconds"] > 0 for c in r["calls"])
     rows = r["matvec"]
-    expect = {(t, p, n, s) for t in types for p in FORMATS[t].paths for n in (1, 4) for s in report.SIZES}
-    assert {(x["type"], x["path"], x["n"], x["size"]) for x in rows} == expect and len(rows) == len(expect)
+    cases = {(t, n, s) for t in types for n in effort.ncols for s in effort.sizes}
+    assert {(x["type"], x["n"], x["size"]) for x in rows} == cases
+    if effort.every_path:
+        expect = {(t, p, n, s) for t, n, s in cases for p in FORMATS[t].paths}
+        assert {(x["type"], x["path"], x["n"], x["size"]) for x in rows} == expect and len(rows) == len(expect)
+    else:  # the dispatcher's path alone
+        assert len(rows) == len(cases) and all(x["auto"] for x in rows)
     for x in rows:
         assert x["seconds"] > 0 and x["spread"] >= 0
         nbytes = FORMATS[x["type"]].row_bytes(SMALL[1]) * SMALL[0]
         assert x["gbps"] == pytest.approx(nbytes / x["seconds"] / 1e9)
         assert x["bw_pct"] == pytest.approx(100 * x["gbps"] / dev["membw_gbps"])
         assert x["copies"] == 1 if x["size"] == "one" else x["copies"] * nbytes >= SMALL_ROTATION
-    for t in types:  # exactly one path is the dispatcher's choice per type, size and n
-        for n in (1, 4):
-            for s in report.SIZES:
-                assert sum(x["auto"] for x in rows if (x["type"], x["n"], x["size"]) == (t, n, s)) == 1
+    for case in cases:  # exactly one path is the dispatcher's choice per type, n and size
+        assert sum(x["auto"] for x in rows if (x["type"], x["n"], x["size"]) == case) == 1
     b = r["bench"]
-    assert b["model"] == "tiny-llama:Q4_0" and b["avg_ts"] > 0 and b["kernel_avg_ts"] > 0
-    assert b["wall_over_kernel"] == pytest.approx(b["avg_ts"] / b["kernel_avg_ts"])
+    if b is not None:
+        assert b["model"] == "tiny-llama:Q4_0" and b["avg_ts"] > 0 and b["kernel_avg_ts"] > 0
+        assert b["wall_over_kernel"] == pytest.approx(b["avg_ts"] / b["kernel_avg_ts"])
+        assert b["bw_pct"] == pytest.approx(100 * b["gbps"] / dev["membw_gbps"])
     json.dumps(r)  # plain data
 
 
 def test_report_json_and_markdown(small_report, tmp_path, capsys):
-    """The whole report through the CLI (types Q4_0 and F16, a fake ggml that
-    answers with real captured output); then its markdown."""
+    """The whole report through the CLI (types Q4_0, F16 and Q4_1, a fake ggml
+    that answers with real captured output); then its markdown."""
     from vkq.backend import Backend
 
     name = Backend().device_info.name
     ggml = fake_ggml(tmp_path, name, *SMALL)
-    assert main(["report", "--quick", "--types", "q4_0,F16,Q4_1", "--ggml", str(ggml), "-o", "json"]) == 0
+    assert main(["report", "--types", "q4_0,F16,Q4_1", "--ggml", str(ggml), "-o", "json"]) == 0
     out = capsys.readouterr()
     r = json.loads(out.out)
-    check_schema(r, ["Q4_0", "F16", "Q4_1"])
-    assert r["quick"] and r["generate"] is None and set(r["not_measured"]) == {"generate"}
+    check_schema(r, ["Q4_0", "F16", "Q4_1"], report.FULL)
+    assert not r["quick"] and r["generate"] is None and set(r["not_measured"]) == {"generate"} and r["bench"]
     rows = {(x["type"], x["n"]): x for x in r["ggml"]["rows"]}
     assert set(rows) == {(t, n) for t in ("Q4_0", "F16", "Q4_1") for n in (1, 4)}
     assert rows["Q4_0", 1]["ggml_seconds"] == pytest.approx(62149.17e-6)
@@ -181,10 +189,12 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
         assert heading in md
     assert "Not measured: no GGUF model given" in md
     assert re.search(r"\| Q4_0 \| +1 \| +62149 \|", md)
-    assert f"`vkq report --quick --types Q4_0,F16,Q4_1 --ggml {ggml}`" in md
+    assert f"`vkq report --types Q4_0,F16,Q4_1 --ggml {ggml}`" in md
     assert re.search(r"\| Q4_1 \| +1 \| +not supported \|", md)
     tables = [line for line in md.splitlines() if line.startswith("| Q4_0 | mmvq")]
     assert len(tables) == 2  # one matrix, and the rotation
+    # wall over kernel t/s is a ratio, not a share: what above 1 means is said
+    assert "| t/s over kernel t/s |" in md and "above 1, the timed copy ran slower than the step itself" in md
 
 
 def test_report_generate_on_a_gguf(small_report, monkeypatch):
@@ -202,9 +212,37 @@ def test_report_generate_on_a_gguf(small_report, monkeypatch):
     assert g["model"] == path.name and g["arch"] == "llama" and g["tokens"] == report.QUICK.gen_tokens
     assert g["tokens_per_second"] > 0 and g["submits_per_token"] == 1  # the graph engine: one submit per token
     assert r["bench"] is None and set(r["not_measured"]) == {"ggml", "bench"}
+    check_schema(r, ["Q8_0"], report.QUICK)  # --quick without ggml: the dispatcher's path, one matrix, n=1
     md = report.render_md(r)
     assert f"| {path.name} | engine graph" in md
     assert "Not measured: tiny-llama:Q4_0 needs about 9.9 GiB of host memory." in md
+
+
+def test_bandwidth_probes_and_shares_over_100(small_report, monkeypatch):
+    """The bandwidth is probed before the mat-vecs and after; the better probe
+    counts, and the report says which it was. A mat-vec faster than it (here:
+    probes made to read absurdly low) is never printed as a share: "over 100",
+    with why (the rotation read past every cache, so the probe read low)."""
+    from vkq.backend import Backend
+
+    probes = iter([1e6, 2e6])  # bytes/s: before, after
+    monkeypatch.setattr(report, "probe_bandwidth", lambda device: next(probes))
+    r = report.measure(Backend(), types=["Q4_0"], shape=SMALL, bench_model=False, progress=False)
+    assert r["device"]["membw_probes_gbps"] == {"before": 1e-3, "after": 2e-3}
+    assert r["device"]["membw_gbps"] == 2e-3
+    assert all(x["bw_pct"] == pytest.approx(100 * x["gbps"] / 2e-3) and x["bw_pct"] > 100 for x in r["matvec"])
+    md = report.render_md(r)
+    assert "Memory read bandwidth: **0.0 GB/s**, the probe after the mat-vecs (before them: 0.0 GB/s)" in md
+    header = next(line for line in md.splitlines() if line.startswith("| type "))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    pct = [i for i, c in enumerate(columns) if c.startswith("% bw")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| Q4_0")]
+    assert len(pct) == 2 and len(rows) == 4  # n=1 and n=4; dmmv and mmvq, one matrix and the rotation
+    assert all(row[i] == bench.OVER for row in rows for i in pct), rows
+    copies = r["matvec"][-1]["copies"]  # one type: one count of copies, said once ("9 copies", not "9-9")
+    assert f"pass: {copies} copies)" in md and f"{copies}-{copies}" not in md
+    assert "over 100: faster than the probe; one matrix repeated can come partly from a cache, or the probe read " \
+           "low; the rotation reads past every cache, so a mat-vec faster than the probe means the probe read low" in md
 
 
 # -- refusals: one line, exit status 2, before anything is measured ------------------------
@@ -214,7 +252,7 @@ def nothing_measured(monkeypatch):
     """Fails the test if the report starts measuring."""
     def measured(*args, **kwargs):
         raise AssertionError("the report measured before refusing its input")
-    monkeypatch.setattr(report, "memory_bandwidth", measured)
+    monkeypatch.setattr(report, "probe_bandwidth", measured)
 
 
 def test_no_device():

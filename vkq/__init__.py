@@ -1,8 +1,10 @@
 """vkq: quantized matrix-vector products on any Vulkan GPU, driven from Python."""
+from .example import example_model
 from .formats import FORMATS, get_format
 from .gguf_io import GGUFTensor, load_gguf
 
-__all__ = ["Backend", "Weights", "Graph", "Tensor", "FORMATS", "get_format", "load_gguf", "GGUFTensor", "MAX_COLS"]
+__all__ = ["Backend", "Weights", "Graph", "Tensor", "FORMATS", "get_format", "load_gguf", "GGUFTensor", "MAX_COLS",
+           "example_model"]
 __version__ = "0.1.0"
 
 # Imported on first use: they load Kompute and the Vulkan loader, which

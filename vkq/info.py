@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from .device_info import enumerate_devices
+from .dispatch import tables
 from .dispatch.config import describe
 from .dispatch.tuning_store import tuning_path
 from .formats import FORMATS
+
+NOTE_WIDTH = 100  # characters of a rule's note that `vkq info` shows without --verbose
 
 
 def _yes(flag: bool) -> str:
@@ -19,7 +22,7 @@ def evidence(bases: frozenset[str]) -> str:
     if bases == {"measured"}:
         return "measured"
     words = {"ggml": "ggml's rules", "guess": "guesses"}
-    return f"unmeasured ({' and '.join(words[b] for b in sorted(bases - {'measured'}))}; `vkq tune` measures this device)"
+    return f"unmeasured ({' and '.join(words[b] for b in sorted(bases - {'measured'}))})"
 
 
 def capability_lines(info) -> list[str]:
@@ -54,7 +57,50 @@ def backend_lines(backend) -> list[str]:
     ]
 
 
-def report(shape: tuple[int, int] = (4096, 4096)) -> str:
+def choice_lines(backend, shape: tuple[int, int] = (4096, 4096), verbose: bool = False) -> list[str]:
+    """The dispatcher's choice per block type, a line each: the launch, the
+    table entries (or tuning) that chose it, by label, and what they rest on;
+    then the note of every rule used, once, cut to a line (verbose: whole,
+    and each choice's full source under its line)."""
+    disp = backend.dispatcher
+    rows, k = shape
+    table = tables.table_label(disp.device_class)
+    notes = tables.rule_notes(disp.device_class)
+    lines = [f"  dispatcher      choice per block type for a {rows} x {k} mat-vec, one column "
+             f"(<- the entries of {table} that chose it)"]
+    used: dict[str, str] = {}  # label -> the rule as a source names it ("rule 5 [measured] path=dmmv")
+    unmeasured = False
+    for name, fmt in FORMATS.items():
+        cfg = disp.choose(fmt, rows, k, 1)
+        entries = cfg.source.replace(f"{table}: ", "").split("; ")
+        labels = [e.split(" [")[0] for e in entries]
+        used.update((label, e) for label, e in zip(labels, entries) if label in notes)
+        said = evidence(cfg.evidence)
+        unmeasured |= said.startswith("unmeasured")
+        lines.append(f"    {name:7s} {cfg.kernel}, {describe(cfg.params())} <- {', '.join(labels)}; {said}")
+        if verbose:
+            lines.append(f"            {cfg.source}")
+    width = None if verbose else NOTE_WIDTH
+    for i, (label, entry) in enumerate(sorted(used.items(), key=lambda kv: _rule_order(kv[0]))):
+        note = notes[label]
+        if width is not None and len(note) > width:
+            note = note[:width - 3].rstrip() + "..."
+        lines.append(f"  {'rules' if i == 0 else '':16s}{entry}: {note}")
+    if used and not verbose:
+        lines.append(f"  {'':16s}(vkq info --verbose: every rule's whole note, every choice's whole source)")
+    if unmeasured:
+        lines.append(f"  {'':16s}unmeasured: `vkq tune` measures launches on this device and keeps the best")
+    return lines
+
+
+
+def _rule_order(label: str) -> tuple[str, int]:
+    """'nvidia/* rule 2' -> ('nvidia/*', 2); 'rule 10' -> ('', 10): the tables' order."""
+    origin, _, number = label.rpartition("rule ")
+    return origin.strip(), int(number)
+
+
+def report(verbose: bool = False) -> str:
     from .backend import Backend  # opens devices; imported late so `vkq --help` stays fast
 
     lines = []
@@ -65,14 +111,6 @@ def report(shape: tuple[int, int] = (4096, 4096)) -> str:
         except Exception as e:  # a device vkq cannot open is still listed
             lines.append(f"  vkq             cannot open this device: {e}")
             continue
-        lines += backend_lines(backend)
-        rows, k = shape
-        disp = backend.dispatcher
-        lines.append(f"  dispatcher      choice for a {rows} x {k} mat-vec, one column:")
-        for name, fmt in FORMATS.items():
-            cfg = disp.choose(fmt, rows, k, 1)
-            lines.append(f"    {name:6s} {cfg.kernel}, {describe(cfg.params())}")
-            lines.append(f"           <- {cfg.source}")
-            lines.append(f"           {evidence(cfg.evidence)}")
+        lines += backend_lines(backend) + choice_lines(backend, verbose=verbose)
         lines.append("")
     return "\n".join(lines)

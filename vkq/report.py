@@ -2,7 +2,10 @@
 
 Sections, each measured by the function that owns it elsewhere in vkq:
 - the device: `vkq info`'s summary (vkq.info) and its memory read bandwidth
-  (vkq.bench.memory_bandwidth, shaders/membw.comp);
+  (vkq.bench.probe_bandwidth, shaders/membw.comp), probed before the
+  mat-vecs and after them: the better probe counts (other work only slows
+  one), and a share of it above 100% is printed as "over 100", not as a
+  figure;
 - what a call costs: one submit + wait of a 64-byte copy, and
   Backend.matvec of a 256 x 256 Q4_0 matrix per path (vkq.call_cost);
 - the mat-vec kernels of every block type (vkq.formats.FORMATS) and path at
@@ -12,7 +15,8 @@ Sections, each measured by the function that owns it elsewhere in vkq:
   the fastest sample): one matrix repeated (as ggml's perf does; on a GPU
   with a large last-level cache it is partly read from there), and a
   rotation of copies of it past any cache (at least 256 MiB per pass); the
-  dispatcher's choice marked;
+  dispatcher's choice marked (--quick: the dispatcher's path alone on one
+  matrix, n = 1, fewer samples; n = 4 too with ggml's side by side);
 - `vkq bench`'s default model: wall and kernel t/s (vkq.bench.bench);
 - with a GGUF model: `vkq generate`'s graph engine t/s and submits per
   token (vkq.generate.load, Decoder.greedy);
@@ -24,11 +28,14 @@ Sections, each measured by the function that owns it elsewhere in vkq:
 unmeasured is in the report as such (`not_measured`), never guessed.
 
 The JSON (schema SCHEMA; times in seconds, bandwidths in GB/s):
-  schema, vkq, command, date, quick, shape [rows, K], ncols, rotation_bytes,
+  schema, vkq, command, date, quick, shape [rows, K], ncols, sizes (of "one",
+  "rotation": the mat-vec tables measured), paths ("every": each path of a
+  type; "auto": the dispatcher's alone), rotation_bytes,
   warm_seconds, rounds, activations, timer ("gpu timestamps" | "wall clock"),
   wall_seconds;
   device: index, name, vendor, type, driver, timestamps, device_class, tuned,
-    membw_gbps, summary (vkq info's lines);
+    membw_gbps (the better probe), membw_probes_gbps {before, after} (the
+    mat-vecs), summary (vkq info's lines);
   calls: [{case, seconds}];
   matvec: [{type, path, n, size ("one" | "rotation"), rows, k, copies,
     seconds (per mat-vec), spread, gbps, bw_pct, auto (the dispatcher's
@@ -50,18 +57,18 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__, call_cost
 from .bench import DEFAULT_MODEL as BENCH_MODEL
-from .bench import check_host_memory, memory_bandwidth
+from .bench import OVER, check_host_memory, probe_bandwidth
 from .bench import bench as bench_models
 from .console import markdown
 from .formats import FORMATS, get_format
 from .ggml_perf import GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
-from .timing import REJECT, ROTATION_BYTES, WARM_SECONDS, interleave, warm_up
+from .timing import REJECT, ROTATION_BYTES, SAMPLE_SECONDS, WARM_SECONDS, calibrate, interleave, warm_up
 from .tune import Candidate, Progress, TypeBench
 
 SCHEMA = 1  # of the JSON report; raised when a field changes meaning or goes
@@ -70,10 +77,16 @@ NCOLS = (1, 4)
 PROMPT = "Once upon a time"
 
 
+SIZES = ("one", "rotation")  # one matrix repeated; copies rotated past the caches
+
+
 @dataclass(frozen=True)
 class Effort:
     """How much of each measurement: the default, or --quick."""
 
+    sizes: tuple[str, ...]  # the mat-vec tables (of SIZES) measured
+    every_path: bool  # each path of a block type, or the dispatcher's choice alone
+    ncols: tuple[int, ...]  # columns of x (of NCOLS)
     rounds: int  # interleaved samples per mat-vec case (the fastest counts)
     calls: int  # timed calls per per-call case (the median counts)
     bench_tokens: int  # vkq bench: tokens per repetition
@@ -82,19 +95,32 @@ class Effort:
     gen_rounds: int  # timed rounds (the median counts)
 
 
-FULL = Effort(rounds=5, calls=1000, bench_tokens=64, bench_repetitions=3, gen_tokens=32, gen_rounds=3)
-QUICK = Effort(rounds=2, calls=200, bench_tokens=16, bench_repetitions=2, gen_tokens=16, gen_rounds=1)
-SIZES = ("one", "rotation")  # one matrix repeated; copies rotated past the caches
+FULL = Effort(sizes=SIZES, every_path=True, ncols=NCOLS, rounds=5, calls=1000, bench_tokens=64,
+              bench_repetitions=3, gen_tokens=32, gen_rounds=3)
+# A first table in about a minute on lavapipe: what the dispatcher runs on one
+# matrix (no copies to upload, no pass over 256 MiB per sample), one column;
+# ggml's side by side adds the 4 columns it compares (ggml_effort).
+QUICK = Effort(sizes=("one",), every_path=False, ncols=(1,), rounds=2, calls=200, bench_tokens=16,
+               bench_repetitions=2, gen_tokens=16, gen_rounds=1)
+
+
+def ggml_effort(effort: Effort) -> Effort:
+    """What ggml's side by side needs measured: one matrix repeated, as its
+    perf does, at every column count it compares (NCOLS)."""
+    return replace(effort, sizes=tuple(s for s in SIZES if s in effort.sizes or s == "one"), ncols=NCOLS)
 
 
 # -- the sections ---------------------------------------------------------------
 
-def device_section(backend, membw: float) -> dict:
+def device_section(backend, probes: dict[str, float]) -> dict:
+    """The device, and its memory read bandwidth: the best of the probes
+    (bytes/s by when they ran: other work on the machine only slows a probe)."""
     info = backend.device_info
     return {"index": info.index, "name": info.name, "vendor": info.vendor, "type": info.device_type,
             "driver": f"{info.driver_name or '?'} {info.driver_info or ''}".strip(),
             "timestamps": info.timestamps_supported, "device_class": backend.dispatcher.device_class.key,
-            "tuned": bool(backend.dispatcher.tuned), "membw_gbps": membw / 1e9,
+            "tuned": bool(backend.dispatcher.tuned), "membw_gbps": max(probes.values()) / 1e9,
+            "membw_probes_gbps": {when: v / 1e9 for when, v in probes.items()},
             "summary": capability_lines(info) + backend_lines(backend)}
 
 
@@ -109,27 +135,30 @@ def calls_section(backend, calls: int) -> list[dict]:
     return out
 
 
-def matvec_rows(backend, qtype: str, shape: tuple[int, int], size: str, rounds: int, membw: float) -> list[dict]:
-    """Kernel seconds per mat-vec of one block type on each of its paths, n in NCOLS:
-    one matrix repeated (size "one") or copies of it rotated past the caches ("rotation")."""
+def matvec_rows(backend, qtype: str, shape: tuple[int, int], size: str, effort: Effort) -> list[dict]:
+    """Kernel seconds per mat-vec of one block type, on each of its paths (or
+    the dispatcher's alone), n in effort.ncols: one matrix repeated (size
+    "one") or copies of it rotated past the caches ("rotation"). Each case is
+    a graph of as many passes over the copies as make a sample of
+    SAMPLE_SECONDS, timed warm (one warm-up for them all)."""
     tb = TypeBench(backend, qtype, [shape], max_copies=1 if size == "one" else None)
     w = tb.units[0].weights
-    cands, auto = {}, {}
-    for n in NCOLS:
-        auto[n] = backend.pipeline(w, n).path
-        passes = tb.passes_for(backend.pipeline(w, n), n)
-        for path in tb.fmt.paths:
-            cands[path, n] = Candidate(tb, backend.pipeline(w, n, path), passes, n)
-    first = next(iter(cands.values()))
-    warm_up(first.sample, WARM_SECONDS)  # building the candidates left the device idle
-    est = interleave({key: c.sample for key, c in cands.items()}, rounds)
+    auto = {n: backend.pipeline(w, n).path for n in effort.ncols}
+    cands = {(path, n): Candidate(tb, backend.pipeline(w, n, path), 1, n)
+             for n in effort.ncols for path in (tb.fmt.paths if effort.every_path else (auto[n],))}
+    warm_up(next(iter(cands.values())).sample, WARM_SECONDS)  # building the candidates left the device idle
+    for (path, n), c in cands.items():
+        passes = calibrate(c.sample, SAMPLE_SECONDS, max_repeats=256)
+        if passes > 1:
+            c.destroy()
+            cands[path, n] = Candidate(tb, c.cfg, passes, n)
+    est = interleave({key: c.sample for key, c in cands.items()}, effort.rounds)
     rows = []
     for (path, n), c in cands.items():
         seconds = est[path, n].seconds / len(tb.units)
-        gbps = w.nbytes / seconds / 1e9
         rows.append({"type": qtype, "path": path, "n": n, "size": size, "rows": shape[0], "k": shape[1],
-                     "copies": len(tb.units), "seconds": seconds, "spread": est[path, n].spread, "gbps": gbps,
-                     "bw_pct": 100 * gbps / (membw / 1e9), "auto": auto[n] == path,
+                     "copies": len(tb.units), "seconds": seconds, "spread": est[path, n].spread,
+                     "gbps": w.nbytes / seconds / 1e9, "auto": auto[n] == path,
                      "params": c.cfg.params(), "source": c.cfg.source})
         c.destroy()
     for u in tb.units:
@@ -151,12 +180,14 @@ def bench_model_for(backend):
 
 def bench_section(backend, model, effort: Effort, progress: Progress) -> dict:
     progress.step(f"vkq bench {model.name}")
-    row = bench_models(backend, [model], ["auto"], effort.bench_tokens, effort.bench_repetitions)[0]
+    # (its % bw is set against the report's own probes, at the end)
+    row = bench_models(backend, [model], ["auto"], effort.bench_tokens, effort.bench_repetitions,
+                       probe_after=False)[0]
     return {"model": row.model, "path": row.path, "test": row.test, "repetitions": len(row.samples_ts),
             "avg_ts": row.avg_ts, "stddev_ts": row.stddev_ts, "kernel_avg_ts": row.kernel_avg_ts,
             "kernel_stddev_ts": row.kernel_stddev_ts,
             "wall_over_kernel": row.avg_ts / row.kernel_avg_ts if row.kernel_avg_ts else None,
-            "gbps": row.gbps, "bw_pct": row.bw_pct, "paths_used": row.paths_used, "activations": row.activations}
+            "gbps": row.gbps, "paths_used": row.paths_used, "activations": row.activations}
 
 
 def generate_section(backend, file, effort: Effort) -> dict:
@@ -248,21 +279,25 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         if why:
             not_measured["bench"] = why
 
-    units = 2 + 2 * len(types) + (bench is not None) + (file is not None) + (runner is not None)
+    if runner is not None:
+        effort = ggml_effort(effort)
+    units = 3 + len(effort.sizes) * len(types) + (bench is not None) + (file is not None) + (runner is not None)
     bar = Progress(units, progress, sys.stderr, label="vkq report")
     command = " ".join(["vkq report"] + (["--quick"] if quick else []) + ([f"--types {','.join(types)}"] if
                        types != list(FORMATS) else []) + ([f"--model {Path(model).name}"] if model else [])
                        + ([f"--ggml {ggml}"] if ggml else []))
     report = {"schema": SCHEMA, "vkq": __version__, "command": command,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "quick": quick, "shape": list(shape), "ncols": list(NCOLS), "rotation_bytes": ROTATION_BYTES,
+              "quick": quick, "shape": list(shape), "ncols": list(effort.ncols), "sizes": list(effort.sizes),
+              "paths": "every" if effort.every_path else "auto",
+              "rotation_bytes": ROTATION_BYTES,
               "warm_seconds": WARM_SECONDS, "rounds": effort.rounds, "activations": backend.activations,
               "timer": "gpu timestamps" if backend.device_info.timestamps_supported else "wall clock"}
 
     bar.step("memory bandwidth")
-    membw = memory_bandwidth(backend.device)
-    report["device"] = device_section(backend, membw)
-    bar.finish_type(1, f"vkq report: {backend.device_info.name}, memory read bandwidth {membw / 1e9:.1f} GB/s")
+    probes = {"before": probe_bandwidth(backend.device)}
+    bar.finish_type(1, f"vkq report: {backend.device_info.name}, memory read bandwidth "
+                       f"{probes['before'] / 1e9:.1f} GB/s (the probe before the mat-vecs)")
 
     bar.step("submit floor and Backend.matvec per call")
     report["calls"] = calls_section(backend, effort.calls)
@@ -270,16 +305,26 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
                                                             for c in report["calls"]))
     report["matvec"] = []
     for qtype in types:
-        for size in SIZES:
+        for size in effort.sizes:
             bar.step(f"mat-vec {qtype} {'one matrix' if size == 'one' else 'rotation'}")
-            rows = matvec_rows(backend, qtype, shape, size, effort.rounds, membw)
+            rows = matvec_rows(backend, qtype, shape, size, effort)
             report["matvec"] += rows
             bar.finish_type(1, f"vkq report: {qtype} {size}: " + ", ".join(
                 f"{r['path']} n={r['n']} {r['seconds'] * 1e6:.1f} us" for r in rows))
 
+    bar.step("memory bandwidth again")  # a probe that other work slowed reads low: the better one counts
+    probes["after"] = probe_bandwidth(backend.device)
+    report["device"] = device_section(backend, probes)
+    membw = report["device"]["membw_gbps"]
+    bar.finish_type(1, f"vkq report: memory read bandwidth {probes['after'] / 1e9:.1f} GB/s after the mat-vecs, "
+                       f"{membw:.1f} the better")
+    for r in report["matvec"]:
+        r["bw_pct"] = 100 * r["gbps"] / membw
+
     report["bench"] = None
     if bench is not None:
         report["bench"] = bench_section(backend, bench, effort, bar)
+        report["bench"]["bw_pct"] = 100 * report["bench"]["gbps"] / membw
         bar.finish_type(1, f"vkq report: vkq bench {BENCH_MODEL}: {report['bench']['avg_ts']:.2f} t/s")
     report["generate"] = None
     if file is not None:
@@ -306,22 +351,37 @@ def _us(seconds: float | None) -> str:
     return f"{us:.0f}" if us >= 1000 else f"{us:.1f}"
 
 
+OVER_NOTE = {  # why a mat-vec can read faster than the probe, per table
+    "rotation": "the rotation reads past every cache, so a mat-vec faster than the probe means the probe read "
+                "low (other work slowed even its best sample)",
+    "one": "one matrix repeated can come partly from a cache, or the probe read low",
+}
+
+
 def _pct(value: float) -> str:
-    return f"{value:.0f}" if value <= 100 else f"{value:.0f}²"
+    return f"{value:.0f}" if value <= 100 else OVER
 
 
-def _matvec_table(rows: list[dict], size: str) -> str:
+def _matvec_table(rows: list[dict], size: str, ncols: list[int]) -> str:
     by = {(r["type"], r["path"], r["n"]): r for r in rows if r["size"] == size}
     keys = dict.fromkeys((t, p) for t, p, _ in by)
-    header = ["type", "path"] + [f"{h} n={n}" for n in NCOLS for h in ("us", "GB/s", "% bw")] + ["auto", "spread"]
+    header = ["type", "path"] + [f"{h} n={n}" for n in ncols for h in ("us", "GB/s", "% bw")] + ["auto", "spread"]
     cells = []
     for t, p in keys:
-        rs = [by[t, p, n] for n in NCOLS]
-        cells.append([t, p] + [v for r in rs for v in (_us(r["seconds"]), f"{r['gbps']:.1f}", _pct(r["bw_pct"]))]
-                     + [",".join(f"n={r['n']}" for r in rs if r["auto"]) or "",
-                        f"{100 * max(r['spread'] for r in rs):.0f}%"])
+        rs = [by.get((t, p, n)) for n in ncols]  # (--quick: only the dispatcher's path, which may differ per n)
+        cells.append([t, p] + [v for r in rs for v in ((_us(r["seconds"]), f"{r['gbps']:.1f}", _pct(r["bw_pct"]))
+                                                       if r else ("-", "-", "-"))]
+                     + [",".join(f"n={r['n']}" for r in rs if r and r["auto"]),
+                        f"{100 * max(r['spread'] for r in rs if r):.0f}%"])
     right = set(header[2:-1]) | {"spread"}
     return markdown(header, cells, right)
+
+
+def _probes_md(probes: dict[str, float]) -> str:
+    """Which probe the bandwidth is: 'the probe after the mat-vecs (before them: 12.1 GB/s)'."""
+    best = max(probes, key=probes.get)
+    other = next(when for when in probes if when != best)
+    return f"the probe {best} the mat-vecs ({other} them: {probes[other]:.1f} GB/s)"
 
 
 def _section(title: str, data: dict | None, reason: str | None, body) -> list[str]:
@@ -332,14 +392,17 @@ def _section(title: str, data: dict | None, reason: str | None, body) -> list[st
 def _bench_md(b: dict) -> list[str]:
     kernel = "-" if b["kernel_avg_ts"] is None else f"{b['kernel_avg_ts']:.2f} ± {b['kernel_stddev_ts']:.2f}"
     ratio = "-" if b["wall_over_kernel"] is None else f"{b['wall_over_kernel']:.2f}"
-    return [markdown(["model", "test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"],
+    return [markdown(["model", "test", "t/s", "kernel t/s", "t/s over kernel t/s", "GB/s", "% bw"],
                      [[b["model"], b["test"], f"{b['avg_ts']:.2f} ± {b['stddev_ts']:.2f}", kernel, ratio,
                        f"{b['gbps']:.2f}", _pct(b["bw_pct"])]],
-                     {"test", "t/s", "kernel t/s", "t/s / kernel t/s", "GB/s", "% bw"}), "",
+                     {"test", "t/s", "kernel t/s", "t/s over kernel t/s", "GB/s", "% bw"}), "",
             f"The mat-vec share of decoding (every weight matrix of one token, synthetic activations), "
             f"{b['repetitions']} repetitions; t/s by wall clock (submit to logits read back), kernel t/s by "
-            "GPU timestamps of a timed copy of the step: their ratio is the share of the kernels' speed that "
-            "submitting and waiting leave."]
+            "GPU timestamps of a timed copy of the step. Below 1, their ratio is what submitting and waiting "
+            "leave of the kernels' speed; above 1, the timed copy ran slower than the step itself (Kompute writes "
+            "a timestamp after every op, which slows a CPU driver), so kernel t/s reads low there."
+            + (f" % bw {OVER}: faster than the probe; the weights may fit a cache, or the probe read low."
+               if b["bw_pct"] > 100 else "")]
 
 
 def _generate_md(g: dict) -> list[str]:
@@ -367,9 +430,10 @@ def render_md(r: dict) -> str:
     out = [f"# vkq report: {dev['name']}", "",
            f"vkq {r['vkq']}, {r['date']}, `{r['command']}`, "
            f"{r['wall_seconds'] / 60:.1f} min.", "", "## Device", "", "```", *dev["summary"], "```", "",
-           f"Memory read bandwidth: **{dev['membw_gbps']:.1f} GB/s** (shaders/membw.comp: "
-           f"{r['rotation_bytes'] >> 20} MiB read back to back after {r['warm_seconds']:g} s of warm-up, "
-           "the fastest of several access patterns and samples).", "",
+           f"Memory read bandwidth: **{dev['membw_gbps']:.1f} GB/s**, {_probes_md(dev['membw_probes_gbps'])} "
+           f"(shaders/membw.comp: {r['rotation_bytes'] >> 20} MiB read back to back after {r['warm_seconds']:g} s "
+           "of warm-up, the fastest of several access patterns and samples; other work on the machine only slows "
+           "a probe, so the better one counts).", "",
            "## What a call costs", "",
            markdown(["case", "ms per call"],
                     [[{"submit floor": "one submit + wait of a 64-byte copy (the floor)"}.get(
@@ -378,21 +442,28 @@ def render_md(r: dict) -> str:
            "Median of the timed calls after warm-up, wall clock.", "",
            f"## Mat-vec kernels, {rows_} x {k}", ""]
     timer = "GPU timestamps" if r["timer"] == "gpu timestamps" else "the wall clock (no GPU timestamps)"
-    for size in SIZES:
-        copies = {x["copies"] for x in r["matvec"] if x["size"] == size}
+    for size in r["sizes"]:
+        copies = sorted({x["copies"] for x in r["matvec"] if x["size"] == size})
         if size == "one":
             out += ["One matrix, repeated back to back (as ggml's perf times it; a GPU's last-level cache can "
                     "hold part of it):", ""]
         else:
+            counts = f"{copies[0]}" if len(copies) == 1 else f"{copies[0]}-{copies[-1]}"
             out += [f"Copies of the matrix rotated past any cache (at least {r['rotation_bytes'] >> 20} MiB per "
-                    f"pass: {min(copies)}-{max(copies)} copies):", ""]
-        out += [_matvec_table(r["matvec"], size), ""]
+                    f"pass: {counts} copies):", ""]
+        out += [_matvec_table(r["matvec"], size, r["ncols"]), ""]
+    over = [size for size in r["sizes"] if any(x["bw_pct"] > 100 for x in r["matvec"] if x["size"] == size)]
     out += [f"us: kernel time per mat-vec by {timer}, the fastest of {r['rounds']} samples of tens of ms of "
             f"back-to-back mat-vecs after {r['warm_seconds']:g} s of warm-up, paths and column counts interleaved; "
             "spread: how far the median sample lay above the fastest (the worst of the row). GB/s: weight bytes "
-            f"per second; % bw: of the measured {dev['membw_gbps']:.1f} GB/s (² above it: read from a cache). "
-            f"auto: the column counts at which the dispatcher picks this path. int8 path activations: "
-            f"{r['activations']}.", ""]
+            f"per second; % bw: of the measured {dev['membw_gbps']:.1f} GB/s"
+            + (f" ({OVER}: faster than the probe; " + "; ".join(OVER_NOTE[s] for s in over)
+               + ": the GB/s stands, the share does not)" if over else "")
+            + f". auto: the column counts at which the dispatcher picks this path. int8 path activations: "
+            f"{r['activations']}."
+            + ("" if r["paths"] == "every" else " --quick: the dispatcher's path alone, on one matrix"
+               + (", n=1" if r["ncols"] == [1] else "") + "; the full report adds the other path, n=4 and a "
+               "rotation of copies past the caches, with more samples."), ""]
     noisy = sum(x["spread"] > REJECT for x in r["matvec"])
     if noisy:
         out += [f"**{noisy} of {len(r['matvec'])} figures spread more than {100 * REJECT:.0f}%**: other work on "

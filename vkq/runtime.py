@@ -27,14 +27,20 @@ from .memory import MemoryLedger, buffer_limit
 from .shader_variants import load_spirv
 
 # The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
-# patch); tools/install_kompute.sh reads this line to check its build.
-REQUIRED_KP_PATCH = 6
+# patch: its number, so that a kp of level N has patches 0001 to N);
+# tools/install_kompute.sh reads this line to check its build.
+REQUIRED_KP_PATCH = 9
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 
 # Vulkan flag bits used for barriers between dependent dispatches.
 STAGE_COMPUTE = 0x00000800
 ACCESS_SHADER_READ = 0x00000020
 ACCESS_SHADER_WRITE = 0x00000040
+
+
+def patches(level: int) -> str:
+    """'vkq's patches 0001-0009' for kp.VKQ_PATCH_LEVEL 9 ('none of vkq's patches' for 0)."""
+    return f"vkq's patches 0001-{level:04d}" if level else "none of vkq's patches"
 
 
 # The compiled shaders, read once per process (a cache on a Device method
@@ -51,8 +57,8 @@ class Device:
         level = getattr(kp, "VKQ_PATCH_LEVEL", 0)
         self.patched_kp = level >= REQUIRED_KP_PATCH
         if not self.patched_kp:
-            warnings.warn(f"kp has vkq's patch level {level}, vkq needs {REQUIRED_KP_PATCH}: the int8 path and "
-                          f"texel bindings are refused, pipelines are not shared; {KOMPUTE_HINT}", stacklevel=2)
+            warnings.warn(f"kp has {patches(level)}, vkq needs {patches(REQUIRED_KP_PATCH)}: the int8 path "
+                          f"and texel bindings are refused, pipelines are not shared; {KOMPUTE_HINT}", stacklevel=2)
         extensions = [INT_DOT_EXTENSION] if self.info.integer_dot_product and self.patched_kp else []
         self.manager = kp.Manager(self.index, [], extensions)
         self.int_dot_enabled = bool(extensions) and self.manager.integer_dot_product_enabled()
@@ -114,8 +120,7 @@ class Device:
         spec, push = np.asarray(spec, np.uint32), np.asarray(push, np.uint32)
         if binding_kinds and any(k != "storage" for k in binding_kinds):
             if not self.patched_kp:
-                raise KomputeUnavailable(f"texel bindings need vkq's Kompute patch level {REQUIRED_KP_PATCH}; "
-                                         f"{KOMPUTE_HINT}")
+                raise KomputeUnavailable(f"texel bindings need kp with {patches(REQUIRED_KP_PATCH)}; {KOMPUTE_HINT}")
             return self.manager.algorithm_with_bindings(tensors, binding_kinds, _spirv(variant), groups, spec, push)
         return self.manager.algorithm(tensors, _spirv(variant), groups, spec, push)
 
@@ -123,7 +128,7 @@ class Device:
         """Orders a dispatch after the previous one whose output it reads."""
         if not self.patched_kp:
             raise KomputeUnavailable(
-                f"this kp build has no OpGlobalMemoryBarrier (vkq's Kompute patch level {REQUIRED_KP_PATCH}); "
+                f"this kp build has no OpGlobalMemoryBarrier (kp with {patches(REQUIRED_KP_PATCH)}); "
                 f"{KOMPUTE_HINT}"
             )
         return kp.OpGlobalMemoryBarrier(

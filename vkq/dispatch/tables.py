@@ -55,7 +55,8 @@ def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: st
     (and an `activations` condition, an int8-path rule, only where it names
     the call's activations).
     Returns (params with path, wg_size, rows_per_wg, reduction; a description
-    of the table entries that decided them; their bases, of BASES).
+    of the table entries that decided them, each rule by its label, basis and
+    settings (its note: `rule_notes`); their bases, of BASES).
     """
     qtype = qtype.upper()
     if qtype not in FORMATS:
@@ -71,8 +72,31 @@ def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: st
         used_extra.append(f"{qtype} has no int8 path -> dmmv")
     params, used, bases = _apply(default, rules, class_key, qtype, rows, k, ncols, path, activations)
     params["path"] = path
-    desc = f"table {table_name} class {class_key} (device {cls.key}): " + "; ".join(used + used_extra)
+    desc = f"{_table_label(table_name, class_key, cls)}: " + "; ".join(used + used_extra)
     return params, desc, bases
+
+
+def table_label(cls: DeviceClass) -> str:
+    """How a choice's description (`lookup`) names the table and class of a
+    device: 'table software.json class software/lavapipe (device software/lavapipe/mesa)'."""
+    return _table_label(*_find_class(cls)[:2], cls)
+
+
+def _table_label(table_name: str, class_key: str, cls: DeviceClass) -> str:
+    return f"table {table_name} class {class_key} (device {cls.key})"
+
+
+def rule_notes(cls: DeviceClass) -> dict[str, str]:
+    """The notes of the rules a device's class may apply, by the label a
+    choice's description gives them ('rule 3', 'nvidia/* rule 2'): what each
+    rule rests on, told once (a description names the rule, not its note)."""
+    _, class_key, table = _find_class(cls)
+    return {_rule_label(origin, i, class_key): rule["note"] for origin, i, rule in _resolve(table, class_key)[1]
+            if rule.get("note")}
+
+
+def _rule_label(origin: str, i: int, class_key: str) -> str:
+    return f"rule {i}" if origin == class_key else f"{origin} rule {i}"
 
 
 def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k: int, ncols: int,
@@ -92,8 +116,7 @@ def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k:
             continue
         params.update({p: rule[p] for p in ALL_PARAMS if p in rule})
         set_ = ", ".join(f"{p}={rule[p]}" for p in ALL_PARAMS if p in rule)
-        where = f"rule {i}" if origin == class_key else f"{origin} rule {i}"
-        used.append(f"{where} [{rule['basis']}] {set_}: {rule.get('note', '')}".rstrip(": "))
+        used.append(f"{_rule_label(origin, i, class_key)} [{rule['basis']}] {set_}")
         bases.add(rule["basis"])
     return params, used, frozenset(bases)
 

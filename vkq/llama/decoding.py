@@ -68,7 +68,7 @@ class GenerationStats:
             lines.append(
                 f"decode: {self.n_generated} tokens, {self.decode_steps} steps in {self.decode_seconds:.2f} s: "
                 f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
-                f"{self.submits_per_token:g} submits/token{self._dispatch_note()}); {self.engine}")
+                f"{submits_per_token(self.submits_per_token)}{self._dispatch_note()}); {self.engine}")
         else:
             lines.append(f"decode: {self.n_generated} tokens, no decode step; {self.engine}")
         return "\n".join(lines)
@@ -76,6 +76,11 @@ class GenerationStats:
 
     def _dispatch_note(self) -> str:
         return "" if self.dispatches is None else f", {self.dispatches} dispatches and {self.barriers} barriers/token"
+
+
+def submits_per_token(n: float) -> str:
+    """'1 submit/token', '121 submits/token'."""
+    return f"{n:g} submit{'' if n == 1 else 's'}/token"
 
 
 @dataclass
