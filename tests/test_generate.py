@@ -322,8 +322,9 @@ def test_cli_generates(tiny_file, capsys, args, label):
     assert main(["generate", str(tiny_file), "-p", "the", "-n", "5", "--ignore-eos", *args]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("the") and "t/s" in err
-    # the graph engine: one submit per token, said in the singular
-    assert re.search(r"; 1 submit/token\)" if label.startswith("engine graph") else r"; \d+ submits/token\)", err), err
+    # the graph engine: one submit per token, said in the singular, and its dispatches and barriers
+    assert re.search(r"; 1 submit/token, \d+ dispatches and \d+ barriers/token\)" if label.startswith("engine graph")
+                     else r"; \d+ submits/token\)", err), err
     assert err.rstrip().endswith(label)
 
 
