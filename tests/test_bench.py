@@ -36,6 +36,8 @@ import ggml_quant
 # config.json of each model on Hugging Face; params: the published total
 # (token embedding counted once).
 PUBLISHED = {
+    "smollm2-135m": dict(hidden=576, n_layer=30, n_head=9, n_head_kv=3, ffn=1536, vocab=49152,
+                         n_expert=0, n_expert_used=0, params=134.5e6),
     "llama-3.2-1b": dict(hidden=2048, n_layer=16, n_head=32, n_head_kv=8, ffn=8192, vocab=128256,
                          n_expert=0, n_expert_used=0, params=1.24e9),
     "llama-3.2-3b": dict(hidden=3072, n_layer=28, n_head=24, n_head_kv=8, ffn=8192, vocab=128256,

@@ -6,8 +6,9 @@ have the type mix_type gives a ModelSpec of the same shape.
 
 The shapes exercise the rules: 16 and 8 layers (the first and last eighth,
 use_more_bits), 4 and 2 query heads per KV head, untied and tied output
-heads, 4 experts (V's rule for >= 4 experts). Every K is a multiple of 256,
-as in the presets. The i-quant file types are made with an importance
+heads, 4 experts (V's rule for >= 4 experts); and a K of 320, not a whole
+number of 256-value blocks, where llama.cpp falls back to other types
+(presets.FALLBACK), as SmolLM2's K of 576 makes it. The i-quant file types are made with an importance
 matrix (a flat one: its values change no type choice, only that there is
 one) and the others without, as mix_type assumes.
 
@@ -37,12 +38,14 @@ SPECS = {s.name: s for s in (
                      ffn=512, vocab=256, tied_output=False),
     presets.ModelSpec("gqa2-tied", "llama", hidden=256, n_layer=8, n_head=8, n_head_kv=4, head_dim=32,
                      ffn=256, vocab=256, tied_output=True),
+    presets.ModelSpec("k320", "llama", hidden=320, n_layer=8, n_head=5, n_head_kv=1, head_dim=64,
+                     ffn=512, vocab=256, tied_output=False),
     presets.ModelSpec("moe4", "qwen3moe", hidden=256, n_layer=8, n_head=4, n_head_kv=2, head_dim=64,
                      ffn=0, vocab=256, tied_output=False, n_expert=4, n_expert_used=2, expert_ffn=256),
 )}
 # llama.cpp's name of a file type where it is not the mix's.
 FTYPE = {"MXFP4": "MXFP4_MOE"}
-FAST = {("gqa4", "Q4_K_M"), ("gqa4", "IQ4_XS"), ("gqa2-tied", "IQ3_XXS")}
+FAST = {("gqa4", "Q4_K_M"), ("gqa4", "IQ4_XS"), ("gqa2-tied", "IQ3_XXS"), ("k320", "Q4_K_M"), ("k320", "Q2_K")}
 
 
 def cases():
@@ -107,6 +110,6 @@ def test_mix_types_are_llama_cpp_s(sources, tmp_path, name, mix):
     imatrix = flat_imatrix(spec) if mix in presets.IQ_MIXES else None
     llama_quant.quantizer().quantize(sources[name], out, FTYPE.get(mix, mix), imatrix)
     written = {n: t.qtype for n, t in open_gguf(out).tensors.items()}
-    ours = {m.name: presets.mix_type(mix, m.role, m.layer, spec.n_layer, spec) for m in shapes(spec)}
+    ours = {m.name: m.qtype for m in spec.matrices(mix)}  # mix_type, then the fallback
     differ = {n: (ours[n], written[n]) for n in ours if ours[n] != written[n]}
     assert not differ, f"{name}:{mix} (vkq's type, llama.cpp's) {differ}"

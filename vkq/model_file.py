@@ -5,9 +5,15 @@ a file that `vkq generate` and llama.cpp both run: the published shapes of a
 `vkq bench` preset (vkq.presets; its matrices typed as llama.cpp's quantizer
 types that mix), random valid blocks (vkq.synthetic), and the tokenizer and
 vocabulary of another llama file (the vocabulary sizes the token embedding
-and output head). Tensors are written one at a time, as they are made, so an
-8B file costs seconds and no more memory than its largest tensor. The text
-it generates is noise: it measures speed, not language.
+and output head). `experts=(n, k)` makes every FFN a mixture of n experts of
+the preset's FFN size, k used (Mixtral's layout). Tensors are written one at
+a time, as they are made, so an 8B file costs seconds and no more memory than
+its largest tensor. The text it generates is noise: it measures speed, not
+language. `write_tokenizer` keeps a file's tokenizer alone (a few MB, to
+take where the model file does not go).
+
+    python -m vkq.model_file llama-3.1-8b:Q4_0 OUT.gguf --tokenizer FILE.gguf [--experts 8,2]
+    python -m vkq.model_file --tokenizer-only FILE.gguf OUT.gguf
 """
 from __future__ import annotations
 
@@ -36,8 +42,10 @@ def _tokenizer_fields(path: Path):
     return fields, len(tokens.data)
 
 
-def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path, seed: int = 0) -> Path:
-    """preset: "NAME:MIX" of a dense llama preset (vkq bench --list). Returns path."""
+def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path, seed: int = 0,
+                       experts: tuple[int, int] | None = None) -> Path:
+    """preset: "NAME:MIX" of a dense llama preset (vkq bench --list);
+    experts: (n_expert, n_used) to make its FFNs mixtures of experts. Returns path."""
     name, _, mix = preset.partition(":")
     spec = PRESETS.get(name.lower())
     if spec is None or spec.arch != "llama" or spec.is_moe or spec.test_only:
@@ -48,6 +56,11 @@ def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path
         raise ValueError(f"{spec.name} has no {mix!r} mix; it offers {', '.join(spec.mixes)}")
     fields, n_vocab = _tokenizer_fields(Path(tokenizer_from))
     spec = replace(spec, vocab=n_vocab)
+    if experts is not None:
+        n_expert, n_used = experts
+        if not 1 <= n_used <= n_expert:
+            raise ValueError(f"experts {experts}: n_used must be 1 to n_expert")
+        spec = replace(spec, n_expert=n_expert, n_expert_used=n_used, expert_ffn=spec.ffn)
     matrices = spec.matrices(mix)
     embd = next((m for m in matrices if m.name == "token_embd.weight"), None)
     if embd is None:  # untied: the embedding in the mix's output type, as an extra tensor
@@ -68,7 +81,10 @@ def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path
     w.add_rope_freq_base(ROPE_BASE)
     w.add_layer_norm_rms_eps(RMS_EPS)
     w.add_vocab_size(n_vocab)
-    w.add_name(f"random {spec.name} {mix}")
+    if experts is not None:
+        w.add_expert_count(spec.n_expert)
+        w.add_expert_used_count(spec.n_expert_used)
+    w.add_name(f"random {spec.name} {mix}" + (f", {spec.n_expert} experts" if experts else ""))
     for f in fields:
         kind = f.types[0]
         w.add_key_value(f.name, f.contents(), kind, sub_type=f.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
@@ -79,9 +95,8 @@ def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path
         w.add_tensor_info(n, (spec.hidden,), np.dtype(np.float32), 4 * spec.hidden)
     for m in matrices:
         fmt = get_format(m.qtype)
-        byte_shape = (m.shape[-2], fmt.row_bytes(m.shape[-1]))
-        w.add_tensor_info(m.name, byte_shape, np.dtype(np.uint8), byte_shape[0] * byte_shape[1],
-                          raw_dtype=fmt.ggml_type)
+        byte_shape = m.shape[:-1] + (fmt.row_bytes(m.shape[-1]),)
+        w.add_tensor_info(m.name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=fmt.ggml_type)
     w.write_header_to_file(path)
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -89,6 +104,47 @@ def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path
     for _ in norms:
         w.write_tensor_data(np.ones(spec.hidden, np.float32))
     for m in matrices:
-        w.write_tensor_data(random_weights(get_format(m.qtype), m.shape[-2], m.shape[-1], rng))
+        n_expert = m.shape[0] if m.is_expert_stack else 1
+        w.write_tensor_data(random_weights(get_format(m.qtype), m.shape[-2], m.shape[-1], rng, n_expert))
     w.close()
     return path
+
+
+def write_tokenizer(src: str | Path, path: str | Path) -> Path:
+    """A GGUF file holding src's tokenizer metadata alone (general.architecture
+    "tokenizer", no tensors): a tokenizer_from for write_random_llama."""
+    fields, _ = _tokenizer_fields(Path(src))
+    w = gguf.GGUFWriter(str(path), "tokenizer")
+    for f in fields:
+        kind = f.types[0]
+        w.add_key_value(f.name, f.contents(), kind, sub_type=f.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m vkq.model_file", description=__doc__.splitlines()[0])
+    p.add_argument("model", help="a dense llama preset NAME:MIX (vkq bench --list), or with --tokenizer-only the "
+                                 "GGUF file whose tokenizer to keep")
+    p.add_argument("out")
+    p.add_argument("--tokenizer", help="the GGUF file whose tokenizer and vocabulary the model takes")
+    p.add_argument("--experts", metavar="N,K", help="every FFN a mixture of N experts, K used")
+    p.add_argument("--tokenizer-only", action="store_true", help="write the tokenizer of MODEL alone")
+    args = p.parse_args(argv)
+    if args.tokenizer_only:
+        write_tokenizer(args.model, args.out)
+        return 0
+    if args.tokenizer is None:
+        p.error("--tokenizer FILE.gguf is needed (a llama file, or one --tokenizer-only wrote)")
+    experts = tuple(int(v) for v in args.experts.split(",")) if args.experts else None
+    write_random_llama(args.model, args.out, args.tokenizer, experts=experts)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,7 +10,7 @@ real tensors).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,11 @@ MIXES = K_MIXES + IQ_MIXES + ("BF16",)
 BASE_TYPE = {"Q2_K": "Q2_K", "Q3_K_S": "Q3_K", "Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K", "MXFP4": "Q8_0",
              "IQ2_S": "IQ2_XS", "IQ2_M": "IQ2_S", "IQ3_M": "IQ3_S", "IQ3_XS": "IQ3_S"}
 BASE_TYPE |= {mix: mix for mix in MIXES if mix not in BASE_TYPE}
+# llama.cpp's type for a matrix whose rows are not whole 256-value blocks of
+# the type its mix gives it (llama_tensor_get_type's fallback).
+FALLBACK = {**dict.fromkeys(("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS"), "IQ4_NL"),
+            "Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+OUTPUT_FALLBACK = "Q8_0"  # the output head's, whatever its mix's type
 # The file types of about 2 bits per weight or less, which llama.cpp types by rules of their own.
 LOW_BIT_MIXES = ("IQ2_M", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")
 
@@ -164,10 +169,9 @@ class ModelSpec:
         if unsupported:
             raise ValueError(f"{self.name}:{mix} has {', '.join(unsupported)} matrices: block types "
                              f"vkq does not support (it supports {', '.join(FORMATS)})")
-        for m in out:  # the mixes' types must fit every K; presets only offer mixes that do
-            block = get_format(m.qtype).block_elems
-            assert m.shape[-1] % block == 0, f"{self.name}:{mix} {m.name}: K={m.shape[-1]} vs {m.qtype}"
-        return out
+        # A matrix whose rows are not whole blocks of its type gets llama.cpp's fallback type.
+        return [m if m.shape[-1] % get_format(m.qtype).block_elems == 0
+                else replace(m, qtype=OUTPUT_FALLBACK if m.role == OUTPUT else FALLBACK[m.qtype]) for m in out]
 
 
 def use_more_bits(i: int, n: int) -> bool:
@@ -184,9 +188,8 @@ def mix_type(mix: str, role: str, layer: int, n_layer: int, spec: ModelSpec) -> 
     cannot be made without one (without one, llama.cpp would give more bits
     to IQ3_XXS's V and down projections and to IQ4_XS's and IQ4_NL's first
     down projections). Rules for models no preset has (Falcon, 70B,
-    8-expert Mixtral) are left out; so is the fallback of matrices whose K
-    is not a whole number of the type's blocks (presets offer only mixes
-    whose types fit every K)."""
+    8-expert Mixtral) are left out; the fallback of matrices whose K is not
+    a whole number of the type's blocks is applied after (FALLBACK)."""
     # The router stays F32: llama.cpp never quantizes ffn_gate_inp.
     if role == "ffn_gate_inp":
         return "F32"
@@ -253,6 +256,9 @@ def mix_type(mix: str, role: str, layer: int, n_layer: int, spec: ModelSpec) -> 
 
 # Published configurations (the models' config.json on Hugging Face).
 PRESETS: dict[str, ModelSpec] = {s.name: s for s in (
+    # K = 576 is not a whole number of 256-value blocks: matrices of that K take llama.cpp's fallback types.
+    ModelSpec("smollm2-135m", "llama", hidden=576, n_layer=30, n_head=9, n_head_kv=3, head_dim=64,
+              ffn=1536, vocab=49152, tied_output=True),
     ModelSpec("llama-3.2-1b", "llama", hidden=2048, n_layer=16, n_head=32, n_head_kv=8, head_dim=64,
               ffn=8192, vocab=128256, tied_output=True),
     ModelSpec("llama-3.2-3b", "llama", hidden=3072, n_layer=28, n_head=24, n_head_kv=8, head_dim=128,
