@@ -65,3 +65,17 @@ def test_every_table_has_its_types():
             expect[name] = {t for t in grid_types if getattr(gq, t).grid_hex == cls.grid_hex}
     assert users == expect
     assert all(f.table is None for f in FORMATS.values() if f.name not in grid_types + value_types)
+
+
+def test_value_lookup_is_one_pipeline_where_a_type_ignores_it(backend):
+    """Only types that decode 4-bit quants into 16 values read value_lookup;
+    for the others "selects" and "table" are the same pipeline, resolved as one."""
+    from dataclasses import replace
+
+    import ggml_quant
+    from vkq.resolve import resolve
+
+    for qtype, reads in (("Q4_0", False), ("IQ4_NL", True)):
+        w = backend.upload(qtype, (8, 256), ggml_quant.random_weights(8, 256, qtype))
+        cfg = replace(backend.pipeline(w, 1, "dmmv"), value_lookup="selects")
+        assert resolve(backend, w, 1, config=cfg).value_lookup == ("selects" if reads else "table")

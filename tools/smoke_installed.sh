@@ -23,6 +23,10 @@ mkdir "$work/src"
 (cd "$root" && git ls-files -z | xargs -0 tar cf -) | tar xf - -C "$work/src"
 "$work/build-env/bin/python" -m build --outdir "$work/dist" "$work/src" > "$work/build.log" 2>&1 ||
     { tail -n 40 "$work/build.log"; exit 1; }
+# A clean install prints nothing alarming: no deprecation of vkq's own metadata.
+if grep -i "deprecat" "$work/build.log"; then
+    echo "FAILED: building vkq printed a deprecation warning (above)"; exit 1
+fi
 ls "$work/dist"
 
 echo "== a fresh venv: tools/install.sh with the wheel"

@@ -168,11 +168,8 @@ class Backend:
             if call is None:
                 g = Graph(self)
                 x = g.input(self.tensor(w.layout.k, n_x, name="x"))
-                if n_slots:
-                    ids = g.input(self.tensor(n_slots, dtype=np.int32, name="ids"))
-                    y = g.matvec_id(w, x, ids, config=cfg)
-                else:
-                    ids, y = None, g.matvec(w, x, config=cfg)
+                ids = g.input(self.tensor(n_slots, dtype=np.int32, name="ids")) if n_slots else None
+                y = g._add_matvec(w, x, cfg, ids=ids)  # (resolved above, once)
                 g.output(y)
                 call = w._calls_by_config[cfg_key] = _Call(g, [x], [y], ids)
             w._calls[key] = call

@@ -276,10 +276,7 @@ class Graph:
         self._open()
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
-        cfg = resolve(self.backend, w, x.n, path, config, activations)
-        y = self._out(out, x, w.layout.rows, x.n, "y")
-        self._matvec_node(w, cfg, x, y, None, 0, label)
-        return y
+        return self._add_matvec(w, x, resolve(self.backend, w, x.n, path, config, activations), out=out, label=label)
 
     def matvec_id(self, experts, x: Tensor, ids: Tensor, path: str | None = None, *,
                   activations: str | None = None, config=None, out: Tensor | None = None,
@@ -305,9 +302,18 @@ class Graph:
             raise ValueError(f"x {x!r} must hold 1 vector (shared), {n_used} (one per id) or a divisor of "
                              f"{n_used} (each read by as many consecutive ids)")
         cfg = resolve(self.backend, w, 1, path, config, activations, n_x=x.n)
-        y = self._out(out, x, w.layout.rows, n_used, "y")
-        self._matvec_node(w, cfg, x, y, ids, n_used, label)
-        self._ids_checks.append((ids, w.layout.n_expert))
+        return self._add_matvec(w, x, cfg, ids=ids, out=out, label=label)
+
+    def _add_matvec(self, w, x: Tensor, cfg, *, ids: Tensor | None = None, out: Tensor | None = None,
+                    label: str | None = None) -> Tensor:
+        """A mat-vec (MUL_MAT_ID with ids) of checked weights, x and ids on a
+        configuration vkq.resolve returned (Backend's calls resolve theirs once,
+        to share one graph per pipeline)."""
+        n_out = x.n if ids is None else ids.length
+        y = self._out(out, x, w.layout.rows, n_out, "y")
+        self._matvec_node(w, cfg, x, y, ids, 0 if ids is None else n_out, label)
+        if ids is not None:
+            self._ids_checks.append((ids, w.layout.n_expert))
         return y
 
     # -- replaying -----------------------------------------------------------

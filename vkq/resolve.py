@@ -17,6 +17,7 @@ from .activations import ACTIVATION_PLANES, check_activations
 from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .dispatch.paths import check_request
+from .lookup_tables import has_value_pairs
 from .ops import q8_1_words
 from .weights import Weights
 
@@ -73,6 +74,9 @@ def resolve(backend, weights: Weights, ncols: int, path: str | None = None, conf
         raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
     else:
         cfg = check_config(config, backend.device.caps, weights.layout.fmt, weights.layout.k, ncols)
+    if cfg.value_lookup != "table" and not has_value_pairs(weights.layout.fmt.table):
+        # A type that reads no value pairs ignores the setting: one pipeline, not two the same.
+        cfg = replace(cfg, value_lookup="table")
     k_pad, n_x = weights.layout.k_padded, ncols if n_x is None else n_x
     x_words = q8_1_words(n_x, k_pad, cfg.x_planes) if cfg.path == "mmvq" else n_x * k_pad
     weights_bytes = 4 * max(buf.tensor.size() for buf in weights.buffers)
