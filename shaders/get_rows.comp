@@ -18,8 +18,9 @@
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 
 #include "common.glsl"
-// One row per token: the table loads serve every device (blocks/nibble_pairs.glsl).
-const bool VALUES_BY_SELECTS = false;
+// How 4-bit quants that index 16 values are decoded: the device's choice for
+// the matrix's mat-vec (blocks/nibble_pairs.glsl; vkq.dispatch.config.VALUE_LOOKUPS).
+layout(constant_id = 1) const bool VALUES_BY_SELECTS = false;
 #include "blocks.glsl"
 
 layout(std430, binding = 1) readonly restrict buffer Ids { int ids[]; };

@@ -169,6 +169,7 @@ class EmbedRows(_Op):
         self.reads, self.writes = (ids,), (out.tensor,)  # (the weights are never written)
         self.n_rows = lay.rows
         variant = GetRowsVariant(lay.fmt.name)
+        selects = weights.backend.pipeline(weights, 1, "dmmv").value_lookup == "selects"  # as its mat-vec decodes
         nchunks = lay.k_padded // CHUNK
         for buf in weights.buffers:
             # get_rows.comp reads x_col_stride as the output's stride.
@@ -176,7 +177,7 @@ class EmbedRows(_Op):
                                 y_slot_stride=0)
             self.algorithms.append(device.algorithm(
                 [buf.tensor, ids.kp, out.tensor.kp], variant,
-                (_groups(nchunks, ROWS_WG), n, 1), [ROWS_WG], push))
+                (_groups(nchunks, ROWS_WG), n, 1), [ROWS_WG, int(selects)], push))
 
 
 @dataclass(frozen=True)
