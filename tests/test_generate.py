@@ -261,11 +261,12 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
 
 
 def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
-               metadata: dict | None = None) -> Path:
+               metadata: dict | None = None, nan_scales: str | None = None) -> Path:
     """A tiny random model: Q8_0 matrices except attn_v (Q4_0, so Q/K/V form
     two upload groups), an untied output head, F32 norms. metadata: keys to
     add or to replace (the hyper-parameters too): a str, a float (float32),
-    an int (uint32), or (value, gguf.GGUFValueType)."""
+    an int (uint32), or (value, gguf.GGUFValueType). nan_scales: a matrix
+    whose blocks' fp16 scales are NaN (it decodes to NaN)."""
     rng = np.random.default_rng(0)
     t = TINY
     tokens, merges, types = byte_level_vocab()
@@ -305,7 +306,10 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
         scale = 1.0 if name == "token_embd.weight" else 1 / np.sqrt(shape[1])
         values = (scale * rng.standard_normal(shape)).astype(np.float32)
         qtype = gguf.GGMLQuantizationType.Q4_0 if "attn_v" in name else gguf.GGMLQuantizationType.Q8_0
-        w.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+        data = gguf.quants.quantize(values, qtype)
+        if name == nan_scales:  # Q4_0's and Q8_0's blocks start with their fp16 scale
+            data.reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1])[:, :2] = np.float16(np.nan).reshape(1).view(np.uint8)
+        w.add_tensor(name, data, raw_dtype=qtype)
     return finish_gguf(w, path)
 
 
@@ -409,6 +413,17 @@ def test_cli_timestamps_give_the_kernels_share(tiny_file, capsys):
     assert main(["generate", str(tiny_file), "-p", "the", "-n", "5", "--ignore-eos", "--timestamps"]) == 0
     err = capsys.readouterr().err
     assert re.search(r"ms/token = kernels [\d.]+ ms \[\d+%\] \+ rest", err), err
+
+
+@pytest.mark.parametrize("args", [[], ["--engine", "host"], ["--path", "numpy"]], ids=["graph", "host", "numpy"])
+def test_nan_weights_give_one_line(tmp_path, tiny_ref, capsys, args):
+    """Weights that decode to NaN make every logit NaN: one line and status 2
+    on every engine, not the argmax of NaN (the prompt and nothing else)."""
+    nan_file = write_gguf(tmp_path / "nan.gguf", nan_scales="blk.1.ffn_down.weight")
+    assert main(["generate", str(nan_file), "-p", "the", "-n", "5", *args]) == 2
+    n_prompt = len(tiny_ref.tokenizer.encode("the"))
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"vkq: error: the logits are not finite after token {n_prompt} (nan at "), last
 
 
 def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):
