@@ -103,6 +103,30 @@ def entry_problems(qtype, entry) -> list[str]:
         problems += [f"{where}: missing {p!r}" for p in ENTRY_REQUIRED if p not in params]
         problems += [f"{where}: unknown key {p!r}" for p in params if p not in ENTRY_PARAMS]
         problems += param_problems(params, where)
+    return problems + figure_problems(qtype, entry)
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+
+
+def figure_problems(qtype: str, entry: dict) -> list[str]:
+    """What is wrong with the measured figures `vkq tune --show` prints (both
+    optional): 'gbps', {key: [table GB/s, tuned GB/s]}, and 'spread',
+    {key: a fraction}, for keys with parameters in the entry."""
+    problems = []
+    for name, valid, what in (("gbps", lambda v: isinstance(v, list) and len(v) == 2 and all(map(_positive, v)),
+                               "[table, tuned] positive GB/s"),
+                              ("spread", lambda v: v == 0 or _positive(v), "a fraction >= 0")):
+        figures = entry.get(name, {})
+        if not isinstance(figures, dict):
+            problems.append(f"{qtype}/{name}: not an object")
+            continue
+        for key, v in figures.items():
+            if key not in ENTRY_KEYS or key not in entry:
+                problems.append(f"{qtype}/{name}: {key!r} has no parameters in the entry")
+            elif not valid(v):
+                problems.append(f"{qtype}/{name}/{key}: {v!r} is not {what}")
     return problems
 
 
