@@ -106,18 +106,25 @@ def entry_problems(qtype, entry) -> list[str]:
     return problems + figure_problems(qtype, entry)
 
 
-def _positive(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+def _number(v) -> bool:
+    """A finite JSON number (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < float("inf")
+
+
+# The measured figures an entry may hold for each of its keys (`vkq tune
+# --show` prints them): what a valid one is, and how to say so.
+FIGURES = {
+    "gbps": (lambda v: isinstance(v, list) and len(v) == 2 and all(_number(x) and x > 0 for x in v),
+             "[table, tuned] positive GB/s"),
+    "spread": (lambda v: _number(v) and v >= 0, "a fraction >= 0"),
+}
 
 
 def figure_problems(qtype: str, entry: dict) -> list[str]:
-    """What is wrong with the measured figures `vkq tune --show` prints (both
-    optional): 'gbps', {key: [table GB/s, tuned GB/s]}, and 'spread',
-    {key: a fraction}, for keys with parameters in the entry."""
+    """What is wrong with an entry's FIGURES (each optional; for keys with
+    parameters in the entry)."""
     problems = []
-    for name, valid, what in (("gbps", lambda v: isinstance(v, list) and len(v) == 2 and all(map(_positive, v)),
-                               "[table, tuned] positive GB/s"),
-                              ("spread", lambda v: v == 0 or _positive(v), "a fraction >= 0")):
+    for name, (valid, what) in FIGURES.items():
         figures = entry.get(name, {})
         if not isinstance(figures, dict):
             problems.append(f"{qtype}/{name}: not an object")
