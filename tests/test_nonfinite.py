@@ -11,7 +11,7 @@ unaffected.
 
 x up to float32's largest values times small weights has finite products,
 but a block's sums of quants times x (up to 2^11 times the largest |x|)
-do not fit float32: both paths keep them in range (README: "Large x") and
+do not fit float32: both paths keep them in range (README: "Large and tiny x") and
 match float64 numpy.
 """
 from __future__ import annotations
