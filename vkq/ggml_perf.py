@@ -45,7 +45,6 @@ _CASE = re.compile(r"^\s*(MUL_MAT(?:_ID)?)\((.*)\):\s*(.*)$")
 _TIMED = re.compile(r"(\d+) runs -\s+(\S+) us/run\b")
 _PARAM = re.compile(r"(\w+)=(\[[^\]]*\]|[^,]*)")
 _DEVICE = re.compile(r"^\s*Device description:\s*(.+?)\s*$")
-KEY_PARAMS = ("type_a", "m", "n", "k")
 
 
 class GgmlFailed(RuntimeError):
@@ -120,18 +119,21 @@ def parse_case(line: str) -> PerfCase | None:
         return None
     op, text, result = m.groups()
     params = dict(_PARAM.findall(text))
-    timed = _TIMED.match(result)
-    try:
-        if not all(params.get(p) for p in KEY_PARAMS) or any(int(params[p]) < 1 for p in KEY_PARAMS[1:]):
-            raise ValueError
+    if params.get("type_a") and all(params.get(p, "").isdigit() and int(params[p]) > 0 for p in ("m", "n", "k")):
         if result.startswith("not supported"):
             return PerfCase(op, params, None, None)
-        us = float(timed.group(2))  # (AttributeError: no "N runs - T us/run")
-        if not 0 <= us < math.inf:
-            raise ValueError
-        return PerfCase(op, params, int(timed.group(1)), us)
-    except (ValueError, AttributeError):
-        raise GgmlFailed(f"--ggml: an unexpected line in ggml's output: {line.strip()[:200]!r}") from None
+        timed = _TIMED.match(result)
+        us = _float(timed.group(2)) if timed else math.nan
+        if 0 <= us < math.inf:
+            return PerfCase(op, params, int(timed.group(1)), us)
+    raise GgmlFailed(f"--ggml: an unexpected line in ggml's output: {line.strip()[:200]!r}")
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def case_filter(type_names: Iterable[str], m: int, k: int, ncols: Iterable[int]) -> str:
@@ -201,7 +203,11 @@ class GgmlPerf:
                 case = parse_case(line)
                 if case is not None:
                     on_case(case)
-            status = proc.wait()
+            try:
+                status = proc.wait(CASE_SECONDS)
+            except subprocess.TimeoutExpired:
+                raise GgmlFailed(f"--ggml: {self.path} closed its output but ran on for {CASE_SECONDS:g} s: "
+                                 "stopped") from None
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
