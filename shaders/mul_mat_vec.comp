@@ -64,7 +64,7 @@ layout(constant_id = 7) const uint SLOTS_PER_X = 1;
 #endif
 // Q8_1 activation: block b is 2*X_PLANES+1 uvec4: 32 int8 quants per plane,
 // then (d, s0, s1, d_r) as float bits, s0/s1 = the sum of each 16-element
-// half of the values the planes encode.
+// half of the values the planes encode, divided by d (q8_1.glsl).
 const uint XQ_BLOCK = 2u * X_PLANES + 1u;
 #endif
 // x: fp32 values (DMMV) or Q8_1 blocks (MMVQ), read 16 bytes at a time.
@@ -101,6 +101,19 @@ Quants chunk_quants(UnitMeta m, uint j, uint ib, uint sb) {
 #endif
     return block_quants(ib, sb);
 }
+#endif
+
+#if defined(MMVQ) || defined(BLOCK_PLAIN)
+const float X_SCALE = 1.0;
+#else
+// The dequantize path sums quants times x (16 of them per half-block)
+// before it applies the block's scale: up to 2^11 times the largest |x|,
+// past float32's range once |x| nears 1e35, where the products with the
+// scaled weights still fit. So it sums x * 2^-12 and scales y back as it
+// writes it: exact (powers of two) while the values stay normal floats; a
+// device that flushes subnormals drops |x| below 2^-114 (about 4.8e-35).
+// (The int8 path multiplies by x's scale d last; plain types have no quants.)
+const float X_SCALE = 1.0 / 4096.0;
 #endif
 
 shared float partial[NUM_ROWS * NCOLS][WG_SIZE];
@@ -166,22 +179,24 @@ void main() {
             const Quants q = chunk_quants(meta[r], j, ib, sb);
             const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
             for (uint col = 0u; col < NCOLS; col++) {
-                // sum_i (scale*q_i + offset) * d*qx_i = scale*d*dot(q, qx) + offset*s
-                float v = xds[col].x * (so.x * float(dot16x8(q.lo, xq_lo[col])) + so.z * float(dot16x8(q.hi, xq_hi[col])));
+                // sum_i (scale*q_i + offset) * d*qx_i = d * (scale*dot(q, qx) + offset*s), s in
+                // units of d; d last, so that nothing before it grows with x.
+                float v = xds[col].x * (so.x * float(dot16x8(q.lo, xq_lo[col])) + so.z * float(dot16x8(q.hi, xq_hi[col]))
+                                        + so.y * xds[col].y + so.w * xds[col].z);
                 if (X_PLANES == 2u) {
                     v += xds[col].w * (so.x * float(dot16x8(q.lo, xr_lo[col])) + so.z * float(dot16x8(q.hi, xr_hi[col])));
                 }
-                acc[r * NCOLS + col] += v + so.y * xds[col].y + so.w * xds[col].z;
+                acc[r * NCOLS + col] += v;
             }
         }
 #else
-        // 32 values of x per column (both halves), and each half's sum (for the offsets).
-        vec4 xv[NCOLS][8];
+        // 32 values of x per column (both halves), times X_SCALE, and each half's sum (for the offsets).
+        precise vec4 xv[NCOLS][8];  // (so that no compiler moves X_SCALE past a sum)
         vec2 xsum[NCOLS];
         for (uint col = 0u; col < NCOLS; col++) {
             const uint k4 = (x0 + col * p.x_col_stride + c * 32u) / 4u;
             for (uint i = 0u; i < 8u; i++) {
-                xv[col][i] = uintBitsToFloat(load_x(k4 + i));
+                xv[col][i] = uintBitsToFloat(load_x(k4 + i)) * X_SCALE;
             }
             xsum[col] = vec2(dot(xv[col][0] + xv[col][1] + xv[col][2] + xv[col][3], vec4(1.0)),
                              dot(xv[col][4] + xv[col][5] + xv[col][6] + xv[col][7], vec4(1.0)));
@@ -227,7 +242,7 @@ void main() {
         for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
             const uint r = i / NCOLS, col = i % NCOLS;
             if (row0 + r < p.nrows) {
-                y[y0 + col * p.y_col_stride + row0 + r] = acc[i];
+                y[y0 + col * p.y_col_stride + row0 + r] = acc[i] * (1.0 / X_SCALE);
             }
         }
         return;
@@ -277,7 +292,7 @@ void main() {
     for (uint i = tid; i < NUM_ROWS * NCOLS; i += WG_SIZE) {
         const uint r = i / NCOLS, col = i % NCOLS;
         if (row0 + r < p.nrows) {
-            y[y0 + col * p.y_col_stride + row0 + r] = acc[i];
+            y[y0 + col * p.y_col_stride + row0 + r] = acc[i] * (1.0 / X_SCALE);
         }
     }
 }

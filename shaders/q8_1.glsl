@@ -2,14 +2,17 @@
 // quantize_q8_1.comp, and by the ops whose output a mat-vec reads next
 // (rms_norm, swiglu, attention), which then save a dispatch and a barrier.
 // As ggml's reference quantizer: d = amax/127, q = round-half-away(x/d),
-// plus s0/s1 = d * (sum of q) over each 16-element half, which lets the
-// int8 path apply block minimums and offsets without unpacking. d and s are
-// kept in fp32 (ggml keeps them in fp16): exact sums, no fp16 overflow.
+// plus s0/s1 = the sum of q over each 16-element half, which lets the int8
+// path apply block minimums and offsets without unpacking. d and s are kept
+// in fp32 (ggml keeps them in fp16, and s = d * sum): s in units of d keeps
+// the sum of 16 values near float32's limit in range (the mat-vec applies d
+// last).
 //
 // X_PLANES = 2 adds a second plane (vkq's "q8_1x2" activations): the rounding
 // residual r = x - d*q quantized the same way (d_r = amax(r)/127), so the
 // int8 path sees d*q + d_r*q_r, about 14 bits per value instead of 8, for
-// twice the integer dot products. s0/s1 then cover both planes.
+// twice the integer dot products. s0/s1 then cover both planes (sum of q plus
+// d_r/d times the sum of q_r).
 // Block b is XQ_BLOCK = 2*X_PLANES+1 uvec4: the 32 quants of each plane, then
 // (d, s0, s1, d_r) as float bits (d_r = 0 with one plane).
 //
@@ -73,13 +76,13 @@ void store_q8_1(vec4 v[8], uint block) {
     const float d = quantize_plane(v, packed, qsum);
     xq[o] = uvec4(packed[0], packed[1], packed[2], packed[3]);
     xq[o + 1u] = uvec4(packed[4], packed[5], packed[6], packed[7]);
-    vec2 hsum = d * vec2(qsum);  // sum of the values the int8 path sees, per 16-element half
+    vec2 hsum = vec2(qsum);  // sum of the values the int8 path sees, per 16-element half, over d
     float dr = 0.0;
     if (X_PLANES == 2u) {
         dr = quantize_plane(v, packed, qsum);  // the residual's plane
         xq[o + 2u] = uvec4(packed[0], packed[1], packed[2], packed[3]);
         xq[o + 3u] = uvec4(packed[4], packed[5], packed[6], packed[7]);
-        hsum += dr * vec2(qsum);
+        hsum += (d != 0.0 ? dr / d : 0.0) * vec2(qsum);
     }
     const uint NAN_BITS = 0x7FC00000u;
     xq[o + XQ_BLOCK - 1u] = finite ? uvec4(floatBitsToUint(d), floatBitsToUint(hsum.x), floatBitsToUint(hsum.y),

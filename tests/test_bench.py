@@ -507,15 +507,21 @@ def test_compare_moe_gguf(capsys, moe_gguf):
     assert "mmvq" not in lines["blk.0.ffn_gate_inp.weight"]  # F32: dmmv only
 
 
-def test_compare_flags_nan_scale(tmp_path, capsys):
+def test_compare_names_a_nan_scale_as_the_files(tmp_path, capsys):
+    """Weights that decode to NaN have no finite reference: the tensor is not
+    checked, and said so (not FAIL with NMSE inf, as if vkq were wrong)."""
     tensors = moe_tensors()
     qtype, data = tensors["blk.1.attn_k.weight"]
     data = data.copy()
     data[0, 0:2] = np.array([np.nan], np.float16).view(np.uint8)  # Q8_0 block 0: d = NaN
     tensors["blk.1.attn_k.weight"] = (qtype, data)
     status, out, _ = run_cli(capsys, "compare", str(write_gguf(tmp_path / "nan.gguf", tensors)))
-    failed = [line.split()[0] for line in out.splitlines() if line.endswith("FAIL")]
-    assert status == 1 and failed == ["blk.1.attn_k.weight"]
+    lines = out.splitlines()
+    assert status == 1 and not any("FAIL" in line or "inf" in line.split() for line in lines), out
+    (line,) = [line for line in lines if line.startswith("blk.1.attn_k.weight")]
+    assert line.endswith("not checked: the reference is not finite (its weights decode to NaN or inf)")
+    assert lines[-1] == ("NOT CHECKED: 1 tensor(s) whose float64 reference is not finite (the file's weights "
+                         "decode to NaN or inf): blk.1.attn_k.weight")
 
 
 def test_compare_flags_wrong_device_copy(moe_gguf, capsys, monkeypatch):

@@ -4,9 +4,9 @@ a hang, an allocation of the claimed size, or tensors read from the wrong
 bytes.
 
 A small file written by the gguf package has single fields patched: a
-tensor dimension whose byte size overflows 64 bits, a data offset past the
-end of the file or onto another tensor's bytes, general.alignment 0 or not a
-power of two. A FIFO and /dev/zero are given as the path.
+tensor dimension whose byte size overflows 64 bits or that is 0, a data
+offset past the end of the file or onto another tensor's bytes,
+general.alignment 0 or not a power of two. A FIFO and /dev/zero are given as the path.
 """
 from __future__ import annotations
 
@@ -89,6 +89,16 @@ def test_dimensions_whose_byte_size_overflows(small, tmp_path, capsys, dims):
     out = tmp_path / "crafted.gguf"
     out.write_bytes(data[:start] + body + rest)
     assert_refused(out, "ends past the end of the file")
+    assert_cli_refuses(capsys, out)
+
+
+@pytest.mark.parametrize("dim", [0, 1], ids=["K", "rows"])
+def test_a_dimension_of_zero(small, tmp_path, capsys, dim):
+    """A tensor of no elements (ggml has none): named with the file, not an
+    upload error that names neither (vkq compare)."""
+    _, _, reader = small
+    out = patched(small, tmp_path, dims_offset(tensor_field(reader, "a.weight"), dim), 0)
+    assert_refused(out, r"crafted.gguf is not a readable GGUF file: tensor 'a.weight' has a dimension of 0")
     assert_cli_refuses(capsys, out)
 
 

@@ -236,6 +236,16 @@ MALFORMED = {
     "too big for the device": dmmv_with(wg_size=1024, rows_per_wg=16),
     "best variant null": {"Q4_0": {"best": "dmmv", "k_min": 1, "dmmv": None}},
     "other variant null": {"Q4_0": {**TUNED["Q4_0"], "mmvq_q8_1x2": None}},
+    # the figures `vkq tune --show` prints
+    "gbps a number": {"Q4_0": {**TUNED["Q4_0"], "gbps": 5}},
+    "gbps zeros": {"Q4_0": {**TUNED["Q4_0"], "gbps": {"dmmv": [0, 0]}}},
+    "gbps empty": {"Q4_0": {**TUNED["Q4_0"], "gbps": {"dmmv": []}}},
+    "gbps nulls": {"Q4_0": {**TUNED["Q4_0"], "gbps": {"dmmv": [None, None]}}},
+    "gbps a string": {"Q4_0": {**TUNED["Q4_0"], "gbps": {"dmmv": "fast"}}},
+    "gbps inf": {"Q4_0": {**TUNED["Q4_0"], "gbps": {"dmmv": [1.0, float("inf")]}}},
+    "gbps of no parameters": {"Q4_0": {**TUNED["Q4_0"], "gbps": {"mmvq_q8_1x2": [1.0, 2.0]}}},
+    "spread a string": {"Q4_0": {**TUNED["Q4_0"], "gbps": {"dmmv": [1.0, 2.0]}, "spread": {"dmmv": "low"}}},
+    "spread a list": {"Q4_0": {**TUNED["Q4_0"], "spread": [0.1]}},
 }
 
 

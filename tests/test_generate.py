@@ -357,6 +357,17 @@ def test_cli_timestamps_give_the_kernels_share(tiny_file, capsys):
     assert re.search(r"ms/token = kernels [\d.]+ ms \[\d+%\] \+ rest", err), err
 
 
+@pytest.mark.parametrize("args", [[], ["--engine", "host"], ["--path", "numpy"]], ids=["graph", "host", "numpy"])
+def test_nan_weights_give_one_line(tmp_path, tiny_ref, capsys, args):
+    """Weights that decode to NaN make every logit NaN: one line and status 2
+    on every engine, not the argmax of NaN (the prompt and nothing else)."""
+    nan_file = write_gguf(tmp_path / "nan.gguf", nan_scales="blk.1.ffn_down.weight")
+    assert main(["generate", str(nan_file), "-p", "the", "-n", "5", *args]) == 2
+    n_prompt = len(tiny_ref.tokenizer.encode("the"))
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"vkq: error: the logits are not finite after token {n_prompt} (nan at "), last
+
+
 def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):
     other = LlamaModel(None, vkq.Backend(), "dmmv", file=tiny_ref.file)
     with pytest.raises(ValueError, match="weights: the mat-vecs of a host engine of this file, on this backend"):

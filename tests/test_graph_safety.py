@@ -13,10 +13,14 @@
   replay; ids the device itself writes cannot be, and are refused unless
   every op that writes them keeps them in range by construction (the
   mixture-of-experts router), in this graph and any other.
+- A graph run from two threads while a third destroys it or frees its
+  weights: each run gives the right result or a clear error.
 """
 from __future__ import annotations
 
 import gc
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -123,6 +127,56 @@ def test_replay_outlives_its_graph_and_backend():
     assert np.array_equal(y.read(), want)
     del r, x, y
     gc.collect()
+
+
+def test_destroy_and_free_race_runs(backend):
+    """Two threads run a graph while a third destroys it (or frees its weights),
+    a thousand times over with a short switch interval: every run gives the
+    single-threaded y or a clear RuntimeError, and the process survives
+    (destroy freed pipelines mid-record: heap corruption, wrong y)."""
+    data = ggml_quant.random_weights(32, 64, "Q4_0", seed=9)
+    xv = random_x(64)
+    kept = backend.upload("Q4_0", (32, 64), data)  # (its cached call keeps the pipeline compiled)
+    want = backend.matvec(kept, xv)
+    clear = ("destroyed", "in flight", "freed")
+    errors = []
+
+    def guarded(action):
+        try:
+            action()
+        except RuntimeError as e:
+            if not any(c in str(e) for c in clear):
+                errors.append(repr(e))
+        except Exception as e:  # noqa: BLE001 (any other exception is the failure looked for)
+            errors.append(repr(e))
+
+    def runner(g, y):
+        def run_and_check():
+            g.run()
+            got = y.read()
+            if not np.array_equal(got, want):
+                errors.append(f"wrong y {got[:3]}")
+        for _ in range(3):
+            guarded(run_and_check)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for i in range(1000):
+            w = backend.upload("Q4_0", (32, 64), data)
+            g, x, y = simple_graph(backend, w)
+            x.write(xv)
+            ending = threading.Thread(target=guarded, args=(g.destroy if i % 2 else w.free,))
+            threads = [threading.Thread(target=runner, args=(g, y)) for _ in range(2)] + [ending]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            g.destroy()
+            w.free()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[:5]
 
 
 def test_weights_cannot_be_freed_under_a_replay(backend):

@@ -1,4 +1,5 @@
-"""NaN and inf in x reach the result on every type and path, MUL_MAT_ID too.
+"""NaN and inf in x reach the result on every type and path, MUL_MAT_ID too;
+finite x near float32's limit gives the finite result numpy gives.
 
 float64 numpy gives NaN in every output of a column whose x holds a NaN,
 and +-inf or NaN in every output of a column holding an inf. vkq gives NaN
@@ -7,6 +8,11 @@ wherever numpy gives NaN, and NaN or the same inf where numpy gives an inf
 marks a block holding NaN or inf with a NaN scale (shaders/quantize_q8_1.comp),
 so nothing depends on the host seeing x. The finite columns beside them are
 unaffected.
+
+x up to float32's largest values times small weights has finite products,
+but a block's sums of quants times x (up to 2^11 times the largest |x|)
+do not fit float32: both paths keep them in range (README: "Large and tiny x") and
+match float64 numpy.
 """
 from __future__ import annotations
 
@@ -14,8 +20,9 @@ import numpy as np
 import pytest
 
 import vkq.reference as ref
-from ggml_quant import random_weights
-from conftest import TYPES, type_paths
+from ggml_quant import quantize, random_weights
+from conftest import NMSE_GGML, TYPES, type_paths
+from vkq.dispatch.config import PipelineConfig
 
 ROWS, K = 19, 512
 N_EXPERT = 3
@@ -94,3 +101,59 @@ def test_model_marks_nonfinite_blocks():
     assert np.isnan(seen[32:64]).all()
     np.testing.assert_array_equal(seen[:32], clean[:32])
     np.testing.assert_array_equal(seen[64:], clean[64:])
+
+
+# -- finite x near float32's limit ------------------------------------------------
+
+LARGE_X_SCALES = (1e35, 1e36, 1e37, np.finfo(np.float32).max)
+
+
+@pytest.fixture(scope="module")
+def small_matrices(backend):
+    """Weights in [-0.01, 0.01]: products with x up to 3.4e38 stay finite."""
+    out = {}
+    for qtype in TYPES:
+        values = np.random.default_rng(12).uniform(-0.01, 0.01, (N_EXPERT * ROWS, K)).astype(np.float32)
+        data = quantize(values, qtype)
+        out[qtype] = (backend.upload(qtype, (ROWS, K), data[:ROWS]),
+                      backend.upload(qtype, (N_EXPERT, ROWS, K), data),
+                      ref.dequantize(qtype, (N_EXPERT, ROWS, K), data))
+    return out
+
+
+def large_x(ncols: int) -> np.ndarray:
+    """(K, ncols): column j uniform in +-LARGE_X_SCALES[j]."""
+    unit = np.random.default_rng(5).uniform(-1, 1, (K, ncols))
+    return (unit * np.array(LARGE_X_SCALES[:ncols])).astype(np.float32)
+
+
+def assert_finite_like_numpy(y: np.ndarray, exact: np.ndarray, what: str) -> None:
+    assert np.isfinite(exact).all() and (np.abs(exact) < np.finfo(np.float32).max).all()
+    for j in range(exact.shape[1]):
+        assert np.isfinite(y[:, j]).all(), f"{what} column {j} (|x| up to {LARGE_X_SCALES[j]:.1e}): {y[:3, j]}"
+        assert ref.nmse(y[:, j], exact[:, j]) < NMSE_GGML, f"{what} column {j}"
+
+
+def split_k_config(backend, path: str) -> PipelineConfig:
+    """Threads that split K and reduce (a GPU's launch), on this device."""
+    caps = backend.device.caps
+    return PipelineConfig(path, path == "mmvq" and caps.int_dot, caps.subgroup_arithmetic, wg_size=8,
+                          rows_per_wg=3, chunks_per_thread=1, split_k=True, source="test")
+
+
+@pytest.mark.parametrize("qtype,path", type_paths())
+def test_large_finite_x(backend, small_matrices, qtype, path):
+    w, stack, w64 = small_matrices[qtype]
+    x = large_x(len(LARGE_X_SCALES))
+    exact = w64[0] @ x.astype(np.float64)
+    assert_finite_like_numpy(backend.matvec(w, x, path=path), exact, f"{qtype} {path}")
+    assert_finite_like_numpy(backend.matvec(w, x, config=split_k_config(backend, path)), exact,
+                             f"{qtype} {path} split_k")
+    if path == "mmvq":
+        assert_finite_like_numpy(backend.matvec(w, x, path=path, activations="q8_1x2"), exact,
+                                 f"{qtype} {path} q8_1x2")
+    ids = np.array([2, 0, 1], np.int32)
+    xs = large_x(3).T.copy()  # one input per selected expert
+    y = backend.matvec_id(stack, xs, ids, path=path)
+    exact = np.stack([w64[e] @ xs[i].astype(np.float64) for i, e in enumerate(ids)])
+    assert_finite_like_numpy(y.T, exact.T, f"{qtype} {path} matvec_id")

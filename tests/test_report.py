@@ -2,7 +2,10 @@
 the report's structure and JSON schema on lavapipe (small shapes, a tiny
 model preset), and its refusals: no device, a bad ggml path, a program that
 is not test-backend-ops, ggml on another device, a model of another
-architecture, an unknown block type.
+architecture, an unknown block type. ggml at its edges: times in any float
+notation, 0 runs (not timed), lines that cannot be read, a crash, a hang
+(stopped), Ctrl-C (ggml killed): the report stands without ggml's section.
+Ctrl-C of the report: one line, exit status 130.
 
 The captured outputs in tests/ggml_perf/ are ggml d99724f2's
 `test-backend-ops perf -o MUL_MAT[_ID] -b Vulkan0 -p ...` on this lavapipe
@@ -12,8 +15,10 @@ escapes included.
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
+import time
 from pathlib import Path
 
 import gguf
@@ -27,7 +32,8 @@ import vkq
 from vkq import bench, report, timing, tune
 from vkq.cli import main
 from vkq.formats import FORMATS
-from vkq.ggml_perf import case_filter, ggml_type_name, parse_perf
+from vkq import ggml_perf
+from vkq.ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name, parse_case, parse_perf
 
 CAPTURED = Path(__file__).parent / "ggml_perf"
 LAVAPIPE = "llvmpipe (LLVM 15.0.6, 256 bits)"
@@ -59,6 +65,86 @@ def test_parse_not_supported_case():
 def test_parse_without_a_vulkan_device():
     out = parse_perf((CAPTURED / "no_vulkan_device.txt").read_text())
     assert out.device is None and out.cases == []
+
+
+CASE = "  MUL_MAT(type_a=q4_0,type_b=f32,m=4096,n=1,k=14336,bs=[1,1]):"
+
+
+@pytest.mark.parametrize("result, status, seconds", [
+    ("  852 runs - 62149.17 us/run - 117.44 MFLOP/run", "measured", 62149.17e-6),
+    ("  1 runs - 1e9 us/run - 117.44 MFLOP/run", "measured", 1000.0),
+    ("  0 runs - 0.00 us/run - 117.44 MFLOP/run", "not timed", None),
+    (" not supported", "not supported", None),
+])
+def test_parse_case_results(result, status, seconds):
+    """A time in any float notation is a time; 0 runs is no time, not "not supported"."""
+    case = parse_case(CASE + result)
+    assert (case.status, case.seconds) == (status, pytest.approx(seconds) if seconds else None)
+
+
+@pytest.mark.parametrize("line", [
+    CASE + "  852 runs - 1.2.3 us/run",
+    CASE + "  852 runs - nan us/run",
+    CASE + "  852 runs - -5 us/run",
+    CASE + "  done",
+    "  MUL_MAT(type_a=q4_0,type_b=f32,n=1,k=14336):  852 runs - 62149.17 us/run",  # no m
+    "  MUL_MAT(type_a=q4_0,type_b=f32,m=x,n=1,k=14336):  852 runs - 62149.17 us/run",
+])
+def test_parse_case_refuses_what_it_cannot_read(line):
+    with pytest.raises(GgmlFailed, match=r"^--ggml: an unexpected line in ggml's output"):
+        parse_case(line)
+    assert parse_case("  Testing 2 devices") is None
+
+
+def ggml_script(tmp_path: Path, body: str) -> GgmlPerf:
+    path = tmp_path / "test-backend-ops"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return GgmlPerf(path, 0, LAVAPIPE)
+
+
+def gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie (an orphan's new parent may not reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    stat_file = Path(f"/proc/{pid}/stat")
+    return stat_file.exists() and stat_file.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_ggml_that_crashes(tmp_path):
+    ggml = ggml_script(tmp_path, f"echo '{CASE} 852 runs - 62149.17 us/run'; echo 'GGML_ASSERT failed' >&2; exit 134")
+    with pytest.raises(GgmlFailed, match=r"^--ggml: .* exited with status 134: .*GGML_ASSERT failed"):
+        ggml.run("x")
+
+
+def test_ggml_that_hangs_is_stopped(tmp_path, monkeypatch):
+    """No line for CASE_SECONDS: the program is killed, its children too."""
+    monkeypatch.setattr(ggml_perf, "CASE_SECONDS", 0.5)
+    pids = tmp_path / "pids"
+    ggml = ggml_script(tmp_path, f"sleep 1000 & echo $$ $! > {pids}; echo Testing; wait")
+    with pytest.raises(GgmlFailed, match=r"^--ggml: .* printed nothing for 0.5 s: stopped"):
+        ggml.run("x")
+    for pid in map(int, pids.read_text().split()):  # (SIGKILL reaches the background child soon, not at once)
+        for _ in range(1000):
+            if gone(pid):
+                break
+            time.sleep(0.01)
+        assert gone(pid), pid
+
+
+def test_interrupted_ggml_is_killed(tmp_path):
+    """Ctrl-C while ggml runs (here: as a case comes in) ends ggml too."""
+    pids = tmp_path / "pids"
+    ggml = ggml_script(tmp_path, f"echo $$ > {pids}; echo '{CASE} 852 runs - 62149.17 us/run'; exec sleep 1000")
+
+    def interrupt(case):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ggml.run("x", interrupt)
+    assert gone(int(pids.read_text()))
 
 
 def test_case_filter_selects_the_cases_ggml_printed():
@@ -107,9 +193,11 @@ def small_report(monkeypatch):
     monkeypatch.setattr(report, "SHAPE", SMALL)
 
 
-def fake_ggml(tmp_path: Path, device: str, rows: int, k: int) -> Path:
+def fake_ggml(tmp_path: Path, device: str, rows: int, k: int, run: str | None = None) -> Path:
     """A stand-in for test-backend-ops: the captured lavapipe output, its
-    shape made (rows, k) and its device `device`; `not supported` for q4_1."""
+    shape made (rows, k) and its device `device`; `not supported` for q4_1.
+    run: shell commands that stand in for the timed run (the probe still
+    answers as ggml does)."""
     text = (CAPTURED / "mul_mat_q4_0_lavapipe.txt").read_text()
     text = text.replace("m=4096", f"m={rows}").replace("k=14336", f"k={k}").replace(LAVAPIPE, device)
     lines = text.splitlines()
@@ -121,7 +209,7 @@ def fake_ggml(tmp_path: Path, device: str, rows: int, k: int) -> Path:
     probe = tmp_path / "probe.txt"
     probe.write_text("\n".join(header) + "\n")
     script = tmp_path / "test-backend-ops"
-    script.write_text(f"#!/bin/sh\nif [ \"$7\" = '^$' ]; then cat {probe}; else cat {data}; fi\n")
+    script.write_text(f"#!/bin/sh\nif [ \"$7\" = '^$' ]; then cat {probe}; else {run or f'cat {data}'}; fi\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
@@ -195,6 +283,33 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
     assert len(tables) == 2  # one matrix, and the rotation
     # wall over kernel t/s is a ratio, not a share: what above 1 means is said
     assert "| t/s over kernel t/s |" in md and "above 1, the timed copy ran slower than the step itself" in md
+
+
+def test_report_stands_without_a_failing_ggml(small_report, tmp_path, capsys):
+    """ggml passes the probe, then crashes: one line naming --ggml, and the
+    report with ggml's section not measured (no traceback after all the
+    measuring)."""
+    from vkq.backend import Backend
+
+    ggml = fake_ggml(tmp_path, Backend().device_info.name, *SMALL, run="echo Testing; exit 139")
+    assert main(["report", "--quick", "--types", "Q4_0", "--ggml", str(ggml)]) == 0
+    out = capsys.readouterr()
+    assert re.search(r"vkq report: --ggml: .* exited with status 139: Testing; ggml-vulkan not measured", out.err)
+    assert "| Q4_0 | mmvq" in out.out
+    assert re.search(r"## ggml-vulkan side by side\n\nNot measured: --ggml: .* exited with status 139", out.out)
+
+
+def test_interrupted_report_is_one_line(small_report, monkeypatch, capsys):
+    def interrupt(device):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "probe_bandwidth", interrupt)
+    try:
+        status = main(["report", "--quick", "--types", "Q4_0"])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped vkq report (a traceback)")
+    assert status == 130
+    assert capsys.readouterr().err.strip() == "vkq report: interrupted; nothing reported"
 
 
 def test_report_models_on_ggufs(small_report, monkeypatch, tmp_path):

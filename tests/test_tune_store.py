@@ -55,6 +55,20 @@ def test_types_another_process_saved_meanwhile_are_kept(backend, tuning_dir, mon
     assert "saved" in out and "| Q4_0 " in out
 
 
+@pytest.mark.parametrize("gbps", [5, [0, 0], [], [None, None], "fast"], ids=repr)
+def test_hand_edited_figures_are_warned_about_and_ignored(backend, tuning_dir, monkeypatch, capsys, gbps):
+    """`vkq tune --types` on a type whose saved GB/s figures were edited:
+    the file is warned about and ignored (the type is measured again), no
+    TypeError or ZeroDivisionError from the figures."""
+    info = backend.device_info
+    tuning_store.save(info, {"Q4_0": {**fake_entry(), "gbps": gbps if gbps == 5 else {"dmmv": gbps}}})
+    measured = []
+    monkeypatch.setattr(tune, "tune_type", lambda backend, qtype, *a, **k: measured.append(qtype) or fake_entry())
+    with pytest.warns(UserWarning, match="vkq: ignoring invalid tuning file"):
+        assert cli.main(["tune", "--types", "Q4_0", "--no-progress"]) == 0
+    assert measured == ["Q4_0"] and "| Q4_0 " in capsys.readouterr().out
+
+
 WRITER = """
 import json, sys, time
 from vkq.device_info import DeviceInfo

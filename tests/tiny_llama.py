@@ -31,13 +31,15 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
 
 def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
                metadata: dict | None = None, experts: tuple[int, int] | None = None,
-               expert_types: dict[str, str] | None = None, extra: dict | None = None) -> Path:
+               expert_types: dict[str, str] | None = None, extra: dict | None = None,
+               nan_scales: str | None = None) -> Path:
     """The tiny model (see the module's note) at path. drop: tensors left out;
     reshape: name -> another shape; extra: name -> shape of tensors to add.
     metadata: keys to add or to replace (the hyper-parameters too): a str, a
     float (float32), an int (uint32), or (value, gguf.GGUFValueType).
     experts: (expert_count, expert_used_count); expert_types: stack role
-    (ffn_gate_exps, ...) -> block type."""
+    (ffn_gate_exps, ...) -> block type. nan_scales: a matrix whose blocks'
+    fp16 scales are NaN (it decodes to NaN)."""
     rng = np.random.default_rng(0)
     t = TINY
     tokens, merges, types = byte_level_vocab()
@@ -96,5 +98,8 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
             continue
         role = name.split(".")[-2]
         qtype = gguf.GGMLQuantizationType[types.get(role, "Q8_0")]
-        w.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+        data = gguf.quants.quantize(values, qtype)
+        if name == nan_scales:  # Q4_0's and Q8_0's blocks start with their fp16 scale
+            data.reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1])[:, :2] = np.float16(np.nan).reshape(1).view(np.uint8)
+        w.add_tensor(name, data, raw_dtype=qtype)
     return finish_gguf(w, path)

@@ -35,6 +35,10 @@ class KomputeUnavailable(VkqError, RuntimeError):
     """Kompute (`kp`) is missing, or built without the vkq patch level needed."""
 
 
+class NonFiniteLogits(VkqError, ValueError):
+    """A model's logits hold NaN or inf (its weights decode to NaN, or overflow)."""
+
+
 def from_import_error(e: ImportError) -> VkqError | None:
     """The vkq error an ImportError of `kp` stands for (None for any other
     module): kp not installed, or its Vulkan loader library missing."""

@@ -15,24 +15,40 @@ ggml-vulkan lists only GPUs unless GGML_VK_VISIBLE_DEVICES names the
 devices it may use (a CPU driver such as lavapipe needs it); its indices are
 Vulkan's device order, as vkq's are, so vkq sets it to its own device's
 index: ggml's Vulkan0 is then the device vkq measures.
+
+A run that cannot give its times (the program fails, prints nothing for
+CASE_SECONDS, or prints a case line that cannot be read) raises GgmlFailed,
+its message naming --ggml; the program never outlives the run.
 """
 from __future__ import annotations
 
+import math
 import os
+import queue
 import re
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .formats import BlockFormat
 
 BACKEND = "Vulkan0"  # the first (and, with GGML_VK_VISIBLE_DEVICES set to one index, only) Vulkan device
 PROBE_SECONDS = 120  # the probe times nothing; it starts the backends and lists the device
+# The longest ggml may print nothing: one case is a warm-up graph and at least
+# a second of graphs of hundreds of mat-vecs (on a CPU driver, minutes).
+CASE_SECONDS = 1200
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_CASE = re.compile(r"^\s*(MUL_MAT(?:_ID)?)\((.*)\):\s*(?:(\d+) runs -\s+([\d.]+) us/run|(not supported))")
+_CASE = re.compile(r"^\s*(MUL_MAT(?:_ID)?)\((.*)\):\s*(.*)$")
+_TIMED = re.compile(r"(\d+) runs -\s+(\S+) us/run\b")
 _PARAM = re.compile(r"(\w+)=(\[[^\]]*\]|[^,]*)")
 _DEVICE = re.compile(r"^\s*Device description:\s*(.+?)\s*$")
+
+
+class GgmlFailed(RuntimeError):
+    """ggml's run gave no times; the message names --ggml and why."""
 
 
 def ggml_type_name(fmt: BlockFormat) -> str:
@@ -56,6 +72,18 @@ class PerfCase:
         return self.us_per_run is not None
 
     @property
+    def status(self) -> str:
+        """'measured', 'not supported', or 'not timed' (ggml printed 0 runs or 0 us)."""
+        if not self.supported:
+            return "not supported"
+        return "measured" if self.runs and self.us_per_run > 0 else "not timed"
+
+    @property
+    def seconds(self) -> float | None:
+        """Per run, where measured."""
+        return self.us_per_run * 1e-6 if self.status == "measured" else None
+
+    @property
     def key(self) -> tuple[str, int, int, int]:
         """(type_a, m, n, k)."""
         p = self.params
@@ -69,19 +97,43 @@ class PerfOutput:
 
 
 def parse_perf(text: str) -> PerfOutput:
-    """The cases and the device of test-backend-ops' perf console output."""
+    """The cases and the device of test-backend-ops' perf console output;
+    GgmlFailed for a case line that cannot be read."""
     device, cases = None, []
     for line in _ANSI.sub("", text).splitlines():
         m = _DEVICE.match(line)
         if m and device is None:
             device = m.group(1)
             continue
-        m = _CASE.match(line)
-        if m:
-            op, params, runs, us, _unsupported = m.groups()
-            cases.append(PerfCase(op, dict(_PARAM.findall(params)), int(runs) if runs else None,
-                                  float(us) if us else None))
+        case = parse_case(line)
+        if case is not None:
+            cases.append(case)
     return PerfOutput(device, cases)
+
+
+def parse_case(line: str) -> PerfCase | None:
+    """The case on one line of ggml's output (None: the line is no case);
+    GgmlFailed if it names a case that cannot be read."""
+    m = _CASE.match(_ANSI.sub("", line))
+    if m is None:
+        return None
+    op, text, result = m.groups()
+    params = dict(_PARAM.findall(text))
+    if params.get("type_a") and all(params.get(p, "").isdigit() and int(params[p]) > 0 for p in ("m", "n", "k")):
+        if result.startswith("not supported"):
+            return PerfCase(op, params, None, None)
+        timed = _TIMED.match(result)
+        us = _float(timed.group(2)) if timed else math.nan
+        if 0 <= us < math.inf:
+            return PerfCase(op, params, int(timed.group(1)), us)
+    raise GgmlFailed(f"--ggml: an unexpected line in ggml's output: {line.strip()[:200]!r}")
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def case_filter(type_names: Iterable[str], m: int, k: int, ncols: Iterable[int]) -> str:
@@ -136,18 +188,52 @@ class GgmlPerf:
             raise ValueError(f"--ggml: ggml's {BACKEND} (GGML_VK_VISIBLE_DEVICES={self.device_index}) is "
                              f"{device!r}, vkq's device {self.device_index} is {self.device_name!r}")
 
-    def run(self, regex: str, on_case: Callable[[PerfCase], None] = lambda case: None,
-            timeout: float | None = None) -> PerfOutput:
-        """The matching cases, timed by ggml; `on_case` sees each as ggml prints it."""
+    def run(self, regex: str, on_case: Callable[[PerfCase], None] = lambda case: None) -> PerfOutput:
+        """The matching cases, timed by ggml; `on_case` sees each as ggml
+        prints it. GgmlFailed if the program fails, prints nothing for
+        CASE_SECONDS or prints a case that cannot be read; it is killed
+        however this returns (Ctrl-C too)."""
         lines = []
-        with subprocess.Popen(self.command(regex), env=self.env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) as proc:
-            for line in proc.stdout:
+        # Its own process group: killed whole, whatever it started.
+        proc = subprocess.Popen(self.command(regex), env=self.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            for line in _lines(proc.stdout, CASE_SECONDS, f"--ggml: {self.path}"):
                 lines.append(line)
-                case = parse_perf(line).cases
-                if case:
-                    on_case(case[0])
-            proc.wait(timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{self.path} exited with status {proc.returncode}: {''.join(lines[-3:]).strip()}")
+                case = parse_case(line)
+                if case is not None:
+                    on_case(case)
+            try:
+                status = proc.wait(CASE_SECONDS)
+            except subprocess.TimeoutExpired:
+                raise GgmlFailed(f"--ggml: {self.path} closed its output but ran on for {CASE_SECONDS:g} s: "
+                                 "stopped") from None
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            proc.stdout.close()
+        if status != 0:
+            raise GgmlFailed(f"--ggml: {self.path} exited with status {status}: "
+                             f"{' / '.join(line.strip() for line in lines[-3:] if line.strip())[:300]}")
         return parse_perf("".join(lines))
+
+
+def _lines(stream, idle_seconds: float, what: str) -> Iterator[str]:
+    """The stream's lines as they come; GgmlFailed once none came for idle_seconds."""
+    q: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in stream:
+            q.put(line)
+        q.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    while True:
+        try:
+            line = q.get(timeout=idle_seconds)
+        except queue.Empty:
+            raise GgmlFailed(f"{what} printed nothing for {idle_seconds:g} s: stopped") from None
+        if line is None:
+            return
+        yield line

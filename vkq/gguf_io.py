@@ -75,9 +75,9 @@ def open_gguf(path: str | Path) -> GGUFFile:
     """One parse of a file: metadata and every tensor (memory-mapped).
 
     A file that is not a whole, well-formed GGUF (truncated anywhere, garbage
-    in its header, metadata or tensor infos, tensor data past its end, rows
-    that are not whole blocks) is a ValueError naming the file and the first
-    problem found. So is a big-endian file with block-quantized tensors: their
+    in its header, metadata or tensor infos, a dimension of 0, tensor data
+    past its end, rows that are not whole blocks) is a ValueError naming the
+    file and the first problem found. So is a big-endian file with block-quantized tensors: their
     blocks' multi-byte fields are byte-swapped there, which vkq does not undo
     (its float, integer and BF16 tensors come back in native byte order)."""
     path = Path(path)
@@ -219,6 +219,8 @@ def _parse(path: Path) -> GGUFFile:
             raise ValueError(f"tensor {name!r} appears twice")
         # GGUF lists dimensions innermost first; numpy order is the reverse.
         shape = tuple(int(d) for d in reversed(dims))
+        if 0 in shape:  # ggml has no tensor of no elements
+            raise _Malformed(f"tensor {name!r} has a dimension of 0 (shape {shape})")
         if type_id not in _KNOWN_TYPES:  # a newer ggml's type: its size is unknown, nothing of it is read
             tensors[name] = GGUFTensor(name, f"GGML type {type_id}", shape, np.zeros(0, np.uint8))
             continue

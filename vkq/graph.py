@@ -24,7 +24,10 @@ freeing its weights, or submitting another graph that writes a tensor it
 uses (or uses a tensor it writes; inputs and outputs count as written) is
 an error until it is waited for, by its `Replay.wait()` or `Graph.wait()`.
 `run()` waits even when interrupted (Ctrl-C), and a Replay dropped unwaited
-waits for itself: a graph is never left in flight for good.
+waits for itself: a graph is never left in flight for good. Every state
+change of a graph (building, recording, submitting, waiting, destroying) is
+atomic under its backend's lock, as `Weights.free` is: a graph may be used
+from several threads.
 
 MUL_MAT_ID's ids are checked on the host before every replay (their host
 values: an input's, or a constant's before its first replay). On the device
@@ -34,6 +37,8 @@ mixture-of-experts router's top-k): ids any other op writes, in this graph
 or another, are refused, since nothing could check them.
 """
 from __future__ import annotations
+
+import functools
 
 import kp
 import numpy as np
@@ -66,13 +71,22 @@ class Replay:
         return self.graph._flight != self.serial
 
     def wait(self) -> None:
-        if self.done:
+        if not self.graph._finish(self.serial):
             raise RuntimeError("this replay was already waited for")
-        self.graph._finish()
 
     def __del__(self):
-        if not self.done:
-            self.graph._finish()
+        self.graph._finish(self.serial)
+
+
+def _locked(method):
+    """Runs a Graph method under its backend's lock: a graph's state changes
+    (building, recording, submitting, waiting, destroying) never interleave
+    with another thread's, nor with a free of weights it reads."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self.backend._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 class _Collector:
@@ -129,10 +143,12 @@ class Graph:
         if self._seq is not None:
             raise RuntimeError("this graph has been replayed and is fixed; record a new graph to change it")
 
+    @_locked
     def input(self, t: Tensor) -> Tensor:
         """t's host values (Tensor.write) go to the device at the start of every replay."""
         return self._mark(t, self._inputs, "input")
 
+    @_locked
     def output(self, t: Tensor) -> Tensor:
         """t comes back to the host at the end of every replay (Tensor.read)."""
         return self._mark(t, self._outputs, "output")
@@ -147,6 +163,7 @@ class Graph:
                 t.is_input = True
         return t
 
+    @_locked
     def barrier(self) -> None:
         """Order everything recorded so far before what follows, for a
         dependency the graph cannot see (vkq's own reads and writes need none)."""
@@ -160,6 +177,7 @@ class Graph:
         self._read.clear()
         self.counts["barrier"] += 1
 
+    @_locked
     def add(self, op, label: str | None = None) -> None:
         """Any operation with `reads` and `writes` (vkq.Tensor sequences) and
         `record(seq)`, which appends its Kompute ops (with barriers between
@@ -269,6 +287,7 @@ class Graph:
         self.matvecs.append((w, op.cfg))
         self.counts["matvec"] += 1
 
+    @_locked
     def matvec(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
                config=None, out: Tensor | None = None, label: str | None = None) -> Tensor:
         """y = W @ x for each of x's vectors (1 to MAX_COLS): a tensor of x.n vectors of `rows` values.
@@ -278,6 +297,7 @@ class Graph:
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
         return self._add_matvec(w, x, resolve(self.backend, w, x.n, path, config, activations), out=out, label=label)
 
+    @_locked
     def matvec_id(self, experts, x: Tensor, ids: Tensor, path: str | None = None, *,
                   activations: str | None = None, config=None, out: Tensor | None = None,
                   label: str | None = None) -> Tensor:
@@ -343,34 +363,34 @@ class Graph:
         """A replay was submitted and not yet waited for."""
         return self._flight != 0
 
+    @_locked
     def submit(self) -> Replay:
         """Submit one replay and return at once; `wait()` on the result (or on the graph)."""
-        with self.backend._lock:
-            if self._destroyed:
-                raise RuntimeError("this graph was destroyed")
-            if self.in_flight:
-                raise RuntimeError("a replay of this graph is in flight: wait() for it (Replay.wait or Graph.wait) "
-                                   "before the next")
-            for w in self._weights.values():
-                if w.freed:
-                    raise RuntimeError(f"{w!r} was freed; this graph reads it and cannot run")
-            self._check_others()
-            self._check_ids()
-            if self._seq is None:
-                self._record()
-            if self._seq.is_running():  # left so by a wait interrupted before it finished
-                self._seq.eval_await()
-            self._submits += 1
-            replay = Replay(self, self._submits)
-            self._flight = replay.serial
-            self.backend._in_flight.add(self)
-            try:
-                self._seq.eval_async()
-            except BaseException:
-                self._flight = 0
-                self.backend._in_flight.discard(self)
-                raise
-            return replay
+        if self._destroyed:
+            raise RuntimeError("this graph was destroyed")
+        if self.in_flight:
+            raise RuntimeError("a replay of this graph is in flight: wait() for it (Replay.wait or Graph.wait) "
+                               "before the next")
+        for w in self._weights.values():
+            if w.freed:
+                raise RuntimeError(f"{w!r} was freed; this graph reads it and cannot run")
+        self._check_others()
+        self._check_ids()
+        if self._seq is None:
+            self._record()
+        if self._seq.is_running():  # left so by a wait interrupted before it finished
+            self._seq.eval_await()
+        self._submits += 1
+        replay = Replay(self, self._submits)
+        self._flight = replay.serial
+        self.backend._in_flight.add(self)
+        try:
+            self._seq.eval_async()
+        except BaseException:
+            self._flight = 0
+            self.backend._in_flight.discard(self)
+            raise
+        return replay
 
     def _check_others(self) -> None:
         """No other graph in flight writes what this one uses, or uses what it writes."""
@@ -396,9 +416,14 @@ class Graph:
             if bad.size:
                 raise ValueError(f"ids {ids!r} out of range: {bad[:4].tolist()} not in [0, {n_expert})")
 
-    def _finish(self) -> None:
-        """Wait for the replay in flight. The graph is marked idle even when the
-        wait is interrupted, as the GPU's work is then done or abandoned."""
+    @_locked
+    def _finish(self, serial: int | None = None) -> bool:
+        """Wait for the replay in flight (with `serial`: only if it is that
+        one); False if there was none to wait for. The graph is marked idle
+        even when the wait is interrupted, as the GPU's work is then done or
+        abandoned."""
+        if not self._flight or serial not in (None, self._flight):
+            return False
         try:
             self._seq.eval_await()
         finally:
@@ -411,20 +436,21 @@ class Graph:
             self._timestamps = self._seq.get_timestamps()
             self._kernel_seconds = timestamp_span(self._timestamps, self.backend.device_info.timestamp_period,
                                                   first, last + 1)
+        return True
 
     def wait(self) -> None:
         """Wait for this graph's replay in flight, if any (its Replay handle then is done)."""
-        if self.in_flight:
-            self._finish()
+        self._finish()
 
     def run(self) -> None:
-        """One replay: submit and wait (waited for even if interrupted)."""
+        """One replay: submit and wait (waited for even if interrupted, or by
+        another thread's Graph.wait)."""
         replay = self.submit()
         try:
-            replay.wait()
-        finally:
-            if not replay.done:
-                self._finish()
+            self._finish(replay.serial)
+        except BaseException:
+            self._finish(replay.serial)  # interrupted before the wait began: wait now
+            raise
 
     def op_seconds(self) -> list[tuple[str, float]] | None:
         """(label, GPU seconds) of every op of the last replay, in order, from
@@ -447,6 +473,7 @@ class Graph:
         timestamps=True on a device that has them), else None."""
         return self._kernel_seconds
 
+    @_locked
     def destroy(self) -> None:
         """Free the recorded sequence and the pipelines of vkq's own nodes now
         (the tensors, and what `add` was given, stay the caller's)."""

@@ -49,8 +49,9 @@ The JSON (schema SCHEMA; times in seconds, bandwidths in GB/s):
     llama_tg (null: llama.cpp not run), same_tokens, bytes_per_token,
     bw_pct, dispatches, barriers, submits_per_token}] (t/s; one per --model);
   ggml: {path, rows: [{type, n, ggml_seconds, ggml_runs, ggml_status
-    ("measured" | "not supported" | "no such case"), vkq_seconds, vkq_path,
-    ggml_over_vkq}]} or null;
+    ("measured" | "not supported" | "not timed" (0 runs) | "no such case"),
+    vkq_seconds, vkq_path, ggml_over_vkq}]} or null (not measured: ggml's
+    run failed, hung or printed what cannot be read);
   not_measured: {section: why} for kernel_time, bench, models, llama.cpp, ggml.
 """
 from __future__ import annotations
@@ -68,7 +69,7 @@ from .bench import OVER, check_host_memory, probe_bandwidth
 from .bench import bench as bench_models
 from .console import markdown
 from .formats import FORMATS, get_format
-from .ggml_perf import GgmlPerf, case_filter, ggml_type_name
+from .ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
 from .race import RaceRow, race_model
 from .race import render_md as race_md
@@ -215,9 +216,9 @@ def ggml_rows(ggml: GgmlPerf, types: list[str], shape: tuple[int, int], vkq_rows
     for name, qtype in names.items():
         for n in NCOLS:
             case, v = by_key.get((name, rows_, n, k)), mine[qtype, n]
-            ggml_s = case.us_per_run * 1e-6 if case is not None and case.supported else None
+            ggml_s = case.seconds if case else None
             rows.append({"type": qtype, "n": n, "ggml_seconds": ggml_s, "ggml_runs": case.runs if case else None,
-                         "ggml_status": "measured" if ggml_s else ("not supported" if case else "no such case"),
+                         "ggml_status": case.status if case else "no such case",
                          "vkq_seconds": v["seconds"], "vkq_path": v["path"],
                          "ggml_over_vkq": ggml_s / v["seconds"] if ggml_s else None})
     return rows
@@ -335,9 +336,13 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
                         + (f", llama.cpp pp {row.llama_pp:.2f} tg {row.llama_tg:.2f} t/s" if server else ""))
     report["ggml"] = None
     if runner is not None:
-        report["ggml"] = {"path": str(runner.path), "rows": ggml_rows(runner, types, shape, report["matvec"], bar)}
-        done = sum(x["ggml_seconds"] is not None for x in report["ggml"]["rows"])
-        bar.finish_type(1, f"vkq report: ggml: {done} of {len(report['ggml']['rows'])} cases measured")
+        try:
+            report["ggml"] = {"path": str(runner.path), "rows": ggml_rows(runner, types, shape, report["matvec"], bar)}
+            done = sum(x["ggml_seconds"] is not None for x in report["ggml"]["rows"])
+            bar.finish_type(1, f"vkq report: ggml: {done} of {len(report['ggml']['rows'])} cases measured")
+        except GgmlFailed as e:  # the rest of the report stands without it
+            not_measured["ggml"] = str(e)
+            bar.finish_type(1, f"vkq report: {e}; ggml-vulkan not measured")
     report["not_measured"] = not_measured
     report["wall_seconds"] = time.monotonic() - t0
     return report
@@ -489,7 +494,11 @@ def run(models=(), llama_server: str | None = None, ggml: str | None = None, qui
 
     if output not in ("md", "json"):
         raise ValueError(f"-o must be md or json, got {output!r}")
-    report = measure(Backend(device), types=types, quick=quick, models=models, llama_server=llama_server, ggml=ggml,
-                     n_prompt=n_prompt, n_gen=n_gen)
+    try:
+        report = measure(Backend(device), types=types, quick=quick, models=models, llama_server=llama_server,
+                         ggml=ggml, n_prompt=n_prompt, n_gen=n_gen)
+    except KeyboardInterrupt:
+        print("\nvkq report: interrupted; nothing reported", file=sys.stderr)
+        return 130
     print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
     return 0

@@ -72,7 +72,8 @@ class Tensor:
         return f"<vkq.Tensor{label} {self.dtype.name} shape={self.shape}>"
 
     def _check_idle(self, action: str) -> None:
-        for g in tuple(self.backend._in_flight):  # (another thread may submit meanwhile)
+        """(Called under the backend's lock, so that no replay starts between the check and the copy.)"""
+        for g in self.backend._in_flight:
             if g.in_flight and id(self) in g._tensors:
                 raise RuntimeError(f"cannot {action} {self!r} while a replay that uses it is in flight; wait() first")
 
@@ -80,21 +81,23 @@ class Tensor:
         """Host values for the next replay that takes this tensor as input
         (`Graph.input`), or for its first replay: (length,) or (n, length),
         this tensor's dtype."""
-        self._check_idle("write")
-        if not isinstance(values, np.ndarray):
-            raise TypeError(f"{self!r}.write takes a numpy array, got {type(values).__name__}")
-        if values.dtype != self.dtype:
-            raise TypeError(f"{self!r}.write takes {self.dtype.name}, got dtype {values.dtype}")
-        if values.shape != self.shape and not (self.n == 1 and values.shape == (1, self.length)):
-            raise ValueError(f"{self!r}.write takes shape {self.shape}, got {values.shape}")
-        if self.on_device and not self.is_input:
-            raise RuntimeError(f"{self!r} went to the device at its first replay and is not an input of any graph "
-                               "(Graph.input): this write would never reach the device")
-        self._host[:, : self.length] = values
+        with self.backend._lock:
+            self._check_idle("write")
+            if not isinstance(values, np.ndarray):
+                raise TypeError(f"{self!r}.write takes a numpy array, got {type(values).__name__}")
+            if values.dtype != self.dtype:
+                raise TypeError(f"{self!r}.write takes {self.dtype.name}, got dtype {values.dtype}")
+            if values.shape != self.shape and not (self.n == 1 and values.shape == (1, self.length)):
+                raise ValueError(f"{self!r}.write takes shape {self.shape}, got {values.shape}")
+            if self.on_device and not self.is_input:
+                raise RuntimeError(f"{self!r} went to the device at its first replay and is not an input of any "
+                                   "graph (Graph.input): this write would never reach the device")
+            self._host[:, : self.length] = values
 
     def read(self) -> np.ndarray:
         """The values the last replay brought back (`Graph.output`), copied:
         (length,) or (n, length)."""
-        self._check_idle("read")
-        values = self._host[:, : self.length].copy()
+        with self.backend._lock:
+            self._check_idle("read")
+            values = self._host[:, : self.length].copy()
         return values[0] if self.n == 1 else values

@@ -103,6 +103,37 @@ def entry_problems(qtype, entry) -> list[str]:
         problems += [f"{where}: missing {p!r}" for p in ENTRY_REQUIRED if p not in params]
         problems += [f"{where}: unknown key {p!r}" for p in params if p not in ENTRY_PARAMS]
         problems += param_problems(params, where)
+    return problems + figure_problems(qtype, entry)
+
+
+def _number(v) -> bool:
+    """A finite JSON number (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < float("inf")
+
+
+# The measured figures an entry may hold for each of its keys (`vkq tune
+# --show` prints them): what a valid one is, and how to say so.
+FIGURES = {
+    "gbps": (lambda v: isinstance(v, list) and len(v) == 2 and all(_number(x) and x > 0 for x in v),
+             "[table, tuned] positive GB/s"),
+    "spread": (lambda v: _number(v) and v >= 0, "a fraction >= 0"),
+}
+
+
+def figure_problems(qtype: str, entry: dict) -> list[str]:
+    """What is wrong with an entry's FIGURES (each optional; for keys with
+    parameters in the entry)."""
+    problems = []
+    for name, (valid, what) in FIGURES.items():
+        figures = entry.get(name, {})
+        if not isinstance(figures, dict):
+            problems.append(f"{qtype}/{name}: not an object")
+            continue
+        for key, v in figures.items():
+            if key not in ENTRY_KEYS or key not in entry:
+                problems.append(f"{qtype}/{name}: {key!r} has no parameters in the entry")
+            elif not valid(v):
+                problems.append(f"{qtype}/{name}/{key}: {v!r} is not {what}")
     return problems
 
 

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import NonFiniteLogits
 from .model import LlamaFile
 
 
@@ -81,6 +82,15 @@ class GenerationStats:
 def submits_per_token(n: float) -> str:
     """'1 submit/token', '121 submits/token'."""
     return f"{n:g} submit{'' if n == 1 else 's'}/token"
+
+
+def check_choice(token: int, logits: np.ndarray, n_fed: int) -> None:
+    """Greedy's choice is not finite exactly when the logits hold a NaN (the
+    argmax picks the first) or +inf; a -inf, a token ruled out, is no
+    trouble. Then no token is right: an error, not NaN's index."""
+    if not np.isfinite(logits[token]):
+        raise NonFiniteLogits(f"the logits are not finite after token {n_fed} ({logits[token]} at {token}): "
+                              "the model's weights decode to NaN or inf, or its activations overflow")
 
 
 @dataclass
@@ -180,7 +190,8 @@ class Decoder(ABC):
         out, kept = [], [] if keep_logits else None
         self.reset()
         t0, (d0, _) = time.perf_counter(), self.counters()
-        token, logits = self.feed(prompt_ids, keep_logits)
+        token, logits = self.feed(prompt_ids, True)
+        check_choice(token, logits, len(prompt_ids))
         stats.prompt_seconds, stats.prompt_device_seconds = time.perf_counter() - t0, self.counters()[0] - d0
         t0, (d0, s0) = time.perf_counter(), self.counters()
         eos = self.tokenizer.eos_id
@@ -192,8 +203,9 @@ class Decoder(ABC):
                 on_token(token)
             if len(out) >= n_tokens or (stop_at_eos and eos is not None and token == eos):
                 break
-            token, logits = self.feed([token], keep_logits)
+            token, logits = self.feed([token], True)
             stats.decode_steps += 1
+            check_choice(token, logits, len(prompt_ids) + stats.decode_steps)
         d1, s1 = self.counters()
         stats.decode_seconds, stats.decode_device_seconds = time.perf_counter() - t0, d1 - d0
         stats.decode_submits = s1 - s0
