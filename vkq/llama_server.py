@@ -70,6 +70,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec (Linux): a SIGTERM when vkq's process ends, however
+    it ends (a time limit's kill included), so no server outlives it on the device."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+
+
 class LlamaServer:
     """A llama-server process on one model file, stopped on exit."""
 
@@ -83,7 +92,7 @@ class LlamaServer:
         cmd = [str(find_server(server)), "-m", str(model), "-c", str(ctx), "-ngl", "99",
                "--port", str(self.port), "--host", "127.0.0.1", "-np", "1"]
         self.log = open(log if log is not None else os.devnull, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
                                      env={**os.environ, "GGML_VK_VISIBLE_DEVICES": str(device)})
         try:
             self._wait_ready()
