@@ -1,23 +1,29 @@
 #version 450
-// RMSNorm with weight, of n vectors (one workgroup each):
+// RMSNorm with weight, of n vectors:
 //   y = x / sqrt(mean(x^2) + eps) * w
 // With ADD_RESIDUAL (specialization constant 1) the residual add comes
-// first and is kept: x += r, written back to x, then y = norm(x) * w. This is
-// how a llama layer's residual adds run: fused into the norm that follows
-// them, so the residual stream is read once. With RESIDUAL_SLOTS
-// (specialization constant 3) k > 0, r is the weighted sum of k vectors, a
-// mixture-of-experts layer's selected experts' outputs (MUL_MAT_ID's slots
-// v*k .. v*k + k - 1, r_stride apart, weights rw[v*k + j]), added in slot
-// order as llama.cpp adds them: the experts' sum needs no dispatch of its own.
+// first and is kept: x_out = x + r, then y = norm(x_out) * w. This is how a
+// llama layer's residual adds run: fused into the norm that follows them, so
+// the residual stream is read once. With RESIDUAL_SLOTS (specialization
+// constant 3) k > 0, r is the weighted sum of k vectors, a mixture-of-experts
+// layer's selected experts' outputs (MUL_MAT_ID's slots v*k .. v*k + k - 1,
+// r_stride apart, weights rw[v*k + j]), added in slot order as llama.cpp
+// adds them: the experts' sum needs no dispatch of its own.
 //
-// With X_PLANES (specialization constant 2) of 1 or 2, y is also written as
-// Q8_1 blocks (q8_1.glsl) to xq, the int8 mat-vec path's input: the
-// workgroup reads back the y it wrote, so xq holds exactly what
-// quantize_q8_1.comp would make of y.
+// A vector is spread over gl_NumWorkGroups.x workgroups (workgroup row y is
+// the vector): each reads the whole vector for the sum of squares (a GPU
+// reads it from its cache; the sum is the same in every workgroup, computed
+// in the same order), then its invocations each take whole 32-value blocks
+// of it, in registers: the residual add, y, and with X_PLANES
+// (specialization constant 2) of 1 or 2 the block's Q8_1 (q8_1.glsl) for the
+// int8 mat-vec path, from the very values written to y. One workgroup per
+// vector (a CPU driver's launch) may write x_out over x; several must not,
+// as a workgroup may still be reading what another would overwrite: the
+// host gives them another tensor.
 //
-// Bindings: 0 x (read-write), 1 r (read when ADD_RESIDUAL), 2 w, 3 y, 4 xq
-// (written when X_PLANES > 0), 5 rw (read when RESIDUAL_SLOTS > 0).
-// Variants: REDUCE_SUBGROUP (reduce.glsl).
+// Bindings: 0 x, 1 r (read when ADD_RESIDUAL), 2 w, 3 y, 4 xq (written when
+// X_PLANES > 0), 5 rw (read when RESIDUAL_SLOTS > 0), 6 x_out (written when
+// ADD_RESIDUAL). Variants: REDUCE_SUBGROUP (reduce.glsl).
 
 #extension GL_GOOGLE_include_directive : require
 
@@ -26,12 +32,13 @@ layout(constant_id = 1) const bool ADD_RESIDUAL = false;
 layout(constant_id = 2) const uint X_PLANES = 0;
 layout(constant_id = 3) const uint RESIDUAL_SLOTS = 0;
 
-layout(std430, binding = 0) restrict buffer X { float x[]; };
+layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly restrict buffer R { float r[]; };
 layout(std430, binding = 2) readonly restrict buffer W { float w[]; };
-layout(std430, binding = 3) coherent restrict buffer Y { float y[]; };
+layout(std430, binding = 3) writeonly restrict buffer Y { float y[]; };
 layout(std430, binding = 4) writeonly restrict buffer XQ { uvec4 xq[]; };
 layout(std430, binding = 5) readonly restrict buffer RW { float rw[]; };
+layout(std430, binding = 6) writeonly buffer XOut { float x_out[]; };
 
 layout(push_constant) uniform Params {
     uint n;         // values per vector
@@ -44,6 +51,8 @@ layout(push_constant) uniform Params {
     float eps;
     uint xq_stride; // Q8_1 blocks between vectors of xq
     uint rw_off;    // RESIDUAL_SLOTS: the first weight of vector 0
+    uint xo_off;    // x_out: the first value of vector 0, and floats between vectors
+    uint xo_stride;
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
@@ -66,33 +75,34 @@ float residual(uint v, uint i) {
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
-    const uint v = gl_WorkGroupID.x;
+    const uint v = gl_WorkGroupID.y;
     const uint xb = p.x_off + v * p.x_stride;
     float sum = 0.0;
     for (uint i = tid; i < p.n; i += WG_SIZE) {
-        float xi = x[xb + i];
-        if (ADD_RESIDUAL) {
-            xi += residual(v, i);
-            x[xb + i] = xi;  // read back below by this same invocation
-        }
+        const float xi = ADD_RESIDUAL ? x[xb + i] + residual(v, i) : x[xb + i];
         sum += xi * xi;
     }
     const float scale = 1.0 / sqrt(workgroup_sum(sum) / float(p.n) + p.eps);
     const uint yb = p.y_off + v * p.y_stride;
-    for (uint i = tid; i < p.n; i += WG_SIZE) {
-        y[yb + i] = (x[xb + i] * scale) * w[i];
-    }
-    if (X_PLANES > 0u) {
-        memoryBarrierBuffer();
-        barrier();
-        for (uint b = tid; b < (p.n + 31u) / 32u; b += WG_SIZE) {
-            vec4 vals[8];
-            for (uint j = 0u; j < 8u; j++) {
-                for (uint c = 0u; c < 4u; c++) {
-                    const uint i = 32u * b + 4u * j + c;
-                    vals[j][c] = i < p.n ? y[yb + i] : 0.0;
+    const uint xob = p.xo_off + v * p.xo_stride;
+    for (uint b = gl_WorkGroupID.x * WG_SIZE + tid; 32u * b < p.n; b += gl_NumWorkGroups.x * WG_SIZE) {
+        vec4 vals[8];
+        for (uint j = 0u; j < 8u; j++) {
+            for (uint c = 0u; c < 4u; c++) {
+                const uint i = 32u * b + 4u * j + c;
+                float yi = 0.0;
+                if (i < p.n) {
+                    const float xi = ADD_RESIDUAL ? x[xb + i] + residual(v, i) : x[xb + i];
+                    if (ADD_RESIDUAL) {
+                        x_out[xob + i] = xi;
+                    }
+                    yi = (xi * scale) * w[i];
+                    y[yb + i] = yi;
                 }
+                vals[j][c] = yi;
             }
+        }
+        if (X_PLANES > 0u) {
             store_q8_1(vals, v * p.xq_stride + b);
         }
     }

@@ -137,6 +137,45 @@ def test_rms_norm(backend, residual, reduction):
     assert not got[:, length:].any()
 
 
+@pytest.mark.parametrize("workgroups", [2, 3, 11])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_rms_norm_spread_over_workgroups(backend, residual, workgroups, reduction):
+    """A vector spread over workgroups (as on a GPU: each reads the whole
+    vector for its sum, then takes its blocks): the bits of one workgroup's,
+    x + residual written to x_out, y's Q8_1 blocks those of y."""
+    length, n, eps = 333, 3, 1e-5  # 11 blocks, the last one partial
+    r = rng(7)
+    xs = (r.standard_normal((n, length)) * 3).astype(np.float32)
+    rs = r.standard_normal((n, length)).astype(np.float32)
+    res = upload(backend, rs)
+    w = (1 + 0.1 * r.standard_normal(length)).astype(np.float32)
+    w_t = upload(backend, w)
+    outs = []
+    for wgs in (1, workgroups):
+        x, y, x_out = upload(backend, xs), backend.tensor(length, n), backend.tensor(length, n)
+        xq = Q8_1Output(backend.tensor(q8_1_words(1, y.stride, 2), n, dtype=np.uint32), 2)
+        op = RMSNorm(backend.device, Vectors(x, length, 0, length), w_t, Vectors(y, length), eps, n,
+                     residual=Vectors(res, length, 0, length) if residual else None, xq=xq,
+                     x_out=Vectors(x_out, length) if residual else None, workgroups=wgs)
+        assert op.workgroups == wgs
+        run(backend, [op], outputs=[y, x_out, xq.xq])
+        outs.append((y.read(), x_out.read(), xq.xq.read()))
+    (y1, xo1, q1), (y2, xo2, q2) = outs
+    assert y1.tobytes() == y2.tobytes() and q1.tobytes() == q2.tobytes()
+    if residual:
+        assert np.array_equal(xo2, xs + rs) and xo1.tobytes() == xo2.tobytes()
+    x64 = (xs + rs if residual else xs).astype(np.float64)
+    want = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w
+    assert ref.nmse(y2, want) < NMSE_F32
+
+
+def test_rms_norm_in_place_is_one_workgroup(backend):
+    x = upload(backend, np.ones(64, np.float32))
+    with pytest.raises(ValueError, match="1 where x is written back in place"):
+        RMSNorm(backend.device, Vectors(x, 64), upload(backend, np.ones(64, np.float32)),
+                Vectors(backend.tensor(64), 64), 1e-5, residual=Vectors(x, 64), workgroups=2)
+
+
 # -- RoPE, KV cache, attention ---------------------------------------------------------
 
 SHAPES = [  # n_head, n_head_kv, head_dim, n_rot
@@ -334,7 +373,10 @@ def test_swiglu(backend):
     assert abs(got[0, 0]) < 1e-30 and got[0, 1] == pytest.approx(100.0 * u[0, 1])
 
 
-def test_argmax(backend):
+@pytest.mark.parametrize("parts", [1, 2, 49, 1000])
+def test_argmax(backend, parts):
+    """In one pass, or in parts (a GPU's launch: each a range, then the best of
+    them), numpy's choice: ties to the first, NaN first, all -inf, the last."""
     n_vocab = 49157
     r = rng(4)
     x = r.standard_normal((5, n_vocab)).astype(np.float32)
@@ -343,10 +385,13 @@ def test_argmax(backend):
     x[2, 5] = np.inf
     x[3] = -np.inf  # all equal: index 0
     x[4, n_vocab - 1] = 9.0  # the last element
+    x[0, [40149, 40150, 40159, 40160]] = 60.0  # ties across parts' ranges (1000 parts: 40150; 49: 40160)
     x_t = upload(backend, x)
     out = zeros(backend, 5, np.int32)
-    run(backend, [Argmax(backend.device, Vectors(x_t, n_vocab, 0, n_vocab), out, 5)], outputs=[out])
-    assert out.read().tolist() == np.argmax(x, axis=1).tolist() == [int(np.argmax(x[0])), 7, 123, 0, n_vocab - 1]
+    op = Argmax(backend.device, Vectors(x_t, n_vocab, 0, n_vocab), out, 5, parts=parts)
+    assert len(op.algorithms) == (1 if parts == 1 else 2)
+    run(backend, [op], outputs=[out])
+    assert out.read().tolist() == np.argmax(x, axis=1).tolist() == [40149, 7, 123, 0, n_vocab - 1]
 
 
 # -- Q8_1 outputs: the int8 path's input written by the op that makes it ------------------

@@ -95,3 +95,21 @@ def test_smollm2_chunked_prompt(backend):
     assert len(ids) > 2 * MAX_COLS
     a, b = chunked.logits(ids), single.logits(ids)
     assert a.tobytes() == b.tobytes() and np.isfinite(a).all()
+
+
+def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, monkeypatch):
+    """A GPU spreads each norm's vector over workgroups (spread_workgroups) and
+    the argmax over parts (argmax_parts); forced here, the step's logits and
+    tokens are the one-workgroup launches', bit for bit."""
+    import vkq.llama.vector_ops as ops
+
+    one = GpuLlama(model_file, backend, "auto", ctx=40)
+    monkeypatch.setattr(ops, "spread_workgroups", lambda device, n_blocks, wg: n_blocks)
+    monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
+    spread = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one))
+    assert any(getattr(op, "workgroups", 1) > 1 for op in spread.step_graph._keep)
+    assert any(getattr(op, "parts", 1) == 7 for op in spread.step_graph._keep)
+    ids = one.tokenizer.encode(TEXT)[:13]
+    a, b = spread.greedy(ids, 5, stop_at_eos=False, keep_logits=True), one.greedy(ids, 5, stop_at_eos=False,
+                                                                                  keep_logits=True)
+    assert a.tokens == b.tokens and all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))

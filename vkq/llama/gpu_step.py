@@ -170,7 +170,10 @@ class GpuLlama(Decoder):
         n_slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
         # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID).
         y = {gr.names: b.tensor(sum(gr.rows), n_slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
-        x = Vectors(b.tensor(cfg.n_embd, n, name="x"), cfg.n_embd)  # the residual stream
+        # The residual stream, in two tensors a norm reads one of and writes the other
+        # (RMSNorm: a vector spread over workgroups is not written back in place).
+        streams = [Vectors(b.tensor(cfg.n_embd, n, name=f"x{j}"), cfg.n_embd) for j in (0, 1)]
+        x = streams[0]
         h = b.tensor(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
         h_last = b.tensor(cfg.n_embd, name="h of the last token")  # the output norm's: the output head's input
         attn = b.tensor(qd, n, name="attention")
@@ -221,16 +224,20 @@ class GpuLlama(Decoder):
         for i, layer in enumerate(f.layers):
             pre = f"blk.{i}."
             norm = self.norm_weights[i]
+            x_next = streams[1] if x is streams[0] else streams[0]
             g.add(RMSNorm(dev, x, norm["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, residual=residual,
-                          xq=hq, slots=slots))
+                          xq=hq, slots=slots, x_out=x_next if residual else None))
+            x = x_next if residual else x
             for names in layer.qkv:
                 matvec(names, h)
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
             g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
                             self.scores, Vectors(attn, qd), xq=attn_q, n=n))
             matvec(layer.attn_output, attn)
+            x_next = streams[1] if x is streams[0] else streams[0]
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
-                          residual=part(pre + "attn_output.weight"), xq=hq))
+                          residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next))
+            x = x_next
             if layer.router is None:
                 for names in layer.gate_up:
                     matvec(names, h)
@@ -254,9 +261,11 @@ class GpuLlama(Decoder):
         last_residual = Vectors(residual.tensor, cfg.n_embd, residual.offset + (n - 1) * per_token * residual.step,
                                 residual.step)
         last_slots = WeightedSlots(slots.weights, slots.k, (n - 1) * slots.k) if slots else None
-        g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, (n - 1) * x.tensor.stride), self.out_norm,
-                      Vectors(h_last, cfg.n_embd), cfg.rms_eps, residual=last_residual, xq=h_last_q,
-                      slots=last_slots), label="RMSNorm output_norm")
+        last = (n - 1) * x.tensor.stride
+        x_next = streams[1] if x is streams[0] else streams[0]
+        g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
+                      cfg.rms_eps, residual=last_residual, xq=h_last_q, slots=last_slots,
+                      x_out=Vectors(x_next.tensor, cfg.n_embd, last)), label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, name="logits"))
         matvec(f.output_group, h_last, out=logits)
         next_token = g.output(b.tensor(1, dtype=np.int32, name="next token"))

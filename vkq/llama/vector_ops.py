@@ -46,6 +46,7 @@ from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
 SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
+ARGMAX_SPAN = 1024  # values per workgroup of a GPU's argmax: 16 per invocation
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
 # Positions of a KV cache: pos is a uint in the shaders; more than anyone's context.
 MAX_KV_CAPACITY = 1 << 20
@@ -192,19 +193,37 @@ class WeightedSlots:
     offset: int = 0
 
 
+def spread_workgroups(device, n_blocks: int, wg: int) -> int:
+    """Workgroups to spread one vector's n_blocks 32-value blocks over: one
+    block per invocation on a GPU, where one workgroup per vector leaves all
+    but one of its cores idle (an H200 ran SmolLM2's and an 8B model's
+    RMSNorm at 17 and 97 us a vector in one workgroup, 33% and 60% of their
+    decode steps, 2026-11-26); one workgroup on a CPU driver, whose few
+    cores the other vectors and ops keep busy."""
+    return 1 if device.caps.device_type == "cpu" else -(-n_blocks // wg)
+
+
 class RMSNorm(_Op):
     """y = x / sqrt(mean(x^2) + eps) * w for n vectors; with `residual`,
-    x += residual first (written back to x); with `slots`, the residual is
-    the weighted sum of each vector's slots (WeightedSlots); with `xq`, y's
-    Q8_1 blocks too."""
+    x + residual first, written to x_out (default x itself); with `slots`,
+    the residual is the weighted sum of each vector's slots (WeightedSlots);
+    with `xq`, y's Q8_1 blocks too. A vector is spread over `workgroups`
+    (default spread_workgroups) unless it is written back in place, which
+    only one workgroup per vector may do; the sums, and so the results, are
+    the same bits however many there are."""
 
     def __init__(self, device, x: Vectors, w, y: Vectors, eps: float, n: int = 1,
-                 residual: Vectors | None = None, xq: Q8_1Output | None = None, slots: WeightedSlots | None = None):
+                 residual: Vectors | None = None, xq: Q8_1Output | None = None, slots: WeightedSlots | None = None,
+                 x_out: Vectors | None = None, workgroups: int | None = None):
         super().__init__(device)
         length = x.length
         if slots is not None and residual is None:
             raise ValueError("RMSNorm: weighted slots are a residual's: give the residual's vectors")
-        for vec, what in ((x, "RMSNorm x"), (y, "RMSNorm y")) + (((residual, "RMSNorm residual"),) if residual else ()):
+        if x_out is not None and residual is None:
+            raise ValueError("RMSNorm: x_out holds x + residual: give the residual")
+        checks = [(x, "RMSNorm x"), (y, "RMSNorm y")] + ([(residual, "RMSNorm residual")] if residual else []) + (
+            [(x_out, "RMSNorm x_out")] if x_out else [])
+        for vec, what in checks:
             if vec.length != length:
                 raise ValueError(f"{what}: {vec.length} values per vector, x has {length}")
             vec.check(n * (slots.k if slots is not None and vec is residual else 1), what)
@@ -215,17 +234,27 @@ class RMSNorm(_Op):
             raise ValueError(f"RMSNorm slots: 1 to {MAX_EXPERTS_USED} per vector and {n * slots.k} float32 "
                              f"weights from {slots.offset}, got k={slots.k}, {slots.weights!r}")
         r = residual or x
+        xo = x_out or x
+        in_place = residual is not None and x_out is None
         xq_t, planes, xq_stride = _q8_1_params(y, xq, n, "RMSNorm")
         rw = slots.weights if slots is not None else x.tensor
         self.reads = (x.tensor, w) + ((residual.tensor,) if residual else ()) + ((rw,) if slots else ())
-        self.writes = (y.tensor,) + ((x.tensor,) if residual else ()) + ((xq_t,) if xq else ())
+        self.writes = (y.tensor,) + ((xo.tensor,) if residual else ()) + ((xq_t,) if xq else ())
         self.quantized = (y.tensor, xq_t, planes) if xq else None
         push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps), xq_stride,
-                slots.offset if slots else 0]
+                slots.offset if slots else 0, xo.offset, xo.step]
         variant, wg = reducing_variant(device, "rms_norm")
+        n_blocks = -(-length // CHUNK)
+        if workgroups is None:
+            workgroups = 1 if in_place else spread_workgroups(device, n_blocks, wg)
+        if not isinstance(workgroups, int) or not 1 <= workgroups <= max(1, n_blocks) or (in_place and workgroups > 1):
+            raise ValueError(f"RMSNorm: {workgroups!r} workgroups per vector; 1 to its {n_blocks} blocks, and 1 "
+                             "where x is written back in place")
+        self.workgroups = workgroups
         self.algorithms.append(device.algorithm(
-            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp, xq_t.kp, rw.kp], variant,
-            (n, 1, 1), [wg, int(residual is not None), planes, slots.k if slots else 0], push))
+            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp, xq_t.kp, rw.kp, xo.tensor.kp], variant,
+            (_groups(self.workgroups, 1), n, 1), [wg, int(residual is not None), planes, slots.k if slots else 0],
+            push))
 
 
 @dataclass(frozen=True)
@@ -426,16 +455,38 @@ class ExpertRouting(_Op):
             [logits.tensor.kp, ids.kp, weights.kp], variant, (_groups(n, 1), 1, 1), [wg], push))
 
 
+def argmax_parts(device, length: int) -> int:
+    """Ranges a vector's argmax is split into: one per ARGMAX_SPAN values on
+    a GPU (one workgroup over a 49k vocabulary took an H200 235 us,
+    2026-11-26), the whole vector in one on a CPU driver."""
+    return 1 if device.caps.device_type == "cpu" else -(-length // ARGMAX_SPAN)
+
+
 class Argmax(_Op):
     """out[v] = argmax of vector v (int32), for n vectors: numpy's choice
-    (the first of equal values; the first NaN if any)."""
+    (the first of equal values; the first NaN if any). `parts`: ranges each
+    vector is split into over as many workgroups, then a second dispatch
+    picks the best of them (default argmax_parts; shaders/argmax.comp)."""
 
-    def __init__(self, device, x: Vectors, out, n: int = 1):
+    def __init__(self, device, x: Vectors, out, n: int = 1, parts: int | None = None):
         super().__init__(device)
         x.check(n, "Argmax x")
         if _size(out) < n:
             raise ValueError(f"Argmax: {n} results, the output tensor holds {_size(out)}")
+        if parts is None:
+            parts = argmax_parts(device, x.length)
+        if not isinstance(parts, int) or not 1 <= parts <= min(x.length, MAX_GROUPS_X):
+            raise ValueError(f"Argmax: {parts!r} parts; 1 to {min(x.length, MAX_GROUPS_X)}")
+        self.parts = parts
         self.reads, self.writes = (x.tensor,), (out,)
-        push = [x.length, x.offset, x.step]
-        self.algorithms.append(device.algorithm(
-            [x.tensor.kp, out.kp], VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG], push))
+        push = [x.length, x.offset, x.step, parts]
+        scratch = device.tensor(2 * n * parts, np.uint32)  # (value bits, index) per part: only this op's
+        tensors = [x.tensor.kp, out.kp, scratch]
+        if parts == 1:
+            self.algorithms.append(device.algorithm(tensors, VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG, 0],
+                                                    push))
+        else:  # (_Op.record puts a barrier between the two)
+            self.algorithms.append(device.algorithm(tensors, VectorOpVariant("argmax"), (parts, n, 1),
+                                                    [ARGMAX_WG, 1], push))
+            self.algorithms.append(device.algorithm(tensors, VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG, 2],
+                                                    push))
