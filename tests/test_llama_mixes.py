@@ -26,6 +26,7 @@ import pytest
 from conftest import finish_gguf
 from vkq import presets
 from vkq.gguf_io import open_gguf
+from vkq.model_file import add_hyperparameters
 
 import llama_quant
 
@@ -64,21 +65,7 @@ def write_f16(spec: presets.ModelSpec, path: Path) -> Path:
     """A GGUF of the spec's architecture that llama.cpp's quantizer loads:
     its hyperparameters, F16 random weight matrices, F32 norms."""
     w = gguf.GGUFWriter(str(path), spec.arch)
-    w.add_context_length(256)
-    w.add_embedding_length(spec.hidden)
-    w.add_block_count(spec.n_layer)
-    w.add_feed_forward_length(spec.ffn)
-    w.add_head_count(spec.n_head)
-    w.add_head_count_kv(spec.n_head_kv)
-    w.add_key_length(spec.head_dim)
-    w.add_value_length(spec.head_dim)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_dimension_count(spec.head_dim)
-    w.add_vocab_size(spec.vocab)
-    if spec.is_moe:
-        w.add_expert_count(spec.n_expert)
-        w.add_expert_used_count(spec.n_expert_used)
-        w.add_expert_feed_forward_length(spec.expert_ffn)
+    add_hyperparameters(w, spec, context=256, rms_eps=1e-6)
     rng = np.random.default_rng(0)
     matrices = [(m.name, m.shape, m.role == "ffn_gate_inp") for m in shapes(spec)]
     if not spec.tied_output:

@@ -42,6 +42,25 @@ def _tokenizer_fields(path: Path):
     return fields, len(tokens.data)
 
 
+def add_hyperparameters(w: gguf.GGUFWriter, spec, context: int, rms_eps: float) -> None:
+    """A preset's (vkq.presets.ModelSpec) hyper-parameters, as llama.cpp reads them."""
+    w.add_block_count(spec.n_layer)
+    w.add_context_length(context)
+    w.add_embedding_length(spec.hidden)
+    w.add_feed_forward_length(spec.ffn)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_key_length(spec.head_dim)
+    w.add_value_length(spec.head_dim)
+    w.add_rope_dimension_count(spec.head_dim)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_vocab_size(spec.vocab)
+    if spec.is_moe:
+        w.add_expert_count(spec.n_expert)
+        w.add_expert_used_count(spec.n_expert_used)
+        w.add_expert_feed_forward_length(spec.expert_ffn)
+
+
 def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path, seed: int = 0,
                        experts: tuple[int, int] | None = None) -> Path:
     """preset: "NAME:MIX" of a dense llama preset (vkq bench --list);
@@ -69,21 +88,8 @@ def write_random_llama(preset: str, path: str | Path, tokenizer_from: str | Path
 
     path = Path(path)
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(spec.n_layer)
-    w.add_context_length(CONTEXT)
-    w.add_embedding_length(spec.hidden)
-    w.add_feed_forward_length(spec.ffn)
-    w.add_head_count(spec.n_head)
-    w.add_head_count_kv(spec.n_head_kv)
-    w.add_key_length(spec.head_dim)
-    w.add_value_length(spec.head_dim)
-    w.add_rope_dimension_count(spec.head_dim)
+    add_hyperparameters(w, spec, CONTEXT, RMS_EPS)
     w.add_rope_freq_base(ROPE_BASE)
-    w.add_layer_norm_rms_eps(RMS_EPS)
-    w.add_vocab_size(n_vocab)
-    if experts is not None:
-        w.add_expert_count(spec.n_expert)
-        w.add_expert_used_count(spec.n_expert_used)
     w.add_name(f"random {spec.name} {mix}" + (f", {spec.n_expert} experts" if experts else ""))
     for f in fields:
         kind = f.types[0]
