@@ -379,7 +379,7 @@ def test_info_says_what_is_unmeasured(name):
 
 def test_lookup_rejects_unknown_type():
     with pytest.raises(ValueError, match="unknown block type"):
-        lookup(cls_of("lavapipe"), "TQ2_0", 16, 256, 1)
+        lookup(cls_of("lavapipe"), "Q8_K", 16, 256, 1)
 
 
 # --- rules for one path ----------------------------------------------------
