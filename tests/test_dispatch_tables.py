@@ -261,11 +261,12 @@ def test_ggml_choices_iquants(name):
 
 def test_turing_plus_iquants_measured():
     """On the GPUs the H100 stands for, every i-quant takes the int8 path
-    (measured there: 2-5x the dequantize path), at any K and column count."""
+    (measured there: 2-5x the dequantize path), and so does every newest type
+    (measured on an H200: 2-3x), at any K and column count."""
     cls = cls_of("nvidia_rtx3090")
     for k in (256, 4096, 14336):
         for ncols in (1, 4):
-            for qtype in [t for t in FORMATS if t.startswith("IQ")]:
+            for qtype in [t for t in FORMATS if t.startswith("IQ")] + ["NVFP4", "Q1_0", "Q2_0", "TQ1_0", "TQ2_0"]:
                 params, desc, bases = lookup(cls, qtype, 4096, k, ncols)
                 assert params["path"] == "mmvq" and bases == {"measured"}, (qtype, desc)
 

@@ -3,9 +3,11 @@
 // The quant is the sign, 2*bit - 1 (signed bytes: an inf d gives +-inf as in ggml).
 #define QUANTS_SIGNED
 #include "bitplanes.glsl"
-Quants q1_signs(uint bits) {
-    Quants b = bits1_of(bits);
-    return less_one(Quants(b.lo << 1, b.hi << 1));
+// Of a bits1 word (bitplanes.glsl: bit 4h+w of byte k is element 16h+4w+k):
+// each element's bit moved to bit 1 of its byte, less one.
+Quants q1_signs(uint q) {
+    uvec4 s = uvec4(q << 1, q, q >> 1, q >> 2);
+    return less_one(Quants(s & 0x02020202u, (s >> 4) & 0x02020202u));
 }
 Quants block_quants(uint ib, uint sb) { return q1_signs(load_w32(FIELD_OFF_qs + ib * 4u + sb)); }
 vec4 block_scales(uint ib, uint sb) {
