@@ -67,10 +67,12 @@ if llama_quant.bin_dir() is None:
 
 @dataclass(frozen=True)
 class Mix:
-    """A file: llama.cpp's file type, and what --tensor-type overrides (tensor name regex -> block type)."""
+    """A file: llama.cpp's file type, what --tensor-type overrides (tensor name regex -> block type),
+    and a prompt whose greedy continuation has few near-ties on it."""
 
     ftype: str
     overrides: dict[str, str]
+    prompt: str
 
     def expected(self, names) -> dict[str, str]:
         """tensor name -> the block type an override asked for."""
@@ -85,13 +87,14 @@ NEWEST = ("Q1_0", "Q2_0", "TQ1_0", "TQ2_0", "NVFP4")
 MIXES = {
     # ffn_down of layers 3i..3i+2 in IQ_TYPES[i]
     "iquants": Mix("IQ4_XS", {**{rf"blk\.{layer}\.ffn_down": qtype for i, qtype in enumerate(IQ_TYPES)
-                                for layer in range(3 * i, 3 * i + 3)}, "token_embd": "BF16"}),
+                                for layer in range(3 * i, 3 * i + 3)}, "token_embd": "BF16"},
+                  "The history of the printing press begins in"),
     # ffn_down of layer 25 + i in NEWEST[i]
     "newest": Mix("Q8_0", {**{rf"blk\.{25 + i}\.ffn_down": qtype for i, qtype in enumerate(NEWEST)},
                            r"blk\.2[0-4]\.attn_output": "NVFP4", r"blk\.2[0-4]\.ffn_gate": "Q2_0",
-                           "token_embd": "NVFP4"}),
+                           "token_embd": "NVFP4"},
+                 "In 1969, Apollo 11"),  # the printing press: a near-tie at its second token
 }
-PROMPT = "The history of the printing press begins in"
 N_TOKENS = 16
 NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
 MIN_COMPARED = 6  # steps that must not be near-ties (else the prompt is a poor one)
@@ -141,10 +144,10 @@ def test_compare_every_tensor(backend, model_file):
 
 
 @pytest.fixture(scope="module")
-def reference_run(model_file):
+def reference_run(model_file, mix):
     """(prompt ids, the float64 reference's greedy run)."""
     model = load(model_file, path="numpy")
-    ids = model.tokenizer.encode(PROMPT)
+    ids = model.tokenizer.encode(mix.prompt)
     return ids, model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
 
 
