@@ -20,9 +20,7 @@ Quants bits1(uint off, uint sub) {  // 4 bytes per sub-block: a nibble per eleme
     return bits1_of(load_w32(off + sub));
 }
 // Quants 0..128 less one, as signed bytes: q + 0x7F stays within its byte, and
-// flipping bit 7 takes the 0x80 off (types whose value is d*(q-1): their
-// scale alone then gives each value, so an inf d decodes to +-inf as in ggml,
-// not to the NaN of inf - inf).
+// flipping bit 7 takes the 0x80 off (the types of d_signed.glsl).
 Quants less_one(Quants q) {
     return Quants((q.lo + 0x7F7F7F7Fu) ^ 0x80808080u, (q.hi + 0x7F7F7F7Fu) ^ 0x80808080u);
 }
