@@ -2,7 +2,7 @@
 
 - `dequantize(qtype, shape, data)`: the gguf package's own dequantizer (written
   by ggml's authors, not here) to float64; Q1_0 and Q2_0, which gguf 0.19
-  cannot dequantize, by ggml's rules written out below (tests/test_formats.py
+  cannot dequantize, by ggml's rules written out below (tests/test_block_bits.py
   holds every bit pattern of them to ggml's own `to_float`).
 - `quantize_q8_1(x)`: vkq's Q8_1 activation quantizer, as shaders/q8_1.glsl
   computes it (fp32 arithmetic, round half away from zero, tiny blocks flushed).
