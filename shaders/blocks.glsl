@@ -45,6 +45,16 @@
 #include "blocks/iq1_m.glsl"
 #elif defined(TYPE_IQ1_S)
 #include "blocks/iq1_s.glsl"
+#elif defined(TYPE_NVFP4)
+#include "blocks/nvfp4.glsl"
+#elif defined(TYPE_Q1_0)
+#include "blocks/q1_0.glsl"
+#elif defined(TYPE_Q2_0)
+#include "blocks/q2_0.glsl"
+#elif defined(TYPE_TQ1_0)
+#include "blocks/tq1_0.glsl"
+#elif defined(TYPE_TQ2_0)
+#include "blocks/tq2_0.glsl"
 #else
 #error "no TYPE_<name> defined"
 #endif

@@ -31,11 +31,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import gguf
 import numpy as np
 
+import ggml_quant
 from vkq.llama_server import WHEEL, wheel_bin
-
 
 # enum llama_ftype (llama.h): the file types this module makes.
 FTYPES = {
@@ -138,7 +137,7 @@ class Quantizer:
             table = (_TypeOverride * (len(overrides) + 1))()
             for o, (pattern, qtype) in zip(table, overrides.items()):
                 keep.append(pattern.encode())
-                o.pattern, o.type = keep[-1], int(gguf.GGMLQuantizationType[qtype])
+                o.pattern, o.type = keep[-1], ggml_quant.type_id(qtype)
             table[-1].type = _GGML_TYPE_COUNT  # the terminator: a NULL pattern
             p.tt_overrides = ctypes.addressof(table)
             keep.append(table)

@@ -86,7 +86,9 @@ def test_wrong_byte_count_plain(backend, monkeypatch):
         backend.upload("F32", (1, 100), np.zeros(99, np.float32))
 
 
-@pytest.mark.parametrize("qtype, k, block", [("Q4_0", 100, 32), ("Q4_K", 512 + 32, 256), ("MXFP4", 16, 32)])
+@pytest.mark.parametrize("qtype, k, block", [("Q4_0", 100, 32), ("Q4_K", 512 + 32, 256), ("MXFP4", 16, 32),
+                                              ("NVFP4", 96, 64), ("Q1_0", 64, 128), ("Q2_0", 32, 64),
+                                              ("TQ1_0", 576, 256), ("TQ2_0", 128, 256)])
 def test_k_not_multiple_of_block(backend, monkeypatch, qtype, k, block):
     with raises_before_driver(monkeypatch, ValueError, rf"K={k}.*block size {block}"):
         backend.upload(qtype, (ROWS, k), np.zeros(4096, np.uint8))

@@ -466,11 +466,11 @@ def test_gguf_unknown_matrix_is_reported(tmp_path, capsys):
 
 def test_gguf_unsupported_type(tmp_path, capsys):
     tensors = moe_tensors()
-    tq2 = np.zeros((64, MOE["hidden"] // 256 * 66), np.uint8)  # TQ2_0 bytes of a 64 x hidden matrix
-    tensors["blk.1.attn_k.weight"] = ("TQ2_0", tq2)
-    path = write_gguf(tmp_path / "tq2.gguf", tensors)
+    q8k = np.zeros((64, MOE["hidden"] // 256 * 292), np.uint8)  # Q8_K bytes of a 64 x hidden matrix
+    tensors["blk.1.attn_k.weight"] = ("Q8_K", q8k)
+    path = write_gguf(tmp_path / "q8k.gguf", tensors)
     status, _, err = run_cli(capsys, "bench", "-m", str(path), "-n", "1", "-r", "1")
-    assert status == 2 and "blk.1.attn_k.weight (TQ2_0)" in err
+    assert status == 2 and "blk.1.attn_k.weight (Q8_K)" in err
 
 
 def test_bench_gguf_files(capsys, moe_gguf):

@@ -234,35 +234,40 @@ def test_measured_choices_nvidia():
     assert lookup(class_for_key("nvidia/*"), "Q6_K", 4096, 4096, 1)[0]["path"] == "mmvq"
 
 
-# ggml's Vulkan backend has int8 shaders for IQ1_S and IQ1_M only (d99724f2).
-IQ_DEQUANTIZED_BY_GGML = ("IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS")
+# ggml's Vulkan backend has int8 shaders for IQ1_S and IQ1_M only among the
+# i-quants, and for Q2_0 only among the newest types (d99724f2); none for TQ1_0.
+DEQUANTIZED_BY_GGML = ("IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "NVFP4", "Q1_0", "TQ2_0")
 
 
 @pytest.mark.parametrize("name", ["nvidia_gtx1080", "amd_rx6800xt", "amd_radeon_pro_vii", "intel_arc_a770",
                                   "intel_arc_b580", "intel_arc_a770_windows", "apple_m2_moltenvk"])
 def test_ggml_choices_iquants(name):
-    """Unmeasured on these GPUs: the i-quants ggml has no int8 shader for take
-    the dequantize path at any K and column count; IQ1 follows the vendor's
+    """Unmeasured on these GPUs: the types ggml has no int8 shader for take
+    the dequantize path at any K and column count, and so does TQ1_0 (a
+    guess: ggml has no kernel for it); IQ1 and Q2_0 follow the vendor's
     rules (on NVIDIA the int8 path always)."""
     cls = cls_of(name)
     for k in (256, 4096, 14336):
         for ncols in (1, 4):
-            for qtype in IQ_DEQUANTIZED_BY_GGML:
+            for qtype in DEQUANTIZED_BY_GGML:
                 params, desc, bases = lookup(cls, qtype, 4096, k, ncols)
                 assert params["path"] == "dmmv" and "ggml" in bases, (name, qtype, desc)
+            params, desc, bases = lookup(cls, "TQ1_0", 4096, k, ncols)
+            assert params["path"] == "dmmv" and "guess" in bases, (name, desc)
             if name.startswith("nvidia"):
-                for qtype in ("IQ1_S", "IQ1_M"):
+                for qtype in ("IQ1_S", "IQ1_M", "Q2_0"):
                     params, desc, bases = lookup(cls, qtype, 4096, k, ncols)
                     assert params["path"] == "mmvq" and "ggml" in bases, (name, qtype, desc)
 
 
 def test_turing_plus_iquants_measured():
     """On the GPUs the H100 stands for, every i-quant takes the int8 path
-    (measured there: 2-5x the dequantize path), at any K and column count."""
+    (measured there: 2-5x the dequantize path), and so does every newest type
+    (measured on an H200: 2-3x), at any K and column count."""
     cls = cls_of("nvidia_rtx3090")
     for k in (256, 4096, 14336):
         for ncols in (1, 4):
-            for qtype in [t for t in FORMATS if t.startswith("IQ")]:
+            for qtype in [t for t in FORMATS if t.startswith("IQ")] + ["NVFP4", "Q1_0", "Q2_0", "TQ1_0", "TQ2_0"]:
                 params, desc, bases = lookup(cls, qtype, 4096, k, ncols)
                 assert params["path"] == "mmvq" and bases == {"measured"}, (qtype, desc)
 
@@ -406,7 +411,7 @@ def test_info_says_what_is_unmeasured(name):
 
 def test_lookup_rejects_unknown_type():
     with pytest.raises(ValueError, match="unknown block type"):
-        lookup(cls_of("lavapipe"), "TQ2_0", 16, 256, 1)
+        lookup(cls_of("lavapipe"), "Q8_K", 16, 256, 1)
 
 
 # --- rules for one path ----------------------------------------------------

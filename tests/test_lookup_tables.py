@@ -55,7 +55,8 @@ def test_every_table_has_its_types():
     users = {name: {f.name for f in FORMATS.values() if f.table == name} for name in TABLES}
     grid_types = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
     # gguf's IQ4_XS dequantizes with IQ4_NL's values.
-    values_of = {"IQ4_NL": gq.IQ4_NL.kvalues, "IQ4_XS": gq.IQ4_NL.kvalues, "MXFP4": gq.MXFP4.kvalues}
+    values_of = {"IQ4_NL": gq.IQ4_NL.kvalues, "IQ4_XS": gq.IQ4_NL.kvalues, "MXFP4": gq.MXFP4.kvalues,
+                 "NVFP4": gq.NVFP4.kvalues}
     value_types = tuple(values_of)
     expect = {}
     for name, (cls, packing) in TABLES.items():

@@ -27,7 +27,8 @@ PARAMS = [
     (4, 3, 8, False, False),
     (64, 1, 2, True, False),
 ]
-TYPES = ["Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "IQ4_NL", "IQ4_XS", "F16"]
+TYPES = ["Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4", "IQ4_NL", "IQ4_XS", "F16",
+         "NVFP4", "Q1_0", "Q2_0", "TQ1_0", "TQ2_0"]  # the last: 2 or 4 blocks a unit (NVFP4, Q1_0, Q2_0)
 VALUE_TYPES = [t for t in TYPES if has_value_pairs(FORMATS[t].table)]
 # Every parameter set on one simple type and one k-quant; on the others the
 # sets that change which decoder functions run (a whole k-quant block per
@@ -69,7 +70,7 @@ def test_params(backend, matrices, qtype, path, int_dot, params):
 @pytest.mark.parametrize("path", ["dmmv", "mmvq"])
 def test_value_lookups(backend, matrices, qtype, value_lookup, params, path):
     """The pair table and the selects decode the same values, on both paths."""
-    assert set(VALUE_TYPES) == {"MXFP4", "IQ4_NL", "IQ4_XS"}
+    assert set(VALUE_TYPES) == {"MXFP4", "IQ4_NL", "IQ4_XS", "NVFP4"}
     w, w64 = matrices[qtype]
     wg, rows, cpt, subgroup, split_k = params
     cfg = PipelineConfig(path, path == "mmvq", subgroup, wg, rows, cpt, split_k=split_k, value_lookup=value_lookup)

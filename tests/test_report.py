@@ -25,6 +25,7 @@ import gguf
 import numpy as np
 import pytest
 
+import ggml_quant
 from conftest import finish_gguf, smollm2_or_skip
 from test_cli import assert_user_error, run_vkq
 
@@ -162,8 +163,10 @@ def test_ggml_type_names():
     names = {t: ggml_type_name(f) for t, f in FORMATS.items()}
     assert names["Q4_K"] == "q4_K" and names["Q6_K"] == "q6_K" and names["MXFP4"] == "mxfp4"
     assert names["F16"] == "f16" and names["Q8_0"] == "q8_0"
-    # ggml's names are the gguf package's (GGML_QUANT_SIZES keys) in ggml's case.
-    assert all(n.lower() == f.ggml_type.name.lower() for n, f in zip(names.values(), FORMATS.values()))
+    # ggml's names in ggml's case: ggml_quant holds every type's name, upper-cased, to
+    # libggml-base's ggml_type_name.
+    assert ggml_quant.available()
+    assert all(n.upper() == t for t, n in names.items()) and set(FORMATS) <= set(ggml_quant.TYPES)
 
 
 def test_ggml_environment(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """A GGUF file with tensors of block types vkq lacks: ggml types vkq has no
-shader for (TQ1_0, TQ2_0, NVFP4) and a type id the gguf package does not
+shader for (Q8_K, Q8_1, F64) and a type id the gguf package does not
 know. vkq.load_gguf leaves them out; `vkq compare` checks the rest and says
 which ones it skipped, `vkq bench` refuses the file: each in one line that
 names every such tensor with its type."""
@@ -17,7 +17,7 @@ from conftest import finish_gguf
 from ggml_quant import random_weights
 
 ROWS, K = 8, 256
-LACKING = ("TQ1_0", "TQ2_0", "NVFP4")
+LACKING = ("Q8_K", "Q8_1", "F64")
 UNKNOWN_ID = 99  # no ggml type has it (yet)
 
 
@@ -51,7 +51,7 @@ def write_model(path, lacking: dict[str, str], unknown: list[str]):
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    lacking = {"blk.0.ffn_up.weight": "TQ1_0", "blk.0.ffn_down.weight": "TQ2_0", "output.weight": "NVFP4"}
+    lacking = {"blk.0.ffn_up.weight": "Q8_K", "blk.0.ffn_down.weight": "Q8_1", "output.weight": "F64"}
     unknown = ["blk.0.ffn_gate.weight"]
     path = write_model(tmp_path_factory.mktemp("lacking") / "lacking.gguf", lacking, unknown)
     named = [f"{name} ({qtype})" for name, qtype in lacking.items()] + [f"{n} (GGML type {UNKNOWN_ID})" for n in unknown]
@@ -72,7 +72,7 @@ def test_load_gguf_leaves_them_out(model):
 def test_upload_names_the_type(model, backend):
     path, _ = model
     t = vkq.gguf_io.load_gguf_all(path)["blk.0.ffn_up.weight"]
-    with pytest.raises(ValueError, match="TQ1_0"):
+    with pytest.raises(ValueError, match="Q8_K"):
         backend.upload(t.qtype, t.shape, t.data)
 
 
@@ -97,11 +97,11 @@ def test_compare_checks_the_rest_and_names_them(model, capsys):
 def test_compare_with_nothing_to_check(tmp_path, capsys):
     path = tmp_path / "only_lacking.gguf"
     w = gguf.GGUFWriter(path, "llama")
-    w.add_tensor("blk.0.ffn_up.weight", raw_blocks("TQ2_0", ROWS, 0), raw_dtype=gguf.GGMLQuantizationType.TQ2_0)
+    w.add_tensor("blk.0.ffn_up.weight", raw_blocks("Q8_1", ROWS, 0), raw_dtype=gguf.GGMLQuantizationType.Q8_1)
     finish_gguf(w, path)
     assert cli.main(["compare", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: ") and "blk.0.ffn_up.weight (TQ2_0)" in err[0], err
+    assert len(err) == 1 and err[0].startswith("vkq: error: ") and "blk.0.ffn_up.weight (Q8_1)" in err[0], err
 
 
 def test_bench_refuses_naming_them(model, capsys):
@@ -114,10 +114,10 @@ def test_bench_refuses_naming_them(model, capsys):
 
 def test_many_stay_one_line(tmp_path, capsys):
     """30 layers of a lacking type: one line, with their count, the first and the last."""
-    lacking = {f"blk.{i}.ffn_down.weight": "TQ1_0" for i in range(30)}
+    lacking = {f"blk.{i}.ffn_down.weight": "Q8_K" for i in range(30)}
     path = write_model(tmp_path / "many.gguf", lacking, [])
     assert cli.main(["bench", "-n", "1", "-r", "1", "-m", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert "30 tensors" in err[0] and "TQ1_0" in err[0]
+    assert "30 tensors" in err[0] and "Q8_K" in err[0]
     assert "blk.0.ffn_down.weight" in err[0] and "blk.29.ffn_down.weight" in err[0]

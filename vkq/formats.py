@@ -25,6 +25,9 @@ from dataclasses import dataclass
 import gguf
 
 GGMLType = gguf.GGMLQuantizationType
+# ggml's id of Q2_0 (ggml.h, enum ggml_type), which gguf 0.19's GGMLType lacks;
+# every other type's id is gguf's enum member.
+GGML_TYPE_Q2_0 = 42
 
 # Every shader works on 32-element chunks of a row ("sub-blocks"); a block
 # holds block_elems // CHUNK of them.
@@ -49,7 +52,7 @@ class Field:
 @dataclass(frozen=True)
 class BlockFormat:
     name: str
-    ggml_type: GGMLType
+    ggml_type: int  # ggml's type id: a GGMLType member, or GGML_TYPE_Q2_0
     block_elems: int  # elements per GGUF block (QK)
     block_bytes: int  # bytes per GGUF block
     fields: tuple[Field, ...]
@@ -96,8 +99,8 @@ FORMATS: dict[str, BlockFormat] = {
         BlockFormat("BF16", GGMLType.BF16, 32, 64, (_f("v", 0, 64),), has_int8_path=False),
         BlockFormat("Q4_0", GGMLType.Q4_0, 32, 18, (_f("d", 0, 2), _f("qs", 2, 16))),
         BlockFormat("Q4_1", GGMLType.Q4_1, 32, 20, (_f("dm", 0, 4), _f("qs", 4, 16))),
-        BlockFormat("Q5_0", GGMLType.Q5_0, 32, 22, (_f("d", 0, 2), _f("qh", 2, 4, "bits1_q5"), _f("qs", 6, 16))),
-        BlockFormat("Q5_1", GGMLType.Q5_1, 32, 24, (_f("dm", 0, 4), _f("qh", 4, 4, "bits1_q5"), _f("qs", 8, 16))),
+        BlockFormat("Q5_0", GGMLType.Q5_0, 32, 22, (_f("d", 0, 2), _f("qh", 2, 4, "bits1_lsb"), _f("qs", 6, 16))),
+        BlockFormat("Q5_1", GGMLType.Q5_1, 32, 24, (_f("dm", 0, 4), _f("qh", 4, 4, "bits1_lsb"), _f("qs", 8, 16))),
         BlockFormat("Q8_0", GGMLType.Q8_0, 32, 34, (_f("d", 0, 2), _f("qs", 2, 32))),
         BlockFormat(
             "Q2_K", GGMLType.Q2_K, 256, 84,
@@ -142,6 +145,18 @@ FORMATS: dict[str, BlockFormat] = {
         # d is spread over the top nibbles of the four 16-bit scale words.
         BlockFormat("IQ1_M", GGMLType.IQ1_M, 256, 56, (_f("qs", 0, 32), _f("qh", 32, 16), _f("scales", 48, 8)), table="IQ1S_GRID"),
         BlockFormat("IQ1_S", GGMLType.IQ1_S, 256, 50, (_f("d", 0, 2), _f("qs", 2, 32), _f("qh", 34, 16)), table="IQ1S_GRID"),
+        # scales: a UE4M3 byte per 16 elements; qs: e2m1 nibbles, per 16 elements 8 bytes (low nibbles
+        # first), put in Q4_0's order per 32.
+        BlockFormat("NVFP4", GGMLType.NVFP4, 64, 36, (_f("scales", 0, 4), _f("qs", 4, 32, "nibbles_fp4")),
+                    table="E2M1_PAIRS"),
+        # A sign bit per element (value +-d), 4 bytes per 32 elements.
+        BlockFormat("Q1_0", GGMLType.Q1_0, 128, 18, (_f("d", 0, 2), _f("qs", 2, 16, "bits1_lsb"))),
+        BlockFormat("Q2_0", GGML_TYPE_Q2_0, 64, 18, (_f("d", 0, 2), _f("qs", 2, 16, "bits2_lsb"))),
+        # Ternary: qs holds 5 trits a byte (240 elements), qh 4 a byte (16); kept as they are (the
+        # decoder reads them as ggml stores them: 1.6875 bits per weight on the device too).
+        BlockFormat("TQ1_0", GGMLType.TQ1_0, 256, 54, (_f("qs", 0, 48), _f("qh", 48, 4), _f("d", 52, 2))),
+        # 2-bit quants laid out as Q2_K's.
+        BlockFormat("TQ2_0", GGMLType.TQ2_0, 256, 66, (_f("qs", 0, 64, "bits2_k2"), _f("d", 64, 2))),
     )
 }
 
@@ -158,10 +173,14 @@ def get_format(qtype: str | int | GGMLType) -> BlockFormat:
             )
         return fmt
     try:
-        ggml_type = GGMLType(int(qtype))
+        type_id = int(qtype)
     except (ValueError, TypeError):
         raise ValueError(f"unknown block type {qtype!r}") from None
     for fmt in FORMATS.values():
-        if fmt.ggml_type == ggml_type:
+        if fmt.ggml_type == type_id:
             return fmt
-    raise ValueError(f"block type {ggml_type.name} is not supported by vkq; it supports {', '.join(FORMATS)}")
+    try:
+        name = GGMLType(type_id).name
+    except ValueError:
+        raise ValueError(f"unknown block type {qtype!r}") from None
+    raise ValueError(f"block type {name} is not supported by vkq; it supports {', '.join(FORMATS)}")

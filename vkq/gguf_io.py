@@ -8,7 +8,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from .formats import get_format
+from .formats import FORMATS, get_format
 
 
 @dataclass(frozen=True)
@@ -16,10 +16,10 @@ class GGUFTensor:
     """One tensor of a GGUF file, ready for `Backend.upload(t.qtype, t.shape, t.data)`."""
 
     name: str
-    qtype: str  # ggml's type name; "GGML type N" for a type id the gguf package does not know
+    qtype: str  # ggml's type name; "GGML type N" for a type id neither the gguf package nor vkq knows
     shape: tuple[int, ...]  # numpy order: (rows, K) or (n_expert, rows, K); vectors (K,)
     # Raw bytes in GGUF order (memory-mapped); float and integer types as
-    # numbers in native byte order; empty for a type id the gguf package does not know.
+    # numbers in native byte order; empty for a type id neither the gguf package nor vkq knows.
     data: np.ndarray
 
 
@@ -28,7 +28,7 @@ def load_gguf(path: str | Path) -> dict[str, GGUFTensor]:
 
     Tensors of block types vkq does not support are left out of the result
     (`load_gguf_all` keeps them, with their ggml type name), and so are type
-    ids the gguf package does not know (their size is unknown)."""
+    ids neither the gguf package nor vkq knows (their size is unknown)."""
     return {t.name: t for t in load_gguf_all(path).values() if is_supported(t)}
 
 
@@ -106,7 +106,11 @@ _PLAIN = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8
           "I32": np.int32, "I64": np.int64}
 # Types given as bytes whose values are 16-bit words: byte-swapped from a big-endian file.
 _WORDS = {"BF16": ">u2"}
-_KNOWN_TYPES = {int(t) for t in gguf.GGMLQuantizationType if t in gguf.GGML_QUANT_SIZES}
+# ggml type id -> (name, elements, bytes) of a block: the gguf package's table,
+# and vkq's formats for the block types gguf does not know yet (Q2_0).
+_TYPES = {int(t): (t.name, *gguf.GGML_QUANT_SIZES[t]) for t in gguf.GGMLQuantizationType if t in gguf.GGML_QUANT_SIZES}
+_TYPES.update({int(f.ggml_type): (f.name, f.block_elems, f.block_bytes) for f in FORMATS.values()
+               if int(f.ggml_type) not in _TYPES})
 
 
 class _Cursor:
@@ -221,32 +225,31 @@ def _parse(path: Path) -> GGUFFile:
         shape = tuple(int(d) for d in reversed(dims))
         if 0 in shape:  # ggml has no tensor of no elements
             raise _Malformed(f"tensor {name!r} has a dimension of 0 (shape {shape})")
-        if type_id not in _KNOWN_TYPES:  # a newer ggml's type: its size is unknown, nothing of it is read
+        if type_id not in _TYPES:  # a newer ggml's type: its size is unknown, nothing of it is read
             tensors[name] = GGUFTensor(name, f"GGML type {type_id}", shape, np.zeros(0, np.uint8))
             continue
-        qtype = gguf.GGMLQuantizationType(type_id)
-        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        qtype, block, block_bytes = _TYPES[type_id]
         if dims[0] % block:
-            raise _Malformed(f"tensor {name!r} ({qtype.name}) has rows of {dims[0]} elements, not a whole number "
-                             f"of {qtype.name} blocks ({block} elements)")
+            raise _Malformed(f"tensor {name!r} ({qtype}) has rows of {dims[0]} elements, not a whole number "
+                             f"of {qtype} blocks ({block} elements)")
         n_bytes = int(np.prod(dims, dtype=object)) // block * block_bytes
         start = data_offset + offset
         if start + n_bytes > size:
-            raise ValueError(f"tensor {name!r} ({qtype.name}, {n_bytes} bytes at offset {start}) ends past "
+            raise ValueError(f"tensor {name!r} ({qtype}, {n_bytes} bytes at offset {start}) ends past "
                              f"the end of the file ({size} bytes)")
         data = mm[start:start + n_bytes]
-        if qtype.name in _PLAIN:
-            data = data.view(np.dtype(_PLAIN[qtype.name]).newbyteorder(order)).reshape(shape)
-        else:
-            data = data.reshape(gguf.quants.quant_shape_to_byte_shape(shape, qtype))
+        if qtype in _PLAIN:
+            data = data.view(np.dtype(_PLAIN[qtype]).newbyteorder(order)).reshape(shape)
+        else:  # a row of blocks per row, as the gguf package's reader gives them
+            data = data.reshape(*shape[:-1], shape[-1] // block * block_bytes)
         if order == ">":
-            if qtype.name in _PLAIN:
+            if qtype in _PLAIN:
                 data = data.astype(data.dtype.newbyteorder("="))  # a copy, in native order
-            elif qtype.name in _WORDS:
-                data = data.view(_WORDS[qtype.name]).astype(_WORDS[qtype.name][1:]).view(np.uint8)
+            elif qtype in _WORDS:
+                data = data.view(_WORDS[qtype]).astype(_WORDS[qtype][1:]).view(np.uint8)
             else:
-                swapped_blocks.append(f"{name!r} ({qtype.name})")
-        tensors[name] = GGUFTensor(name, qtype.name, shape, data)
+                swapped_blocks.append(f"{name!r} ({qtype})")
+        tensors[name] = GGUFTensor(name, qtype, shape, data)
         if n_bytes:
             spans.append((start, n_bytes, name))
     spans.sort()

@@ -3,7 +3,7 @@
 The gguf package (written by ggml's authors) holds each i-quant's grid as
 hexadecimal text plus a value map (`gguf.quants.IQ2_XXS.grid_hex`,
 `.grid_map`), and the 16 values a 4-bit quant of IQ4_NL / IQ4_XS / MXFP4
-stands for (`IQ4_NL.kvalues`, `MXFP4.kvalues`). This module packs them into
+stands for (`IQ4_NL.kvalues`, `MXFP4.kvalues`; NVFP4's e2m1 values are MXFP4's). This module packs them into
 the 32-bit words the decoders read, so no table is typed by hand.
 
 A table is stored at the start of every device buffer of a matrix of its type

@@ -1,7 +1,9 @@
 """numpy references: what a mat-vec should give, independent of the shaders.
 
 - `dequantize(qtype, shape, data)`: the gguf package's own dequantizer (written
-  by ggml's authors, not here) to float64.
+  by ggml's authors, not here) to float64; Q1_0 and Q2_0, which gguf 0.19
+  cannot dequantize, by ggml's rules written out below (tests/test_block_bits.py
+  holds every bit pattern of them to ggml's own `to_float`).
 - `quantize_q8_1(x)`: vkq's Q8_1 activation quantizer, as shaders/q8_1.glsl
   computes it (fp32 arithmetic, round half away from zero, tiny blocks flushed).
 - `q8_1_values(x, planes)`: the values the int8 path sees in place of x: one
@@ -21,14 +23,44 @@ import numpy as np
 from .formats import CHUNK, get_format
 
 
+def _d_and_quants(blocks: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """A block of an fp16 d, then `bits`-bit quants, element j at bits bits*j
+    of the rest read as one little-endian integer: (d (nb, 1), quants (nb, elements))."""
+    d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    q = (blocks[:, 2:, None] >> shifts) & ((1 << bits) - 1)
+    return d, q.reshape(len(blocks), -1)
+
+
+def _q1_0(blocks: np.ndarray) -> np.ndarray:
+    """ggml's dequantize_row_q1_0: d where an element's bit is set, -d where not."""
+    d, bit = _d_and_quants(blocks, 1)
+    return np.where(bit == 1, d, -d)
+
+
+def _q2_0(blocks: np.ndarray) -> np.ndarray:
+    """ggml's dequantize_row_q2_0: (q - 1) * d, q the element's 2 bits."""
+    d, q = _d_and_quants(blocks, 2)
+    return (q.astype(np.float32) - 1) * d
+
+
+# Types gguf 0.19 does not dequantize: fp32 values of (nblocks, block bytes) GGUF blocks.
+_DEQUANTIZERS = {"Q1_0": _q1_0, "Q2_0": _q2_0}
+
+
 def dequantize(qtype, shape, data) -> np.ndarray:
-    """float64 weights of the given shape from raw GGUF bytes, by gguf.quants."""
+    """float64 weights of the given shape from raw GGUF bytes, by gguf.quants
+    (or _DEQUANTIZERS)."""
     fmt = get_format(qtype)
     raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     k = shape[-1]
     rows = int(np.prod(shape[:-1]))
-    values = gguf.quants.dequantize(raw.reshape(rows, fmt.row_bytes(k)), fmt.ggml_type)
-    return values.astype(np.float64).reshape(shape)
+    with np.errstate(invalid="ignore"):  # a NaN or inf scale: NaN values (0 * inf), as in ggml
+        if fmt.name in _DEQUANTIZERS:
+            values = _DEQUANTIZERS[fmt.name](raw.reshape(-1, fmt.block_bytes))
+        else:
+            values = gguf.quants.dequantize(raw.reshape(rows, fmt.row_bytes(k)), fmt.ggml_type)
+        return values.astype(np.float64).reshape(shape)
 
 
 def quantize_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

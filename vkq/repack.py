@@ -82,7 +82,7 @@ def _q6k_high(qh: np.ndarray) -> np.ndarray:
 
 
 def _q2k_low(qs: np.ndarray) -> np.ndarray:
-    """Q2_K/Q3_K qs[64]: bits 2j of qs[32h' + l] are element 128h' + 32j + l."""
+    """Q2_K/Q3_K/TQ2_0 qs[64]: bits 2j of qs[32h' + l] are element 128h' + 32j + l."""
     q = qs.reshape(-1, 2, 1, 32)
     j = np.arange(4, dtype=np.uint8)[None, None, :, None]
     return ((q >> (2 * j)) & 3).reshape(-1, 256)
@@ -93,10 +93,19 @@ def _q3k_high(hmask: np.ndarray) -> np.ndarray:
     return _q5k_high(hmask)
 
 
-def _q5_high(qh: np.ndarray) -> np.ndarray:
-    """Q5_0/Q5_1 qh (u32 LE): bit j is the fifth bit of element j."""
-    bits = np.unpackbits(qh, axis=1, bitorder="little")
-    return bits.reshape(-1, 32)
+def _lsb_first(field: np.ndarray, bits: int) -> np.ndarray:
+    """Fields of `bits` bits, element j at bits bits*j.. of the field read as
+    one little-endian integer (Q5_0/Q5_1's fifth bits, Q1_0's sign bits,
+    Q2_0's 2-bit quants)."""
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    return ((field[:, :, None] >> shifts) & ((1 << bits) - 1)).reshape(len(field), -1)
+
+
+def _fp4_nibbles(qs: np.ndarray) -> np.ndarray:
+    """NVFP4 qs[32]: per 16 elements 8 bytes, element j the low nibble of
+    byte j and element 8 + j its high nibble."""
+    q = qs.reshape(len(qs), -1, 1, 8)
+    return np.concatenate([q & 0xF, q >> 4], axis=2).reshape(len(qs), -1)
 
 
 def _k4_scale_min(scales: np.ndarray) -> np.ndarray:
@@ -133,7 +142,9 @@ TRANSFORMS = {
     "bits2_k6": lambda f: _per_sub_block(_q6k_high(f), pack_bits2),
     "bits2_k2": lambda f: _per_sub_block(_q2k_low(f), pack_bits2),
     "bits1_k3": lambda f: _per_sub_block(_q3k_high(f), pack_bits1),
-    "bits1_q5": lambda f: _per_sub_block(_q5_high(f), pack_bits1),
+    "bits1_lsb": lambda f: _per_sub_block(_lsb_first(f, 1), pack_bits1),
+    "bits2_lsb": lambda f: _per_sub_block(_lsb_first(f, 2), pack_bits2),
+    "nibbles_fp4": lambda f: _per_sub_block(_fp4_nibbles(f), pack_nibbles),
     "scale_min_k4": _k4_scale_min,
     "scales_k3": _q3k_scales,
     "pad_16": _pad_16,

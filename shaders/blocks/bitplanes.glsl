@@ -8,14 +8,21 @@ Quants nibbles(uint off, uint sub) {  // 16 bytes per sub-block
     return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu);
 }
 uvec4 bits2_half(uint q) { return uvec4(q, q >> 2, q >> 4, q >> 6) & 0x03030303u; }
+Quants bits2_of(uvec2 q) { return Quants(bits2_half(q.x), bits2_half(q.y)); }
 Quants bits2(uint off, uint sub) {  // 8 bytes per sub-block: a word per half
-    uvec2 q = load_w64(off / 2u + sub);
-    return Quants(bits2_half(q.x), bits2_half(q.y));
+    return bits2_of(load_w64(off / 2u + sub));
 }
-Quants bits1(uint off, uint sub) {  // 4 bytes per sub-block: a nibble per element group
-    uint q = load_w32(off + sub);
+Quants bits1_of(uint q) {
     uvec4 s = uvec4(q, q >> 1, q >> 2, q >> 3);  // bit 4h+w of byte k: element 16h+4w+k
     return Quants(s & 0x01010101u, (s >> 4) & 0x01010101u);
+}
+Quants bits1(uint off, uint sub) {  // 4 bytes per sub-block: a nibble per element group
+    return bits1_of(load_w32(off + sub));
+}
+// Quants 0..128 less one, as signed bytes: q + 0x7F stays within its byte, and
+// flipping bit 7 takes the 0x80 off (the types of d_signed.glsl).
+Quants less_one(Quants q) {
+    return Quants((q.lo + 0x7F7F7F7Fu) ^ 0x80808080u, (q.hi + 0x7F7F7F7Fu) ^ 0x80808080u);
 }
 // a | b << shift, half by half (a quant's high bits from a second plane).
 Quants with_high_bits(Quants a, Quants b, uint shift) {

@@ -1,4 +1,4 @@
-// 4-bit quants that index 16 int8 values (IQ4_NL, IQ4_XS, MXFP4). The table
+// 4-bit quants that index 16 int8 values (IQ4_NL, IQ4_XS, MXFP4, NVFP4). The table
 // at word 0 of the weights buffer (vkq/layout.py, vkq/lookup_tables.py) holds
 // 256 pair words, word b = value(b & 15) in bits 0..7 and value(b >> 4) in
 // bits 16..23, then the 16 values as 4 words of bytes. GPUs decode a byte (two

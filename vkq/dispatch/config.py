@@ -20,7 +20,7 @@ WEIGHTS_BINDINGS = ("storage", "texel")
 # 64 KiB there.)
 X_BINDINGS = ("storage", "texel")
 CHUNKS_PER_THREAD = (1, 2, 4, 8)
-# How a 4-bit quant that indexes 16 values (IQ4_NL, IQ4_XS, MXFP4) is decoded:
+# How a 4-bit quant that indexes 16 values (IQ4_NL, IQ4_XS, MXFP4, NVFP4) is decoded:
 # one load per two quants from the pair table at the start of the weights
 # buffer (vkq.lookup_tables), or picked from the 16 values by selects. A load
 # at offsets that vary across lanes is a gather on a CPU driver (lavapipe:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
 import numpy as np
 
 from ..formats import get_format
 from ..gguf_io import open_gguf
+from ..reference import dequantize
 from ..tokenizer import GGUFTokenizer
 from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
 from .matvecs import Group, make_groups
@@ -99,9 +99,9 @@ class LlamaFile:
         return ids
 
     def embed(self, tokens) -> np.ndarray:
-        """(n, n_embd) float32 rows of the token embedding, each dequantized by the gguf package."""
+        """(n, n_embd) float32 rows of the token embedding, each dequantized by vkq.reference (the gguf package)."""
         t = self.tensors["token_embd.weight"]
         fmt = get_format(t.qtype)
         rows = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8).reshape(t.shape[0], fmt.row_bytes(t.shape[1]))
         ids = np.asarray(self.check_ids(tokens), np.int64)
-        return gguf.quants.dequantize(rows[ids], fmt.ggml_type).astype(np.float32)
+        return dequantize(t.qtype, (len(ids), t.shape[1]), rows[ids]).astype(np.float32)
