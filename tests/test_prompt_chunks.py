@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from vkq.llama.gpu_step import GpuLlama
-from vkq.llama.vector_ops import attention_split
+from vkq.llama.vector_ops import GPU_ATTENTION_SPLIT, AttentionShape, attention_split
 from vkq.resolve import MAX_COLS
 
 from conftest import smollm2_or_skip
@@ -78,6 +78,40 @@ def test_long_context_with_split_attention(backend, tmp_path):
         assert 0 < split < 9000
     ids = chunked.tokenizer.encode(TEXT)[:11]
     assert chunked.logits(ids).tobytes() == single.logits(ids).tobytes()
+
+
+def test_gpu_attention_split_gives_the_chunks_the_token_by_token_bits(backend, model_file, monkeypatch):
+    """A GPU splits a head's positions over workgroups of GPU_ATTENTION_SPLIT
+    (forced here, as lavapipe splits only past its loop budget): a chunk's
+    queries still give the token-by-token bits, and the same tokens as one
+    workgroup per head."""
+    import vkq.llama.vector_ops as ops
+
+    whole, _ = pair(backend, "auto", model_file)
+    ids = whole.tokenizer.encode(TEXT)[:13]
+    c = whole.greedy(ids, 30, stop_at_eos=False, keep_logits=True)  # its steps recorded before the split is forced
+    monkeypatch.setattr(ops, "attention_split", lambda device, shape: GPU_ATTENTION_SPLIT)
+    chunked, single = pair(backend, "auto", model_file)
+    a = chunked.greedy(ids, 30, stop_at_eos=False, keep_logits=True)  # past 32 positions: two splits
+    b = single.greedy(ids, 30, stop_at_eos=False, keep_logits=True)
+    assert a.tokens == b.tokens and all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
+    assert {op.split for op in chunked.step_graph._keep if hasattr(op, "split")} == {GPU_ATTENTION_SPLIT}
+    assert a.tokens == c.tokens
+    for x, y in zip(a.logits, c.logits):
+        assert np.mean((x - y) ** 2) / np.mean(y.astype(np.float64) ** 2) < 1e-7  # rounding, through Q8_1 inputs
+
+
+@pytest.mark.parametrize("device_type, budget, capacity, expected", [
+    ("discrete", None, 4096, GPU_ATTENTION_SPLIT),
+    ("integrated", None, 4096, GPU_ATTENTION_SPLIT),
+    ("discrete", None, GPU_ATTENTION_SPLIT, 0),  # one split would be all of it
+    ("cpu", None, 4096, 0),  # a CPU driver without a loop budget: a head per workgroup
+])
+def test_attention_split_per_device(device_type, budget, capacity, expected):
+    from types import SimpleNamespace
+
+    device = SimpleNamespace(caps=SimpleNamespace(device_type=device_type, max_loop_iterations=budget))
+    assert attention_split(device, AttentionShape(9, 3, 64, 64, capacity)) == expected
 
 
 def test_prompt_chunk_is_checked(backend, model_file):

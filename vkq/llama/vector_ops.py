@@ -305,13 +305,25 @@ def attention_loop_iterations(head_dim: int, wg: int, positions: int) -> int:
     return -(-head_dim // 2 // wg) + per_t * (head_dim + 2) + dims * (positions + 1) + 4 * 11 + q8_1
 
 
+# Positions per workgroup on a GPU: one score per invocation of a 32-wide
+# workgroup, so that even a short context spreads each head over several
+# workgroups (one workgroup per head took an H200 24 us per SmolLM2 layer at
+# ~70 positions, 23% of the decode step, 2026-11-26). The split's effect on
+# a GPU is not measured yet.
+GPU_ATTENTION_SPLIT = 32
+
+
 def attention_split(device, shape: AttentionShape) -> int:
     """Positions per workgroup for this device (0: a head's whole context in
     one workgroup): under a loop budget (llvmpipe's, vkq.dispatch.choose), the
-    most whose invocations stay within half of it."""
+    most whose invocations stay within half of it; on a GPU,
+    GPU_ATTENTION_SPLIT; one workgroup per head on other CPU drivers, whose
+    few cores the heads keep busy."""
     budget = device.caps.max_loop_iterations
     if budget is None:
-        return 0
+        if device.caps.device_type == "cpu" or shape.capacity <= GPU_ATTENTION_SPLIT:
+            return 0
+        return GPU_ATTENTION_SPLIT
     _, wg = reducing_variant(device, "attention")
     if attention_loop_iterations(shape.head_dim, wg, shape.capacity) <= budget // 2:
         return 0
@@ -344,7 +356,7 @@ class Attention(_Op):
     n) values. The caller keeps the positions below the capacity and
     consecutive. With `xq`, out's Q8_1 blocks too (head_dim a multiple of 32).
     split: positions per workgroup, then a second dispatch combines them
-    (default: attention_split, from the device's loop budget; 0: one
+    (default: attention_split, per device; 0: one
     workgroup per head).
 
     One query (a decode step) is one dispatch. n queries (a chunk of a
