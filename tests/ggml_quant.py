@@ -23,6 +23,7 @@ prints the reconstruction error (NMSE) of every type, dequantized by ggml.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import importlib
@@ -208,9 +209,15 @@ def quantize(values: np.ndarray, qtype: str, imatrix: np.ndarray | None = None) 
         raise ValueError(f"ggml quantizes {name} only with an importance matrix")
     # Builds the lookup tables some types need; cheap, and idempotent.
     lib.ggml_quantize_init(t)
-    # start=0: quantize the whole array as one chunk.
-    written = lib.ggml_quantize_chunk(t, src.ctypes.data, dst.ctypes.data, 0, rows, k,
-                                      None if imatrix is None else imatrix.ctypes.data)
+    im = None if imatrix is None else imatrix.ctypes.data
+
+    def chunk(first: int, last: int) -> int:  # rows first .. last - 1; ctypes lets go of the GIL
+        return lib.ggml_quantize_chunk(t, src.ctypes.data, dst.ctypes.data, first * k, last - first, k, im)
+
+    # Rows are quantized independently: a chunk per core (the i-quants' searches are slow).
+    bounds = np.linspace(0, rows, min(rows, os.cpu_count() or 1) + 1).astype(int)
+    with concurrent.futures.ThreadPoolExecutor(len(bounds) - 1) as pool:
+        written = sum(pool.map(chunk, bounds[:-1], bounds[1:]))
     if written != rows * row_bytes:
         raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {rows * row_bytes}")
     return dst
