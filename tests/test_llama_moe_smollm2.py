@@ -105,7 +105,8 @@ def test_compare_every_tensor(backend, moe_file):
 
 @pytest.fixture(scope="module")
 def runs(moe_file):
-    """(prompt ids, the float64 reference's greedy run, llama.cpp's tokens, the compared length)."""
+    """(prompt ids, the float64 reference's greedy run, llama.cpp's tokens, the
+    compared length, the reference model)."""
     from vkq.llama_server import LlamaServer
 
     reference = load(moe_file[1], path="numpy")
@@ -119,17 +120,17 @@ def runs(moe_file):
         llama_cpp = server.complete(ids, N_TOKENS)
     print(f"{moe_file[0]}: {reference.tokenizer.decode(want.tokens)!r}; {n} tokens compared; llama.cpp "
           f"{llama_cpp.decode_tps:.2f} t/s")
-    return ids, want, llama_cpp.tokens, n
+    return ids, want, llama_cpp.tokens, n, reference
 
 
 def test_llama_cpp_decodes_the_reference_tokens(runs):
-    _, want, llama_cpp, n = runs
+    _, want, llama_cpp, n, _ = runs
     assert llama_cpp[:n] == want.tokens[:n]
 
 
 @pytest.mark.parametrize("engine, path", [("graph", "auto"), ("graph", "dmmv"), ("host", "auto"), ("host", "dmmv")])
 def test_generate_matches_llama_cpp(backend, moe_file, runs, engine, path):
-    ids, want, llama_cpp, n = runs
+    ids, want, llama_cpp, n, _ = runs
     model = load(moe_file[1], backend=backend, engine=engine, path=path)
     got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
     assert got.tokens[:n] == llama_cpp[:n], f"{model.tokenizer.decode(got.tokens)!r}"
@@ -147,13 +148,12 @@ def test_a_wrong_expert_choice_would_be_seen(moe_file, runs, monkeypatch):
     far more than the tests allow (the experts differ enough)."""
     if moe_file[0] != "Q4_0":
         pytest.skip("once is enough")
-    ids, want, _, _ = runs
+    ids, want, _, _, reference = runs
     right = host.route
 
     def next_best(logits, n_used):
         chosen, weights = right(logits, n_used + 1)
         return chosen[:, 1:], weights[:, 1:] / weights[:, 1:].sum(axis=1, keepdims=True)
 
-    monkeypatch.setattr(host, "route", next_best)
-    reference = load(moe_file[1], path="numpy")
+    monkeypatch.setattr(host, "route", next_best)  # read at every step: the loaded reference takes it
     assert ref.nmse(reference.logits(ids), want.logits[0]) > 30 * LOGITS_NMSE
