@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vkq.device_info import DeviceInfo
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.synthetic import random_weights
+from vkq.device.device_info import DeviceInfo
 from vkq.dispatch.choose import Dispatcher, DeviceCaps, loop_iteration_limit
 from vkq.dispatch.classify import classify
-from vkq.formats import FORMATS
 from vkq.resolve import MAX_COLS
-from vkq.synthetic import random_weights
 
 import ggml_quant
 from test_gpu_table_configs import gpu_configs

@@ -23,8 +23,8 @@ import os
 import warnings
 from dataclasses import dataclass, replace
 
-from ..activations import DEFAULT_ACTIVATIONS
-from ..formats import CHUNK, BlockFormat
+from ..blocks.activations import DEFAULT_ACTIVATIONS
+from ..blocks.formats import CHUNK, BlockFormat
 from . import tables, tuning_store
 from .classify import DeviceClass, classify
 from .config import PATHS, PipelineConfig, describe
@@ -47,7 +47,7 @@ def loop_iteration_limit(info) -> int | None:
 
 @dataclass(frozen=True)
 class DeviceCaps:
-    """What the dispatcher needs to know of a device (see vkq.runtime)."""
+    """What the dispatcher needs to know of a device (see vkq.device.runtime)."""
 
     vendor: str
     device_type: str

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..device_info import DeviceInfo
+from ..device.device_info import DeviceInfo
 
 # VkDriverId values (Vulkan spec, VkDriverId) -> our short driver name.
 _DRIVERS = {

@@ -13,8 +13,8 @@ import functools
 import json
 from pathlib import Path
 
-from ..activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
-from ..formats import FORMATS
+from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
+from ..blocks.formats import FORMATS
 from .classify import DeviceClass
 from .config import ALL_PARAMS, OPTIONAL_PARAMS, PARAMS, PATHS, is_int, param_problems
 

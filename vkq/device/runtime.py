@@ -20,9 +20,9 @@ import warnings
 import kp
 import numpy as np
 
+from ..dispatch.choose import DeviceCaps, loop_iteration_limit
+from ..errors import KOMPUTE_HINT, KomputeUnavailable
 from .device_info import DeviceInfo, device_index_from_env, get_device_info
-from .dispatch.choose import DeviceCaps, loop_iteration_limit
-from .errors import KOMPUTE_HINT, KomputeUnavailable
 from .memory import MemoryLedger, buffer_limit
 from .shader_variants import load_spirv
 

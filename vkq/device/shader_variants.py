@@ -2,7 +2,7 @@
 
 `tools/compile_shaders.py` compiles every variant listed here; the runtime
 looks variants up by the same `Variant` key. A variant's defines come from
-the block format table (`vkq.formats`), so a field's offset slot and the
+the block format table (`vkq.blocks.formats`), so a field's offset slot and the
 block size are never written twice.
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .dispatch.config import WEIGHTS_BINDINGS, X_BINDINGS
-from .errors import ShadersMissing
-from .formats import FORMATS, BlockFormat
+from ..blocks.formats import FORMATS, BlockFormat
+from ..dispatch.config import WEIGHTS_BINDINGS, X_BINDINGS
+from ..errors import ShadersMissing
 
-# Where compiled modules live: inside the package, or VKQ_SPIRV_DIR (for
-# shader experiments next to an installed vkq).
-SPIRV_DIR = Path(os.environ.get("VKQ_SPIRV_DIR") or Path(__file__).parent / "spirv")
+# Where compiled modules live: vkq/spirv inside the package, or
+# VKQ_SPIRV_DIR (for shader experiments next to an installed vkq).
+SPIRV_DIR = Path(os.environ.get("VKQ_SPIRV_DIR") or Path(__file__).parent.parent / "spirv")
 
 # Push-constant slots that carry field offsets (shaders/common.glsl: field0..3).
 MAX_FIELDS = 4
