@@ -8,8 +8,9 @@ import pytest
 import vkq
 import vkq.dispatch.config
 from vkq.blocks.formats import FORMATS
+from vkq.device.caps import DeviceCaps
 from vkq.dispatch import tuning_store
-from vkq.dispatch.choose import DeviceCaps, Dispatcher
+from vkq.dispatch.choose import Dispatcher
 from vkq.dispatch.classify import DeviceClass
 
 LAVAPIPE_CLASS = DeviceClass("software", "lavapipe", "mesa")

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blocks.formats import FORMATS, BlockFormat
-from ..dispatch.config import WEIGHTS_BINDINGS, X_BINDINGS
 from ..errors import ShadersMissing
 
 # Where compiled modules live: vkq/spirv inside the package, or
@@ -22,6 +21,15 @@ SPIRV_DIR = Path(os.environ.get("VKQ_SPIRV_DIR") or Path(__file__).parent.parent
 
 # Push-constant slots that carry field offsets (shaders/common.glsl: field0..3).
 MAX_FIELDS = 4
+
+# How the mat-vec shader reads the weights: storage buffer loads, or uniform
+# texel buffer fetches (branch-free gathers on lavapipe, where storage loads
+# at varying offsets are a loop over the lanes). Each is a variant of its own.
+WEIGHTS_BINDINGS = ("storage", "texel")
+# How it reads x (or its Q8_1 blocks): the same two ways. (A uniform buffer
+# for x was measured too: slower than texels on lavapipe, and limited to
+# 64 KiB there.)
+X_BINDINGS = ("storage", "texel")
 
 
 def block_defines(qtype: str) -> dict[str, str]:
@@ -40,8 +48,8 @@ class MatVecVariant:
     int_dot: bool  # MMVQ with OpSDot; False: the same arithmetic in int32
     subgroup: bool  # subgroupAdd reduction; False: shared-memory tree
     mul_mat_id: bool  # expert-indexed (MUL_MAT_ID)
-    weights_binding: str = "storage"  # "storage" or "texel" (uniform texel buffer views)
-    x_binding: str = "storage"  # "storage" or "texel"
+    weights_binding: str = "storage"  # one of WEIGHTS_BINDINGS
+    x_binding: str = "storage"  # one of X_BINDINGS
 
     @property
     def name(self) -> str:

@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..device.shader_variants import WEIGHTS_BINDINGS, X_BINDINGS  # each binding is a compiled variant
+
 PATHS = ("dmmv", "mmvq")
 REDUCTIONS = ("subgroup", "shared")
-# How the shader reads the weights: storage buffer loads, or uniform texel
-# buffer fetches (branch-free gathers on lavapipe, where storage loads at
-# varying offsets are a loop over the lanes).
-WEIGHTS_BINDINGS = ("storage", "texel")
-# How it reads x (or its Q8_1 blocks): the same two ways. (A uniform buffer
-# for x was measured too: slower than texels on lavapipe, and limited to
-# 64 KiB there.)
-X_BINDINGS = ("storage", "texel")
 CHUNKS_PER_THREAD = (1, 2, 4, 8)
 # How a 4-bit quant that indexes 16 values (IQ4_NL, IQ4_XS, MXFP4, NVFP4) is decoded:
 # one load per two quants from the pair table at the start of the weights
