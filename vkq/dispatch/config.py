@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..checks import is_int
 from ..device.shader_variants import WEIGHTS_BINDINGS, X_BINDINGS  # each binding is a compiled variant
 
 PATHS = ("dmmv", "mmvq")
@@ -37,10 +38,6 @@ PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
 OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True, "weights_binding": "storage", "x_binding": "storage",
                    "value_lookup": "table"}
 ALL_PARAMS = PARAMS + tuple(OPTIONAL_PARAMS)
-
-
-def is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def param_problems(params: dict, where: str) -> list[str]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..blocks.formats import get_format
 from ..blocks.gguf_io import GGUFFile, GGUFTensor, metadata, read_metadata_head
-from ..dispatch.config import is_int
+from ..checks import is_int
 
 SUPPORTED_ARCHS = ("llama",)
 LAYER_VECTORS = ("attn_norm", "ffn_norm")
