@@ -36,8 +36,9 @@ from ..device.runtime import Device
 from ..device.shader_variants import MEMBW, MEMBW_TEXEL
 from ..device.timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
 from ..dispatch.config import path_label
+from ..markdown import markdown
 from .bench_step import STEP_PATHS, DecodeStep
-from .console import StatusLine, markdown
+from .console import StatusLine
 from .presets import Model, list_presets, resolve
 
 BACKEND = "Vulkan (vkq)"

@@ -1,21 +1,8 @@
-"""How vkq's commands print: markdown tables with aligned columns, and one
-status line on a terminal."""
+"""How vkq's commands print on a terminal: one status line. (Their tables
+are vkq.markdown's.)"""
 from __future__ import annotations
 
 import sys
-
-
-def markdown(header: list[str], cells: list[list[str]], right: set[str] = frozenset()) -> str:
-    """A markdown table padded to aligned columns; the columns named in
-    `right` right-aligned (numbers, like llama-bench)."""
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
-
-    def line(vals: list[str]) -> str:
-        return "| " + " | ".join(v.rjust(w) if h in right else v.ljust(w)
-                                 for v, h, w in zip(vals, header, widths)) + " |"
-
-    rule = "| " + " | ".join("-" * (w - 1) + ":" if h in right else "-" * w for h, w in zip(header, widths)) + " |"
-    return "\n".join([line(header), rule] + [line(c) for c in cells])
 
 
 class StatusLine:

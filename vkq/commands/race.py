@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .console import markdown
+from ..markdown import markdown
 
 # A prompt of ordinary prose; `prompt_ids` repeats it to the length asked.
 TEXT = ("The history of the printing press begins in the fifteenth century, when a goldsmith in Mainz set out to "

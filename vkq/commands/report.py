@@ -66,11 +66,11 @@ from pathlib import Path
 from .. import __version__
 from ..blocks.formats import FORMATS, get_format
 from ..device.timing import REJECT, ROTATION_BYTES, SAMPLE_SECONDS, WARM_SECONDS, calibrate, interleave, warm_up
+from ..markdown import markdown
 from . import call_cost
 from .bench import DEFAULT_MODEL as BENCH_MODEL
 from .bench import OVER, check_host_memory, probe_bandwidth
 from .bench import bench as bench_models
-from .console import markdown
 from .ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
 from .race import RaceRow, race_model

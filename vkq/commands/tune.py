@@ -39,7 +39,8 @@ from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calib
 from ..dispatch import tuning_store
 from ..dispatch.choose import Dispatcher, apply_limits
 from ..dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
-from .console import StatusLine, markdown
+from ..markdown import markdown
+from .console import StatusLine
 
 # (rows, K) of mat-vecs in Llama-3-8B-class models: attention, FFN up, FFN down.
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
