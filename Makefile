@@ -35,7 +35,7 @@ test-numpy1: setup
 SUBGROUP_TESTS := tests/test_matvec.py tests/test_matvec_id.py tests/test_llama_ops.py
 test-subgroups: setup
 	for width in 128 512; do \
-	  LP_NATIVE_VECTOR_WIDTH=$$width $(PY) -c "from vkq.device_info import get_device_info as d; \
+	  LP_NATIVE_VECTOR_WIDTH=$$width $(PY) -c "from vkq.device.device_info import get_device_info as d; \
 	    s = d(0).subgroup_size; assert s == $$width // 32, f'subgroup size {s} at width $$width'; print('subgroup size', s)" \
 	  && LP_NATIVE_VECTOR_WIDTH=$$width $(PY) -m pytest -x -q -m "not slow" -p no:randomly $(SUBGROUP_TESTS) \
 	  || exit 1; \
@@ -57,7 +57,7 @@ $(STAMP)/venv: $(STAMP)/system
 	$(PY) -m pip install --quiet --upgrade pip
 	@touch $@
 
-$(STAMP)/kompute: $(STAMP)/venv tools/install_kompute.sh $(sort $(wildcard tools/kompute/*.patch)) vkq/runtime.py
+$(STAMP)/kompute: $(STAMP)/venv tools/install_kompute.sh $(sort $(wildcard tools/kompute/*.patch)) vkq/device/runtime.py
 	tools/install_kompute.sh $(PY)
 	@touch $@
 

@@ -1,6 +1,6 @@
 """What a submit costs, and what the batched API (vkq.Graph) saves.
 
-- per call (vkq.call_cost, as `vkq report` measures it): Backend.matvec of
+- per call (vkq.commands.call_cost, as `vkq report` measures it): Backend.matvec of
   a 256 x 256 Q4_0 matrix (a kernel of a few microseconds), against the
   floor of one Kompute submit + wait (a 64-byte copy) measured in the same run;
 - 100 chained mat-vecs (a 4096-wide MLP stack, Q4_0, each layer's output
@@ -19,7 +19,7 @@ import statistics
 import numpy as np
 import pytest
 
-from vkq import call_cost
+from vkq.commands import call_cost
 
 
 WIDTH, DEPTH, DISTINCT = 4096, 100, 10  # 10 distinct 4096 x 4096 Q4_0 matrices (94 MB) cycled

@@ -6,9 +6,9 @@ float32 mat-vec, the baseline), vkq's dequantize path, vkq's int8 path.
 import numpy as np
 import pytest
 
-from vkq.formats import FORMATS
-from vkq.reference import dequantize
-from vkq.synthetic import random_weights
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.reference import dequantize
+from vkq.blocks.synthetic import random_weights
 
 ROWS, K = 4096, 14336
 TYPES = [name for name in FORMATS if name != "F32"]

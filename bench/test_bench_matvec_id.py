@@ -7,9 +7,9 @@ The numpy baseline dequantizes only the selected experts and multiplies.
 import numpy as np
 import pytest
 
-from vkq.formats import FORMATS
-from vkq.reference import dequantize
-from vkq.synthetic import random_weights
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.reference import dequantize
+from vkq.blocks.synthetic import random_weights
 
 CASES = [
     # (model, tensor, n_expert, n_used, rows, K, qtype)

@@ -1,8 +1,8 @@
 // Shared by every vkq compute shader: how the weights buffer is read and the
 // packed int8 dot product.
 //
-// Weights live on the device as one array per block field (see vkq/formats.py
-// and vkq/layout.py): field F of block `ib` starts at word FIELD_OFF_F +
+// Weights live on the device as one array per block field (see vkq/blocks/formats.py
+// and vkq/blocks/layout.py): field F of block `ib` starts at word FIELD_OFF_F +
 // ib * FIELD_WORDS_F. Every field array is 16-byte aligned, so 16-byte fields
 // are read with one uvec4 load. Kompute enables no 8/16-bit storage features,
 // so nothing here reads bytes or halves from memory directly. Decoders read

@@ -1,7 +1,7 @@
 #version 450
 // Rows of a quantized matrix as floats, picked by index: out[v] = W[ids[v]]
 // for vector v (the token embedding lookup). W is one buffer of a matrix in
-// vkq's device layout (vkq/layout.py), the layout the mat-vec reads, decoded
+// vkq's device layout (vkq/blocks/layout.py), the layout the mat-vec reads, decoded
 // by the same block decoders (blocks.glsl); a matrix split over several
 // buffers is one dispatch per buffer, each writing only the rows it holds.
 // One invocation per 32-element chunk of a row; workgroup row y is vector v.

@@ -1,6 +1,6 @@
 #version 450
 // Device memory read bandwidth: the reference of `vkq bench`'s "% bw" column
-// (vkq/bench.py memory_bandwidth). One dispatch reads four buffers (one per
+// (vkq/commands/bench.py memory_bandwidth). One dispatch reads four buffers (one per
 // binding: a binding may address only maxStorageBufferRange, 128 MiB on
 // lavapipe), together far past any cache; workgroup row y reads buffer y.
 // Each workgroup reads one contiguous chunk, its invocations side by side

@@ -12,7 +12,7 @@ Two bounds are used throughout (conftest.assert_matches):
   at least 16 values. The NMSE of a single output is (err / y)^2 and explodes
   whenever y happens to be small (MXFP4, 1 x 32, gives 6e-4 with y = 0.17),
   so it is asserted on outputs of at least EXACT_MIN_OUTPUTS values only.
-- NMSE_TIGHT: against `vkq.reference.matvec_model`, the float64 model of what
+- NMSE_TIGHT: against `vkq.blocks.reference.matvec_model`, the float64 model of what
   each path computes (the int8 path multiplies by x's Q8_1 values). Only
   float32 rounding separates a correct shader from the model; this is the
   check that proves a result right, and it applies to every output.
@@ -29,13 +29,13 @@ import numpy as np
 import pytest
 
 import vkq
-import vkq.reference as ref
-import vkq.runtime
+import vkq.blocks.reference as ref
+import vkq.device.runtime
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.layout import FIELD_ALIGN, MatrixLayout, table_bytes
 from vkq.dispatch.choose import apply_limits
 from vkq.dispatch.config import PipelineConfig
 from vkq.example import EXAMPLE_GGUF, INSTALL_HINT, example_model
-from vkq.formats import FORMATS
-from vkq.layout import FIELD_ALIGN, MatrixLayout, table_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,7 +126,7 @@ def random_ids(n_used: int, n_expert: int, seed: int = 2) -> np.ndarray:
 
 def references(w64: np.ndarray, x: np.ndarray) -> dict[str, np.ndarray]:
     """float64 references for y = W @ x, x (K,) or (K, n): the exact product
-    ("exact"), vkq.reference's model of each path ("dmmv", "mmvq") and the
+    ("exact"), vkq.blocks.reference's model of each path ("dmmv", "mmvq") and the
     size of each output's terms, |W| @ |x| ("terms")."""
     return {
         "exact": w64 @ x.astype(np.float64),
@@ -180,14 +180,14 @@ def force_split(monkeypatch, qtype: str, n_expert: int, rows_per_buffer: int, k:
     table = table_bytes(fmt).size  # an i-quant's grid, at the start of every buffer
     per_row = MatrixLayout(fmt, n_expert, 1, k).device_nbytes(1) - table
     limit = rows_per_buffer * per_row + FIELD_ALIGN * len(fmt.fields) + table
-    monkeypatch.setattr(vkq.runtime.Device, "max_buffer_bytes", property(lambda self: limit))
+    monkeypatch.setattr(vkq.device.runtime.Device, "max_buffer_bytes", property(lambda self: limit))
 
 
 def pytest_report_header(config):
     import kp
 
     return (f"vkq: Python {platform.python_version()}, numpy {np.__version__}, "
-            f"kp {kp.__version__} ({vkq.runtime.patches(getattr(kp, 'VKQ_PATCH_LEVEL', 0))})")
+            f"kp {kp.__version__} ({vkq.device.runtime.patches(getattr(kp, 'VKQ_PATCH_LEVEL', 0))})")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import ggml_quant
-from vkq.llama_server import WHEEL, wheel_bin
+from vkq.commands.llama_server import WHEEL, wheel_bin
 
 # enum llama_ftype (llama.h): the file types this module makes.
 FTYPES = {
@@ -184,7 +184,7 @@ def imatrix(src: Path, text: str = CALIBRATION) -> dict[str, np.ndarray]:
 
 def is_float_file(src: Path) -> bool:
     """Whether every matrix of the file is F32, F16 or BF16 (else llama.cpp must be let requantize)."""
-    from vkq.gguf_io import open_gguf
+    from vkq.blocks.gguf_io import open_gguf
 
     return all(t.qtype in ("F32", "F16", "BF16") for t in open_gguf(src).tensors.values() if len(t.shape) >= 2)
 
@@ -209,7 +209,7 @@ def quantize(src: str | Path, dst: str | Path, ftype: str, *, pure: bool = False
 def type_summary(path: str | Path) -> dict[str, list[str]]:
     """What llama.cpp wrote: per tensor type, the kinds of tensor that have it
     ('ffn_down x30', 'token_embd', ...), the most common type first."""
-    from vkq.gguf_io import open_gguf
+    from vkq.blocks.gguf_io import open_gguf
 
     kinds: dict[str, Counter] = {}
     for name, t in open_gguf(path).tensors.items():

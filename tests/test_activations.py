@@ -3,7 +3,7 @@
 "q8_1x2" quantizes x to Q8_1 and then the fp32 rounding residual again
 (shaders/quantize_q8_1.comp), so the int8 path multiplies by about 14-bit
 activations. Checked like test_matvec.py: within NMSE_TIGHT of
-vkq.reference's model of the two planes (planes=2), for every type, the
+vkq.blocks.reference's model of the two planes (planes=2), for every type, the
 OpSDot and int32 variants, several columns and MUL_MAT_ID; and, what the
 format is for, far closer to the exact product than one plane on activations
 with outliers (as real models have).
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import vkq
-import vkq.reference as ref
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import FORMATS
 from vkq.dispatch.config import PipelineConfig
-from vkq.formats import FORMATS
 
 import ggml_quant
 from conftest import NMSE_GGML, assert_matches, random_ids, random_x, variant_config

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import vkq
-import vkq.reference as ref
-from vkq.formats import GGMLType
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import GGMLType
 
 import ggml_quant
 from conftest import NMSE_GGML, random_x
@@ -41,10 +41,10 @@ def _driver_reached(*args, **kwargs):
 
 @contextlib.contextmanager
 def raises_before_driver(monkeypatch, exc, match):
-    """pytest.raises, with every vkq.runtime.Device resource call failing."""
+    """pytest.raises, with every vkq.device.runtime.Device resource call failing."""
     with monkeypatch.context() as m:
         for name in ("upload", "tensor", "algorithm", "compute_barrier"):
-            m.setattr(vkq.runtime.Device, name, _driver_reached)
+            m.setattr(vkq.device.runtime.Device, name, _driver_reached)
         with pytest.raises(exc, match=match) as info:
             yield info
 

@@ -22,12 +22,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vkq.device_info import DeviceInfo
-from vkq.dispatch.choose import Dispatcher, DeviceCaps, loop_iteration_limit
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.synthetic import random_weights
+from vkq.device.caps import DeviceCaps
+from vkq.device.device_info import DeviceInfo
+from vkq.dispatch.choose import Dispatcher
 from vkq.dispatch.classify import classify
-from vkq.formats import FORMATS
 from vkq.resolve import MAX_COLS
-from vkq.synthetic import random_weights
 
 import ggml_quant
 from test_gpu_table_configs import gpu_configs
@@ -83,13 +84,7 @@ def recorded_dispatchers() -> list:
     out = []
     for path in sorted(DEVICES.glob("*.json")):
         info = DeviceInfo.from_dict(json.loads(path.read_text()))
-        caps = DeviceCaps(vendor=info.vendor, device_type=info.device_type, subgroup_size=info.subgroup_size,
-                          subgroup_arithmetic=info.subgroup_arithmetic, int_dot=info.integer_dot_product,
-                          max_shared_memory=info.max_compute_shared_memory_size,
-                          max_workgroup_invocations=info.max_workgroup_invocations,
-                          max_texel_buffer_elements=info.max_texel_buffer_elements,
-                          max_workgroup_size_x=info.max_workgroup_size[0],
-                          max_loop_iterations=loop_iteration_limit(info))
+        caps = DeviceCaps.of(info, int_dot=info.integer_dot_product)
         out.append(pytest.param(Dispatcher(caps, classify(info), {}), id=path.stem))
     return out
 

@@ -26,9 +26,9 @@ from conftest import finish_gguf, smollm2_or_skip
 
 import vkq
 import vkq.backend
-from vkq import bench, presets
-from vkq.cli import main
-from vkq.bench_step import DecodeStep
+from vkq.commands import bench, presets
+from vkq.commands.bench_step import DecodeStep
+from vkq.commands.cli import main
 
 import ggml_quant
 

@@ -10,7 +10,7 @@ import pytest
 
 import ggml_quant
 from conftest import TYPES, assert_matches, paths_for, random_ids, random_x, references
-from vkq import reference as ref
+from vkq.blocks import reference as ref
 from vkq.dispatch.choose import fit_bindings
 from vkq.dispatch.config import PipelineConfig
 from vkq.resolve import resolve
@@ -105,6 +105,6 @@ def test_weights_over_the_texel_limit_fall_back(backend, monkeypatch):
 def test_unknown_binding_kind_is_refused(backend, kind):
     dev = backend.device
     x, y = dev.tensor(32), dev.tensor(32)
-    from vkq.shader_variants import QUANTIZE_Q8_1
+    from vkq.device.shader_variants import QUANTIZE_Q8_1
     with pytest.raises(RuntimeError, match="binding kind"):
         dev.algorithm([x, y], QUANTIZE_Q8_1, (1, 1, 1), [64, 1], np.zeros(3, np.uint32), ["storage", kind])

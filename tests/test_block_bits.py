@@ -10,7 +10,7 @@ each of two rounds of 256 blocks, byte j runs through a permutation of
 finite, infinities and NaNs (NVFP4's UE4M3 scale bytes are all finite in
 ggml's decoding, and all 256 are in the rounds).
 
-- vkq.reference.dequantize, the reference of `vkq compare` and of the
+- vkq.blocks.reference.dequantize, the reference of `vkq compare` and of the
   other tests, equals ggml's to_float bit for bit;
 - the shaders' block decoders, read through the embedding-row op (EmbedRows:
   each value as scale * quant + offset), give ggml's float32 values: the
@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 
 import ggml_quant
-import vkq.reference as ref
+import vkq.blocks.reference as ref
 from conftest import NMSE_TIGHT, random_x, references
+from vkq.blocks.formats import FORMATS
 from vkq.dispatch.config import PipelineConfig
-from vkq.formats import FORMATS
 from vkq.llama.vector_ops import EmbedRows, Vectors
 
 NEW_TYPES = ("NVFP4", "Q1_0", "Q2_0", "TQ1_0", "TQ2_0")

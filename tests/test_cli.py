@@ -15,11 +15,11 @@ import pytest
 from conftest import child_env
 
 import vkq
-import vkq.device_info
+import vkq.commands.info
+import vkq.device.device_info
 import vkq.example
-import vkq.info
 from vkq import errors
-from vkq.cli import main
+from vkq.commands.cli import main
 
 
 
@@ -68,7 +68,7 @@ def test_no_compiled_shaders(tmp_path):
 
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_device_index_that_does_not_exist(capsys, monkeypatch, tmp_path, how):
-    n = len(vkq.device_info.enumerate_devices())
+    n = len(vkq.device.device_info.enumerate_devices())
     if how == "flag":
         code = main(["compare", str(tmp_path / "model.gguf"), "--device", str(n)])
     else:
@@ -83,16 +83,16 @@ def test_no_vulkan_loader(capsys, monkeypatch, tmp_path):
     (tmp_path / "vulkan.py").write_text("raise OSError(\"cannot load library 'libvulkan.so.1'\")\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "vulkan", raising=False)
-    vkq.device_info._enumerate_cached.cache_clear()
+    vkq.device.device_info._enumerate_cached.cache_clear()
     try:
         code = main(["info"])
     finally:
-        vkq.device_info._enumerate_cached.cache_clear()
+        vkq.device.device_info._enumerate_cached.cache_clear()
     assert_user_error(code, capsys.readouterr().err, "libvulkan.so.1", "apt-get install libvulkan1")
 
 
 def test_kp_not_installed():
-    code = "import sys; sys.modules['kp'] = None; from vkq.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; sys.modules['kp'] = None; from vkq.commands.cli import main; sys.exit(main(sys.argv[1:]))"
     r = run_vkq("info", code=code)
     assert_user_error(r.returncode, r.stderr, "kp", "tools/install_kompute.sh")
 
@@ -125,7 +125,7 @@ def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
     def broken(verbose=False):
         raise ImportError("something else", name="not_kp")
 
-    monkeypatch.setattr(vkq.info, "report", broken)
+    monkeypatch.setattr(vkq.commands.info, "report", broken)
     with pytest.raises(ImportError, match="something else"):
         main(["info"])
 
@@ -134,7 +134,7 @@ def test_type_error_is_a_bug_not_a_message(monkeypatch):
     def broken(verbose=False):
         raise TypeError("a bug in vkq")
 
-    monkeypatch.setattr(vkq.info, "report", broken)
+    monkeypatch.setattr(vkq.commands.info, "report", broken)
     with pytest.raises(TypeError, match="a bug in vkq"):
         main(["info"])
 
@@ -159,7 +159,7 @@ def test_vkq_errors_keep_the_builtin_types():
     assert issubclass(errors.ShadersMissing, RuntimeError)
     assert issubclass(errors.KomputeUnavailable, RuntimeError)
     with pytest.raises(ValueError, match="no Vulkan device with index 1000"):
-        vkq.device_info.get_device_info(1000)
+        vkq.device.device_info.get_device_info(1000)
 
 
 def one_error_line(capsys) -> str:
@@ -188,7 +188,7 @@ def test_bench_and_tune_arguments_that_name_nothing(capsys, monkeypatch, argv, n
     """One line, exit 2, before any work (the tuner would take an empty
     --types as all types; the table would be empty; a huge shape would be a
     MemoryError of numpy)."""
-    from vkq import tune
+    from vkq.commands import tune
 
     monkeypatch.setattr(tune, "tune_type", lambda *a, **k: pytest.fail("tune measured"))
     assert main(argv) == 2
@@ -198,8 +198,8 @@ def test_bench_and_tune_arguments_that_name_nothing(capsys, monkeypatch, argv, n
 def test_matvec_leaves_out_types_without_the_path_when_all_are_asked():
     """--types all --path mmvq: the plain types have no int8 path and are
     left out, said on stderr; the others are measured."""
-    from vkq import bench
-    from vkq.formats import FORMATS
+    from vkq.blocks.formats import FORMATS
+    from vkq.commands import bench
 
     cases, left_out = bench.matvec_cases(None, ["mmvq"])
     assert left_out == [n for n, f in FORMATS.items() if not f.has_int8_path] and left_out

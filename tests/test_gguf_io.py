@@ -1,4 +1,4 @@
-"""vkq's GGUF parse (vkq.gguf_io) against the gguf package's reader: the
+"""vkq's GGUF parse (vkq.blocks.gguf_io) against the gguf package's reader: the
 same metadata values and the same tensors, byte for byte (in native byte
 order), for a real model file, for every metadata value type both byte
 orders, and for every tensor type vkq reads. Then what the parse refuses
@@ -11,7 +11,7 @@ import gguf
 import numpy as np
 import pytest
 
-from vkq.gguf_io import load_gguf, open_gguf
+from vkq.blocks.gguf_io import load_gguf, open_gguf
 
 from conftest import finish_gguf, smollm2_or_skip
 from ggml_quant import random_weights

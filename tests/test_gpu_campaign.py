@@ -8,7 +8,7 @@ import re
 import shlex
 import subprocess
 
-from vkq.cli import build_parser
+from vkq.commands.cli import build_parser
 
 from conftest import ROOT
 
@@ -45,12 +45,12 @@ def test_every_vkq_command_parses():
 
 
 def test_every_model_file_command_parses():
-    from vkq.model_file import build_parser as model_file_parser
+    from vkq.commands.model_file import build_parser as model_file_parser
 
     text = SCRIPT.read_text().replace("\\\n", " ")
     commands = [shlex.split(m.group(1).replace('"$p"', "llama-3.2-1b:Q4_0").replace("${p/:/-}", "x")
                             .replace("$TOKENIZER", "/tmp/t.gguf").replace("$F", "/tmp/f"))
-                for m in re.finditer(r'-m vkq\.model_file (.*)', text)]
+                for m in re.finditer(r'-m vkq\.commands\.model_file (.*)', text)]
     # the documented tokenizer-only line, the presets' files, and the mixture of experts
     assert [c[0] for c in commands] == ["--tokenizer-only", "llama-3.2-1b:Q4_0", "smollm2-135m:Q4_0"]
     for argv in commands:

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from ggml_quant import random_weights
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.reference import dequantize, nmse
 from vkq.dispatch import tables
 from vkq.dispatch.classify import DeviceClass
 from vkq.dispatch.config import PipelineConfig
-from vkq.formats import FORMATS
-from vkq.reference import dequantize, nmse
 
 ROWS, K = 45, 2048  # 45: not a multiple of 2 or 4 rows per workgroup
 GPU_VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm")

@@ -19,10 +19,10 @@ import pytest
 
 from conftest import ROOT
 from ggml_quant import random_weights
+from vkq.blocks.formats import CHUNK, FORMATS
+from vkq.blocks.reference import dequantize, matvec_model, nmse
 from vkq.dispatch.choose import Dispatcher, apply_limits, check_config, loop_iterations
 from vkq.dispatch.config import MAX_ROWS_PER_WG, PipelineConfig
-from vkq.formats import CHUNK, FORMATS
-from vkq.reference import dequantize, matvec_model, nmse
 
 ROWS, K = 45, 2048
 

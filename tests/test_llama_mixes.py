@@ -1,4 +1,4 @@
-"""The presets' type mixes (vkq.presets.mix_type) against llama.cpp's own
+"""The presets' type mixes (vkq.commands.presets.mix_type) against llama.cpp's own
 quantizer: a tiny random model of each test shape, in F16, is quantized by
 `llama_model_quantize` of the pinned llama.cpp wheel (tests/llama_quant.py)
 to each file type a preset offers, and every weight matrix of the file must
@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from conftest import finish_gguf
-from vkq import presets
-from vkq.gguf_io import open_gguf
-from vkq.model_file import add_hyperparameters
+from vkq.blocks.gguf_io import open_gguf
+from vkq.commands import presets
+from vkq.commands.model_file import add_hyperparameters
 
 import llama_quant
 

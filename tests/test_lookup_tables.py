@@ -3,8 +3,8 @@ import gguf.quants as gq
 import numpy as np
 import pytest
 
-from vkq.formats import FORMATS
-from vkq.lookup_tables import TABLES, grid_values, table_words
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.lookup_tables import TABLES, grid_values, table_words
 
 GRIDS = sorted(name for name, (_, packing) in TABLES.items() if packing != "pairs")
 PAIRS = sorted(name for name, (_, packing) in TABLES.items() if packing == "pairs")

@@ -5,7 +5,7 @@ test-backend-ops) and are dequantized by the gguf package. Each result is
 checked twice (conftest.assert_matches):
 
 - NMSE < 5e-4 against dequantize(W) @ x, ggml's bound for MUL_MAT;
-- NMSE < NMSE_TIGHT against vkq.reference.matvec_model(W, x, path): for the
+- NMSE < NMSE_TIGHT against vkq.blocks.reference.matvec_model(W, x, path): for the
   int8 path that is W @ (x after vkq's Q8_1 quantization), so this checks the
   shader computes exactly what the int8 model says, up to float32 rounding.
 """
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import vkq
-import vkq.reference as ref
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import FORMATS, GGMLType
 from vkq.dispatch.config import PipelineConfig
-from vkq.formats import FORMATS, GGMLType
 
 import ggml_quant
 from conftest import (TYPES, assert_matches, force_split, paths_for, random_ids, random_x, references, type_paths,
@@ -275,7 +275,7 @@ def test_forced_split_experts(backend, monkeypatch, qtype, path):
 
 
 def test_one_row_larger_than_buffer(backend, monkeypatch):
-    monkeypatch.setattr(vkq.runtime.Device, "max_buffer_bytes", property(lambda self: 1000))
+    monkeypatch.setattr(vkq.device.runtime.Device, "max_buffer_bytes", property(lambda self: 1000))
     data = ggml_quant.random_weights(2, 4096, "Q8_0")
     with pytest.raises(ValueError, match="maxStorageBufferRange"):
         backend.upload("Q8_0", (2, 4096), data)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import vkq
-import vkq.reference as ref
-from vkq.formats import FORMATS
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import FORMATS
 
 import ggml_quant
 from conftest import (assert_matches, paths_for, random_ids, random_x, references, type_paths, variant_config,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import vkq.reference as ref
+import vkq.blocks.reference as ref
 from ggml_quant import quantize, random_weights
 from conftest import NMSE_GGML, TYPES, type_paths
 from vkq.dispatch.config import PipelineConfig
@@ -93,7 +93,7 @@ def test_matvec_id_nonfinite_x(backend, matrices, qtype, path):
 
 
 def test_model_marks_nonfinite_blocks():
-    """vkq.reference's int8 model: a block with NaN or inf is NaN, the others as before."""
+    """vkq.blocks.reference's int8 model: a block with NaN or inf is NaN, the others as before."""
     x = np.random.default_rng(0).uniform(-1, 1, 96).astype(np.float32)
     clean = ref.q8_1_values(x, 2)
     x[40] = np.inf

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vkq.runtime import REQUIRED_KP_PATCH
+from vkq.device.runtime import REQUIRED_KP_PATCH
 
 ROOT = Path(__file__).resolve().parent.parent
 VKQ = ROOT / "vkq"
@@ -86,5 +86,7 @@ def test_kp_requirement_is_the_level_the_series_builds():
     levels = [int(m) for p in series for m in re.findall(r'^\+.*VKQ_PATCH_LEVEL"\) = (\d+);', p.read_text(), re.M)]
     assert levels == [REQUIRED_KP_PATCH] == [len(series)], (levels, REQUIRED_KP_PATCH)
     install = (ROOT / "tools" / "install_kompute.sh").read_text()
-    assert "REQUIRED_KP_PATCH" in install  # its check reads vkq/runtime.py, no number of its own
+    assert "REQUIRED_KP_PATCH" in install  # its check reads vkq/device/runtime.py, no number of its own
+    read = re.search(r'REQUIRED_KP_PATCH = .*"\$root/([^"]+)"', install).group(1)
+    assert (ROOT / read).is_file() and "\nREQUIRED_KP_PATCH = " in (ROOT / read).read_text(), read
     assert not re.search(r"VKQ_PATCH_LEVEL\s*>=?\s*\d", install)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from ggml_quant import random_weights
+from vkq.blocks.formats import FORMATS
+from vkq.blocks.lookup_tables import has_value_pairs
+from vkq.blocks.reference import dequantize, matvec_model, nmse
 from vkq.dispatch.config import VALUE_LOOKUPS, PipelineConfig
-from vkq.formats import FORMATS
-from vkq.lookup_tables import has_value_pairs
-from vkq.reference import dequantize, matvec_model, nmse
 
 ROWS, K = 45, 2048  # 45: not a multiple of any rows_per_wg > 1
 

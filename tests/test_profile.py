@@ -1,4 +1,4 @@
-"""The profile of a decode step (vkq.profile, `vkq generate --profile`).
+"""The profile of a decode step (vkq.llama.profile, `vkq generate --profile`).
 
 - Every op of the step is in it once per replay, under a label that says
   what it is (matrix role, block type and path for mat-vecs); its rows add
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from vkq.cli import main
+from vkq.commands.cli import main
 from vkq.llama.gpu_step import GpuLlama
-from vkq.profile import Profile
+from vkq.llama.profile import Profile
 
 from tiny_llama import write_gguf
 

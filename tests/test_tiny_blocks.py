@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import ggml_quant
-import vkq.reference as ref
+import vkq.blocks.reference as ref
 from conftest import NMSE_TIGHT
-from vkq.formats import FORMATS
+from vkq.blocks.formats import FORMATS
 from vkq.llama.vector_ops import Attention, AttentionShape, Q8_1Output, RMSNorm, SwiGLU, Vectors
 from vkq.ops import q8_1_words
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import child_env
 
-from vkq import cli, tune
-from vkq.device_info import DeviceInfo
+from vkq.commands import cli, tune
+from vkq.device.device_info import DeviceInfo
 from vkq.dispatch import tuning_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,9 +71,9 @@ def test_hand_edited_figures_are_warned_about_and_ignored(backend, tuning_dir, m
 
 WRITER = """
 import json, sys, time
-from vkq.device_info import DeviceInfo
+from vkq.device.device_info import DeviceInfo
 from vkq.dispatch import tuning_store
-from vkq.formats import FORMATS
+from vkq.blocks.formats import FORMATS
 info = DeviceInfo.from_dict(json.loads(open(sys.argv[1]).read()))
 types = list(FORMATS)[int(sys.argv[2])::2]
 entry = json.loads(sys.argv[3])
@@ -103,7 +103,7 @@ def test_two_writers_at_once_keep_every_type_and_the_file_whole(tuning_dir):
                 reads += 1
     for p in procs:
         assert p.wait() == 0, p.stderr.read()
-    from vkq.formats import FORMATS
+    from vkq.blocks.formats import FORMATS
 
     assert set(tuning_store.load(info)) == set(FORMATS)
     assert reads > 0

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import vkq
-from vkq import cli
-from vkq.formats import FORMATS
+from vkq.blocks.formats import FORMATS
+from vkq.commands import cli
 
 from conftest import finish_gguf
 from ggml_quant import random_weights
@@ -71,7 +71,7 @@ def test_load_gguf_leaves_them_out(model):
 
 def test_upload_names_the_type(model, backend):
     path, _ = model
-    t = vkq.gguf_io.load_gguf_all(path)["blk.0.ffn_up.weight"]
+    t = vkq.blocks.gguf_io.load_gguf_all(path)["blk.0.ffn_up.weight"]
     with pytest.raises(ValueError, match="Q8_K"):
         backend.upload(t.qtype, t.shape, t.data)
 

@@ -17,11 +17,11 @@ import pytest
 from conftest import assert_matches, child_env, random_ids, random_x, references
 
 import ggml_quant
-import vkq.reference as ref
-from vkq.formats import get_format
-from vkq.layout import MatrixLayout
-from vkq.memory import DeviceMemoryError
-from vkq.runtime import Device
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import get_format
+from vkq.blocks.layout import MatrixLayout
+from vkq.device.memory import DeviceMemoryError
+from vkq.device.runtime import Device
 
 MIB = 1 << 20
 
@@ -31,7 +31,7 @@ MIB = 1 << 20
 MEASURE = r"""
 import sys
 import numpy as np
-from vkq.runtime import Device
+from vkq.device.runtime import Device
 
 def rss_mib():
     for line in open("/proc/self/status"):
@@ -109,7 +109,7 @@ def test_matvec_id_on_the_gpu_upload_path(backend, gpu_upload_path):
         assert_matches(y[slot], references(w64[e], x), "dmmv", f"Q6_K expert {e} slot {slot}, GPU upload path")
 
 
-# -- the device's memory limits (vkq.memory) -------------------------------
+# -- the device's memory limits (vkq.device.memory) -------------------------------
 def limit_device(monkeypatch, backend, **fields):
     """The backend's device with some DeviceInfo fields replaced (tiny limits)."""
     from dataclasses import replace

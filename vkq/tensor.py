@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .formats import CHUNK
+from .blocks.formats import CHUNK
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32))
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .blocks.layout import MatrixLayout, RowRange
 from .dispatch.config import PipelineConfig
-from .layout import MatrixLayout, RowRange
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Weights:
         self.buffers = buffers
         self.shape = shape
         self.freed = False
-        self._reserved = 0  # bytes counted in the device's MemoryLedger (vkq.memory)
+        self._reserved = 0  # bytes counted in the device's MemoryLedger (vkq.device.memory)
         self._calls: dict[tuple, object] = {}  # Backend's cached calls, per call key (shape, path, activations, ...)
         self._calls_by_config: dict[tuple, object] = {}  # the same pipeline, whichever key chose it
         self._configs: dict[tuple, PipelineConfig] = {}  # the dispatcher's choices (vkq.resolve)

@@ -1,4 +1,4 @@
-// Readers of the sub-block bit planes written by vkq/repack.py. `sub` is the
+// Readers of the sub-block bit planes written by vkq/blocks/repack.py. `sub` is the
 // global sub-block index (block * sub-blocks per block + sub-block). Each
 // loads the sub-block's bits once (one load per plane: on CPU drivers every
 // load instruction costs a loop over the lanes) and returns both 16-element

@@ -1,6 +1,6 @@
 // IQ1_S / IQ1_M quants: a grid entry holds 8 values g in {-1, 0, 1} (the
-// nibbles g+1 of one word in Q4_0's order, vkq/lookup_tables.py; the grid
-// sits at word 0 of the weights buffer, vkq/layout.py) and a group of 8 adds
+// nibbles g+1 of one word in Q4_0's order, vkq/blocks/lookup_tables.py; the grid
+// sits at word 0 of the weights buffer, vkq/blocks/layout.py) and a group of 8 adds
 // delta = +-1/8. The integer quant is 8*(g + delta) = 8g +- 1, and the scale
 // carries the /8.
 // The 8 quants 8g +- 1 of entry idx as two words of int8: 8(g+1) plus a bias

@@ -1,5 +1,5 @@
 // Signed values from an i-quant grid, which vkq stores at word 0 of the
-// weights buffer (vkq/layout.py). Grid values are positive bytes below 128,
+// weights buffer (vkq/blocks/layout.py). Grid values are positive bytes below 128,
 // so a byte is negated as (v ^ 0xFF) + 1 without a borrow into the next.
 
 // The 4 bytes of w, byte i negated where bit i of s is set. The product

@@ -1,5 +1,5 @@
 // 4-bit quants that index 16 int8 values (IQ4_NL, IQ4_XS, MXFP4, NVFP4). The table
-// at word 0 of the weights buffer (vkq/layout.py, vkq/lookup_tables.py) holds
+// at word 0 of the weights buffer (vkq/blocks/layout.py, vkq/blocks/lookup_tables.py) holds
 // 256 pair words, word b = value(b & 15) in bits 0..7 and value(b >> 4) in
 // bits 16..23, then the 16 values as 4 words of bytes. GPUs decode a byte (two
 // quants) per table load; with VALUES_BY_SELECTS (CPU drivers, where a load at
@@ -25,7 +25,7 @@ uint selected_values(uvec4 v, uint n) {
          | (selected_value(v, (n >> 16) & 0xFu) << 16) | (selected_value(v, n >> 24) << 24);
 }
 
-// A 32-element sub-block of the nibble plane written by vkq/repack.py (as
+// A 32-element sub-block of the nibble plane written by vkq/blocks/repack.py (as
 // bitplanes.glsl's nibbles()), as signed values.
 Quants nibble_values(uint off, uint sub) {
     uvec4 q = load_w128(off / 4u + sub);

@@ -1,5 +1,5 @@
 // NVFP4: scales: a UE4M3 byte per 16 elements; qs: e2m1 nibbles in Q4_0's
-// order per 32-element sub-block (vkq/repack.py), 2 sub-blocks a block. The
+// order per 32-element sub-block (vkq/blocks/repack.py), 2 sub-blocks a block. The
 // quant is the doubled e2m1 value (the table E2M1_PAIRS, as MXFP4's) and the
 // scale ggml's ggml_ue4m3_to_fp32, which halves it.
 #define QUANTS_SIGNED

@@ -21,45 +21,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ..activations import DEFAULT_ACTIVATIONS
-from ..formats import CHUNK, BlockFormat
+from ..blocks.activations import DEFAULT_ACTIVATIONS
+from ..blocks.formats import CHUNK, BlockFormat
+from ..device.caps import DeviceCaps
 from . import tables, tuning_store
 from .classify import DeviceClass, classify
 from .config import PATHS, PipelineConfig, describe
-
-# Mesa's llvmpipe (lavapipe) ends every loop of a shader invocation once the
-# invocation has taken 65535 loop iterations in all (gallivm's
-# LP_MAX_TGSI_LOOP_ITERATIONS, "shared between every loop in a shader"; it
-# guards against infinite loops). The loops are cut without an error: the
-# partial sums so far, and later loops (the reduction, the writes of y) run
-# at most once. That is why rows_per_wg 976 with split_k false gave NMSE 0.96
-# (int8) and 2.6e65 (dequantize) on 4096 x 4096: one thread's rows x K/32
-# iterations passed the budget. Vulkan reports no such limit.
-LAVAPIPE_LOOP_ITERATIONS = 65535
-
-
-def loop_iteration_limit(info) -> int | None:
-    """Loop iterations one invocation may take on this device (None: no limit known)."""
-    return LAVAPIPE_LOOP_ITERATIONS if classify(info).arch == "lavapipe" else None
-
-
-@dataclass(frozen=True)
-class DeviceCaps:
-    """What the dispatcher needs to know of a device (see vkq.runtime)."""
-
-    vendor: str
-    device_type: str
-    subgroup_size: int
-    subgroup_arithmetic: bool
-    int_dot: bool  # shaderIntegerDotProduct is enabled on the logical device
-    max_shared_memory: int
-    max_workgroup_invocations: int
-    max_texel_buffer_elements: int = 65536  # Vulkan's guaranteed minimum unless the device reports more
-    max_workgroup_size_x: int = 1024  # maxComputeWorkGroupSize[0] (Vulkan guarantees 128)
-    max_loop_iterations: int | None = None  # see LAVAPIPE_LOOP_ITERATIONS
-
 
 def env_path() -> str | None:
     value = os.environ.get("VKQ_PATH", "").strip().lower()

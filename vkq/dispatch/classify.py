@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..device_info import DeviceInfo
+from ..device.caps import DRIVER_LLVMPIPE, is_lavapipe
+from ..device.device_info import DeviceInfo
 
 # VkDriverId values (Vulkan spec, VkDriverId) -> our short driver name.
 _DRIVERS = {
@@ -48,7 +49,7 @@ _DRIVERS = {
     25: "mesa",  # IMAGINATION_OPEN_SOURCE_MESA
     26: "mesa",  # MESA_AGXV (Asahi honeykrisp)
 }
-_DRIVER_LLVMPIPE, _DRIVER_SWIFTSHADER, _DRIVER_MOLTENVK = 13, 10, 14
+_DRIVER_SWIFTSHADER = 10  # VkDriverId GOOGLE_SWIFTSHADER (lavapipe's: vkq.device.caps)
 
 # Vendors with a table of their own (vendor names: DeviceInfo.vendor).
 _GPU_VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm")
@@ -124,7 +125,7 @@ def _driver(info: DeviceInfo, reasons: list[str]) -> str:
 
 def _vendor(info: DeviceInfo, reasons: list[str]) -> str:
     vid = f"vendor ID 0x{info.vendor_id:04x}"
-    if info.driver_id in (_DRIVER_LLVMPIPE, _DRIVER_SWIFTSHADER):
+    if info.driver_id in (DRIVER_LLVMPIPE, _DRIVER_SWIFTSHADER):
         reasons.append(f"vendor: software driver (VkDriverId {info.driver_id})")
         return "software"
     if info.vendor in ("mesa", "google") or info.device_type == "cpu":
@@ -136,8 +137,7 @@ def _vendor(info: DeviceInfo, reasons: list[str]) -> str:
 
 
 def _arch_software(info: DeviceInfo, reasons: list[str]) -> str:
-    if (info.driver_id == _DRIVER_LLVMPIPE or info.name.startswith("llvmpipe")
-            or info.vendor == "mesa"):
+    if is_lavapipe(info):
         reasons.append("arch: lavapipe (Mesa llvmpipe)")
         return "lavapipe"
     if info.driver_id == _DRIVER_SWIFTSHADER or info.vendor == "google" or "SwiftShader" in info.name:

@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..checks import is_int
+from ..device.shader_variants import WEIGHTS_BINDINGS, X_BINDINGS  # each binding is a compiled variant
+
 PATHS = ("dmmv", "mmvq")
 REDUCTIONS = ("subgroup", "shared")
-# How the shader reads the weights: storage buffer loads, or uniform texel
-# buffer fetches (branch-free gathers on lavapipe, where storage loads at
-# varying offsets are a loop over the lanes).
-WEIGHTS_BINDINGS = ("storage", "texel")
-# How it reads x (or its Q8_1 blocks): the same two ways. (A uniform buffer
-# for x was measured too: slower than texels on lavapipe, and limited to
-# 64 KiB there.)
-X_BINDINGS = ("storage", "texel")
 CHUNKS_PER_THREAD = (1, 2, 4, 8)
 # How a 4-bit quant that indexes 16 values (IQ4_NL, IQ4_XS, MXFP4, NVFP4) is decoded:
 # one load per two quants from the pair table at the start of the weights
-# buffer (vkq.lookup_tables), or picked from the 16 values by selects. A load
+# buffer (vkq.blocks.lookup_tables), or picked from the 16 values by selects. A load
 # at offsets that vary across lanes is a gather on a CPU driver (lavapipe:
 # selects are 1.5-2x faster); selects cost ~11 integer operations per weight
 # (the H100 ran them at 30% of its memory bandwidth). Other types ignore it.
@@ -43,10 +38,6 @@ PARAMS = ("path", "wg_size", "rows_per_wg", "reduction")
 OPTIONAL_PARAMS = {"chunks_per_thread": 1, "split_k": True, "weights_binding": "storage", "x_binding": "storage",
                    "value_lookup": "table"}
 ALL_PARAMS = PARAMS + tuple(OPTIONAL_PARAMS)
-
-
-def is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def param_problems(params: dict, where: str) -> list[str]:
@@ -90,7 +81,7 @@ class PipelineConfig:
     rows_per_wg: int  # rows per workgroup (split_k) or per thread; each thread keeps all of them
     chunks_per_thread: int = 1  # consecutive 32-element chunks a thread takes at a time
     split_k: bool = True  # threads split K and reduce; False: a thread owns whole rows (CPU drivers)
-    x_planes: int = 1  # mmvq: int8 planes of the activation (vkq.activations); the caller's choice
+    x_planes: int = 1  # mmvq: int8 planes of the activation (vkq.blocks.activations); the caller's choice
     weights_binding: str = "storage"  # one of WEIGHTS_BINDINGS
     x_binding: str = "storage"  # one of X_BINDINGS
     value_lookup: str = "table"  # one of VALUE_LOOKUPS

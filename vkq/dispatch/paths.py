@@ -8,7 +8,7 @@ a request for one matrix, is refused instead (vkq.dispatch.choose).
 """
 from __future__ import annotations
 
-from ..formats import BlockFormat
+from ..blocks.formats import BlockFormat
 
 PATH_REQUESTS = ("auto", "dmmv", "mmvq")
 

@@ -13,10 +13,11 @@ import functools
 import json
 from pathlib import Path
 
-from ..activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
-from ..formats import FORMATS
+from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
+from ..blocks.formats import FORMATS
+from ..checks import is_int
 from .classify import DeviceClass
-from .config import ALL_PARAMS, OPTIONAL_PARAMS, PARAMS, PATHS, is_int, param_problems
+from .config import ALL_PARAMS, OPTIONAL_PARAMS, PARAMS, PATHS, param_problems
 
 TABLES_DIR = Path(__file__).parent / "tables"
 VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm", "software", "unknown")

@@ -19,9 +19,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from ..activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
-from ..device_info import DeviceInfo
-from ..formats import FORMATS
+from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
+from ..blocks.formats import FORMATS
+from ..device.device_info import DeviceInfo
 from .config import ALL_PARAMS, PATHS, param_problems
 
 # 2: the int8 path's parameters per activation format, and each type's k_min.

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dispatch.config import is_int
-from ..formats import get_format
-from ..gguf_io import GGUFFile, GGUFTensor, metadata, read_metadata_head
+from ..blocks.formats import get_format
+from ..blocks.gguf_io import GGUFFile, GGUFTensor, metadata, read_metadata_head
+from ..checks import is_int
 
 SUPPORTED_ARCHS = ("llama",)
 LAYER_VECTORS = ("attn_norm", "ffn_norm")

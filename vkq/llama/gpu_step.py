@@ -49,15 +49,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..backend import Backend
+from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..dispatch.paths import check_request, resolve_path
 from ..ops import q8_1_words
-from ..profile import Profile
 from ..resolve import MAX_COLS
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
+from .profile import Profile
 from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, Q8_1Output, RMSNorm, SwiGLU,
                          Vectors, WeightedSlots, attention_scratch_size, rope_table)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..activations import GENERATE_ACTIVATIONS, check_activations
 from ..backend import Backend
+from ..blocks.activations import GENERATE_ACTIVATIONS, check_activations
 from ..resolve import MAX_COLS
 from .decoding import Decoder
 from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs
@@ -77,7 +77,7 @@ class LlamaModel(Decoder):
     path_mode: None or "auto" (the dispatcher's choice per matrix), "dmmv",
     "mmvq" (int8; F32/F16 matrices fall back to dmmv), or "numpy" (the float64
     reference, no device). activations: the int8 path's activation format
-    (vkq.activations; default "q8_1x2", the one within 1e-3 of the reference's
+    (vkq.blocks.activations; default "q8_1x2", the one within 1e-3 of the reference's
     logits). fuse: one upload and call per stage for matrices of the same
     block type (Q/K/V, gate/up). ctx: the positions the KV cache may hold
     (default: the model's context length). `file`: an already parsed

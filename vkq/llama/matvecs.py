@@ -20,8 +20,8 @@ from typing import Callable
 import numpy as np
 
 from ..backend import Backend
+from ..blocks.gguf_io import GGUFTensor
 from ..dispatch.paths import resolve_path
-from ..gguf_io import GGUFTensor
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class NumpyMatvecs(Matvecs):
     """The reference: float64 numpy on weights the gguf package dequantizes."""
 
     def __init__(self, tensors, groups):
-        from ..reference import dequantize
+        from ..blocks.reference import dequantize
 
         super().__init__(groups)
         self.weights = {}

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..formats import get_format
-from ..gguf_io import open_gguf
-from ..reference import dequantize
-from ..tokenizer import GGUFTokenizer
+from ..blocks.formats import get_format
+from ..blocks.gguf_io import open_gguf
+from ..blocks.reference import dequantize
+from ..blocks.tokenizer import GGUFTokenizer
 from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
 from .matvecs import Group, make_groups
 
@@ -83,7 +83,7 @@ class LlamaFile:
         self.inv_freq = cfg.inv_freq(factors)
 
     def vector(self, name: str) -> np.ndarray:
-        from ..reference import dequantize
+        from ..blocks.reference import dequantize
 
         t = self.tensors[name]
         return dequantize(t.qtype, t.shape, t.data).astype(np.float32)
@@ -99,7 +99,8 @@ class LlamaFile:
         return ids
 
     def embed(self, tokens) -> np.ndarray:
-        """(n, n_embd) float32 rows of the token embedding, each dequantized by vkq.reference (the gguf package)."""
+        """(n, n_embd) float32 rows of the token embedding, each dequantized by
+        vkq.blocks.reference (the gguf package)."""
         t = self.tensors["token_embd.weight"]
         fmt = get_format(t.qtype)
         rows = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8).reshape(t.shape[0], fmt.row_bytes(t.shape[1]))

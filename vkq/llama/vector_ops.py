@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import kp
 import numpy as np
 
-from ..formats import CHUNK
+from ..blocks.formats import CHUNK
+from ..device.shader_variants import GetRowsVariant, VectorOpVariant
 from ..ops import MAX_GROUPS_X, q8_1_words, weights_push
-from ..shader_variants import GetRowsVariant, VectorOpVariant
 from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
@@ -85,7 +85,7 @@ class Vectors:
 
 @dataclass(frozen=True)
 class Q8_1Output:
-    """A uint32 tensor to hold the Q8_1 blocks (`planes` int8 planes, vkq.activations)
+    """A uint32 tensor to hold the Q8_1 blocks (`planes` int8 planes, vkq.blocks.activations)
     of an op's float output, laid out as vkq.Graph's own quantization lays them."""
 
     xq: object

@@ -1,29 +1,29 @@
 """`vkq report`: every figure that says how vkq does on this device, from one command.
 
 Sections, each measured by the function that owns it elsewhere in vkq:
-- the device: `vkq info`'s summary (vkq.info) and its memory read bandwidth
-  (vkq.bench.probe_bandwidth, shaders/membw.comp), probed before the
+- the device: `vkq info`'s summary (vkq.commands.info) and its memory read bandwidth
+  (vkq.commands.bench.probe_bandwidth, shaders/membw.comp), probed before the
   mat-vecs and after them: the better probe counts (other work only slows
   one), and a share of it above 100% is printed as "over 100", not as a
   figure;
 - what a call costs: one submit + wait of a 64-byte copy, and
-  Backend.matvec of a 256 x 256 Q4_0 matrix per path (vkq.call_cost);
-- the mat-vec kernels of every block type (vkq.formats.FORMATS) and path at
+  Backend.matvec of a 256 x 256 Q4_0 matrix per path (vkq.commands.call_cost);
+- the mat-vec kernels of every block type (vkq.blocks.formats.FORMATS) and path at
   4096 x 14336, n = 1 and 4 columns, timed as `vkq tune` times them
-  (vkq.tune.TypeBench / Candidate, vkq.timing: clocks warmed, samples of
+  (vkq.commands.tune.TypeBench / Candidate, vkq.device.timing: clocks warmed, samples of
   tens of ms of back-to-back mat-vecs, GPU timestamps, paths interleaved,
   the fastest sample): one matrix repeated (as ggml's perf does; on a GPU
   with a large last-level cache it is partly read from there), and a
   rotation of copies of it past any cache (at least 256 MiB per pass); the
   dispatcher's choice marked (--quick: the dispatcher's path alone on one
   matrix, n = 1, fewer samples; n = 4 too with ggml's side by side);
-- `vkq bench`'s default model: wall and kernel t/s (vkq.bench.bench);
+- `vkq bench`'s default model: wall and kernel t/s (vkq.commands.bench.bench);
 - with GGUF models: each one's `vkq generate` prompt and generation t/s,
   dispatches, barriers and submits per token, and share of the bandwidth;
   with llama.cpp's llama-server, its speeds on the same files and prompt
-  beside them (vkq.race);
+  beside them (vkq.commands.race);
 - with ggml's test-backend-ops: ggml-vulkan's time for the same type, shape
-  and columns beside vkq's (vkq.ggml_perf).
+  and columns beside vkq's (vkq.commands.ggml_perf).
 
 `measure` returns the report as plain data (what `-o json` prints);
 `render_md` makes the markdown. What a device or the options leave
@@ -63,17 +63,18 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import __version__, call_cost
+from .. import __version__
+from ..blocks.formats import FORMATS, get_format
+from ..device.timing import REJECT, ROTATION_BYTES, SAMPLE_SECONDS, WARM_SECONDS, calibrate, interleave, warm_up
+from ..markdown import markdown
+from . import call_cost
 from .bench import DEFAULT_MODEL as BENCH_MODEL
 from .bench import OVER, check_host_memory, probe_bandwidth
 from .bench import bench as bench_models
-from .console import markdown
-from .formats import FORMATS, get_format
 from .ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
 from .race import RaceRow, race_model
 from .race import render_md as race_md
-from .timing import REJECT, ROTATION_BYTES, SAMPLE_SECONDS, WARM_SECONDS, calibrate, interleave, warm_up
 from .tune import Candidate, Progress, TypeBench
 
 SCHEMA = 2  # of the JSON report; raised when a field changes meaning or goes
@@ -237,8 +238,8 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     llama.cpp not run); shape: rows x K of the mat-vecs (default SHAPE);
     bench_model: False leaves `vkq bench`'s model out; n_prompt, n_gen: the
     models' prompt and generated tokens (default: the effort's)."""
+    from ..llama.model import LlamaFile
     from .llama_server import find_server
-    from .llama.model import LlamaFile
 
     t0 = time.monotonic()
     shape = tuple(shape or SHAPE)
@@ -490,7 +491,7 @@ def run(models=(), llama_server: str | None = None, ggml: str | None = None, qui
         output: str = "md", types: list[str] | None = None, device: int | None = None,
         n_prompt: int | None = None, n_gen: int | None = None) -> int:
     """`vkq report`: measure (types: None for all), print markdown or JSON on stdout (progress on stderr)."""
-    from .backend import Backend
+    from ..backend import Backend
 
     if output not in ("md", "json"):
         raise ValueError(f"-o must be md or json, got {output!r}")

@@ -17,8 +17,8 @@ from typing import Callable
 import kp
 import numpy as np
 
-from .synthetic import random_weights
-from .timing import WARM_SECONDS, wall_samples, warm_up
+from ..blocks.synthetic import random_weights
+from ..device.timing import WARM_SECONDS, wall_samples, warm_up
 
 SMALL_SHAPE = (256, 256)
 SMALL_TYPE = "Q4_0"
@@ -33,7 +33,7 @@ def submit_floor(backend) -> Callable[[], None]:
 
 def small_weights(backend):
     """The 256 x 256 Q4_0 matrix of `small_matvec`, uploaded."""
-    from .formats import get_format
+    from ..blocks.formats import get_format
 
     rows, k = SMALL_SHAPE
     return backend.upload(SMALL_TYPE, SMALL_SHAPE, random_weights(get_format(SMALL_TYPE), rows, k,

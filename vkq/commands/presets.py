@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import FORMATS, get_format
-from .gguf_io import GGUFFile, GGUFTensor, describe_unsupported, is_supported, metadata, open_gguf
-from .synthetic import random_weights
+from ..blocks.formats import FORMATS, get_format
+from ..blocks.gguf_io import GGUFFile, GGUFTensor, describe_unsupported, is_supported, metadata, open_gguf
+from ..blocks.synthetic import random_weights
 
 # The roles of the matrices of one block, and the stage of the decode step
 # each belongs to: a stage's matrices share one input, and every stage needs

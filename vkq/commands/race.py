@@ -6,13 +6,13 @@ experts), from the same prompt token ids, greedy, EOS ignored:
   chunks): prompt (pp) and generation (tg) tokens per second, the median of
   `rounds` runs after one untimed run; dispatches, barriers and submits per
   token;
-- llama.cpp's llama-server (vkq.llama_server: its Vulkan backend, every
+- llama.cpp's llama-server (vkq.commands.llama_server: its Vulkan backend, every
   layer on the device), the same prompt and token count: its own timings,
   the median of `rounds` runs after one untimed run;
 - their ratios, whether both decoded the same tokens (and where they first
   differ), and vkq's tg as a share of the device's memory bandwidth: the
   bytes a token reads (every weight matrix; of an expert stack, the used
-  experts': vkq.presets.from_gguf) times tg, over the device's measured
+  experts': vkq.commands.presets.from_gguf) times tg, over the device's measured
   read bandwidth (the caller's: vkq report probes it).
 
 The engines run one after the other, each on its own; nothing else should
@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .console import markdown
+from ..markdown import markdown
 
 # A prompt of ordinary prose; `prompt_ids` repeats it to the length asked.
 TEXT = ("The history of the printing press begins in the fifteenth century, when a goldsmith in Mainz set out to "
@@ -80,8 +80,8 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     """One model's row. membw: the device's read bandwidth, bytes/s;
     llama_server: llama-server's path (default the wheel's); run_llama: False
     leaves llama.cpp out."""
+    from ..llama.model import LlamaFile
     from .generate import load
-    from .llama.model import LlamaFile
     from .llama_server import LlamaServer
     from .presets import from_gguf
 

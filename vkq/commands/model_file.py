@@ -2,8 +2,8 @@
 
 `write_random_llama("llama-3.1-8b:Q4_0", path, tokenizer_from=smol)` writes
 a file that `vkq generate` and llama.cpp both run: the published shapes of a
-`vkq bench` preset (vkq.presets; its matrices typed as llama.cpp's quantizer
-types that mix), random valid blocks (vkq.synthetic), and the tokenizer and
+`vkq bench` preset (vkq.commands.presets; its matrices typed as llama.cpp's quantizer
+types that mix), random valid blocks (vkq.blocks.synthetic), and the tokenizer and
 vocabulary of another llama file (the vocabulary sizes the token embedding
 and output head). `experts=(n, k)` makes every FFN a mixture of n experts of
 the preset's FFN size, k used (Mixtral's layout). Tensors are written one at
@@ -12,8 +12,8 @@ its largest tensor. The text it generates is noise: it measures speed, not
 language. `write_tokenizer` keeps a file's tokenizer alone (a few MB, to
 take where the model file does not go).
 
-    python -m vkq.model_file llama-3.1-8b:Q4_0 OUT.gguf --tokenizer FILE.gguf [--experts 8,2]
-    python -m vkq.model_file --tokenizer-only FILE.gguf OUT.gguf
+    python -m vkq.commands.model_file llama-3.1-8b:Q4_0 OUT.gguf --tokenizer FILE.gguf [--experts 8,2]
+    python -m vkq.commands.model_file --tokenizer-only FILE.gguf OUT.gguf
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from .formats import get_format
+from ..blocks.formats import get_format
+from ..blocks.synthetic import random_weights
 from .presets import OUTPUT, PRESETS, mix_type
-from .synthetic import random_weights
 
 # Hyper-parameters llama.cpp needs that the presets do not carry (Llama 3's).
 ROPE_BASE = 500000.0
@@ -43,7 +43,7 @@ def _tokenizer_fields(path: Path):
 
 
 def add_hyperparameters(w: gguf.GGUFWriter, spec, context: int, rms_eps: float) -> None:
-    """A preset's (vkq.presets.ModelSpec) hyper-parameters, as llama.cpp reads them."""
+    """A preset's (vkq.commands.presets.ModelSpec) hyper-parameters, as llama.cpp reads them."""
     w.add_block_count(spec.n_layer)
     w.add_context_length(context)
     w.add_embedding_length(spec.hidden)
@@ -134,7 +134,7 @@ def write_tokenizer(src: str | Path, path: str | Path) -> Path:
 def build_parser():
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m vkq.model_file", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m vkq.commands.model_file", description=__doc__.splitlines()[0])
     p.add_argument("model", help="a dense llama preset NAME:MIX (vkq bench --list), or with --tokenizer-only the "
                                  "GGUF file whose tokenizer to keep")
     p.add_argument("out")

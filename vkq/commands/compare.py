@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .backend import Backend
-from .formats import get_format
-from .gguf_io import GGUFTensor, describe_unsupported, is_supported, load_gguf_all
-from .reference import dequantize, nmse
+from ..backend import Backend
+from ..blocks.formats import get_format
+from ..blocks.gguf_io import GGUFTensor, describe_unsupported, is_supported, load_gguf_all
+from ..blocks.reference import dequantize, nmse
 
 NMSE_THRESHOLD = 5e-4
 REF_ROWS = 4096  # rows dequantized to float64 at a time: bounded memory for big embeddings

@@ -5,7 +5,7 @@ parameters are varied one group at a time (how weights and x are bound, work
 split, rows per workgroup, workgroup size, chunks per thread) and a change
 is kept only where it is clearly faster (coordinate descent: about a dozen
 candidates per type and path, not the product of all values). The timing
-follows vkq/timing.py: clocks warmed up before each group; one sample is
+follows vkq/device/timing.py: clocks warmed up before each group; one sample is
 many back-to-back mat-vecs (tens of ms of GPU time, GPU timestamps where the
 device has them, wall clock otherwise) over copies of the weights of
 real-model shapes rotated so that one pass reads more than any cache holds;
@@ -30,16 +30,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
-from .console import StatusLine, markdown
-from .dispatch import tuning_store
-from .dispatch.choose import Dispatcher, apply_limits
-from .dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
-from .formats import FORMATS, get_format
-from .lookup_tables import has_value_pairs
-from .synthetic import random_weights
-from .timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
+from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
+from ..blocks.formats import FORMATS, get_format
+from ..blocks.lookup_tables import has_value_pairs
+from ..blocks.synthetic import random_weights
+from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
                      wall_samples, warm_up)
+from ..dispatch import tuning_store
+from ..dispatch.choose import Dispatcher, apply_limits
+from ..dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
+from ..markdown import markdown
+from .console import StatusLine
 
 # (rows, K) of mat-vecs in Llama-3-8B-class models: attention, FFN up, FFN down.
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
@@ -259,7 +260,7 @@ def _summary(qtype: str, e: dict, seconds: float) -> str:
 def run(types: list[str] | None = None, quick: bool = False, retune: bool = False, progress: bool = True,
         device: int | None = None, shapes: list[tuple[int, int]] | None = None) -> int:
     """`vkq tune`: tune `types` (default all) on the device and save the results."""
-    from .backend import Backend
+    from ..backend import Backend
 
     names = list(FORMATS) if types is None else [get_format(t).name for t in types]
     if not names:
@@ -311,7 +312,7 @@ def table(entries: dict, types) -> str:
 
 
 def show(device: int | None = None) -> int:
-    from .device_info import device_index_from_env, get_device_info
+    from ..device.device_info import device_index_from_env, get_device_info
 
     info = get_device_info(device_index_from_env(device))
     entries = tuning_store.load(info)
@@ -325,7 +326,7 @@ def show(device: int | None = None) -> int:
 
 
 def reset(device: int | None = None) -> int:
-    from .device_info import device_index_from_env, get_device_info
+    from ..device.device_info import device_index_from_env, get_device_info
 
     info = get_device_info(device_index_from_env(device))
     removed = tuning_store.reset(info)

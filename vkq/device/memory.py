@@ -3,7 +3,7 @@
 Two limits of the device (vkq info prints both):
 - one allocation: maxMemoryAllocationSize (Vulkan 1.1), and for a buffer
   that a shader binds, maxStorageBufferRange. vkq splits a matrix by rows into
-  buffers under the smaller of the two (vkq.layout.split_rows), so only a
+  buffers under the smaller of the two (vkq.blocks.layout.split_rows), so only a
   single row larger than that is refused;
 - in total: the size of the heap weights go to (the largest DEVICE_LOCAL
   heap). vkq counts what its own uploads hold on the device and refuses an
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 
+from ..errors import VkqError
 from .device_info import DeviceInfo
-from .errors import VkqError
 
 
 class DeviceMemoryError(VkqError, ValueError):

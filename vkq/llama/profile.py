@@ -16,7 +16,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from .console import markdown
+from ..markdown import markdown
 
 
 @dataclass(frozen=True)

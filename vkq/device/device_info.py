@@ -20,7 +20,7 @@ import numbers
 import os
 from dataclasses import dataclass
 
-from .errors import VULKAN_HINT, DeviceNotFound, VulkanUnavailable
+from ..errors import VULKAN_HINT, DeviceNotFound, VulkanUnavailable
 
 
 # Kompute creates its instance at Vulkan 1.1 (KOMPUTE_VK_API_VERSION).

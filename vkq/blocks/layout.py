@@ -6,13 +6,13 @@ On the device vkq stores one array per field instead (struct of arrays),
 each starting 16-byte aligned: the quants of every block become aligned
 uvec4 loads, and the scales of neighbouring blocks share words. The size is
 the GGUF size plus at most 16 bytes of padding per field (and for Q3_K, Q4_K,
-Q5_K the unpacked 6-bit scales: vkq.formats). Fields may also be reordered so
-that each 32-element sub-block's bits sit together (vkq.repack).
+Q5_K the unpacked 6-bit scales: vkq.blocks.formats). Fields may also be reordered so
+that each 32-element sub-block's bits sit together (vkq.blocks.repack).
 
 A type with a lookup table (`BlockFormat.table`: an i-quant grid, or a 4-bit
 quant's 16 values) has the table's words at the start of each of its buffers
 (word 0 on, before the first field): the decoders read it with the same loads
-as the weights (vkq.lookup_tables).
+as the weights (vkq.blocks.lookup_tables).
 
 A matrix larger than one storage-buffer binding can address
 (maxStorageBufferRange: 128 MiB on lavapipe, often 4 GiB on GPUs) is split

@@ -1,7 +1,7 @@
 """`vkq generate`: greedy text generation of a llama GGUF model on vkq.
 
     import vkq
-    from vkq.generate import load
+    from vkq.commands.generate import load
     model = load(vkq.example_model())                         # the GPU step (engine "graph")
     text, token_ids, stats = model.generate("The capital of France is", 32)
     print(text, stats.summary())
@@ -20,11 +20,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .activations import GENERATE_ACTIVATIONS
-from .backend import Backend
-from .llama.decoding import Decoder, submits_per_token
-from .llama.host import PATH_MODES, LlamaModel
-from .llama.model import LlamaFile
+from ..backend import Backend
+from ..blocks.activations import GENERATE_ACTIVATIONS
+from ..llama.decoding import Decoder, submits_per_token
+from ..llama.host import PATH_MODES, LlamaModel
+from ..llama.model import LlamaFile
 
 ENGINES = ("graph", "host")
 
@@ -43,7 +43,7 @@ def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activa
                          "and a device path")
     if engine == "host" or path == "numpy":
         return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file)
-    from .llama.gpu_step import GpuLlama
+    from ..llama.gpu_step import GpuLlama
 
     return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
                     timestamps=timestamps, profile=profile)
@@ -56,7 +56,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: the prompt and the new tokens). timestamps: the graph engine
     reports its kernels' share of the step; profile: and a table of where a
-    decode step's GPU time goes (vkq.profile), after the statistics."""
+    decode step's GPU time goes (vkq.llama.profile), after the statistics."""
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
     n_prompt = len(file.tokenizer.encode(prompt))
@@ -111,7 +111,7 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     Prints each round and the medians; returns 1 if the tokens differ."""
     import statistics
 
-    from .llama.gpu_step import GpuLlama
+    from ..llama.gpu_step import GpuLlama
 
     if n_tokens < 1:
         raise ValueError(f"--compare-engines times the new tokens: -n must be at least 1, got {n_tokens}")

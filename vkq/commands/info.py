@@ -1,11 +1,11 @@
 """`vkq info`: the Vulkan devices, what they can do, and which paths vkq picks."""
 from __future__ import annotations
 
-from .device_info import enumerate_devices
-from .dispatch import tables
-from .dispatch.config import describe
-from .dispatch.tuning_store import tuning_path
-from .formats import FORMATS
+from ..blocks.formats import FORMATS
+from ..device.device_info import enumerate_devices
+from ..dispatch import tables
+from ..dispatch.config import describe
+from ..dispatch.tuning_store import tuning_path
 
 NOTE_WIDTH = 100  # characters of a rule's note that `vkq info` shows without --verbose
 
@@ -101,7 +101,7 @@ def _rule_order(label: str) -> tuple[str, int]:
 
 
 def report(verbose: bool = False) -> str:
-    from .backend import Backend  # opens devices; imported late so `vkq --help` stays fast
+    from ..backend import Backend  # opens devices; imported late so `vkq --help` stays fast
 
     lines = []
     for info in enumerate_devices():

@@ -1,7 +1,7 @@
 """`vkq bench`: llama-bench's table for the mat-vec share of decoding.
 
-For each model (preset or GGUF file) and path, the decode step (vkq/bench_step.py)
-is recorded once and replayed: after the clocks are warmed up (vkq/timing.py),
+For each model (preset or GGUF file) and path, the decode step (vkq/commands/bench_step.py)
+is recorded once and replayed: after the clocks are warmed up (vkq/device/timing.py),
 each repetition times n tokens by wall clock (ids drawn, submitted, waited
 for, logits read back) and, where the device has GPU timestamps, by kernel
 time alone; the table shows both as t/s, mean ± standard deviation over the
@@ -27,18 +27,19 @@ from dataclasses import asdict, dataclass, field
 import kp
 import numpy as np
 
-from .activations import DEFAULT_ACTIVATIONS
-from .backend import Backend
+from ..backend import Backend
+from ..blocks.activations import DEFAULT_ACTIVATIONS
+from ..blocks.formats import FORMATS, get_format
+from ..blocks.reference import dequantize
+from ..blocks.synthetic import random_weights
+from ..device.runtime import Device
+from ..device.shader_variants import MEMBW, MEMBW_TEXEL
+from ..device.timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
+from ..dispatch.config import path_label
+from ..markdown import markdown
 from .bench_step import STEP_PATHS, DecodeStep
-from .console import StatusLine, markdown
-from .dispatch.config import path_label
-from .formats import FORMATS, get_format
+from .console import StatusLine
 from .presets import Model, list_presets, resolve
-from .reference import dequantize
-from .runtime import Device
-from .shader_variants import MEMBW, MEMBW_TEXEL
-from .synthetic import random_weights
-from .timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
 
 BACKEND = "Vulkan (vkq)"
 DEFAULT_MODEL = "llama-3.2-1b:Q4_0"  # `vkq bench`'s model when none is given
@@ -147,7 +148,7 @@ class Row:
     bytes_per_token: int  # weight bytes one token reads (MoE: the used experts)
     membw_gbps: float  # the device's memory read bandwidth (memory_bandwidth: the best probe)
     paths_used: dict[str, int]  # how many matrices took each path
-    activations: str = "q8_1"  # the int8 path's activation format (vkq.activations)
+    activations: str = "q8_1"  # the int8 path's activation format (vkq.blocks.activations)
     matrices: list[dict] = field(default_factory=list)  # each matrix: name, type, shape, path, parameters
     avg_ts: float = field(init=False)
     stddev_ts: float = field(init=False)

@@ -6,9 +6,9 @@ import os
 import signal
 import sys
 
-from . import __version__
-from .activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
-from .errors import VkqError, from_import_error
+from .. import __version__
+from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
+from ..errors import VkqError, from_import_error
 
 
 def positive_int(text: str) -> int:
@@ -54,7 +54,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .backend import Backend
+    from ..backend import Backend
     from .compare import compare_file
 
     return compare_file(args.file, Backend(args.device), args.threshold)
@@ -82,7 +82,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_model(args) -> int:
-    from .example import example_model
+    from ..example import example_model
 
     print(example_model())
     return 0

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .formats import BlockFormat
+from ..blocks.formats import BlockFormat
 
 BACKEND = "Vulkan0"  # the first (and, with GGML_VK_VISIBLE_DEVICES set to one index, only) Vulkan device
 PROBE_SECONDS = 120  # the probe times nothing; it starts the backends and lists the device

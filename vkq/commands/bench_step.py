@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import Backend
-from .dispatch.paths import PATH_REQUESTS, resolve_path
+from ..backend import Backend
+from ..dispatch.paths import PATH_REQUESTS, resolve_path
+from ..tensor import Tensor
+from ..weights import Weights
 from .presets import Matrix, Model
-from .tensor import Tensor
-from .weights import Weights
 
 STEP_PATHS = PATH_REQUESTS
 

@@ -5,7 +5,7 @@ and merges, with the pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre`.
 """
 from __future__ import annotations
 
-from .dispatch.config import is_int
+from ..checks import is_int
 from .gguf_io import GGUFFile, metadata
 
 # tokenizer.ggml.pre values whose pre-tokenizer is GPT-2's regex after splitting

@@ -2,7 +2,7 @@
 
 `tools/compile_shaders.py` compiles every variant listed here; the runtime
 looks variants up by the same `Variant` key. A variant's defines come from
-the block format table (`vkq.formats`), so a field's offset slot and the
+the block format table (`vkq.blocks.formats`), so a field's offset slot and the
 block size are never written twice.
 """
 from __future__ import annotations
@@ -12,16 +12,24 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .dispatch.config import WEIGHTS_BINDINGS, X_BINDINGS
-from .errors import ShadersMissing
-from .formats import FORMATS, BlockFormat
+from ..blocks.formats import FORMATS, BlockFormat
+from ..errors import ShadersMissing
 
-# Where compiled modules live: inside the package, or VKQ_SPIRV_DIR (for
-# shader experiments next to an installed vkq).
-SPIRV_DIR = Path(os.environ.get("VKQ_SPIRV_DIR") or Path(__file__).parent / "spirv")
+# Where compiled modules live: vkq/spirv inside the package, or
+# VKQ_SPIRV_DIR (for shader experiments next to an installed vkq).
+SPIRV_DIR = Path(os.environ.get("VKQ_SPIRV_DIR") or Path(__file__).parent.parent / "spirv")
 
 # Push-constant slots that carry field offsets (shaders/common.glsl: field0..3).
 MAX_FIELDS = 4
+
+# How the mat-vec shader reads the weights: storage buffer loads, or uniform
+# texel buffer fetches (branch-free gathers on lavapipe, where storage loads
+# at varying offsets are a loop over the lanes). Each is a variant of its own.
+WEIGHTS_BINDINGS = ("storage", "texel")
+# How it reads x (or its Q8_1 blocks): the same two ways. (A uniform buffer
+# for x was measured too: slower than texels on lavapipe, and limited to
+# 64 KiB there.)
+X_BINDINGS = ("storage", "texel")
 
 
 def block_defines(qtype: str) -> dict[str, str]:
@@ -40,8 +48,8 @@ class MatVecVariant:
     int_dot: bool  # MMVQ with OpSDot; False: the same arithmetic in int32
     subgroup: bool  # subgroupAdd reduction; False: shared-memory tree
     mul_mat_id: bool  # expert-indexed (MUL_MAT_ID)
-    weights_binding: str = "storage"  # "storage" or "texel" (uniform texel buffer views)
-    x_binding: str = "storage"  # "storage" or "texel"
+    weights_binding: str = "storage"  # one of WEIGHTS_BINDINGS
+    x_binding: str = "storage"  # one of X_BINDINGS
 
     @property
     def name(self) -> str:

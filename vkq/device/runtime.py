@@ -20,9 +20,9 @@ import warnings
 import kp
 import numpy as np
 
+from ..errors import KOMPUTE_HINT, KomputeUnavailable
+from .caps import DeviceCaps
 from .device_info import DeviceInfo, device_index_from_env, get_device_info
-from .dispatch.choose import DeviceCaps, loop_iteration_limit
-from .errors import KOMPUTE_HINT, KomputeUnavailable
 from .memory import MemoryLedger, buffer_limit
 from .shader_variants import load_spirv
 
@@ -66,19 +66,7 @@ class Device:
 
     @functools.cached_property
     def caps(self) -> DeviceCaps:
-        i = self.info
-        return DeviceCaps(
-            vendor=i.vendor,
-            device_type=i.device_type,
-            subgroup_size=i.subgroup_size,
-            subgroup_arithmetic=i.subgroup_arithmetic,
-            int_dot=self.int_dot_enabled,
-            max_shared_memory=i.max_compute_shared_memory_size,
-            max_workgroup_invocations=i.max_workgroup_invocations,
-            max_texel_buffer_elements=i.max_texel_buffer_elements,
-            max_workgroup_size_x=i.max_workgroup_size[0],
-            max_loop_iterations=loop_iteration_limit(i),
-        )
+        return DeviceCaps.of(self.info, self.int_dot_enabled)
 
     @property
     def max_buffer_bytes(self) -> int:

@@ -9,7 +9,7 @@ loaded per invocation costs about as much as all the arithmetic on it, so
 the transforms below let every type load close to its own size in bits.
 
 Each transform takes a field as uint8 (nblocks, size) and returns uint8
-(nblocks, device size). The formats table (vkq/formats.py) names the
+(nblocks, device size). The formats table (vkq/blocks/formats.py) names the
 transform of each field; the GLSL decoders (shaders/blocks/) read this
 order. In sub-block order, element e = 16*h + 4*w + k (h: half, w: word of
 the half, k: byte of the word):

@@ -4,7 +4,7 @@ Pure logic, no Vulkan: every function takes the work to time as a callable
 that runs it and returns the seconds it took (GPU timestamps where the device
 has them, the wall clock otherwise), and a `clock` for wall-clock budgets, so
 the unit tests drive it with a fake clock. `vkq tune`, `vkq bench` and the
-bandwidth probe (vkq/bench.py) all time through here.
+bandwidth probe (vkq/commands/bench.py) all time through here.
 
 Why each step (the traps measured on an H100, 2026-11-23: its clocks idle at
 ~345 MHz and reach 1980 MHz only under sustained load):

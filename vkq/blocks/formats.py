@@ -5,10 +5,10 @@ many bytes it takes in a GGUF file, and the *fields* of the block (byte offset
 and size inside the GGUF block). The same table is used by
 
 - the runtime, to split uploaded GGUF bytes into one array per field on the
-  device (`vkq.layout`): every field array starts 16-byte aligned, so shaders
+  device (`vkq.blocks.layout`): every field array starts 16-byte aligned, so shaders
   read scales and quants with aligned 32- and 128-bit loads even for blocks
   that are only 2-byte aligned in the file (Q4_0 is 18 bytes, Q6_K 210), and
-  a field may be reordered on the way (`vkq.repack`);
+  a field may be reordered on the way (`vkq.blocks.repack`);
 - the shader build (`tools/compile_shaders.py`), which passes each field's
   size to the GLSL as defines;
 - the tests, which check the table against `gguf.GGML_QUANT_SIZES`.
@@ -39,7 +39,7 @@ class Field:
     name: str
     offset: int  # byte offset inside the GGUF block
     size: int  # bytes per block in the GGUF file
-    # How the field is reordered for the device (vkq.repack.TRANSFORMS), and
+    # How the field is reordered for the device (vkq.blocks.repack.TRANSFORMS), and
     # its size there; None: copied as it is.
     transform: str | None = None
     device_bytes: int | None = None
@@ -59,9 +59,9 @@ class BlockFormat:
     # Whether the int8 dot-product (MMVQ) path exists: the block's values
     # are small integers times per-16/32 scales. F16/F32 are not.
     has_int8_path: bool = True
-    # The lookup table (vkq.lookup_tables.TABLES: an i-quant grid, or the 16
+    # The lookup table (vkq.blocks.lookup_tables.TABLES: an i-quant grid, or the 16
     # values of a 4-bit quant) the decoder reads, stored at the start of each
-    # device buffer (vkq.layout).
+    # device buffer (vkq.blocks.layout).
     table: str | None = None
 
     @property
@@ -87,7 +87,7 @@ def _f(name: str, offset: int, size: int, transform: str | None = None, device_b
 
 # The table. Field names are what the GLSL block decoders refer to
 # (shaders/blocks/<type>.glsl); `d`/`dm` are fp16 scale (and min) pairs.
-# Transforms (vkq/repack.py) put each 32-element sub-block's bits together;
+# Transforms (vkq/blocks/repack.py) put each 32-element sub-block's bits together;
 # only Q3_K/Q4_K/Q5_K's packed 6-bit scales grow (12 -> 16 bytes, one byte
 # each), and IQ3_S's hss is padded (44 -> 48 bytes, 16-byte loads), which
 # keeps every device copy within 4% of the GGUF size.

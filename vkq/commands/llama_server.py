@@ -12,7 +12,7 @@ with an illegal instruction on CPUs without AVX-VNNI, so vkq runs its Vulkan
 backend, on the same device (GGML_VK_VISIBLE_DEVICES: the device's index).
 The prompt goes as token ids, so both sides decode from the same tokens
 whatever their tokenizers do; llama.cpp's own timings give its prompt and
-generation speeds. `python -m vkq.llama_server FILE "prompt" [-n 16]`
+generation speeds. `python -m vkq.commands.llama_server FILE "prompt" [-n 16]`
 prints the tokens and speeds.
 """
 from __future__ import annotations
@@ -146,9 +146,9 @@ class LlamaServer:
 
 
 def main(argv: list[str]) -> int:
-    from .llama.model import LlamaFile
+    from ..llama.model import LlamaFile
 
-    p = argparse.ArgumentParser(prog="python -m vkq.llama_server", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m vkq.commands.llama_server", description=__doc__.splitlines()[0])
     p.add_argument("model")
     p.add_argument("prompt")
     p.add_argument("-n", type=int, default=16)

@@ -7,7 +7,7 @@ stands for (`IQ4_NL.kvalues`, `MXFP4.kvalues`; NVFP4's e2m1 values are MXFP4's).
 the 32-bit words the decoders read, so no table is typed by hand.
 
 A table is stored at the start of every device buffer of a matrix of its type
-(vkq.layout; `BlockFormat.table` names it), where the decoders read it with
+(vkq.blocks.layout; `BlockFormat.table` names it), where the decoders read it with
 the same loads as the weights. Not in the shader: a constant array indexed at
 run time is copied whole at every lookup by SPIR-V compilers, and lavapipe's
 compiler takes minutes over a copy in shared memory at some launch parameters.
