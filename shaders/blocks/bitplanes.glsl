@@ -3,6 +3,9 @@
 // loads the sub-block's bits once (one load per plane: on CPU drivers every
 // load instruction costs a loop over the lanes) and returns both 16-element
 // halves, 4 quants per word, in order.
+#ifndef BLOCKS_BITPLANES_GLSL
+#define BLOCKS_BITPLANES_GLSL
+#include "../common.glsl"
 Quants nibbles(uint off, uint sub) {  // 16 bytes per sub-block
     uvec4 q = load_w128(off / 4u + sub);
     return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu);
@@ -45,3 +48,4 @@ vec2 int8_pair(uint off, uint ib, uint sb) {
 float half_of(uvec4 v, uint j) {
     return unpackHalf2x16(v[j >> 1] >> (16u * (j & 1u))).x;
 }
+#endif

@@ -4,6 +4,9 @@
 // indices are bytes: it passes qh = 0, which the compiler folds away), and
 // its signs are nibble e of `signs` (IQ3_S stores them as bits, IQ3_XXS as
 // ksign indices, ksigns4).
+#ifndef BLOCKS_IQ3_GRID_GLSL
+#define BLOCKS_IQ3_GRID_GLSL
+#include "../common.glsl"
 #include "iq_grid.glsl"
 uint iq3_entry(uvec2 q, uint qh, uint signs, uint e) {
     return grid_signed(((q[e >> 2] >> (8u * (e & 3u))) & 0xFFu) | (((qh >> e) & 1u) << 8), signs >> (4u * e));
@@ -14,3 +17,4 @@ Quants iq3_quants(uvec2 q, uint qh, uint signs) {
                   uvec4(iq3_entry(q, qh, signs, 4u), iq3_entry(q, qh, signs, 5u), iq3_entry(q, qh, signs, 6u),
                         iq3_entry(q, qh, signs, 7u)));
 }
+#endif

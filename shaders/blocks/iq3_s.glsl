@@ -2,7 +2,10 @@
 // 9-bit grid indices (4 values an entry); then qh[8] (bit e of byte sb: entry
 // e's high bit), signs[32] (a bit per element) and scales[4] (a 4-bit ls per
 // sub-block) as one field `hss`, padded to 48 bytes; value d*(1+2*ls)*grid*sign.
+#ifndef BLOCKS_IQ3_S_GLSL
+#define BLOCKS_IQ3_S_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
 #include "iq3_grid.glsl"
 const uint HSS_WORDS = 12u;  // qh at word 0, signs at 2, scales at 10
 Quants block_quants(uint ib, uint sb) {
@@ -33,3 +36,4 @@ Quants meta_quants(UnitMeta m, uint sb) {
     uint qh = meta_hss_word(m, sb >> 2) >> (8u * (sb & 3u));
     return iq3_quants(word_pair_of(m.qs, sb), qh, meta_hss_word(m, 2u + sb));
 }
+#endif

@@ -2,7 +2,11 @@
 // byte each, 4 values an entry); sas[32]: per sub-block a word of four 7-bit
 // sign indices (ksign, one per 8 values) and a 4-bit scale ls in bits 28..31;
 // value d*(0.5+ls)/2*grid*sign.
+#ifndef BLOCKS_IQ3_XXS_GLSL
+#define BLOCKS_IQ3_XXS_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
+#include "iq_grid.glsl"
 #include "iq3_grid.glsl"
 // Indices are bytes (no ninth bit: qh 0); the signs from the four ksign indices of sas.
 Quants iq3xxs_quants(uvec2 q, uint sas) { return iq3_quants(q, 0u, ksigns4(sas)); }
@@ -24,3 +28,4 @@ UnitMeta unit_meta(uint ib) {
 vec4 meta_scales(UnitMeta m, uint sb) { return iq3xxs_scales(m.d, word_of(m.sas, sb)); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) { return iq3xxs_quants(word_pair_of(m.qs, sb), word_of(m.sas, sb)); }
+#endif

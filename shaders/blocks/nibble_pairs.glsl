@@ -4,6 +4,11 @@
 // bits 16..23, then the 16 values as 4 words of bytes. GPUs decode a byte (two
 // quants) per table load; with VALUES_BY_SELECTS (CPU drivers, where a load at
 // varying offsets is a gather) the values are picked by selects instead.
+// VALUES_BY_SELECTS is a specialization constant of the including shader
+// (which numbers its constants).
+#ifndef BLOCKS_NIBBLE_PAIRS_GLSL
+#define BLOCKS_NIBBLE_PAIRS_GLSL
+#include "../common.glsl"
 const uint VALUE_WORDS = 256u;
 
 uint pair_at(uint q, uint k) { return load_w32((q >> (8u * k)) & 0xFFu); }
@@ -40,3 +45,4 @@ Quants nibble_values(uint off, uint sub) {
     uvec2 a = pair_values(q.x), b = pair_values(q.y), c = pair_values(q.z), d = pair_values(q.w);
     return Quants(uvec4(a.x, b.x, c.x, d.x), uvec4(a.y, b.y, c.y, d.y));
 }
+#endif
