@@ -6,10 +6,9 @@
 #ifndef BLOCKS_BITPLANES_GLSL
 #define BLOCKS_BITPLANES_GLSL
 #include "../common.glsl"
-Quants nibbles(uint off, uint sub) {  // 16 bytes per sub-block
-    uvec4 q = load_w128(off / 4u + sub);
-    return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu);
-}
+// A sub-block's 16 bytes of nibbles: element j is the low nibble of byte j, j+16 the high one.
+Quants nibbles_of(uvec4 q) { return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu); }
+Quants nibbles(uint off, uint sub) { return nibbles_of(load_w128(off / 4u + sub)); }
 uvec4 bits2_half(uint q) { return uvec4(q, q >> 2, q >> 4, q >> 6) & 0x03030303u; }
 Quants bits2_of(uvec2 q) { return Quants(bits2_half(q.x), bits2_half(q.y)); }
 Quants bits2(uint off, uint sub) {  // 8 bytes per sub-block: a word per half
