@@ -1,4 +1,6 @@
 // Picks the block decoder for the type this variant is compiled for.
+#ifndef BLOCKS_GLSL
+#define BLOCKS_GLSL
 #if defined(TYPE_F32)
 #include "blocks/f32.glsl"
 #elif defined(TYPE_F16)
@@ -57,4 +59,5 @@
 #include "blocks/tq2_0.glsl"
 #else
 #error "no TYPE_<name> defined"
+#endif
 #endif

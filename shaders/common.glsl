@@ -8,13 +8,16 @@
 // so nothing here reads bytes or halves from memory directly. Decoders read
 // the weights only through load_w32/load_w64/load_w128.
 
+#ifndef COMMON_GLSL
+#define COMMON_GLSL
 #ifdef TEXEL_WEIGHTS
 // The weights read through three uniform texel buffer views of the same
 // buffer (1, 2 and 4 words per texel; vkq/ops.py binds them). On lavapipe a
 // texel fetch is a branch-free gather, where a storage-buffer load at an
 // offset that varies across lanes is a loop over the lanes with a bounds
 // check per component: mat-vec is 20-40% faster this way there. The tables
-// choose it per device (weights_binding).
+// choose it per device (weights_binding). The including shader defines
+// W_TEXEL_BINDING, the first of the three bindings (its others come first).
 layout(binding = W_TEXEL_BINDING) uniform usamplerBuffer w_u32;
 layout(binding = W_TEXEL_BINDING + 1) uniform usamplerBuffer w_u32x2;
 layout(binding = W_TEXEL_BINDING + 2) uniform usamplerBuffer w_u32x4;
@@ -115,3 +118,4 @@ vec4 unpack_i8x4(uint v) {
     return vec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
                 bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8));
 }
+#endif

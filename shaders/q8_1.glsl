@@ -31,6 +31,8 @@
 // The including shader declares the spec constant X_PLANES (1 or 2) and a
 // buffer `uvec4 xq[]`, then calls store_q8_1.
 
+#ifndef Q8_1_GLSL
+#define Q8_1_GLSL
 const uint XQ_BLOCK = 2u * X_PLANES + 1u;  // uvec4 per block
 
 uint pack_i8x4(ivec4 q) {
@@ -89,3 +91,4 @@ void store_q8_1(vec4 v[8], uint block) {
                                            floatBitsToUint(dr))
                                    : uvec4(NAN_BITS);
 }
+#endif

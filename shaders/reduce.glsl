@@ -4,6 +4,8 @@
 // launches where subgroup arithmetic exists) no barrier runs at all.
 // Otherwise a shared-memory tree (WG_SIZE a power of two: the host checks).
 // The including shader defines WG_SIZE; every invocation must call these.
+#ifndef REDUCE_GLSL
+#define REDUCE_GLSL
 #ifdef REDUCE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -46,3 +48,4 @@ float workgroup_reduce(float x, uint op) {
 
 float workgroup_sum(float x) { return workgroup_reduce(x, 0u); }
 float workgroup_max(float x) { return workgroup_reduce(x, 1u); }
+#endif

@@ -50,11 +50,12 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 def source_files(source: str) -> list[Path]:
     """A shader source and every file it may include, transitively: each
     `#include` line counts, whatever #if surrounds it (a superset is safe).
-    Resolved as glslang does: next to the including file, then in SHADER_DIR."""
+    Resolved as glslang does: next to the including file, then in SHADER_DIR;
+    each file once, however it is reached (blocks/ includes ../common.glsl)."""
     seen: dict[Path, None] = {}
     todo = [SHADER_DIR / source]
     while todo:
-        path = todo.pop()
+        path = Path(os.path.normpath(todo.pop()))
         if path in seen or not path.is_file():
             continue
         seen[path] = None

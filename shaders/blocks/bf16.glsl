@@ -1,6 +1,9 @@
 // BF16: plain bfloat16 values (the high half of an fp32), 32 to a device
 // block (rows padded with zeros).
+#ifndef BLOCKS_BF16_GLSL
+#define BLOCKS_BF16_GLSL
 #define BLOCK_PLAIN
+#include "../common.glsl"
 vec2 unpack_bf16x2(uint u) { return uintBitsToFloat(uvec2(u << 16, u & 0xFFFF0000u)); }
 void block_values(uint ib, uint h, out vec4 v[4]) {
     uint base = FIELD_OFF_v / 4u + 4u * ib + 2u * h;
@@ -12,3 +15,4 @@ void block_values(uint ib, uint h, out vec4 v[4]) {
 }
 struct UnitMeta { float unused; };  // plain values have no scales
 UnitMeta unit_meta(uint ib0) { return UnitMeta(0.0); }
+#endif

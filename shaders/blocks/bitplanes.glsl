@@ -3,10 +3,12 @@
 // loads the sub-block's bits once (one load per plane: on CPU drivers every
 // load instruction costs a loop over the lanes) and returns both 16-element
 // halves, 4 quants per word, in order.
-Quants nibbles(uint off, uint sub) {  // 16 bytes per sub-block
-    uvec4 q = load_w128(off / 4u + sub);
-    return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu);
-}
+#ifndef BLOCKS_BITPLANES_GLSL
+#define BLOCKS_BITPLANES_GLSL
+#include "../common.glsl"
+// A sub-block's 16 bytes of nibbles: element j is the low nibble of byte j, j+16 the high one.
+Quants nibbles_of(uvec4 q) { return Quants(q & 0x0F0F0F0Fu, (q >> 4) & 0x0F0F0F0Fu); }
+Quants nibbles(uint off, uint sub) { return nibbles_of(load_w128(off / 4u + sub)); }
 uvec4 bits2_half(uint q) { return uvec4(q, q >> 2, q >> 4, q >> 6) & 0x03030303u; }
 Quants bits2_of(uvec2 q) { return Quants(bits2_half(q.x), bits2_half(q.y)); }
 Quants bits2(uint off, uint sub) {  // 8 bytes per sub-block: a word per half
@@ -45,3 +47,4 @@ vec2 int8_pair(uint off, uint ib, uint sb) {
 float half_of(uvec4 v, uint j) {
     return unpackHalf2x16(v[j >> 1] >> (16u * (j & 1u))).x;
 }
+#endif

@@ -2,7 +2,9 @@
 // gives +-inf as in ggml, not the NaN of inf - inf), with an fp16 d per block
 // of SUBS = QK/32 sub-blocks (2 to 8) as a field of its own: Q1_0, Q2_0,
 // TQ1_0, TQ2_0.
-#include "bitplanes.glsl"
+#ifndef BLOCKS_D_SIGNED_GLSL
+#define BLOCKS_D_SIGNED_GLSL
+#include "../common.glsl"
 const uint SUBS = QK / 32u;
 vec4 d_alone(float d) { return vec4(d, 0.0, d, 0.0); }
 vec4 block_scales(uint ib, uint sb) { return d_alone(field_half(FIELD_OFF_d, ib)); }
@@ -17,3 +19,4 @@ vec4 unit_d(uint ib0) {
     return vec4(unpackHalf2x16(load_w32(FIELD_OFF_d + ib0 / 2u) >> (16u * (ib0 & 1u))), 0.0, 0.0);
 }
 vec4 unit_scales(vec4 d, uint j) { return d_alone(d[j / SUBS]); }  // j / SUBS: the unit's block of sub-block j
+#endif

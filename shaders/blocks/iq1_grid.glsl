@@ -6,6 +6,9 @@
 // The 8 quants 8g +- 1 of entry idx as two words of int8: 8(g+1) plus a bias
 // of 128 - 7 (delta +1/8) or 128 - 9 (delta -1/8) stays within a byte (no
 // carries), and flipping bit 7 removes the 128.
+#ifndef BLOCKS_IQ1_GRID_GLSL
+#define BLOCKS_IQ1_GRID_GLSL
+#include "../common.glsl"
 uvec2 iq1_entry(uint idx, bool delta_negative) {
     uint g = load_w32(idx);
     uint bias = delta_negative ? 0x77777777u : 0x79797979u;
@@ -22,3 +25,4 @@ Quants iq1_quants(uint qs, uint high, uint high_step, uint negative) {
     return Quants(uvec4(iq1_entry_of(qs, high, high_step, negative, 0u), iq1_entry_of(qs, high, high_step, negative, 1u)),
                   uvec4(iq1_entry_of(qs, high, high_step, negative, 2u), iq1_entry_of(qs, high, high_step, negative, 3u)));
 }
+#endif

@@ -3,7 +3,10 @@
 // the sign of its delta; scales[8] (4 u16): a 3-bit ls per 16 elements in
 // bits 0..11 of each, and d (fp16) from their top nibbles;
 // value d*(2*ls+1)*(g + delta).
+#ifndef BLOCKS_IQ1_M_GLSL
+#define BLOCKS_IQ1_M_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
 #include "bitplanes.glsl"
 #include "iq1_grid.glsl"
 // qh: a nibble per entry, its index's high bits, then the sign of its delta.
@@ -29,3 +32,4 @@ vec4 meta_scales(UnitMeta m, uint sb) { return iq1m_scales(m.sc, sb); }
 Quants meta_quants(UnitMeta m, uint sb) {
     return iq1m_quants(word_of(m.qs, sb), m.qh[sb >> 1] >> (16u * (sb & 1u)));
 }
+#endif

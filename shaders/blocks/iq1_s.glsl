@@ -2,7 +2,10 @@
 // 11-bit grid indices; qh[8] u16, one per sub-block: bits 3e..3e+2 entry e's
 // high bits, 12..14 a scale ls, 15 the sign of delta;
 // value d*(2*ls+1)*(g + delta).
+#ifndef BLOCKS_IQ1_S_GLSL
+#define BLOCKS_IQ1_S_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
 #include "bitplanes.glsl"
 #include "iq1_grid.glsl"
 // qh: the sub-block's u16 (entries' high bits, scale, delta's sign).
@@ -22,3 +25,4 @@ uint meta_qh(UnitMeta m, uint sb) { return m.qh[sb >> 1] >> (16u * (sb & 1u)); }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq1s_scales(m.d, meta_qh(m, sb)); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) { return iq1s_quants(word_of(m.qs, sb), meta_qh(m, sb)); }
+#endif

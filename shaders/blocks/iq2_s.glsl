@@ -2,8 +2,11 @@
 // 10-bit grid indices (8 values an entry); signs[32]: a bit per element;
 // qh[8] and scales[8] as one 16-byte field `qh_scales`: qh byte sb holds the
 // indices' high 2 bits, scales as iq2_scales.glsl.
+#ifndef BLOCKS_IQ2_S_GLSL
+#define BLOCKS_IQ2_S_GLSL
 #define QUANTS_SIGNED
 #define GRID_PAIRS
+#include "../common.glsl"
 #include "iq_grid.glsl"
 // Entry e (0..3) of a sub-block: index byte e of qs with bits 2e..2e+1 of qh above it.
 uvec2 iq2s_entry(uint qs, uint qh, uint signs, uint e) {
@@ -31,3 +34,4 @@ Quants meta_quants(UnitMeta m, uint sb) {
     uint qh = m.qh_scales[sb >> 2] >> (8u * (sb & 3u));
     return iq2s_quants(word_of(m.qs, sb), qh, word_of(m.signs, sb));
 }
+#endif

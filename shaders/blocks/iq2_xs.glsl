@@ -1,8 +1,11 @@
 // IQ2_XS: d (fp16); qs[32] u16: per 32-element sub-block four (8 bytes),
 // each a 9-bit grid index (8 values an entry) and a 7-bit sign index (ksign);
 // scales[8] as iq2_scales.glsl.
+#ifndef BLOCKS_IQ2_XS_GLSL
+#define BLOCKS_IQ2_XS_GLSL
 #define QUANTS_SIGNED
 #define GRID_PAIRS
+#include "../common.glsl"
 #include "iq_grid.glsl"
 Quants iq2xs_quants(uvec2 q) {
     // the four sign indices (bits 9..15 of each u16) into bytes 0..3
@@ -22,3 +25,4 @@ UnitMeta unit_meta(uint ib) {
 vec4 meta_scales(UnitMeta m, uint sb) { return iq2_scales(m.d, iq2_scale_byte(m.sc, sb)); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) { return iq2xs_quants(word_pair_of(m.qs, sb)); }
+#endif

@@ -2,8 +2,11 @@
 // four grid indices (a byte each, 8 values an entry), the second four 7-bit
 // sign indices (ksign, one per entry) and a 4-bit scale ls in bits 28..31;
 // value d*(0.5+ls)/4*grid*sign.
+#ifndef BLOCKS_IQ2_XXS_GLSL
+#define BLOCKS_IQ2_XXS_GLSL
 #define QUANTS_SIGNED
 #define GRID_PAIRS
+#include "../common.glsl"
 #include "iq_grid.glsl"
 Quants iq2xxs_quants(uvec2 q) {
     uint s = ksigns4(q.y);  // entry e's signs in byte e
@@ -24,3 +27,4 @@ UnitMeta unit_meta(uint ib) { return UnitMeta(field_half(FIELD_OFF_d, ib), load_
 vec4 meta_scales(UnitMeta m, uint sb) { return iq2xxs_scales(m.d, word_pair_of(m.qs, sb).y); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) { return iq2xxs_quants(word_pair_of(m.qs, sb)); }
+#endif

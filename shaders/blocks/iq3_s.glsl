@@ -2,23 +2,16 @@
 // 9-bit grid indices (4 values an entry); then qh[8] (bit e of byte sb: entry
 // e's high bit), signs[32] (a bit per element) and scales[4] (a 4-bit ls per
 // sub-block) as one field `hss`, padded to 48 bytes; value d*(1+2*ls)*grid*sign.
+#ifndef BLOCKS_IQ3_S_GLSL
+#define BLOCKS_IQ3_S_GLSL
 #define QUANTS_SIGNED
-#include "iq_grid.glsl"
+#include "../common.glsl"
+#include "iq3_grid.glsl"
 const uint HSS_WORDS = 12u;  // qh at word 0, signs at 2, scales at 10
-// Entry e (0..7) of a sub-block: index byte e of q with bit e of qh above it.
-uint iq3s_entry(uvec2 q, uint qh, uint signs, uint e) {
-    return grid_signed(((q[e >> 2] >> (8u * (e & 3u))) & 0xFFu) | (((qh >> e) & 1u) << 8), signs >> (4u * e));
-}
-Quants iq3s_quants(uvec2 q, uint qh, uint signs) {
-    return Quants(uvec4(iq3s_entry(q, qh, signs, 0u), iq3s_entry(q, qh, signs, 1u), iq3s_entry(q, qh, signs, 2u),
-                        iq3s_entry(q, qh, signs, 3u)),
-                  uvec4(iq3s_entry(q, qh, signs, 4u), iq3s_entry(q, qh, signs, 5u), iq3s_entry(q, qh, signs, 6u),
-                        iq3s_entry(q, qh, signs, 7u)));
-}
 Quants block_quants(uint ib, uint sb) {
     uint base = FIELD_OFF_hss + ib * HSS_WORDS;
     uint qh = load_w32(base + (sb >> 2)) >> (8u * (sb & 3u));
-    return iq3s_quants(load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb), qh, load_w32(base + 2u + sb));
+    return iq3_quants(load_w64(FIELD_OFF_qs / 2u + ib * 8u + sb), qh, load_w32(base + 2u + sb));
 }
 vec4 iq3s_scales(float d, uint scales, uint sb) {
     float s = d * float(1u + 2u * ((scales >> (4u * sb)) & 0xFu));
@@ -41,5 +34,6 @@ vec4 meta_scales(UnitMeta m, uint sb) { return iq3s_scales(m.d, m.hss2.z, sb); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) {
     uint qh = meta_hss_word(m, sb >> 2) >> (8u * (sb & 3u));
-    return iq3s_quants(word_pair_of(m.qs, sb), qh, meta_hss_word(m, 2u + sb));
+    return iq3_quants(word_pair_of(m.qs, sb), qh, meta_hss_word(m, 2u + sb));
 }
+#endif

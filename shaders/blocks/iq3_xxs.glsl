@@ -2,17 +2,14 @@
 // byte each, 4 values an entry); sas[32]: per sub-block a word of four 7-bit
 // sign indices (ksign, one per 8 values) and a 4-bit scale ls in bits 28..31;
 // value d*(0.5+ls)/2*grid*sign.
+#ifndef BLOCKS_IQ3_XXS_GLSL
+#define BLOCKS_IQ3_XXS_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
 #include "iq_grid.glsl"
-// Entry e (0..7) of a sub-block: index byte e of q, signs nibble e of the sign bytes.
-uint iq3xxs_entry(uvec2 q, uint signs, uint e) {
-    return grid_signed((q[e >> 2] >> (8u * (e & 3u))) & 0xFFu, signs >> (4u * e));
-}
-Quants iq3xxs_quants(uvec2 q, uint sas) {
-    uint s = ksigns4(sas);
-    return Quants(uvec4(iq3xxs_entry(q, s, 0u), iq3xxs_entry(q, s, 1u), iq3xxs_entry(q, s, 2u), iq3xxs_entry(q, s, 3u)),
-                  uvec4(iq3xxs_entry(q, s, 4u), iq3xxs_entry(q, s, 5u), iq3xxs_entry(q, s, 6u), iq3xxs_entry(q, s, 7u)));
-}
+#include "iq3_grid.glsl"
+// Indices are bytes (no ninth bit: qh 0); the signs from the four ksign indices of sas.
+Quants iq3xxs_quants(uvec2 q, uint sas) { return iq3_quants(q, 0u, ksigns4(sas)); }
 vec4 iq3xxs_scales(float d, uint sas) {
     float s = d * (0.5 + float(sas >> 28)) * 0.5;
     return vec4(s, 0.0, s, 0.0);
@@ -31,3 +28,4 @@ UnitMeta unit_meta(uint ib) {
 vec4 meta_scales(UnitMeta m, uint sb) { return iq3xxs_scales(m.d, word_of(m.sas, sb)); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) { return iq3xxs_quants(word_pair_of(m.qs, sb), word_of(m.sas, sb)); }
+#endif

@@ -2,7 +2,10 @@
 // qs[128]: per 32-element sub-block 16 bytes of nibbles as Q4_0's, each
 // indexing IQ4's int8 values. Sub-block sb's scale is 6 bits, low 4 from
 // scales_l, high 2 from scales_h; value d*(scale-32)*value.
+#ifndef BLOCKS_IQ4_XS_GLSL
+#define BLOCKS_IQ4_XS_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
 #include "nibble_pairs.glsl"
 Quants block_quants(uint ib, uint sb) { return nibble_values(FIELD_OFF_qs, ib * 8u + sb); }
 vec4 iq4xs_scales(uvec2 ds, uint sb) {
@@ -15,3 +18,4 @@ vec4 block_scales(uint ib, uint sb) { return iq4xs_scales(load_w64(FIELD_OFF_ds 
 struct UnitMeta { uvec2 ds; };
 UnitMeta unit_meta(uint ib) { return UnitMeta(load_w64(FIELD_OFF_ds / 2u + ib)); }
 vec4 meta_scales(UnitMeta m, uint sb) { return iq4xs_scales(m.ds, sb); }
+#endif

@@ -2,6 +2,9 @@
 // weights buffer (vkq/blocks/layout.py). Grid values are positive bytes below 128,
 // so a byte is negated as (v ^ 0xFF) + 1 without a borrow into the next.
 
+#ifndef BLOCKS_IQ_GRID_GLSL
+#define BLOCKS_IQ_GRID_GLSL
+#include "../common.glsl"
 // The 4 bytes of w, byte i negated where bit i of s is set. The product
 // places bit i of s at bit 8i (its four shifted copies do not overlap).
 uint with_signs(uint w, uint s) {
@@ -33,4 +36,5 @@ uvec2 grid_signed(uint idx, uint s) {
 #else
 // 4 values per entry (IQ3): one word, signed by the 4 low bits of s.
 uint grid_signed(uint idx, uint s) { return with_signs(load_w32(idx), s); }
+#endif
 #endif

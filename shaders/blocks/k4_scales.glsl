@@ -1,5 +1,9 @@
 // Q4_K / Q5_K scales: d, dmin (fp16) and a (scale, min) byte pair per sub-block;
 // value d*sc*q - dmin*m.
+#ifndef BLOCKS_K4_SCALES_GLSL
+#define BLOCKS_K4_SCALES_GLSL
+#include "../common.glsl"
+#include "bitplanes.glsl"
 vec4 block_scales(uint ib, uint sb) {
     uint w = byte_pair(FIELD_OFF_scales, ib, sb);
     vec2 dm = field_half2(FIELD_OFF_dm, ib);
@@ -16,3 +20,4 @@ vec4 meta_scales(UnitMeta m, uint sb) {
     vec2 so = vec2(m.dm.x * float(w & 0xFFu), -m.dm.y * float((w >> 8) & 0xFFu));
     return vec4(so, so);
 }
+#endif

@@ -1,7 +1,10 @@
 // MXFP4: e (E8M0 shared exponent), qs[16] of e2m1 nibbles laid out as Q4_0.
 // The quant is the doubled e2m1 value (an integer in -12..12, from the table
 // E2M1_PAIRS) and the scale 2^(e-128) (half of 2^(e-127), which undoes the doubling).
+#ifndef BLOCKS_MXFP4_GLSL
+#define BLOCKS_MXFP4_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
 #include "nibble_pairs.glsl"
 Quants block_quants(uint ib, uint sb) { return nibble_values(FIELD_OFF_qs, ib); }
 float e8m0_half(uint e) {
@@ -19,3 +22,4 @@ vec4 meta_scales(UnitMeta m, uint j) {
     float s = e8m0_half(bitfieldExtract(m.e[j >> 2], int(8u * (j & 3u)), 8));
     return vec4(s, 0.0, s, 0.0);
 }
+#endif

@@ -4,6 +4,12 @@
 // bits 16..23, then the 16 values as 4 words of bytes. GPUs decode a byte (two
 // quants) per table load; with VALUES_BY_SELECTS (CPU drivers, where a load at
 // varying offsets is a gather) the values are picked by selects instead.
+// VALUES_BY_SELECTS is a specialization constant of the including shader
+// (which numbers its constants).
+#ifndef BLOCKS_NIBBLE_PAIRS_GLSL
+#define BLOCKS_NIBBLE_PAIRS_GLSL
+#include "../common.glsl"
+#include "bitplanes.glsl"
 const uint VALUE_WORDS = 256u;
 
 uint pair_at(uint q, uint k) { return load_w32((q >> (8u * k)) & 0xFFu); }
@@ -26,17 +32,18 @@ uint selected_values(uvec4 v, uint n) {
 }
 
 // A 32-element sub-block of the nibble plane written by vkq/blocks/repack.py (as
-// bitplanes.glsl's nibbles()), as signed values.
+// bitplanes.glsl's nibbles() reads it), as signed values.
 Quants nibble_values(uint off, uint sub) {
     uvec4 q = load_w128(off / 4u + sub);
     if (VALUES_BY_SELECTS) {
         uvec4 v = load_w128(VALUE_WORDS / 4u);  // the same address in every lane: one load
-        uvec4 lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
-        return Quants(uvec4(selected_values(v, lo.x), selected_values(v, lo.y), selected_values(v, lo.z),
-                            selected_values(v, lo.w)),
-                      uvec4(selected_values(v, hi.x), selected_values(v, hi.y), selected_values(v, hi.z),
-                            selected_values(v, hi.w)));
+        Quants n = nibbles_of(q);
+        return Quants(uvec4(selected_values(v, n.lo.x), selected_values(v, n.lo.y), selected_values(v, n.lo.z),
+                            selected_values(v, n.lo.w)),
+                      uvec4(selected_values(v, n.hi.x), selected_values(v, n.hi.y), selected_values(v, n.hi.z),
+                            selected_values(v, n.hi.w)));
     }
     uvec2 a = pair_values(q.x), b = pair_values(q.y), c = pair_values(q.z), d = pair_values(q.w);
     return Quants(uvec4(a.x, b.x, c.x, d.x), uvec4(a.y, b.y, c.y, d.y));
 }
+#endif

@@ -2,7 +2,10 @@
 // order per 32-element sub-block (vkq/blocks/repack.py), 2 sub-blocks a block. The
 // quant is the doubled e2m1 value (the table E2M1_PAIRS, as MXFP4's) and the
 // scale ggml's ggml_ue4m3_to_fp32, which halves it.
+#ifndef BLOCKS_NVFP4_GLSL
+#define BLOCKS_NVFP4_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
 #include "nibble_pairs.glsl"
 Quants block_quants(uint ib, uint sb) { return nibble_values(FIELD_OFF_qs, ib * 2u + sb); }
 // Byte x as ggml decodes it: exponent bits 3..6, mantissa 0..2, bit 7 unread;
@@ -22,3 +25,4 @@ vec4 block_scales(uint ib, uint sb) { return nvfp4_scales(load_w32(FIELD_OFF_sca
 struct UnitMeta { uvec4 scales; };
 UnitMeta unit_meta(uint ib0) { return UnitMeta(load_w128(FIELD_OFF_scales / 4u + ib0 / 4u)); }
 vec4 meta_scales(UnitMeta m, uint j) { return nvfp4_scales(m.scales[j >> 1], j & 1u); }
+#endif

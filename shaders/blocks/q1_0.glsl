@@ -1,7 +1,11 @@
 // Q1_0: d (fp16), qs: a bit per element, as a bits1 plane per 32-element
 // sub-block (4 sub-blocks a block); value d where the bit is set, -d where not:
 // the quant is the sign, 2*bit - 1.
+#ifndef BLOCKS_Q1_0_GLSL
+#define BLOCKS_Q1_0_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
+#include "bitplanes.glsl"
 #include "d_signed.glsl"
 // Of a bits1 word (bitplanes.glsl: bit 4h+w of byte k is element 16h+4w+k):
 // each element's bit moved to bit 1 of its byte, less one.
@@ -16,3 +20,4 @@ UnitMeta unit_meta(uint ib0) { return UnitMeta(unit_d(ib0), load_words8(FIELD_OF
 vec4 meta_scales(UnitMeta m, uint j) { return unit_scales(m.d, j); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint j) { return q1_signs(word_of(m.qs, j)); }
+#endif

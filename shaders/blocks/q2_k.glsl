@@ -1,5 +1,8 @@
 // Q2_K: scales[16] (per 16 elements: low nibble scale, high nibble min),
 // qs as bits2 planes, d and dmin (fp16); value d*(sc&15)*q - dmin*(sc>>4).
+#ifndef BLOCKS_Q2_K_GLSL
+#define BLOCKS_Q2_K_GLSL
+#include "../common.glsl"
 #include "bitplanes.glsl"
 Quants block_quants(uint ib, uint sb) { return bits2(FIELD_OFF_qs, ib * 8u + sb); }
 vec4 block_scales(uint ib, uint sb) {
@@ -18,3 +21,4 @@ vec4 meta_scales(UnitMeta m, uint sb) {
     return vec4(m.dm.x * float(w & 0xFu), -m.dm.y * float((w >> 4) & 0xFu),
                 m.dm.x * float((w >> 8) & 0xFu), -m.dm.y * float((w >> 12) & 0xFu));
 }
+#endif

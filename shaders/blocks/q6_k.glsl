@@ -1,5 +1,8 @@
 // Q6_K: low 4 bits as nibbles and high 2 bits as bits2 planes per sub-block,
 // scales[16] int8 (one per 16 elements), d (fp16); value d*sc*(q-32).
+#ifndef BLOCKS_Q6_K_GLSL
+#define BLOCKS_Q6_K_GLSL
+#include "../common.glsl"
 #include "bitplanes.glsl"
 Quants block_quants(uint ib, uint sb) {
     uint sub = ib * 8u + sb;
@@ -7,3 +10,4 @@ Quants block_quants(uint ib, uint sb) {
 }
 #define Q_ZERO_POINT -32.0
 #include "int8_scales.glsl"
+#endif

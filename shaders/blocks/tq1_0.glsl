@@ -5,7 +5,11 @@
 // (n < 5) trit n of qs[32 + i]; 240 + 4n + j trit n of qh[j]. So sub-block
 // sb < 5 is trit sb of qs words 0..7; sb 5..7 take qs words 8..11 twice
 // (trits 2(sb-5) and 2(sb-5) + 1), but sb 7's second half is qh's trits 0..3.
+#ifndef BLOCKS_TQ1_0_GLSL
+#define BLOCKS_TQ1_0_GLSL
 #define QUANTS_SIGNED
+#include "../common.glsl"
+#include "bitplanes.glsl"
 #include "d_signed.glsl"
 // Trit n of each byte of v, n per component given as p = 3^n (p <= 81: a
 // byte times p fits the 16 bits its lane of the two below has).
@@ -43,3 +47,4 @@ UnitMeta unit_meta(uint ib) {
 vec4 meta_scales(UnitMeta m, uint sb) { return d_alone(m.d); }
 #define META_QUANTS
 Quants meta_quants(UnitMeta m, uint sb) { return tq1_quants(m.a, m.b, m.c, m.qh, sb); }
+#endif
