@@ -93,3 +93,14 @@ def test_cli_profile_refusals(tiny, capsys, args, match):
     assert main(["generate", str(tiny), "-p", "the", "--profile", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0], err
+
+
+def test_cli_no_spread(tiny, capsys):
+    """The before/after switch of the GPU launches: runs on the graph engine,
+    refused (one line) where there is no step to launch."""
+    assert main(["generate", str(tiny), "-p", "the", "-n", "4", "--ignore-eos", "--profile", "--no-spread"]) == 0
+    assert "profile of a decode step" in capsys.readouterr().err
+    for args in (["--engine", "host"], ["--path", "numpy"]):
+        assert main(["generate", str(tiny), "-p", "the", "--no-spread", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--no-spread sets the launches of the graph engine's step" in err[0], err

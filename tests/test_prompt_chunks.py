@@ -85,12 +85,12 @@ def test_gpu_attention_split_gives_the_chunks_the_token_by_token_bits(backend, m
     (forced here, as lavapipe splits only past its loop budget): a chunk's
     queries still give the token-by-token bits, and the same tokens as one
     workgroup per head."""
-    import vkq.llama.vector_ops as ops
+    import vkq.llama.gpu_step as gpu_step
 
     whole, _ = pair(backend, "auto", model_file)
     ids = whole.tokenizer.encode(TEXT)[:13]
-    c = whole.greedy(ids, 30, stop_at_eos=False, keep_logits=True)  # its steps recorded before the split is forced
-    monkeypatch.setattr(ops, "attention_split", lambda device, shape: GPU_ATTENTION_SPLIT)
+    c = whole.greedy(ids, 30, stop_at_eos=False, keep_logits=True)
+    monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: GPU_ATTENTION_SPLIT)
     chunked, single = pair(backend, "auto", model_file)
     a = chunked.greedy(ids, 30, stop_at_eos=False, keep_logits=True)  # past 32 positions: two splits
     b = single.greedy(ids, 30, stop_at_eos=False, keep_logits=True)
@@ -99,6 +99,27 @@ def test_gpu_attention_split_gives_the_chunks_the_token_by_token_bits(backend, m
     assert a.tokens == c.tokens
     for x, y in zip(a.logits, c.logits):
         assert np.mean((x - y) ** 2) / np.mean(y.astype(np.float64) ** 2) < 1e-7  # rounding, through Q8_1 inputs
+
+
+def test_without_spread_every_op_is_one_workgroup(backend, model_file, monkeypatch):
+    """spread=False (`vkq generate --no-spread`): with a GPU's launches
+    forced, the norms, argmax and attention stay one workgroup per vector and
+    per head, and give the bits of a step that never spread."""
+    import vkq.llama.gpu_step as gpu_step
+    import vkq.llama.vector_ops as ops
+
+    one = GpuLlama(model_file, backend, "auto", ctx=40)
+    ids = one.tokenizer.encode(TEXT)[:13]
+    want = one.greedy(ids, 5, stop_at_eos=False, keep_logits=True)
+    monkeypatch.setattr(ops, "spread_workgroups", lambda device, n_blocks, wg: n_blocks)
+    monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
+    monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: GPU_ATTENTION_SPLIT * spread)
+    kept = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), spread=False)
+    ops_of = kept.step_graph._keep
+    assert {getattr(op, "workgroups", 1) for op in ops_of} == {getattr(op, "parts", 1) for op in ops_of} == {1}
+    assert {op.split for op in ops_of if hasattr(op, "split")} == {0}
+    got = kept.greedy(ids, 5, stop_at_eos=False, keep_logits=True)
+    assert got.tokens == want.tokens and all(x.tobytes() == y.tobytes() for x, y in zip(got.logits, want.logits))
 
 
 @pytest.mark.parametrize("device_type, budget, capacity, expected", [
@@ -111,7 +132,9 @@ def test_attention_split_per_device(device_type, budget, capacity, expected):
     from types import SimpleNamespace
 
     device = SimpleNamespace(caps=SimpleNamespace(device_type=device_type, max_loop_iterations=budget))
-    assert attention_split(device, AttentionShape(9, 3, 64, 64, capacity)) == expected
+    shape = AttentionShape(9, 3, 64, 64, capacity)
+    assert attention_split(device, shape) == expected
+    assert attention_split(device, shape, spread=False) == 0
 
 
 def test_prompt_chunk_is_checked(backend, model_file):

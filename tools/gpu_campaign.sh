@@ -72,10 +72,14 @@ SERVER=(--llama-server)
 part models $((LIMIT_MODELS * ${#MODELS[@]} / 2)) "${VKQ[@]}" report --types Q4_0 --quick "${MODELS[@]}" "${SERVER[@]}" \
   --n-prompt $N_PROMPT --n-gen $N_GEN -o md
 
-# 3. Where a decode step's time goes.
+# 3. Where a decode step's time goes, with the norms, argmax and attention spread over the GPU
+#    (the default) and, for the before/after in one run, in one workgroup each (--no-spread).
 for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
-  [ -f "$f" ] && part "profile-$(basename "$f" .gguf)" 120 "${VKQ[@]}" generate "$f" -p "The history of the printing press" \
-    -n 64 --ignore-eos --profile
+  for launches in spread no-spread; do
+    flag=(); [ $launches = no-spread ] && flag=(--no-spread)
+    [ -f "$f" ] && part "profile-$(basename "$f" .gguf)-$launches" 120 "${VKQ[@]}" generate "$f" \
+      -p "The history of the printing press" -n 64 --ignore-eos --profile "${flag[@]}"
+  done
 done
 
 # 4. The kernels still behind or decode-bound, beside ggml-vulkan where it is given.

@@ -78,7 +78,8 @@ def cmd_generate(args) -> int:
                                activations=args.activations, fuse=not args.no_fuse, device=args.device)
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine, path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
-                    fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile)
+                    fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
+                    spread=not args.no_spread)
 
 
 def cmd_model(args) -> int:
@@ -185,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "between them (EOS ignored)")
     p.add_argument("--no-fuse", action="store_true",
                    help="one mat-vec call per matrix (default: Q/K/V and gate/up stacked into one call each)")
+    p.add_argument("--no-spread", action="store_true",
+                   help="graph engine: the norms, argmax and attention in one workgroup per vector and per head "
+                        "(default: spread over the workgroups of a GPU; for a before/after on the same GPU)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_generate)
 

@@ -31,9 +31,11 @@ ENGINES = ("graph", "host")
 
 def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activations: str = GENERATE_ACTIVATIONS,
          ctx: int | None = None, fuse: bool = True, backend: Backend | None = None, device: int | None = None,
-         file: LlamaFile | None = None, timestamps: bool = False, profile: bool = False) -> Decoder:
+         file: LlamaFile | None = None, timestamps: bool = False, profile: bool = False,
+         spread: bool = True) -> Decoder:
     """A decoder of the model on an engine (path "numpy": the reference, whatever the engine).
-    timestamps: the graph engine times its kernels; profile: and keeps every op's time (see GpuLlama)."""
+    timestamps: the graph engine times its kernels; profile: and keeps every op's time; spread: its
+    one-workgroup ops spread over a GPU (see GpuLlama)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     if path not in PATH_MODES:
@@ -41,17 +43,21 @@ def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activa
     if profile and (engine == "host" or path == "numpy"):
         raise ValueError("a profile times the ops of the graph engine's step: --profile needs --engine graph "
                          "and a device path")
+    if not spread and (engine == "host" or path == "numpy"):
+        raise ValueError("--no-spread sets the launches of the graph engine's step: it needs --engine graph "
+                         "and a device path")
     if engine == "host" or path == "numpy":
         return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file)
     from ..llama.gpu_step import GpuLlama
 
     return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
-                    timestamps=timestamps, profile=profile)
+                    timestamps=timestamps, profile=profile, spread=spread)
 
 
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
-             fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False) -> int:
+             fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
+             spread: bool = True) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: the prompt and the new tokens). timestamps: the graph engine
@@ -74,7 +80,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
                          f"the context is {min(ctx, file.config.n_ctx_train)}")
     decoder = load(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse, device=device,
-                   file=file, timestamps=timestamps, profile=profile)
+                   file=file, timestamps=timestamps, profile=profile, spread=spread)
     load_s = time.perf_counter() - t0
     warm = decoder.warm_up(n_prompt)
     cfg = file.config

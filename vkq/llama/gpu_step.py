@@ -59,7 +59,7 @@ from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .profile import Profile
 from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, Q8_1Output, RMSNorm, SwiGLU,
-                         Vectors, WeightedSlots, attention_scratch_size, rope_table)
+                         Vectors, WeightedSlots, attention_scratch_size, attention_split, rope_table)
 
 
 class GpuLlama(Decoder):
@@ -71,18 +71,25 @@ class GpuLlama(Decoder):
     the same file and backend, to share instead of uploading them again.
     timestamps: time the kernels of every replay (GPU timestamps; on lavapipe
     latching them after every op makes the step about 13% slower); profile:
-    that, and every replay's op times kept for a profile (`profile()`)."""
+    that, and every replay's op times kept for a profile (`profile()`).
+    spread (default on): where the device is a GPU, the norms, the argmax and
+    the attention spread over workgroups (spread_workgroups, argmax_parts,
+    attention_split); off, one workgroup per vector and per head, as before
+    they were spread (a before/after on the same GPU; lavapipe's loop budget
+    still splits long attention)."""
 
     def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
-                 timestamps: bool = False, profile: bool = False, prompt_chunk: int = MAX_COLS):
+                 timestamps: bool = False, profile: bool = False, prompt_chunk: int = MAX_COLS,
+                 spread: bool = True):
         mode = check_request(path_mode or "auto")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
         if not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= MAX_COLS:
             raise ValueError(f"prompt_chunk {prompt_chunk!r}: 1 (token by token) to {MAX_COLS} tokens per submit")
         self.prompt_chunk = prompt_chunk
+        self.spread = spread
         self.file = f = file if file is not None else LlamaFile(model_file, fuse)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
@@ -138,7 +145,8 @@ class GpuLlama(Decoder):
 
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
-        self.scores = b.tensor(attention_scratch_size(b.device, shape, queries=self.prompt_chunk),
+        self.attention_split = attention_split(b.device, shape, self.spread)
+        self.scores = b.tensor(attention_scratch_size(b.device, shape, self.attention_split, self.prompt_chunk),
                                name="attention scratch")
         self.k_cache = [b.tensor(shape.cache_size, name=f"K cache {i}") for i in range(cfg.n_layer)]
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
@@ -164,6 +172,7 @@ class GpuLlama(Decoder):
         dev = b.device
         g = b.graph(timestamps=self.timestamps)
         qd = cfg.n_head * cfg.head_dim
+        norm_workgroups = None if self.spread else 1  # None: each norm's vector spread as the device wants
         tokens = g.input(b.tensor(n, dtype=np.int32, name="tokens"))
         positions = g.input(b.tensor(n, dtype=np.int32, name="positions"))
         k_used = cfg.n_expert_used
@@ -226,17 +235,17 @@ class GpuLlama(Decoder):
             norm = self.norm_weights[i]
             x_next = streams[1] if x is streams[0] else streams[0]
             g.add(RMSNorm(dev, x, norm["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, residual=residual,
-                          xq=hq, slots=slots, x_out=x_next if residual else None))
+                          xq=hq, slots=slots, x_out=x_next if residual else None, workgroups=norm_workgroups))
             x = x_next if residual else x
             for names in layer.qkv:
                 matvec(names, h)
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
             g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
-                            self.scores, Vectors(attn, qd), xq=attn_q, n=n))
+                            self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n))
             matvec(layer.attn_output, attn)
             x_next = streams[1] if x is streams[0] else streams[0]
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
-                          residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next))
+                          residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, workgroups=norm_workgroups))
             x = x_next
             if layer.router is None:
                 for names in layer.gate_up:
@@ -265,11 +274,12 @@ class GpuLlama(Decoder):
         x_next = streams[1] if x is streams[0] else streams[0]
         g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
                       cfg.rms_eps, residual=last_residual, xq=h_last_q, slots=last_slots,
-                      x_out=Vectors(x_next.tensor, cfg.n_embd, last)), label="RMSNorm output_norm")
+                      x_out=Vectors(x_next.tensor, cfg.n_embd, last), workgroups=norm_workgroups),
+              label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, name="logits"))
         matvec(f.output_group, h_last, out=logits)
         next_token = g.output(b.tensor(1, dtype=np.int32, name="next token"))
-        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token))
+        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, parts=None if self.spread else 1))
         return _Step(n, g, tokens, positions, logits, next_token)
 
     def warm_up(self, n_prompt: int = 0) -> float:

@@ -313,15 +313,15 @@ def attention_loop_iterations(head_dim: int, wg: int, positions: int) -> int:
 GPU_ATTENTION_SPLIT = 32
 
 
-def attention_split(device, shape: AttentionShape) -> int:
+def attention_split(device, shape: AttentionShape, spread: bool = True) -> int:
     """Positions per workgroup for this device (0: a head's whole context in
-    one workgroup): under a loop budget (llvmpipe's, vkq.dispatch.choose), the
+    one workgroup): under a loop budget (llvmpipe's, vkq.device.caps), the
     most whose invocations stay within half of it; on a GPU,
-    GPU_ATTENTION_SPLIT; one workgroup per head on other CPU drivers, whose
-    few cores the heads keep busy."""
+    GPU_ATTENTION_SPLIT unless `spread` is off; one workgroup per head on
+    other CPU drivers, whose few cores the heads keep busy."""
     budget = device.caps.max_loop_iterations
     if budget is None:
-        if device.caps.device_type == "cpu" or shape.capacity <= GPU_ATTENTION_SPLIT:
+        if not spread or device.caps.device_type == "cpu" or shape.capacity <= GPU_ATTENTION_SPLIT:
             return 0
         return GPU_ATTENTION_SPLIT
     _, wg = reducing_variant(device, "attention")
