@@ -172,12 +172,15 @@ def test_tuned_entry_used_on_next_run(backend, tuning_dir):
 
 def test_backend_choice_follows_the_activations(backend, tuning_dir):
     """The int8 path's activations reach the table (lavapipe's Q8_0 rules by
-    activations), and each choice is remembered under its own activations."""
+    activations; its q8_1x2 calls get the dequantize path unless they name
+    the int8 one), and each choice is remembered under its own activations."""
     if backend.dispatcher.device_class.arch != "lavapipe":
         pytest.skip("lavapipe's table")
     w = backend.upload("Q8_0", (64, 4096), np.zeros((64, 128 * 34), np.uint8))
-    one, two = backend.pipeline(w, activations="q8_1"), backend.pipeline(w, activations="q8_1x2")
-    assert (one.rows_per_wg, one.x_planes, two.rows_per_wg, two.x_planes) == (4, 1, 16, 2)
+    one, two = backend.pipeline(w, activations="q8_1"), backend.pipeline(w, path="mmvq", activations="q8_1x2")
+    assert (one.path, one.rows_per_wg, one.x_planes) == ("mmvq", 4, 1)
+    assert (two.path, two.rows_per_wg, two.x_planes) == ("mmvq", 16, 2)
+    assert backend.pipeline(w, activations="q8_1x2").path == "dmmv"
     assert backend.pipeline(w, activations="q8_1") == one
 
 

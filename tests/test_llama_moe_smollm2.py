@@ -128,7 +128,7 @@ def test_llama_cpp_decodes_the_reference_tokens(runs):
     assert llama_cpp[:n] == want.tokens[:n]
 
 
-@pytest.mark.parametrize("engine, path", [("graph", "auto"), ("graph", "dmmv"), ("host", "auto"), ("host", "dmmv")])
+@pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
 def test_generate_matches_llama_cpp(backend, moe_file, runs, engine, path):
     ids, want, llama_cpp, n, _ = runs
     model = load(moe_file[1], backend=backend, engine=engine, path=path)

@@ -53,8 +53,8 @@ def lookup(cls: DeviceClass, qtype: str, rows: int, k: int, ncols: int, path: st
 
     The path is the caller's `path`, else the table's; then the rules apply
     in order, those with a `paths` condition only where it holds for that path
-    (and an `activations` condition, an int8-path rule, only where it names
-    the call's activations).
+    (and an `activations` condition only where it names the call's
+    activations: an int8-path launch, or the path such a call gets).
     Returns (params with path, wg_size, rows_per_wg, reduction; a description
     of the table entries that decided them, each rule by its label, basis and
     settings (its note: `rule_notes`); their bases, of BASES).
@@ -103,7 +103,8 @@ def _rule_label(origin: str, i: int, class_key: str) -> str:
 def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k: int, ncols: int,
            path: str | None, activations: str) -> tuple[dict, list[str], frozenset[str]]:
     """The default overridden by every matching rule, in order; path None
-    skips the rules conditioned on a path (they cannot set one). Returns the
+    skips the rules conditioned on a path (they cannot set one), a given path
+    the rules that set another path and nothing else. Returns the
     parameters, a line per entry used and the entries' bases."""
     params = {p: default[p] for p in PARAMS}
     params.update({p: default.get(p, v) for p, v in OPTIONAL_PARAMS.items()})
@@ -114,6 +115,9 @@ def _apply(default: dict, rules: list, class_key: str, qtype: str, rows: int, k:
         if "paths" in rule and (path is None or path not in rule["paths"]):
             continue
         if "activations" in rule and activations not in rule["activations"]:
+            continue
+        if path is not None and rule.get("path", path) != path and not any(p in rule for p in ALL_PARAMS
+                                                                           if p != "path"):
             continue
         params.update({p: rule[p] for p in ALL_PARAMS if p in rule})
         set_ = ", ".join(f"{p}={rule[p]}" for p in ALL_PARAMS if p in rule)
@@ -236,9 +240,10 @@ def _entry(problems: list[str], where: str, e: dict, allow, required) -> None:
     if acts is not None:
         if not isinstance(acts, list) or not acts or any(a not in ACTIVATION_PLANES for a in acts):
             problems.append(f"{where}: 'activations' must be a non-empty list of {tuple(ACTIVATION_PLANES)}")
-        if paths != ["mmvq"]:
-            problems.append(f"{where}: a rule conditioned on 'activations' needs 'paths': ['mmvq'] "
-                            "(only the int8 path has activations)")
+        if paths != ["mmvq"] and "path" not in e:
+            problems.append(f"{where}: a rule conditioned on 'activations' needs 'paths': ['mmvq'] (the int8 "
+                            "path's launch: only it has activations) or sets 'path' (the path a call asking "
+                            "for these activations gets)")
     types = e.get("types")
     if types is not None:
         if not isinstance(types, list) or not types:
