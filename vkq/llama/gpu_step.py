@@ -183,6 +183,11 @@ class GpuLlama(Decoder):
         # (RMSNorm: a vector spread over workgroups is not written back in place).
         streams = [Vectors(b.tensor(cfg.n_embd, n, name=f"x{j}"), cfg.n_embd) for j in (0, 1)]
         x = streams[0]
+
+        def other(stream: Vectors) -> Vectors:
+            """The stream a norm writes when it reads `stream`."""
+            return streams[1] if stream is streams[0] else streams[0]
+
         h = b.tensor(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
         h_last = b.tensor(cfg.n_embd, name="h of the last token")  # the output norm's: the output head's input
         attn = b.tensor(qd, n, name="attention")
@@ -233,7 +238,7 @@ class GpuLlama(Decoder):
         for i, layer in enumerate(f.layers):
             pre = f"blk.{i}."
             norm = self.norm_weights[i]
-            x_next = streams[1] if x is streams[0] else streams[0]
+            x_next = other(x)
             g.add(RMSNorm(dev, x, norm["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, residual=residual,
                           xq=hq, slots=slots, x_out=x_next if residual else None, workgroups=norm_workgroups))
             x = x_next if residual else x
@@ -243,7 +248,7 @@ class GpuLlama(Decoder):
             g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
                             self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n))
             matvec(layer.attn_output, attn)
-            x_next = streams[1] if x is streams[0] else streams[0]
+            x_next = other(x)
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
                           residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, workgroups=norm_workgroups))
             x = x_next
@@ -271,7 +276,7 @@ class GpuLlama(Decoder):
                                 residual.step)
         last_slots = WeightedSlots(slots.weights, slots.k, (n - 1) * slots.k) if slots else None
         last = (n - 1) * x.tensor.stride
-        x_next = streams[1] if x is streams[0] else streams[0]
+        x_next = other(x)
         g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
                       cfg.rms_eps, residual=last_residual, xq=h_last_q, slots=last_slots,
                       x_out=Vectors(x_next.tensor, cfg.n_embd, last), workgroups=norm_workgroups),

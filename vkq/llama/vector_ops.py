@@ -193,14 +193,20 @@ class WeightedSlots:
     offset: int = 0
 
 
+def spreads(device) -> bool:
+    """Whether the ops that one workgroup could do (norms, argmax, attention)
+    spread over workgroups on this device: on a GPU, where one workgroup
+    leaves all but one of its cores idle; not on a CPU driver, whose few
+    cores the other vectors and ops keep busy."""
+    return device.caps.device_type != "cpu"
+
+
 def spread_workgroups(device, n_blocks: int, wg: int) -> int:
     """Workgroups to spread one vector's n_blocks 32-value blocks over: one
-    block per invocation on a GPU, where one workgroup per vector leaves all
-    but one of its cores idle (an H200 ran SmolLM2's and an 8B model's
-    RMSNorm at 17 and 97 us a vector in one workgroup, 33% and 60% of their
-    decode steps, 2026-11-26); one workgroup on a CPU driver, whose few
-    cores the other vectors and ops keep busy."""
-    return 1 if device.caps.device_type == "cpu" else -(-n_blocks // wg)
+    block per invocation where the device spreads (an H200 ran SmolLM2's and
+    an 8B model's RMSNorm at 17 and 97 us a vector in one workgroup, 33% and
+    60% of their decode steps, 2026-11-26), else one."""
+    return -(-n_blocks // wg) if spreads(device) else 1
 
 
 class RMSNorm(_Op):
@@ -316,12 +322,12 @@ GPU_ATTENTION_SPLIT = 32
 def attention_split(device, shape: AttentionShape, spread: bool = True) -> int:
     """Positions per workgroup for this device (0: a head's whole context in
     one workgroup): under a loop budget (llvmpipe's, vkq.device.caps), the
-    most whose invocations stay within half of it; on a GPU,
-    GPU_ATTENTION_SPLIT unless `spread` is off; one workgroup per head on
-    other CPU drivers, whose few cores the heads keep busy."""
+    most whose invocations stay within half of it; else GPU_ATTENTION_SPLIT
+    where the device spreads (`spreads`) unless `spread` is off, one
+    workgroup per head where not."""
     budget = device.caps.max_loop_iterations
     if budget is None:
-        if not spread or device.caps.device_type == "cpu" or shape.capacity <= GPU_ATTENTION_SPLIT:
+        if not (spread and spreads(device)) or shape.capacity <= GPU_ATTENTION_SPLIT:
             return 0
         return GPU_ATTENTION_SPLIT
     _, wg = reducing_variant(device, "attention")
@@ -468,10 +474,10 @@ class ExpertRouting(_Op):
 
 
 def argmax_parts(device, length: int) -> int:
-    """Ranges a vector's argmax is split into: one per ARGMAX_SPAN values on
-    a GPU (one workgroup over a 49k vocabulary took an H200 235 us,
-    2026-11-26), the whole vector in one on a CPU driver."""
-    return 1 if device.caps.device_type == "cpu" else -(-length // ARGMAX_SPAN)
+    """Ranges a vector's argmax is split into: one per ARGMAX_SPAN values
+    where the device spreads (one workgroup over a 49k vocabulary took an
+    H200 235 us, 2026-11-26), else the whole vector in one."""
+    return -(-length // ARGMAX_SPAN) if spreads(device) else 1
 
 
 class Argmax(_Op):
