@@ -63,8 +63,13 @@ layout(constant_id = 4) const uint PASS = 0;  // 0: a decode step; 1, 2: a chunk
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
 layout(std430, binding = 2) readonly restrict buffer V { float v[]; };
-layout(std430, binding = 3) restrict buffer KCache { float k_cache[]; };
-layout(std430, binding = 4) restrict buffer VCache { float v_cache[]; };
+layout(std430, binding = 3) buffer KCache { float k_cache[]; };
+layout(std430, binding = 4) buffer VCache { float v_cache[]; };
+// The caches again, four values at a time: with head_dim a multiple of 4 a
+// head's keys and values are whole vec4s, read with a quarter of the loads
+// (a CPU driver's cost is per load, not per byte).
+layout(std430, binding = 3) readonly buffer KCache4 { vec4 k_cache4[]; };
+layout(std430, binding = 4) readonly buffer VCache4 { vec4 v_cache4[]; };
 layout(std430, binding = 5) readonly restrict buffer Table { vec2 cos_sin[]; };
 layout(std430, binding = 6) readonly restrict buffer Pos { int pos[]; };
 layout(std430, binding = 7) restrict buffer Scores { float scores[]; };
@@ -83,8 +88,9 @@ layout(push_constant) uniform Params {
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint MAX_HEAD_DIM = 256u;  // the host checks
-shared float q_rot[MAX_HEAD_DIM];
-shared float k_rot[MAX_HEAD_DIM];
+// The rotated query and new key, zero past head_dim to a whole vec4.
+shared vec4 q_rot[MAX_HEAD_DIM / 4u];
+shared vec4 k_rot[MAX_HEAD_DIM / 4u];
 
 #include "reduce.glsl"
 #include "q8_1.glsl"
@@ -96,6 +102,45 @@ vec2 rope(vec2 x, uint j, uint at) {
     }
     const vec2 cs = cos_sin[at * (p.n_rot / 2u) + j];
     return vec2(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
+}
+
+// Values 4i .. 4i+3 of the head that starts at element `base` of a cache (0 past head_dim).
+vec4 cached_key(uint base, uint i) {
+    if (p.head_dim % 4u == 0u) {
+        return k_cache4[base / 4u + i];
+    }
+    vec4 r = vec4(0.0);
+    for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
+        r[c] = k_cache[base + 4u * i + c];
+    }
+    return r;
+}
+
+vec4 cached_value(uint base, uint i) {
+    if (p.head_dim % 4u == 0u) {
+        return v_cache4[base / 4u + i];
+    }
+    vec4 r = vec4(0.0);
+    for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
+        r[c] = v_cache[base + 4u * i + c];
+    }
+    return r;
+}
+
+// q . k_t for the key at `base` of the K cache, or (cached false) the new key:
+// one order of the sums for both, so that a key gives the same score read
+// from either place.
+float score(uint base, bool cached) {
+    float s = 0.0;
+    for (uint i = 0u; 4u * i < p.head_dim; i++) {
+        const vec4 kk = cached ? cached_key(base, i) : k_rot[i];
+        const vec4 qq = q_rot[i];
+        s += qq.x * kk.x;
+        s += qq.y * kk.y;
+        s += qq.z * kk.z;
+        s += qq.w * kk.w;
+    }
+    return s;
 }
 
 // The scratch's partial result of split c of head h for query qi: m, l, then head_dim sums.
@@ -199,11 +244,11 @@ void main() {
         const bool pair = e + 1u < p.head_dim;
         const vec2 qe = rope(vec2(q[qb + e], pair ? q[qb + e + 1u] : 0.0), j, position);
         const vec2 ke = rope(vec2(k[kb + e], pair ? k[kb + e + 1u] : 0.0), j, position);
-        q_rot[e] = qe.x;
-        k_rot[e] = ke.x;
+        q_rot[e / 4u][e % 4u] = qe.x;
+        k_rot[e / 4u][e % 4u] = ke.x;
         if (pair) {
-            q_rot[e + 1u] = qe.y;
-            k_rot[e + 1u] = ke.y;
+            q_rot[(e + 1u) / 4u][(e + 1u) % 4u] = qe.y;
+            k_rot[(e + 1u) / 4u][(e + 1u) % 4u] = ke.y;
         }
         if (!cached && h % group_size == 0u && split == 0u) {
             const uint c = kv0 + position * p.head_dim + e;
@@ -215,24 +260,17 @@ void main() {
             }
         }
     }
+    for (uint d = p.head_dim + tid; d < (p.head_dim + 3u) / 4u * 4u; d += WG_SIZE) {
+        q_rot[d / 4u][d % 4u] = 0.0;
+        k_rot[d / 4u][d % 4u] = 0.0;
+    }
     memoryBarrierShared();
     barrier();
 
     // Scores; each invocation takes positions t0 + tid, t0 + tid + WG_SIZE, ... (the new key's from k_rot)
     float m = -1.0 / 0.0;
     for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
-        float s = 0.0;
-        if (cached || t < position) {
-            const uint c = kv0 + t * p.head_dim;
-            for (uint d = 0u; d < p.head_dim; d++) {
-                s += q_rot[d] * k_cache[c + d];
-            }
-        } else {
-            for (uint d = 0u; d < p.head_dim; d++) {
-                s += q_rot[d] * k_rot[d];
-            }
-        }
-        s *= p.scale;
+        const float s = score(kv0 + t * p.head_dim, cached || t < position) * p.scale;
         scores[sb + t] = s;
         m = max(m, s);
     }
@@ -252,18 +290,22 @@ void main() {
     const uint t_cache = cached ? t1 : min(t1, position);  // positions read from the V cache; the new one from v
     const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
     const uint pb = SPLIT > 0u ? partial(qi, h, split, (p.capacity + SPLIT - 1u) / SPLIT) : 0u;
-    for (uint d = tid; d < p.head_dim; d += WG_SIZE) {
-        float acc = 0.0;
+    for (uint i = tid; 4u * i < p.head_dim; i += WG_SIZE) {
+        vec4 acc = vec4(0.0);
         for (uint t = t0; t < t_cache; t++) {
-            acc += scores[sb + t] * v_cache[kv0 + t * p.head_dim + d];
+            acc += scores[sb + t] * cached_value(kv0 + t * p.head_dim, i);
         }
-        if (t1 > t_cache) {
-            acc += scores[sb + position] * v[vb + d];
-        }
-        if (SPLIT > 0u) {
-            scores[pb + 2u + d] = acc;
-        } else {
-            o[ob + d] = acc * inv_sum;
+        for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
+            const uint d = 4u * i + c;
+            float a = acc[c];
+            if (t1 > t_cache) {
+                a += scores[sb + position] * v[vb + d];
+            }
+            if (SPLIT > 0u) {
+                scores[pb + 2u + d] = a;
+            } else {
+                o[ob + d] = a * inv_sum;
+            }
         }
     }
     if (SPLIT > 0u) {

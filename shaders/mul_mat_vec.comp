@@ -14,6 +14,14 @@
 //   TEXEL_X          x (or its Q8_1 blocks) is read through a uniform texel
 //                    buffer view of 16-byte texels, not as a storage buffer
 //
+// GLU (specialization constant 8): W is a stacked gate|up matrix (the gate
+// rows, then as many up rows) and y = silu(W_gate x) * (W_up x), ggml's
+// SwiGLU, fused into the mat-vec: a workgroup's NUM_ROWS rows (an even
+// number) are NUM_ROWS/2 gate rows and the up rows of the same index, so it
+// holds both halves of each output; y[i] is the bits that a SwiGLU over the
+// unfused mat-vec's output would give (the same float operations on the same
+// values). nrows counts W's rows; y has half as many.
+//
 // Bindings: 0 W, 1 x, 2 y, then 3 ids (MUL_MAT_ID), then the three texel
 // views of W (TEXEL_WEIGHTS; binding 0 is then not read).
 //
@@ -48,6 +56,7 @@ layout(constant_id = 6) const bool VALUES_BY_SELECTS = false;
 // token's experts, when a chunk of tokens shares the call); x_slot_stride
 // is then the stride between those vectors.
 layout(constant_id = 7) const uint SLOTS_PER_X = 1;
+layout(constant_id = 8) const bool GLU = false;
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4
@@ -118,12 +127,38 @@ const float X_SCALE = 1.0 / 4096.0;
 
 shared float partial[NUM_ROWS * NCOLS][WG_SIZE];
 
+// The rows of the output (y's rows: W's, or with GLU half of them) and the
+// first of this thread's (or workgroup's) NUM_ROWS rows (with GLU its
+// NUM_ROWS / 2 outputs' first).
+uint out_rows() { return GLU ? p.nrows / 2u : p.nrows; }
+uint out_per_group() { return GLU ? NUM_ROWS / 2u : NUM_ROWS; }
+
+// W's row for the thread's r-th row (rows past the end repeat the last one;
+// their sums are not written). With GLU, rows r < NUM_ROWS/2 are gate rows
+// out0 + r, the rest the up rows of the same outputs.
+uint w_row(uint out0, uint r) {
+    if (!GLU) {
+        return min(out0 + r, p.nrows - 1u);
+    }
+    const uint half_rows = p.nrows / 2u;
+    const uint i = r % out_per_group();
+    return min(out0 + i, half_rows - 1u) + (r < out_per_group() ? 0u : half_rows);
+}
+
+float silu(float g) { return g / (1.0 + exp(-g)); }
+
+// Output o (< out_per_group()) of column col from the finished sums in acc:
+// the row's, or with GLU silu(gate) * up, each unscaled as y would hold it.
+#define OUT_VALUE(o, col) (GLU ? silu(acc[(o) * NCOLS + (col)] * (1.0 / X_SCALE)) \
+                                 * (acc[((o) + out_per_group()) * NCOLS + (col)] * (1.0 / X_SCALE)) \
+                               : acc[(o) * NCOLS + (col)] * (1.0 / X_SCALE))
+
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     // Row groups beyond 65535 workgroups continue in z.
     const uint group = gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    const uint row0 = (SPLIT_K ? group : group * WG_SIZE + tid) * NUM_ROWS;
-    if (row0 >= p.nrows) {
+    const uint row0 = (SPLIT_K ? group : group * WG_SIZE + tid) * out_per_group();  // the first output row
+    if (row0 >= out_rows()) {
         // With SPLIT_K uniform across the workgroup, so no barrier is skipped
         // by part of it; without it no barrier follows.
         return;
@@ -154,7 +189,7 @@ void main() {
     if (WHOLE_UNITS) {
         const uint ib0 = unit * UNIT_CHUNKS / CHUNKS_PER_BLOCK;
         for (uint r = 0u; r < NUM_ROWS; r++) {
-            meta[r] = unit_meta(block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib0);
+            meta[r] = unit_meta(block0 + w_row(row0, r) * p.nblocks + ib0);
         }
     }
     for (uint j = 0u; j < CHUNKS_PER_THREAD; j++) {
@@ -175,7 +210,7 @@ void main() {
         }
         for (uint r = 0u; r < NUM_ROWS; r++) {
             // Rows past the end repeat the last row; their sums are not written.
-            const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
+            const uint ib = block0 + w_row(row0, r) * p.nblocks + ib_in_row;
             const Quants q = chunk_quants(meta[r], j, ib, sb);
             const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
             for (uint col = 0u; col < NCOLS; col++) {
@@ -202,7 +237,7 @@ void main() {
                              dot(xv[col][4] + xv[col][5] + xv[col][6] + xv[col][7], vec4(1.0)));
         }
         for (uint r = 0u; r < NUM_ROWS; r++) {
-            const uint ib = block0 + min(row0 + r, p.nrows - 1u) * p.nblocks + ib_in_row;
+            const uint ib = block0 + w_row(row0, r) * p.nblocks + ib_in_row;
 #ifdef BLOCK_PLAIN
             for (uint h = 0u; h < 2u; h++) {
                 vec4 wv[4];
@@ -239,10 +274,10 @@ void main() {
     const uint y0 = slot * p.y_slot_stride + p.y_row_offset;
     if (!SPLIT_K) {
         // This thread's rows are complete.
-        for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
-            const uint r = i / NCOLS, col = i % NCOLS;
-            if (row0 + r < p.nrows) {
-                y[y0 + col * p.y_col_stride + row0 + r] = acc[i] * (1.0 / X_SCALE);
+        for (uint i = 0u; i < out_per_group() * NCOLS; i++) {
+            const uint o = i / NCOLS, col = i % NCOLS;
+            if (row0 + o < out_rows()) {
+                y[y0 + col * p.y_col_stride + row0 + o] = OUT_VALUE(o, col);
             }
         }
         return;
@@ -289,10 +324,10 @@ void main() {
 #endif
 
     // Every thread now holds the totals; thread i writes output i.
-    for (uint i = tid; i < NUM_ROWS * NCOLS; i += WG_SIZE) {
-        const uint r = i / NCOLS, col = i % NCOLS;
-        if (row0 + r < p.nrows) {
-            y[y0 + col * p.y_col_stride + row0 + r] = acc[i] * (1.0 / X_SCALE);
+    for (uint i = tid; i < out_per_group() * NCOLS; i += WG_SIZE) {
+        const uint o = i / NCOLS, col = i % NCOLS;
+        if (row0 + o < out_rows()) {
+            y[y0 + col * p.y_col_stride + row0 + o] = OUT_VALUE(o, col);
         }
     }
 }

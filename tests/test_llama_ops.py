@@ -109,41 +109,48 @@ def test_embed_rows_refuses_bad_output(backend):
 
 # -- RMSNorm -----------------------------------------------------------------------
 
+@pytest.mark.parametrize("length, off, stride, y_stride", [(333, 5, 340, 352), (576, 4, 580, 576)],
+                         ids=["unaligned", "vec4-aligned"])
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-def test_rms_norm(backend, residual, reduction):
-    length, n, eps = 333, 3, 1e-5
+def test_rms_norm(backend, residual, reduction, length, off, stride, y_stride):
+    """Vectors at an offset and stride, read and written four values at a
+    time where every one starts on a whole vec4, else one at a time."""
+    n, eps = 3, 1e-5
     r = rng(1)
-    # x: vectors at offset 5, stride 340, of values with an outlier 90x the RMS (like SmolLM2's)
-    x_host = np.zeros(5 + n * 340, np.float32)
+    # x: vectors of values with an outlier 90x the RMS (like SmolLM2's)
+    x_host = np.zeros(off + n * stride, np.float32)
     xs = r.standard_normal((n, length)).astype(np.float32)
     xs[:, 7] *= 90
     for v in range(n):
-        x_host[5 + v * 340: 5 + v * 340 + length] = xs[v]
+        x_host[off + v * stride: off + v * stride + length] = xs[v]
     res = r.standard_normal((n, length)).astype(np.float32)
     w = (1 + 0.1 * r.standard_normal(length)).astype(np.float32)
     x_t, w_t, res_t = upload(backend, x_host), upload(backend, w), upload(backend, res)
-    y_t = zeros(backend, n * 352)
-    op = RMSNorm(backend.device, Vectors(x_t, length, 5, 340), w_t, Vectors(y_t, length, 0, 352), eps, n,
+    y_t = zeros(backend, n * y_stride + 32)
+    op = RMSNorm(backend.device, Vectors(x_t, length, off, stride), w_t, Vectors(y_t, length, 0, y_stride), eps, n,
                  residual=Vectors(res_t, length, 0, length) if residual else None)
     assert (x_t in op.writes) == residual
     run(backend, [op], outputs=[x_t, y_t])
-    x_new = x_t.read()[5:][: n * 340].reshape(n, 340)[:, :length]
+    x_new = x_t.read()[off:][: n * stride].reshape(n, stride)[:, :length]
+    assert not x_t.read()[:off].any() and not x_t.read().reshape(-1)[off:][: n * stride].reshape(
+        n, stride)[:, length:].any(), "nothing written between the vectors"
     want_x = (xs + res) if residual else xs  # float32 adds, as the reference decoder does them
     assert np.array_equal(x_new, want_x)
     x64 = want_x.astype(np.float64)
     want = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w
-    got = y_t.read().reshape(n, 352)
+    got = y_t.read()[: n * y_stride].reshape(n, y_stride)
     assert ref.nmse(got[:, :length], want) < NMSE_F32
-    assert not got[:, length:].any()
+    assert not got[:, length:].any() and not y_t.read()[n * y_stride:].any()
 
 
+@pytest.mark.parametrize("length", [333, 352], ids=["unaligned", "vec4-aligned"])  # 11 blocks
 @pytest.mark.parametrize("workgroups", [2, 3, 11])
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-def test_rms_norm_spread_over_workgroups(backend, residual, workgroups, reduction):
+def test_rms_norm_spread_over_workgroups(backend, residual, workgroups, reduction, length):
     """A vector spread over workgroups (as on a GPU: each reads the whole
     vector for its sum, then takes its blocks): the bits of one workgroup's,
     x + residual written to x_out, y's Q8_1 blocks those of y."""
-    length, n, eps = 333, 3, 1e-5  # 11 blocks, the last one partial
+    n, eps = 3, 1e-5
     r = rng(7)
     xs = (r.standard_normal((n, length)) * 3).astype(np.float32)
     rs = r.standard_normal((n, length)).astype(np.float32)
@@ -355,20 +362,22 @@ def test_attention_refuses(backend, change, match):
 
 # -- SwiGLU, argmax ----------------------------------------------------------------
 
-def test_swiglu(backend):
-    n_ff, n = 1001, 2
+@pytest.mark.parametrize("n_ff, pad", [(1001, 3), (1536, 4)], ids=["unaligned", "vec4-aligned"])
+def test_swiglu(backend, n_ff, pad):
+    """Every vector on whole vec4s (read and written four values at a time) or not."""
+    n = 2
     r = rng(3)
-    gu = (4 * r.standard_normal((n, 2 * n_ff + 3))).astype(np.float32)  # gate | up | 3 of padding
+    gu = (4 * r.standard_normal((n, 2 * n_ff + pad))).astype(np.float32)  # gate | up | padding
     gu[0, :3] = [-100.0, 100.0, 0.0]  # exp overflow, saturation, zero
     gu_t = upload(backend, gu)
-    out = zeros(backend, n * 1024)
+    out = zeros(backend, n * 2048)
     stride = gu.shape[1]
     run(backend, [SwiGLU(backend.device, Vectors(gu_t, n_ff, 0, stride), Vectors(gu_t, n_ff, n_ff, stride),
-                         Vectors(out, n_ff, 0, 1024), n)], outputs=[out])
+                         Vectors(out, n_ff, 0, 2048), n)], outputs=[out])
     g, u = gu[:, :n_ff].astype(np.float64), gu[:, n_ff:2 * n_ff].astype(np.float64)
     want = g / (1 + np.exp(-g)) * u
-    got = out.read().reshape(n, 1024)
-    assert np.isfinite(got).all()
+    got = out.read().reshape(n, 2048)
+    assert np.isfinite(got).all() and not got[:, n_ff:].any(), "nothing written past the vectors"
     assert ref.nmse(got[:, :n_ff], want) < NMSE_F32
     assert abs(got[0, 0]) < 1e-30 and got[0, 1] == pytest.approx(100.0 * u[0, 1])
 

@@ -6,8 +6,10 @@
 - dispatches and barriers per token are the graph's, and show in the
   summary line;
 - `Profile.of_replays` aggregates by label (median per row) on made-up times;
-- the CLI prints the table; a profile of the host engine or of no decode
-  step is one line of error.
+- a prompt's chunks have their own profile (the chunk step's ops, time
+  per token = the step's over its tokens), the warm-up replay in neither;
+- the CLI prints the table (and the chunks' where the prompt filled one);
+  a profile of the host engine or of no decode step is one line of error.
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def test_step_profile_covers_every_op(backend, tiny, tiny_moe, moe):
         assert any(label.startswith("ffn_gate_exps Q8_0 ") for label in rows)
         assert any(label.startswith("ffn_gate_inp F32 dmmv") for label in rows)
     else:
-        assert any(label.startswith("ffn_gate+ffn_up Q8_0 ") for label in rows)
+        assert any(label.startswith("ffn_gate+ffn_up+swiglu Q8_0 ") for label in rows) and "SwiGLU" not in rows
     dispatches, barriers = model.graph.dispatch_counts()
     assert (prof.dispatches, prof.barriers) == (dispatches, barriers) == (gen.stats.dispatches, gen.stats.barriers)
     assert rows["barrier"].count == barriers
@@ -74,14 +76,38 @@ def test_profile_needs_profiling_and_steps(backend, tiny):
         model.profile(1)
     model = GpuLlama(tiny, backend, "auto", ctx=8, profile=True)
     model.logits([5])  # one replay
-    with pytest.raises(ValueError, match="3 steps to profile; 1 were run"):
+    with pytest.raises(ValueError, match="3 decode steps to profile; 1 were run"):
         model.profile(3)
+    with pytest.raises(ValueError, match="1 steps of 8 tokens to profile; 0 were run"):
+        model.profile(1, 8)
+
+
+def test_prompt_chunks_have_their_own_profile(backend, tiny):
+    model = GpuLlama(tiny, backend, "auto", ctx=40, profile=True)
+    model.warm_up(19)
+    assert model.profiled_steps(1) == model.profiled_steps(8) == 0, "warm-up replays are not profiled"
+    gen = model.greedy(model.tokenizer.encode("the theory of the theory of the theory of the theory")[:19], 4,
+                       stop_at_eos=False)
+    assert model.profiled_steps(8) == 2 and model.profiled_steps(3) == 1  # 19 = 8 + 8 + 3
+    assert model.profiled_steps(1) == gen.stats.decode_steps
+    chunk = model.profile(2, 8)
+    dispatches, barriers = model._step(8).graph.dispatch_counts()
+    assert (chunk.dispatches, chunk.barriers, chunk.tokens) == (dispatches, barriers, 8)
+    assert {r.label for r in chunk.rows} == {r.label for r in model.profile(1).rows}
+    assert "per step of 8 tokens" in chunk.summary()
+    # the table's time per token is the step's over its 8 tokens
+    total = next(line for line in chunk.table().splitlines() if "GPU time per token" in line)
+    assert float(total.split("|")[3]) == pytest.approx(chunk.gpu_seconds * 1e6 / 8, abs=0.06)
 
 
 def test_cli_profile(tiny, capsys):
     assert main(["generate", str(tiny), "-p", "the", "-n", "4", "--ignore-eos", "--profile"]) == 0
     err = capsys.readouterr().err
     assert "profile of a decode step" in err and "| op " in err and "wall clock per token" in err
+    assert "prompt's chunks" not in err  # a one-token prompt fills no chunk
+    prompt = "the theory of the theory of the theory"
+    assert main(["generate", str(tiny), "-p", prompt, "-n", "3", "--ignore-eos", "--profile"]) == 0
+    assert "profile of the prompt's chunks of 8 tokens" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, match", [

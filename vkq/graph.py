@@ -45,7 +45,7 @@ import numpy as np
 
 from .device.timing import timestamp_span
 from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, q8_1_words
-from .resolve import MAX_COLS, check_weights, resolve
+from .resolve import MAX_COLS, check_weights, fused_swiglu_fits, resolve
 from .tensor import Tensor
 
 
@@ -273,11 +273,12 @@ class Graph:
         self.counts["quantize"] += 1
         return xq
 
-    def _matvec_node(self, w, cfg, x: Tensor, y: Tensor, ids: Tensor | None, n_slots: int, label: str | None) -> None:
+    def _matvec_node(self, w, cfg, x: Tensor, y: Tensor, ids: Tensor | None, n_slots: int, label: str | None,
+                     glu: bool = False) -> None:
         xin = self._x_for(x, cfg)
         op = MatVec(self.backend.device, w, cfg, xin.kp, y.kp, ncols=1 if ids is not None else x.n,
                     ids=None if ids is None else ids.kp, n_slots=n_slots, shared_x=ids is not None and x.n == 1,
-                    slots_per_x=n_slots // x.n if ids is not None else 1, y_stride=y.stride)
+                    slots_per_x=n_slots // x.n if ids is not None else 1, y_stride=y.stride, glu=glu)
         collector = _Collector()
         op.record(collector)
         kind = "mat-vec" if ids is None else "MUL_MAT_ID"
@@ -289,13 +290,24 @@ class Graph:
 
     @_locked
     def matvec(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
-               config=None, out: Tensor | None = None, label: str | None = None) -> Tensor:
+               config=None, out: Tensor | None = None, label: str | None = None, glu: bool = False) -> Tensor:
         """y = W @ x for each of x's vectors (1 to MAX_COLS): a tensor of x.n vectors of `rows` values.
-        label: the matrix's role in a profile (its block type and path are added)."""
+        label: the matrix's role in a profile (its block type and path are added).
+        glu: W stacks a gate matrix and an up matrix of rows / 2 rows each (in
+        one weights buffer: `fused_swiglu_fits`), and y = silu(W_gate x) * (W_up x),
+        rows / 2 values per vector: ggml's SwiGLU fused into the mat-vec, the
+        bits of SwiGLU over the unfused mat-vec's output."""
         self._open()
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
-        return self._add_matvec(w, x, resolve(self.backend, w, x.n, path, config, activations), out=out, label=label)
+        if glu and not fused_swiglu_fits(w):
+            raise ValueError(f"glu: {w!r} must stack gate and up matrices of equal rows (an even row count) in one "
+                             f"weights buffer; it has {w.layout.rows} rows in {len(w.buffers)} buffer(s)")
+        cfg = resolve(self.backend, w, x.n, path, config, activations, glu=glu)
+        n_out = x.n
+        y = self._out(out, x, w.layout.rows // (2 if glu else 1), n_out, "y")
+        self._matvec_node(w, cfg, x, y, None, 0, label, glu)
+        return y
 
     @_locked
     def matvec_id(self, experts, x: Tensor, ids: Tensor, path: str | None = None, *,

@@ -67,29 +67,36 @@ class MatVec:
     expert in `ids[slot]` and x column `slot // slots_per_x` (or column 0
     when shared_x).
     y: `ncols` (or `n_slots`) vectors of `rows` floats, `y_stride` apart
-    (default `rows`).
+    (default `rows`). glu: W is a stacked gate|up matrix in one buffer and
+    y = silu(W_gate x) * (W_up x), rows / 2 floats per vector
+    (shaders/mul_mat_vec.comp's GLU; an even rows_per_wg).
     `cfg` as vkq.resolve.resolve returns it: bindings fitted to the device's
     limits for these tensors; `self.cfg` is what runs.
     """
 
     def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
                  ids=None, n_slots: int = 0, shared_x: bool = False, slots_per_x: int = 1,
-                 y_stride: int | None = None):
+                 y_stride: int | None = None, glu: bool = False):
         lay = weights.layout
         mul_mat_id = ids is not None
+        if glu and (mul_mat_id or lay.rows % 2 or cfg.rows_per_wg % 2 or len(weights.buffers) != 1):
+            raise ValueError(f"a fused SwiGLU takes a gate|up matrix of even rows in one buffer and an even "
+                             f"rows_per_wg, not an expert stack: got {lay.rows} rows in {len(weights.buffers)} "
+                             f"buffer(s), rows_per_wg {cfg.rows_per_wg}")
         self.cfg = cfg
         texel_weights = cfg.weights_binding == "texel"
         self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id,
                                      cfg.weights_binding, cfg.x_binding)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
-        y_stride = lay.rows if y_stride is None else y_stride
+        y_stride = lay.rows // (2 if glu else 1) if y_stride is None else y_stride
         spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
-                int(cfg.value_lookup == "selects"), slots_per_x]
+                int(cfg.value_lookup == "selects"), slots_per_x, int(glu)]
         # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
         kinds += ["storage"] if mul_mat_id else []
         if texel_weights:
             kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"]
+        # (with glu a group's rows are half gate rows, half up rows: as many groups for half the outputs)
         rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
         self.algorithms = []
         for buf in weights.buffers:

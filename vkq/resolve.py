@@ -37,6 +37,13 @@ def check_weights(backend, weights, expert_stack: bool) -> Weights:
     return weights
 
 
+def fused_swiglu_fits(weights: Weights) -> bool:
+    """Whether a mat-vec with a fused SwiGLU (glu) can take these weights: a
+    matrix of an even row count (a gate|up stack) in one weights buffer, so
+    that a workgroup reads a gate row and its up row from the same buffer."""
+    return not weights.is_expert_stack and weights.layout.rows % 2 == 0 and len(weights.buffers) == 1
+
+
 def choose(backend, weights: Weights, ncols: int, path: str | None, activations: str | None) -> PipelineConfig:
     """The dispatcher's pipeline for this matrix, before its bindings are
     fitted; on the int8 path with `activations` (default: the backend's).
@@ -64,16 +71,26 @@ def check_config_type(config) -> None:
 
 
 def resolve(backend, weights: Weights, ncols: int, path: str | None = None, config: PipelineConfig | None = None,
-            activations: str | None = None, n_x: int | None = None) -> PipelineConfig:
+            activations: str | None = None, n_x: int | None = None, glu: bool = False) -> PipelineConfig:
     """The configuration a mat-vec of `ncols` columns (MUL_MAT_ID: 1) runs
-    with, its bindings fitted for `n_x` vectors of x (default `ncols`)."""
+    with, its bindings fitted for `n_x` vectors of x (default `ncols`).
+    glu (a fused SwiGLU, vkq.ops.MatVec): the dispatcher's rows per
+    workgroup rounded up to an even number (a row's sums are the same)."""
     check_config_type(config)
+    caps, fmt, k = backend.device.caps, weights.layout.fmt, weights.layout.k
     if config is None:
         cfg = choose(backend, weights, ncols, path, activations)
+        if glu and cfg.rows_per_wg % 2:
+            cfg = check_config(replace(cfg, rows_per_wg=cfg.rows_per_wg + 1, source=f"{cfg.source}; rows_per_wg "
+                                       f"{cfg.rows_per_wg} -> {cfg.rows_per_wg + 1}: gate and up rows in pairs"),
+                               caps, fmt, k, ncols)
     elif activations is not None:
         raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
     else:
-        cfg = check_config(config, backend.device.caps, weights.layout.fmt, weights.layout.k, ncols)
+        cfg = check_config(config, caps, fmt, k, ncols)
+        if glu and cfg.rows_per_wg % 2:
+            raise ValueError(f"config: a fused SwiGLU takes gate and up rows in pairs: rows_per_wg must be even, "
+                             f"got {cfg.rows_per_wg}")
     if cfg.value_lookup != "table" and not has_value_pairs(weights.layout.fmt.table):
         # A type that reads no value pairs ignores the setting: one pipeline, not two the same.
         cfg = replace(cfg, value_lookup="table")

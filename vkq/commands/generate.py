@@ -102,6 +102,11 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         prof = decoder.profile(stats.decode_steps)
         prof = replace(prof, wall_seconds=stats.ms_per_token / 1e3)
         print(f"\nprofile of a decode step ({prof.summary()}):\n{prof.table()}", file=sys.stderr)
+        chunk = decoder.prompt_chunk
+        if chunk > 1 and decoder.profiled_steps(chunk):
+            prof = decoder.profile(decoder.profiled_steps(chunk), chunk)
+            print(f"\nprofile of the prompt's chunks of {chunk} tokens ({prof.summary()}):\n{prof.table()}",
+                  file=sys.stderr)
     return 0
 
 

@@ -13,7 +13,7 @@ runs on the device, layer by layer:
       a = attention(rope(q), K/V cache[0..pos])
       o = W_o a
       h = rms_norm(x += o, ffn_norm)                        RMSNorm
-      g|u = W_gu h;  s = silu(g) * u;  d = W_down s         mat-vec, SwiGLU, mat-vec
+      s = silu(W_gate h) * (W_up h);  d = W_down s         mat-vec with SwiGLU, mat-vec
     h = rms_norm(x += d, output_norm);  logits = W_out h;  argmax
 
 A mixture-of-experts layer's FFN (Mixtral's layout) instead:
@@ -27,7 +27,10 @@ with the ids written on the device by the router's op, in range by its
 construction (vkq.graph's note on ids).
 
 The weight matrices are those of the host engine (vkq.llama.matvecs, the
-same stacking), each mat-vec the dispatcher's pipeline for it. On the int8
+same stacking), each mat-vec the dispatcher's pipeline for it. Where gate
+and up are one stacked matrix (fuse), SwiGLU is fused into their mat-vec
+(Graph.matvec's glu: the same bits, one dispatch fewer per layer); else
+it is an op of its own. On the int8
 path their inputs come quantized from the op that makes them: the norms,
 the attention and SwiGLU also write their output's Q8_1 blocks. The KV
 cache is float32, on the device, (n_head_kv, ctx, head_dim) per layer; the
@@ -53,7 +56,7 @@ from ..backend import Backend
 from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..dispatch.paths import check_request, resolve_path
 from ..ops import q8_1_words
-from ..resolve import MAX_COLS
+from ..resolve import MAX_COLS, fused_swiglu_fits
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
@@ -101,7 +104,8 @@ class GpuLlama(Decoder):
         self.kernel_seconds = 0.0  # GPU time of the replays so far (timestamps)
         self.timestamps = timestamps or profile
         self.device_label = "kernels" if self.timestamps else None
-        self.op_samples: list[list[tuple[str, float]]] | None = [] if profile else None  # per decode step
+        # per step size (1: decode steps; n: a prompt's chunks of n), each replay's op times
+        self.op_samples: dict[int, list[list[tuple[str, float]]]] | None = {} if profile else None
         self._make_state()
         self._steps: dict[int, _Step] = {}
         self.step_graph = self._step(1).graph  # the decode step
@@ -123,13 +127,21 @@ class GpuLlama(Decoder):
     def step_counts(self) -> tuple[int, int]:
         return self.step_graph.dispatch_counts()
 
-    def profile(self, steps: int) -> Profile:
-        """The profile of the last `steps` decode steps (a decoder made with profile=True)."""
+    def profile(self, steps: int, n: int = 1) -> Profile:
+        """The profile of the last `steps` replays of the step for n tokens
+        (1: decode steps; n > 1: a prompt's chunks of n) of a decoder made
+        with profile=True."""
         if self.op_samples is None:
             raise RuntimeError("this decoder keeps no op times: make it with profile=True")
-        if not 1 <= steps <= len(self.op_samples):
-            raise ValueError(f"{steps} steps to profile; {len(self.op_samples)} were run")
-        return Profile.of_replays(self.op_samples[-steps:], *self.step_graph.dispatch_counts())
+        run = self.op_samples.get(n, [])
+        if not 1 <= steps <= len(run):
+            what = "decode steps" if n == 1 else f"steps of {n} tokens"
+            raise ValueError(f"{steps} {what} to profile; {len(run)} were run")
+        return Profile.of_replays(run[-steps:], *self._steps[n].graph.dispatch_counts(), tokens=n)
+
+    def profiled_steps(self, n: int = 1) -> int:
+        """Replays of the step for n tokens that a profile can cover."""
+        return len((self.op_samples or {}).get(n, []))
 
     # -- what every recorded step shares -----------------------------------------------
     def _make_state(self) -> None:
@@ -205,12 +217,14 @@ class GpuLlama(Decoder):
         def path(names) -> str | None:
             return resolve_path(self.weights[names].layout.fmt, self.path_mode)
 
-        def matvec(names, x_in, ids=None, out=None) -> None:
-            """The group's mat-vec (MUL_MAT_ID with ids), labelled by its matrices' roles for profiles."""
+        def matvec(names, x_in, ids=None, out=None, glu=False) -> None:
+            """The group's mat-vec (MUL_MAT_ID with ids; glu: SwiGLU fused), labelled by its
+            matrices' roles for profiles."""
             role = "output" if names == f.output_group else "+".join(nm.split(".")[-2] for nm in names)
-            kw = dict(activations=self.activations, out=y[names] if out is None else out, label=role)
+            kw = dict(activations=self.activations, out=y[names] if out is None else out,
+                      label=role + ("+swiglu" if glu else ""))
             if ids is None:
-                g.matvec(self.weights[names], x_in, path(names), **kw)
+                g.matvec(self.weights[names], x_in, path(names), glu=glu, **kw)
             else:
                 g.matvec_id(self.weights[names], x_in, ids, path(names), **kw)
 
@@ -230,7 +244,16 @@ class GpuLlama(Decoder):
         h_last_q = q8_1(h_last, [f.output_group])
         # (a head's output is whole Q8_1 blocks only when head_dim is a multiple of 32)
         attn_q = q8_1(attn, [layer.attn_output for layer in f.layers]) if cfg.head_dim % 32 == 0 else None
-        swiglu_q = q8_1(swiglu, [layer.down for layer in f.layers])
+        def fused_swiglu(layer) -> bool:
+            """A dense layer's gate and up stacked in one matrix (gate first) that
+            takes SwiGLU fused into its mat-vec."""
+            gu = layer.gate_up
+            return (layer.router is None and len(gu) == 1 and len(gu[0]) == 2
+                    and gu[0][0].endswith("ffn_gate.weight") and gu[0][1].endswith("ffn_up.weight")
+                    and fused_swiglu_fits(self.weights[gu[0]]))
+
+        # (a fused SwiGLU writes floats only: the graph quantizes them where down takes the int8 path)
+        swiglu_q = q8_1(swiglu, [layer.down for layer in f.layers if not fused_swiglu(layer)])
 
         g.add(EmbedRows(dev, self._embd, tokens, x, n))
         residual = None  # the FFN output of the layer before, added into x by the next norm
@@ -253,10 +276,13 @@ class GpuLlama(Decoder):
                           residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, workgroups=norm_workgroups))
             x = x_next
             if layer.router is None:
-                for names in layer.gate_up:
-                    matvec(names, h)
-                g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
-                             Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q))
+                if fused_swiglu(layer):
+                    matvec(layer.gate_up[0], h, out=swiglu, glu=True)
+                else:
+                    for names in layer.gate_up:
+                        matvec(names, h)
+                    g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
+                                 Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q))
                 matvec(layer.down, swiglu)
                 residual, slots = part(pre + "ffn_down.weight"), None
                 continue
@@ -296,6 +322,8 @@ class GpuLlama(Decoder):
         t0 = time.perf_counter()
         for n in sorted({1} | set(self._chunks(n_prompt))):
             self._replay(self._step(n), [0] * n, 0)
+        if self.op_samples is not None:
+            self.op_samples.clear()  # a first replay's times are not a step's
         return time.perf_counter() - t0
 
     def _chunks(self, n_tokens: int) -> list[int]:
@@ -309,8 +337,8 @@ class GpuLlama(Decoder):
         step.graph.run()
         self.submits += 1
         self.kernel_seconds += step.graph.kernel_seconds or 0.0
-        if self.op_samples is not None and step.n == 1:
-            self.op_samples.append(step.graph.op_seconds())
+        if self.op_samples is not None:
+            self.op_samples.setdefault(step.n, []).append(step.graph.op_seconds())
         self._last = step
 
     # -- the forward pass ---------------------------------------------------------

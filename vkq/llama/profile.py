@@ -33,12 +33,14 @@ class Profile:
     gpu_seconds: float  # GPU time per replay: the sum of the rows (of their medians)
     dispatches: int  # compute dispatches per replay
     barriers: int
-    wall_seconds: float | None = None  # wall clock per replay (submit to results), if measured
+    wall_seconds: float | None = None  # wall clock per token (submit to results), if measured
+    tokens: int = 1  # tokens per replay: 1 for a decode step, n for a prompt's chunk of n
 
     @classmethod
     def of_replays(cls, samples: list[list[tuple[str, float]]], dispatches: int, barriers: int,
-                   wall_seconds: float | None = None) -> "Profile":
-        """samples: Graph.op_seconds() of each replay profiled (the same graph)."""
+                   wall_seconds: float | None = None, tokens: int = 1) -> "Profile":
+        """samples: Graph.op_seconds() of each replay profiled (the same graph,
+        a step of `tokens` tokens)."""
         if not samples:
             raise ValueError("no replays to profile")
         per_replay = []
@@ -50,25 +52,29 @@ class Profile:
         counts = Counter(label for label, _ in samples[0])
         rows = tuple(ProfileRow(label, counts[label], statistics.median(r.get(label, 0.0) for r in per_replay))
                      for label in counts)
-        return cls(rows, len(samples), sum(r.seconds for r in rows), dispatches, barriers, wall_seconds)
+        return cls(rows, len(samples), sum(r.seconds for r in rows), dispatches, barriers, wall_seconds, tokens)
 
     def table(self, top: int | None = None) -> str:
         """A markdown table, the most costly rows first (top: the first `top`,
-        the rest in one row), then the totals."""
+        the rest in one row), then the totals: ops per step, their GPU time
+        per token (a chunk's time over its tokens) and share."""
         rows = sorted(self.rows, key=lambda r: -r.seconds)
         if top is not None and len(rows) > top:
             rest = rows[top:]
             rows = rows[:top] + [ProfileRow(f"({len(rest)} other kinds)", sum(r.count for r in rest),
                                             sum(r.seconds for r in rest))]
         total = self.gpu_seconds or 1.0
-        cells = [[r.label, str(r.count), f"{r.seconds * 1e6:.1f}", f"{100 * r.seconds / total:.1f}%"] for r in rows]
-        cells.append(["GPU time per token", str(self.dispatches + self.barriers), f"{self.gpu_seconds * 1e6:.1f}",
+        per_token = 1e6 / self.tokens
+        cells = [[r.label, str(r.count), f"{r.seconds * per_token:.1f}", f"{100 * r.seconds / total:.1f}%"]
+                 for r in rows]
+        cells.append(["GPU time per token", str(self.dispatches + self.barriers), f"{self.gpu_seconds * per_token:.1f}",
                       "100%"])
         if self.wall_seconds is not None:
             cells.append(["wall clock per token (submit to logits)", "", f"{self.wall_seconds * 1e6:.1f}",
-                          f"{100 * self.wall_seconds / total:.0f}%"])
-        return markdown(["op", "per token", "us per token", "share"], cells, {"per token", "us per token", "share"})
+                          f"{100 * self.wall_seconds * self.tokens / total:.0f}%"])
+        return markdown(["op", "per step", "us per token", "share"], cells, {"per step", "us per token", "share"})
 
     def summary(self) -> str:
-        return (f"{self.dispatches} dispatches and {self.barriers} barriers per token; GPU time "
-                f"{self.gpu_seconds * 1e3:.3f} ms per token (median of {self.replays} steps)")
+        step = "token" if self.tokens == 1 else f"step of {self.tokens} tokens"
+        return (f"{self.dispatches} dispatches and {self.barriers} barriers per {step}; GPU time "
+                f"{self.gpu_seconds * 1e3 / self.tokens:.3f} ms per token (median of {self.replays} steps)")
