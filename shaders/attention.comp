@@ -7,13 +7,19 @@
 // A chunk of n tokens of a prompt (PASS, specialization constant 4): pass 1
 // appends every token's rotated key and value to the caches at pos[i]
 // (workgroup (kv head, 1, i)); pass 2 attends for every query i over
-// positions 0 .. pos[i], all read from the caches (workgroup (head, split,
+// positions 0 .. pos[i], all read from the caches (workgroup (heads, split,
 // i)). A query's arithmetic is then the decode step's at its position, in
 // the same order (the new key and value it takes from k, v and shared
 // memory are the values stored in the caches), so a prompt in chunks gives
-// the logits of one fed token by token, bit for bit. Workgroup h is query head h; it reads K/V head
-// g = h / (n_head / n_head_kv), as ggml broadcasts:
+// the logits of one fed token by token, bit for bit.
+//
+// Query head h reads K/V head g = h / G, G = n_head / n_head_kv, as ggml
+// broadcasts:
 //   s_t = (q . k_t) * scale;  p_t = exp(s_t - max s) / sum exp;  out = sum p_t v_t
+// A workgroup takes HEADS query heads of one K/V head (HEADS divides G:
+// workgroup x is g * (G / HEADS) + b, heads g*G + b*HEADS ...), so that
+// each key and value it loads serves them all; each head's sums run in the
+// order one head alone would take.
 //
 // RoPE is ggml's "normal" mode: adjacent pairs (x[2i], x[2i+1]) of a head
 // rotate by angle pos * theta_i for 2i < n_rot; the rest of the head is left
@@ -21,7 +27,7 @@
 // computed by the host in float64 (base, linear scaling, frequency factors):
 // exact, and no GPU sin/cos of large angles.
 //
-// The group's first query head writes the new key and value into the caches
+// The group's first workgroup writes the new key and value into the caches
 // at the position; every head takes that position's key and value from k and v
 // themselves, so no workgroup reads a cache entry another one is writing, and
 // RoPE, the cache append and the attention are one dispatch. The caches are
@@ -30,7 +36,7 @@
 // shared memory would cap it. (With SPLIT, the partial results follow them:
 // (n_head, splits, head_dim + 2).)
 //
-// Long contexts (SPLIT, specialization constant 2, > 0): workgroup (h, c)
+// Long contexts (SPLIT, specialization constant 2, > 0): workgroup (heads, c)
 // takes positions c*SPLIT .. c*SPLIT + SPLIT - 1 only, and writes its partial
 // result to the scratch after the scores: its max score m_c, its sum of
 // exp(s - m_c), and its unnormalized weighted sum of the values. A second
@@ -59,6 +65,9 @@ layout(constant_id = 1) const uint X_PLANES = 0;
 layout(constant_id = 2) const uint SPLIT = 0;  // positions per workgroup; 0: all of them
 layout(constant_id = 3) const bool COMBINE = false;
 layout(constant_id = 4) const uint PASS = 0;  // 0: a decode step; 1, 2: a chunk's append and attend
+// Query heads per workgroup: a divisor of n_head / n_head_kv (the host's
+// attention_heads), a constant so that their loops unroll into registers.
+layout(constant_id = 5) const uint HEADS = 1;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -88,9 +97,10 @@ layout(push_constant) uniform Params {
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint MAX_HEAD_DIM = 256u;  // the host checks
-// The rotated query and new key, zero past head_dim to a whole vec4.
-shared vec4 q_rot[MAX_HEAD_DIM / 4u];
-shared vec4 k_rot[MAX_HEAD_DIM / 4u];
+const uint HD4 = MAX_HEAD_DIM / 4u;
+// The rotated queries of the workgroup's heads and the new key, zero past head_dim to a whole vec4.
+shared vec4 q_rot[HEADS * HD4];
+shared vec4 k_rot[HD4];
 
 #include "reduce.glsl"
 #include "q8_1.glsl"
@@ -127,20 +137,23 @@ vec4 cached_value(uint base, uint i) {
     return r;
 }
 
-// q . k_t for the key at `base` of the K cache, or (cached false) the new key:
-// one order of the sums for both, so that a key gives the same score read
-// from either place.
-float score(uint base, bool cached) {
-    float s = 0.0;
+// q_j . k_t of the workgroup's heads j < HEADS, for the key at `base` of
+// the K cache, or (cached false) the new key: one order of the sums for
+// both, so that a key gives the same score read from either place.
+void scores_of(uint base, bool cached, out float s[HEADS]) {
+    for (uint j = 0u; j < HEADS; j++) {
+        s[j] = 0.0;
+    }
     for (uint i = 0u; 4u * i < p.head_dim; i++) {
         const vec4 kk = cached ? cached_key(base, i) : k_rot[i];
-        const vec4 qq = q_rot[i];
-        s += qq.x * kk.x;
-        s += qq.y * kk.y;
-        s += qq.z * kk.z;
-        s += qq.w * kk.w;
+        for (uint j = 0u; j < HEADS; j++) {
+            const vec4 qq = q_rot[j * HD4 + i];
+            s[j] += qq.x * kk.x;
+            s[j] += qq.y * kk.y;
+            s[j] += qq.z * kk.z;
+            s[j] += qq.w * kk.w;
+        }
     }
-    return s;
 }
 
 // The scratch's partial result of split c of head h for query qi: m, l, then head_dim sums.
@@ -211,15 +224,14 @@ void append(uint tid, uint qi, uint g, uint position) {
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
-    const uint h = gl_WorkGroupID.x;
     const uint qi = gl_WorkGroupID.z;  // the query of a chunk (0 in a decode step)
     const uint position = uint(pos[qi]);
     if (PASS == 1u) {
-        append(tid, qi, h, position);
+        append(tid, qi, gl_WorkGroupID.x, position);
         return;
     }
     if (COMBINE) {
-        combine_splits(tid, qi, h, position);
+        combine_splits(tid, qi, gl_WorkGroupID.x, position);
         return;
     }
     // Pass 2 reads every key and value from the caches, the query's own too.
@@ -231,26 +243,31 @@ void main() {
         return;  // (the whole workgroup: t0 and t1 are uniform)
     }
     const uint group_size = p.n_head / p.n_head_kv;
-    const uint g = h / group_size;
-    const uint qb = p.q_off + qi * p.q_step + h * p.head_dim;
+    const uint g = gl_WorkGroupID.x / (group_size / HEADS);
+    const uint h0 = g * group_size + gl_WorkGroupID.x % (group_size / HEADS) * HEADS;  // the first of its heads
     const uint kb = p.k_off + qi * p.k_step + g * p.head_dim;
     const uint vb = p.v_off + qi * p.v_step + g * p.head_dim;
     const uint kv0 = g * p.capacity * p.head_dim;
-    const uint sb = qi * p.scratch_step + h * p.capacity;
+    const uint n_split = SPLIT > 0u ? (p.capacity + SPLIT - 1u) / SPLIT : 1u;
 
-    // RoPE of q and the new key into shared memory; the group's first head appends k and v.
+    // RoPE of the heads' queries and the new key into shared memory; the group's first workgroup appends k and v.
     for (uint j = tid; 2u * j < p.head_dim; j += WG_SIZE) {
         const uint e = 2u * j;
         const bool pair = e + 1u < p.head_dim;
-        const vec2 qe = rope(vec2(q[qb + e], pair ? q[qb + e + 1u] : 0.0), j, position);
+        for (uint hh = 0u; hh < HEADS; hh++) {
+            const uint qb = p.q_off + qi * p.q_step + (h0 + hh) * p.head_dim;
+            const vec2 qe = rope(vec2(q[qb + e], pair ? q[qb + e + 1u] : 0.0), j, position);
+            q_rot[hh * HD4 + e / 4u][e % 4u] = qe.x;
+            if (pair) {
+                q_rot[hh * HD4 + (e + 1u) / 4u][(e + 1u) % 4u] = qe.y;
+            }
+        }
         const vec2 ke = rope(vec2(k[kb + e], pair ? k[kb + e + 1u] : 0.0), j, position);
-        q_rot[e / 4u][e % 4u] = qe.x;
         k_rot[e / 4u][e % 4u] = ke.x;
         if (pair) {
-            q_rot[(e + 1u) / 4u][(e + 1u) % 4u] = qe.y;
             k_rot[(e + 1u) / 4u][(e + 1u) % 4u] = ke.y;
         }
-        if (!cached && h % group_size == 0u && split == 0u) {
+        if (!cached && h0 % group_size == 0u && split == 0u) {
             const uint c = kv0 + position * p.head_dim + e;
             k_cache[c] = ke.x;
             v_cache[c] = v[vb + e];
@@ -261,59 +278,89 @@ void main() {
         }
     }
     for (uint d = p.head_dim + tid; d < (p.head_dim + 3u) / 4u * 4u; d += WG_SIZE) {
-        q_rot[d / 4u][d % 4u] = 0.0;
+        for (uint hh = 0u; hh < HEADS; hh++) {
+            q_rot[hh * HD4 + d / 4u][d % 4u] = 0.0;
+        }
         k_rot[d / 4u][d % 4u] = 0.0;
     }
     memoryBarrierShared();
     barrier();
 
-    // Scores; each invocation takes positions t0 + tid, t0 + tid + WG_SIZE, ... (the new key's from k_rot)
-    float m = -1.0 / 0.0;
-    for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
-        const float s = score(kv0 + t * p.head_dim, cached || t < position) * p.scale;
-        scores[sb + t] = s;
-        m = max(m, s);
+    // Scores; each invocation takes positions t0 + tid, t0 + tid + WG_SIZE, ... (the new key's from k_rot).
+    // Head j's are at sb + j * capacity.
+    const uint sb = qi * p.scratch_step + h0 * p.capacity;
+    float m[HEADS];
+    for (uint j = 0u; j < HEADS; j++) {
+        m[j] = -1.0 / 0.0;
     }
-    m = workgroup_max(m);
-    float sum = 0.0;
     for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
-        const float e = exp(scores[sb + t] - m);
-        scores[sb + t] = e;
-        sum += e;
+        float s[HEADS];
+        scores_of(kv0 + t * p.head_dim, cached || t < position, s);
+        for (uint j = 0u; j < HEADS; j++) {
+            const float sj = s[j] * p.scale;
+            scores[sb + j * p.capacity + t] = sj;
+            m[j] = max(m[j], sj);
+        }
     }
-    sum = workgroup_sum(sum);
-    const float inv_sum = 1.0 / sum;
+    float sum[HEADS];
+    for (uint j = 0u; j < HEADS; j++) {
+        m[j] = workgroup_max(m[j]);
+        sum[j] = 0.0;
+    }
+    for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
+        for (uint j = 0u; j < HEADS; j++) {
+            const float e = exp(scores[sb + j * p.capacity + t] - m[j]);
+            scores[sb + j * p.capacity + t] = e;
+            sum[j] += e;
+        }
+    }
+    for (uint j = 0u; j < HEADS; j++) {
+        sum[j] = workgroup_sum(sum[j]);
+    }
     // Every invocation reads every weight below: make the writes visible.
     memoryBarrierBuffer();
     barrier();
-    // Weighted sum of the values; each invocation takes dimensions tid, tid + WG_SIZE, ...
+    // Weighted sum of the values; each invocation takes dimensions 4i .. 4i+3 for i = tid, tid + WG_SIZE, ...
     const uint t_cache = cached ? t1 : min(t1, position);  // positions read from the V cache; the new one from v
-    const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
-    const uint pb = SPLIT > 0u ? partial(qi, h, split, (p.capacity + SPLIT - 1u) / SPLIT) : 0u;
     for (uint i = tid; 4u * i < p.head_dim; i += WG_SIZE) {
-        vec4 acc = vec4(0.0);
-        for (uint t = t0; t < t_cache; t++) {
-            acc += scores[sb + t] * cached_value(kv0 + t * p.head_dim, i);
+        vec4 acc[HEADS];
+        for (uint j = 0u; j < HEADS; j++) {
+            acc[j] = vec4(0.0);
         }
-        for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
-            const uint d = 4u * i + c;
-            float a = acc[c];
-            if (t1 > t_cache) {
-                a += scores[sb + position] * v[vb + d];
+        for (uint t = t0; t < t_cache; t++) {
+            const vec4 vv = cached_value(kv0 + t * p.head_dim, i);
+            for (uint j = 0u; j < HEADS; j++) {
+                acc[j] += scores[sb + j * p.capacity + t] * vv;
             }
-            if (SPLIT > 0u) {
-                scores[pb + 2u + d] = a;
-            } else {
-                o[ob + d] = a * inv_sum;
+        }
+        for (uint j = 0u; j < HEADS; j++) {
+            const uint h = h0 + j;
+            const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
+            const uint pb = SPLIT > 0u ? partial(qi, h, split, n_split) : 0u;
+            for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
+                const uint d = 4u * i + c;
+                float a = acc[j][c];
+                if (t1 > t_cache) {
+                    a += scores[sb + j * p.capacity + position] * v[vb + d];
+                }
+                if (SPLIT > 0u) {
+                    scores[pb + 2u + d] = a;
+                } else {
+                    o[ob + d] = a * (1.0 / sum[j]);
+                }
             }
         }
     }
-    if (SPLIT > 0u) {
-        if (tid == 0u) {
-            scores[pb] = m;
-            scores[pb + 1u] = sum;
+    for (uint j = 0u; j < HEADS; j++) {
+        const uint h = h0 + j;
+        if (SPLIT > 0u) {
+            if (tid == 0u) {
+                const uint pb = partial(qi, h, split, n_split);
+                scores[pb] = m[j];
+                scores[pb + 1u] = sum[j];
+            }
+        } else {
+            store_out_q8_1(tid, qi, h, p.out_off + qi * p.out_step + h * p.head_dim);
         }
-    } else {
-        store_out_q8_1(tid, qi, h, ob);
     }
 }

@@ -190,6 +190,7 @@ SHAPES = [  # n_head, n_head_kv, head_dim, n_rot
     pytest.param(5, 5, 64, 64, id="mha-5x64"),
     pytest.param(7, 1, 37, 20, id="mqa-7x37-rot20"),
     pytest.param(6, 2, 33, 32, id="gqa3-6x33-rot32"),
+    pytest.param(20, 2, 32, 32, id="gqa10-20x32"),  # a K/V head's 10 query heads: workgroups of 8 and 2
 ]
 
 

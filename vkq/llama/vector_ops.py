@@ -297,18 +297,33 @@ def rope_table(inv_freq: np.ndarray, capacity: int) -> np.ndarray:
 
 
 MAX_HEAD_DIM = 256  # shaders/attention.comp keeps a head's q and new key in shared memory
+# At most this many query heads of one K/V head in one workgroup of
+# shaders/attention.comp: each key and value it loads serves them all.
+MAX_ATTENTION_HEADS = 8
+
+
+def attention_heads(shape: "AttentionShape") -> int:
+    """Query heads per workgroup of shaders/attention.comp (its HEADS): the
+    largest divisor of a K/V head's n_head / n_head_kv query heads up to
+    MAX_ATTENTION_HEADS, so that every workgroup has as many."""
+    group = shape.n_head // shape.n_head_kv
+    return max(d for d in range(1, min(group, MAX_ATTENTION_HEADS) + 1) if group % d == 0)
 
 
 def attention_loop_iterations(head_dim: int, wg: int, positions: int) -> int:
     """An upper bound of the loop iterations one invocation of
     shaders/attention.comp takes over `positions` positions, counting every
-    loop as written: RoPE, the scores (head_dim each), the exps, the weighted
-    sum (each of its dimensions over every position), the reductions and the
-    Q8_1 store of its blocks."""
+    loop as written, each over a workgroup's most heads: RoPE,
+    the scores (head_dim / 4 vec4s each, 4 loads apiece where head_dim is
+    not a multiple of 4), the exps, the weighted sum (each of its vec4s over
+    every position), the reductions and the Q8_1 store of its blocks."""
+    h = MAX_ATTENTION_HEADS
     per_t = -(-positions // wg)
-    dims = -(-head_dim // wg)
+    vec4s = -(-head_dim // 4)
+    dims = -(-vec4s // wg)
     q8_1 = -(-head_dim // 32 // wg) * (8 * 4 + 8 + 2 * 8 * 2)
-    return -(-head_dim // 2 // wg) + per_t * (head_dim + 2) + dims * (positions + 1) + 4 * 11 + q8_1
+    return (-(-head_dim // 2 // wg) * (h + 1) + per_t * (vec4s * (4 + h) + 3 * h + 2)
+            + dims * ((positions + 1) * (4 + h) + 4 * h) + h * (4 * 11 + q8_1))
 
 
 # Positions per workgroup on a GPU: one score per invocation of a 32-wide
@@ -412,13 +427,15 @@ class Attention(_Op):
         n_split = -(-s.capacity // split) if split else 1
         attend = 0 if n == 1 else 2  # shaders/attention.comp's PASS: 0 one query, 1 + 2 a chunk
 
+        heads = attention_heads(s)
+
         def dispatch(groups, combine, pass_):  # (_Op.record puts a barrier between two dispatches)
-            self.algorithms.append(device.algorithm(kps, variant, groups, [wg, planes, split, int(combine), pass_],
-                                                    push))
+            self.algorithms.append(device.algorithm(kps, variant, groups,
+                                                    [wg, planes, split, int(combine), pass_, heads], push))
 
         if n > 1:
             dispatch((s.n_head_kv, 1, n), False, 1)
-        dispatch((s.n_head, _groups(n_split, 1), n), False, attend)
+        dispatch((s.n_head // heads, _groups(n_split, 1), n), False, attend)
         if split:
             dispatch((s.n_head, 1, n), True, attend)
 
