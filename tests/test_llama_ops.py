@@ -322,6 +322,43 @@ def test_attention_steps_fill_the_cache(backend, n_head, n_head_kv, head_dim, n_
     assert ref.nmse(got, want) < NMSE_F32
 
 
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
+@pytest.mark.parametrize("split", [0, 7])
+def test_attention_heads_per_workgroup_keep_the_bits(backend, n_head, n_head_kv, head_dim, n_rot, split):
+    """The query heads of a K/V head in one workgroup, or one per workgroup
+    (`heads`, every divisor of the group up to 8): the same bits, a decode
+    step and a chunk, whole or split positions; a count that does not divide
+    the group is refused."""
+    shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=40)
+    group = n_head // n_head_kv
+    r = rng(head_dim + split)
+    old_k = r.standard_normal((30, n_head_kv, head_dim)).astype(np.float32)
+    old_v = r.standard_normal((30, n_head_kv, head_dim)).astype(np.float32)
+    _, _, _, qkv = step_inputs(r, shape, 3)
+    freqs = inv_freq(n_rot)
+    qd = n_head * head_dim
+    results = {}
+    for heads in [d for d in range(1, min(group, 8) + 1) if group % d == 0]:
+        for n in (1, 3):
+            k_c, v_c, table, _ = attention_case(backend, shape, old_k, old_v, freqs)
+            scores = zeros(backend, attention_scratch_size(backend.device, shape, split, n))
+            out = backend.tensor(qd, n)
+            t = backend.tensor(qkv.shape[1], n)
+            t.write(qkv[:n])
+            run(backend, [Attention(backend.device, shape, *qkv_parts(t, shape), k_c, v_c, table,
+                                    upload(backend, np.arange(30, 30 + n), np.int32), scores, Vectors(out, qd),
+                                    split=split, n=n, heads=heads)], outputs=[out])
+            results.setdefault(n, []).append((heads, out.read().tobytes()))
+    for n, outs in results.items():
+        assert all(b == outs[0][1] for _, b in outs), (n, [h for h, _ in outs])
+    bad = next(d for d in range(2, 10) if group % d)
+    with pytest.raises(ValueError, match=f"{bad} heads per workgroup; a divisor of the {group} query heads"):
+        Attention(backend.device, shape, *qkv_parts(upload(backend, qkv[0]), shape), *attention_case(
+            backend, shape, old_k, old_v, freqs)[:3], upload(backend, [30], np.int32),
+            zeros(backend, attention_scratch_size(backend.device, shape, 0)), Vectors(zeros(backend, qd), qd),
+            heads=bad)
+
+
 def test_rope_table_matches_the_formula():
     freqs = inv_freq(64, base=100000.0)
     table = rope_table(freqs, 300)

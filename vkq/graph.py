@@ -44,8 +44,8 @@ import kp
 import numpy as np
 
 from .device.timing import timestamp_span
-from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, q8_1_words
-from .resolve import MAX_COLS, check_weights, fused_swiglu_fits, resolve
+from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, fused_swiglu_fits, q8_1_words
+from .resolve import MAX_COLS, check_weights, resolve
 from .tensor import Tensor
 
 
@@ -304,8 +304,7 @@ class Graph:
             raise ValueError(f"glu: {w!r} must stack gate and up matrices of equal rows (an even row count) in one "
                              f"weights buffer; it has {w.layout.rows} rows in {len(w.buffers)} buffer(s)")
         cfg = resolve(self.backend, w, x.n, path, config, activations, glu=glu)
-        n_out = x.n
-        y = self._out(out, x, w.layout.rows // (2 if glu else 1), n_out, "y")
+        y = self._out(out, x, w.layout.rows // (2 if glu else 1), x.n, "y")
         self._matvec_node(w, cfg, x, y, None, 0, label, glu)
         return y
 

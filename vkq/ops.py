@@ -59,6 +59,13 @@ class QuantizeQ8_1:
         self.algorithm.destroy()
 
 
+def fused_swiglu_fits(weights) -> bool:
+    """Whether a mat-vec with a fused SwiGLU (glu) can take these weights: a
+    matrix of an even row count (a gate|up stack) in one weights buffer, so
+    that a workgroup reads a gate row and its up row from the same buffer."""
+    return not weights.is_expert_stack and weights.layout.rows % 2 == 0 and len(weights.buffers) == 1
+
+
 class MatVec:
     """y = W @ x for every weights buffer of one matrix (or expert stack).
 
@@ -79,10 +86,10 @@ class MatVec:
                  y_stride: int | None = None, glu: bool = False):
         lay = weights.layout
         mul_mat_id = ids is not None
-        if glu and (mul_mat_id or lay.rows % 2 or cfg.rows_per_wg % 2 or len(weights.buffers) != 1):
+        if glu and (mul_mat_id or not fused_swiglu_fits(weights) or cfg.rows_per_wg % 2):
             raise ValueError(f"a fused SwiGLU takes a gate|up matrix of even rows in one buffer and an even "
-                             f"rows_per_wg, not an expert stack: got {lay.rows} rows in {len(weights.buffers)} "
-                             f"buffer(s), rows_per_wg {cfg.rows_per_wg}")
+                             f"rows_per_wg: got {weights!r}, {len(weights.buffers)} buffer(s), rows_per_wg "
+                             f"{cfg.rows_per_wg}")
         self.cfg = cfg
         texel_weights = cfg.weights_binding == "texel"
         self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id,

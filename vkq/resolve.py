@@ -37,13 +37,6 @@ def check_weights(backend, weights, expert_stack: bool) -> Weights:
     return weights
 
 
-def fused_swiglu_fits(weights: Weights) -> bool:
-    """Whether a mat-vec with a fused SwiGLU (glu) can take these weights: a
-    matrix of an even row count (a gate|up stack) in one weights buffer, so
-    that a workgroup reads a gate row and its up row from the same buffer."""
-    return not weights.is_expert_stack and weights.layout.rows % 2 == 0 and len(weights.buffers) == 1
-
-
 def choose(backend, weights: Weights, ncols: int, path: str | None, activations: str | None) -> PipelineConfig:
     """The dispatcher's pipeline for this matrix, before its bindings are
     fitted; on the int8 path with `activations` (default: the backend's).

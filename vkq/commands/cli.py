@@ -187,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fuse", action="store_true",
                    help="one mat-vec call per matrix (default: Q/K/V and gate/up stacked into one call each)")
     p.add_argument("--no-spread", action="store_true",
-                   help="graph engine: the norms, argmax and attention in one workgroup per vector and per head "
-                        "(default: spread over the workgroups of a GPU; for a before/after on the same GPU)")
+                   help="graph engine: the norms, argmax and attention in one workgroup per vector and per query "
+                        "head (default: spread over the workgroups of a GPU, and the query heads of a K/V head in "
+                        "one workgroup; for a before/after on the same device)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_generate)
 

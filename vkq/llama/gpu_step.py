@@ -32,7 +32,8 @@ and up are one stacked matrix (fuse), SwiGLU is fused into their mat-vec
 (Graph.matvec's glu: the same bits, one dispatch fewer per layer); else
 it is an op of its own. On the int8
 path their inputs come quantized from the op that makes them: the norms,
-the attention and SwiGLU also write their output's Q8_1 blocks. The KV
+the attention and the SwiGLU op also write their output's Q8_1 blocks (a
+fused SwiGLU's output the graph quantizes). The KV
 cache is float32, on the device, (n_head_kv, ctx, head_dim) per layer; the
 RoPE table covers ctx positions.
 
@@ -55,8 +56,8 @@ import numpy as np
 from ..backend import Backend
 from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..dispatch.paths import check_request, resolve_path
-from ..ops import q8_1_words
-from ..resolve import MAX_COLS, fused_swiglu_fits
+from ..ops import fused_swiglu_fits, q8_1_words
+from ..resolve import MAX_COLS
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
@@ -77,9 +78,10 @@ class GpuLlama(Decoder):
     that, and every replay's op times kept for a profile (`profile()`).
     spread (default on): where the device is a GPU, the norms, the argmax and
     the attention spread over workgroups (spread_workgroups, argmax_parts,
-    attention_split); off, one workgroup per vector and per head, as before
-    they were spread (a before/after on the same GPU; lavapipe's loop budget
-    still splits long attention)."""
+    attention_split), and on any device a workgroup attends for the query
+    heads of one K/V head (attention_heads); off, one workgroup per vector
+    and per query head, as before (a before/after on the same device;
+    lavapipe's loop budget still splits long attention)."""
 
     def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
@@ -244,6 +246,7 @@ class GpuLlama(Decoder):
         h_last_q = q8_1(h_last, [f.output_group])
         # (a head's output is whole Q8_1 blocks only when head_dim is a multiple of 32)
         attn_q = q8_1(attn, [layer.attn_output for layer in f.layers]) if cfg.head_dim % 32 == 0 else None
+
         def fused_swiglu(layer) -> bool:
             """A dense layer's gate and up stacked in one matrix (gate first) that
             takes SwiGLU fused into its mat-vec."""
@@ -269,7 +272,8 @@ class GpuLlama(Decoder):
                 matvec(names, h)
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
             g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
-                            self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n))
+                            self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
+                            heads=None if self.spread else 1))
             matvec(layer.attn_output, attn)
             x_next = other(x)
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,

@@ -377,8 +377,9 @@ class Attention(_Op):
     n) values. The caller keeps the positions below the capacity and
     consecutive. With `xq`, out's Q8_1 blocks too (head_dim a multiple of 32).
     split: positions per workgroup, then a second dispatch combines them
-    (default: attention_split, per device; 0: one
-    workgroup per head).
+    (default: attention_split, per device; 0: a head's positions in one
+    workgroup). heads: query heads of one K/V head per workgroup (default
+    attention_heads; it must divide n_head / n_head_kv).
 
     One query (a decode step) is one dispatch. n queries (a chunk of a
     prompt) are two: every key and value appended, then every query
@@ -388,7 +389,7 @@ class Attention(_Op):
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None,
-                 n: int = 1):
+                 n: int = 1, heads: int | None = None):
         super().__init__(device)
         s = shape
         qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
@@ -427,7 +428,11 @@ class Attention(_Op):
         n_split = -(-s.capacity // split) if split else 1
         attend = 0 if n == 1 else 2  # shaders/attention.comp's PASS: 0 one query, 1 + 2 a chunk
 
-        heads = attention_heads(s)
+        heads = attention_heads(s) if heads is None else heads
+        group = s.n_head // s.n_head_kv
+        if not isinstance(heads, int) or not 1 <= heads <= MAX_ATTENTION_HEADS or group % heads:
+            raise ValueError(f"Attention: {heads!r} heads per workgroup; a divisor of the {group} query heads "
+                             f"of a K/V head, at most {MAX_ATTENTION_HEADS}")
 
         def dispatch(groups, combine, pass_):  # (_Op.record puts a barrier between two dispatches)
             self.algorithms.append(device.algorithm(kps, variant, groups,
