@@ -74,9 +74,8 @@ layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
 layout(std430, binding = 2) readonly restrict buffer V { float v[]; };
 layout(std430, binding = 3) buffer KCache { float k_cache[]; };
 layout(std430, binding = 4) buffer VCache { float v_cache[]; };
-// The caches again, four values at a time: with head_dim a multiple of 4 a
-// head's keys and values are whole vec4s, read with a quarter of the loads
-// (a CPU driver's cost is per load, not per byte).
+// The caches again, four values at a time (float4.glsl): with head_dim a
+// multiple of 4 a head's keys and values are whole vec4s.
 layout(std430, binding = 3) readonly buffer KCache4 { vec4 k_cache4[]; };
 layout(std430, binding = 4) readonly buffer VCache4 { vec4 v_cache4[]; };
 layout(std430, binding = 5) readonly restrict buffer Table { vec2 cos_sin[]; };
@@ -104,6 +103,7 @@ shared vec4 k_rot[HD4];
 
 #include "reduce.glsl"
 #include "q8_1.glsl"
+#include "float4.glsl"
 
 // Pair j of a head, (x[2j], x[2j+1]), rotated for position `at`.
 vec2 rope(vec2 x, uint j, uint at) {
@@ -114,28 +114,12 @@ vec2 rope(vec2 x, uint j, uint at) {
     return vec2(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
 }
 
-// Values 4i .. 4i+3 of the head that starts at element `base` of a cache (0 past head_dim).
-vec4 cached_key(uint base, uint i) {
-    if (p.head_dim % 4u == 0u) {
-        return k_cache4[base / 4u + i];
-    }
-    vec4 r = vec4(0.0);
-    for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
-        r[c] = k_cache[base + 4u * i + c];
-    }
-    return r;
-}
+FLOAT4_READER(cache_key, k_cache, k_cache4)
+FLOAT4_READER(cache_value, v_cache, v_cache4)
 
-vec4 cached_value(uint base, uint i) {
-    if (p.head_dim % 4u == 0u) {
-        return v_cache4[base / 4u + i];
-    }
-    vec4 r = vec4(0.0);
-    for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
-        r[c] = v_cache[base + 4u * i + c];
-    }
-    return r;
-}
+// Values 4i .. 4i+3 of the head that starts at element `base` of a cache (0 past head_dim).
+vec4 cached_key(uint base, uint i) { return cache_key(base, 4u * i, p.head_dim, p.head_dim % 4u == 0u); }
+vec4 cached_value(uint base, uint i) { return cache_value(base, 4u * i, p.head_dim, p.head_dim % 4u == 0u); }
 
 // q_j . k_t of the workgroup's heads j < HEADS, for the key at `base` of
 // the K cache, or (cached false) the new key: one order of the sums for

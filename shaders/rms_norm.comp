@@ -39,9 +39,8 @@ layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 4) writeonly restrict buffer XQ { uvec4 xq[]; };
 layout(std430, binding = 5) readonly restrict buffer RW { float rw[]; };
 layout(std430, binding = 6) writeonly buffer XOut { float x_out[]; };
-// The same buffers four values at a time, where every vector starts on a
-// whole vec4 (`aligned`): a quarter of the loads and stores (a CPU driver's
-// cost is per access, not per byte).
+// The same buffers four values at a time (float4.glsl), where every vector
+// starts on a whole vec4 (`aligned`).
 layout(std430, binding = 0) readonly buffer X4 { vec4 x4[]; };
 layout(std430, binding = 1) readonly buffer R4 { vec4 r4[]; };
 layout(std430, binding = 2) readonly buffer W4 { vec4 w4[]; };
@@ -66,50 +65,23 @@ layout(push_constant) uniform Params {
 const uint WG_SIZE = gl_WorkGroupSize.x;
 #include "reduce.glsl"
 #include "q8_1.glsl"
+#include "float4.glsl"
 
 // Value i of vector v's residual.
-// Values i .. i+3 (i a multiple of 4; 0 past n) of a vector from element `base` of x, r or w.
-vec4 x_at(uint base, uint i, bool aligned) {
-    if (aligned) {
-        return x4[(base + i) / 4u];
-    }
-    vec4 v = vec4(0.0);
-    for (uint c = 0u; c < 4u && i + c < p.n; c++) {
-        v[c] = x[base + i + c];
-    }
-    return v;
-}
-
-vec4 r_at(uint base, uint i, bool aligned) {
-    if (aligned) {
-        return r4[(base + i) / 4u];
-    }
-    vec4 v = vec4(0.0);
-    for (uint c = 0u; c < 4u && i + c < p.n; c++) {
-        v[c] = r[base + i + c];
-    }
-    return v;
-}
-
-vec4 w_at(uint i, bool aligned) {
-    if (aligned) {
-        return w4[i / 4u];
-    }
-    vec4 v = vec4(0.0);
-    for (uint c = 0u; c < 4u && i + c < p.n; c++) {
-        v[c] = w[i + c];
-    }
-    return v;
-}
+FLOAT4_READER(x_at, x, x4)
+FLOAT4_READER(r_at, r, r4)
+FLOAT4_READER(w_at, w, w4)
+FLOAT4_WRITER(y_put, y, y4)
+FLOAT4_WRITER(x_out_put, x_out, x_out4)
 
 vec4 residual(uint v, uint i, bool aligned) {
     if (RESIDUAL_SLOTS == 0u) {
-        return r_at(p.r_off + v * p.r_stride, i, aligned);
+        return r_at(p.r_off + v * p.r_stride, i, p.n, aligned);
     }
     const uint s0 = v * RESIDUAL_SLOTS;
-    precise vec4 acc = r_at(p.r_off + s0 * p.r_stride, i, aligned) * rw[p.rw_off + s0];
+    precise vec4 acc = r_at(p.r_off + s0 * p.r_stride, i, p.n, aligned) * rw[p.rw_off + s0];
     for (uint j = 1u; j < RESIDUAL_SLOTS; j++) {
-        precise vec4 term = r_at(p.r_off + (s0 + j) * p.r_stride, i, aligned) * rw[p.rw_off + s0 + j];
+        precise vec4 term = r_at(p.r_off + (s0 + j) * p.r_stride, i, p.n, aligned) * rw[p.rw_off + s0 + j];
         acc = acc + term;
     }
     return acc;
@@ -117,7 +89,7 @@ vec4 residual(uint v, uint i, bool aligned) {
 
 // x (+ the residual) at values i .. i+3 of vector v.
 vec4 input_at(uint v, uint i, bool aligned) {
-    const vec4 xi = x_at(p.x_off + v * p.x_stride, i, aligned);
+    const vec4 xi = x_at(p.x_off + v * p.x_stride, i, p.n, aligned);
     return ADD_RESIDUAL ? xi + residual(v, i, aligned) : xi;
 }
 
@@ -144,20 +116,11 @@ void main() {
             vec4 yi = vec4(0.0);
             if (i < p.n) {
                 const vec4 xi = input_at(v, i, aligned);
-                yi = (xi * scale) * w_at(i, aligned);
-                if (aligned) {
-                    if (ADD_RESIDUAL) {
-                        x_out4[(xob + i) / 4u] = xi;
-                    }
-                    y4[(yb + i) / 4u] = yi;
-                } else {
-                    for (uint c = 0u; c < 4u && i + c < p.n; c++) {
-                        if (ADD_RESIDUAL) {
-                            x_out[xob + i + c] = xi[c];
-                        }
-                        y[yb + i + c] = yi[c];
-                    }
+                yi = (xi * scale) * w_at(0u, i, p.n, aligned);
+                if (ADD_RESIDUAL) {
+                    x_out_put(xob, i, p.n, aligned, xi);
                 }
+                y_put(yb, i, p.n, aligned, yi);
             }
             vals[j] = yi;
         }

@@ -16,9 +16,8 @@ layout(constant_id = 1) const uint X_PLANES = 0;
 layout(std430, binding = 0) readonly buffer Gate { float gate[]; };
 layout(std430, binding = 1) readonly buffer Up { float up[]; };
 layout(std430, binding = 2) writeonly buffer Out { float o[]; };
-// The same buffers four values at a time, where every vector starts on a
-// whole vec4 (`aligned`): a quarter of the loads and stores (a CPU driver's
-// cost is per access, not per byte).
+// The same buffers four values at a time (float4.glsl), where every vector
+// starts on a whole vec4 (`aligned`).
 layout(std430, binding = 0) readonly buffer Gate4 { vec4 gate4[]; };
 layout(std430, binding = 1) readonly buffer Up4 { vec4 up4[]; };
 layout(std430, binding = 2) writeonly buffer Out4 { vec4 o4[]; };
@@ -33,29 +32,11 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "q8_1.glsl"
+#include "float4.glsl"
 
-// Values i .. i+3 of a vector from element `base` (i a multiple of 4; 0 past n).
-vec4 gate_at(uint base, uint i, bool aligned) {
-    if (aligned) {
-        return gate4[(base + i) / 4u];
-    }
-    vec4 r = vec4(0.0);
-    for (uint c = 0u; c < 4u && i + c < p.n; c++) {
-        r[c] = gate[base + i + c];
-    }
-    return r;
-}
-
-vec4 up_at(uint base, uint i, bool aligned) {
-    if (aligned) {
-        return up4[(base + i) / 4u];
-    }
-    vec4 r = vec4(0.0);
-    for (uint c = 0u; c < 4u && i + c < p.n; c++) {
-        r[c] = up[base + i + c];
-    }
-    return r;
-}
+FLOAT4_READER(gate_at, gate, gate4)
+FLOAT4_READER(up_at, up, up4)
+FLOAT4_WRITER(out_put, o, o4)
 
 void main() {
     const uint b = gl_GlobalInvocationID.x;
@@ -70,15 +51,9 @@ void main() {
         const uint i = 32u * b + 4u * j;
         vec4 s = vec4(0.0);
         if (i < p.n) {
-            const vec4 g = gate_at(gb, i, aligned);
-            s = g / (1.0 + exp(-g)) * up_at(ub, i, aligned);
-            if (aligned) {
-                o4[(ob + i) / 4u] = s;
-            } else {
-                for (uint c = 0u; c < 4u && i + c < p.n; c++) {
-                    o[ob + i + c] = s[c];
-                }
-            }
+            const vec4 g = gate_at(gb, i, p.n, aligned);
+            s = g / (1.0 + exp(-g)) * up_at(ub, i, p.n, aligned);
+            out_put(ob, i, p.n, aligned, s);
         }
         vals[j] = s;
     }
