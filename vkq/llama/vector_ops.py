@@ -310,14 +310,14 @@ def attention_heads(shape: "AttentionShape") -> int:
     return max(d for d in range(1, min(group, MAX_ATTENTION_HEADS) + 1) if group % d == 0)
 
 
-def attention_loop_iterations(head_dim: int, wg: int, positions: int) -> int:
+def attention_loop_iterations(head_dim: int, wg: int, positions: int, heads: int = MAX_ATTENTION_HEADS) -> int:
     """An upper bound of the loop iterations one invocation of
     shaders/attention.comp takes over `positions` positions, counting every
-    loop as written, each over a workgroup's most heads: RoPE,
+    loop as written, each over the workgroup's `heads` query heads: RoPE,
     the scores (head_dim / 4 vec4s each, 4 loads apiece where head_dim is
     not a multiple of 4), the exps, the weighted sum (each of its vec4s over
     every position), the reductions and the Q8_1 store of its blocks."""
-    h = MAX_ATTENTION_HEADS
+    h = heads
     per_t = -(-positions // wg)
     vec4s = -(-head_dim // 4)
     dims = -(-vec4s // wg)
@@ -346,12 +346,13 @@ def attention_split(device, shape: AttentionShape, spread: bool = True) -> int:
             return 0
         return GPU_ATTENTION_SPLIT
     _, wg = reducing_variant(device, "attention")
-    if attention_loop_iterations(shape.head_dim, wg, shape.capacity) <= budget // 2:
+    heads = attention_heads(shape)  # (the most a workgroup takes: fewer loop less)
+    if attention_loop_iterations(shape.head_dim, wg, shape.capacity, heads) <= budget // 2:
         return 0
     lo, hi = 1, shape.capacity  # the largest split within budget / 2, by bisection
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if attention_loop_iterations(shape.head_dim, wg, mid) <= budget // 2:
+        if attention_loop_iterations(shape.head_dim, wg, mid, heads) <= budget // 2:
             lo = mid
         else:
             hi = mid - 1
