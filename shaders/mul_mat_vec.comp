@@ -66,6 +66,7 @@ layout(constant_id = 8) const bool GLU = false;
 
 #include "common.glsl"
 #include "blocks.glsl"
+#include "silu.glsl"
 
 #ifdef MMVQ
 #ifdef BLOCK_PLAIN
@@ -144,8 +145,6 @@ uint w_row(uint out0, uint r) {
     const uint i = r % out_per_group();
     return min(out0 + i, half_rows - 1u) + (r < out_per_group() ? 0u : half_rows);
 }
-
-float silu(float g) { return g / (1.0 + exp(-g)); }
 
 // Output o (< out_per_group()) of column col from the finished sums in acc:
 // the row's, or with GLU silu(gate) * up, each unscaled as y would hold it.

@@ -67,13 +67,13 @@ const uint WG_SIZE = gl_WorkGroupSize.x;
 #include "q8_1.glsl"
 #include "float4.glsl"
 
-// Value i of vector v's residual.
 FLOAT4_READER(x_at, x, x4)
 FLOAT4_READER(r_at, r, r4)
 FLOAT4_READER(w_at, w, w4)
 FLOAT4_WRITER(y_put, y, y4)
 FLOAT4_WRITER(x_out_put, x_out, x_out4)
 
+// Values i .. i+3 of vector v's residual.
 vec4 residual(uint v, uint i, bool aligned) {
     if (RESIDUAL_SLOTS == 0u) {
         return r_at(p.r_off + v * p.r_stride, i, p.n, aligned);

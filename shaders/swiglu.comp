@@ -33,6 +33,7 @@ layout(push_constant) uniform Params {
 
 #include "q8_1.glsl"
 #include "float4.glsl"
+#include "silu.glsl"
 
 FLOAT4_READER(gate_at, gate, gate4)
 FLOAT4_READER(up_at, up, up4)
@@ -52,7 +53,7 @@ void main() {
         vec4 s = vec4(0.0);
         if (i < p.n) {
             const vec4 g = gate_at(gb, i, p.n, aligned);
-            s = g / (1.0 + exp(-g)) * up_at(ub, i, p.n, aligned);
+            s = silu(g) * up_at(ub, i, p.n, aligned);
             out_put(ob, i, p.n, aligned, s);
         }
         vals[j] = s;

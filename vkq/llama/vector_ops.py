@@ -317,7 +317,7 @@ def attention_loop_iterations(head_dim: int, wg: int, positions: int, heads: int
     the scores (head_dim / 4 vec4s each, 4 loads apiece where head_dim is
     not a multiple of 4), the exps, the weighted sum (each of its vec4s over
     every position), the reductions and the Q8_1 store of its blocks."""
-    h = heads
+    h = heads  # (short: it is in every term)
     per_t = -(-positions // wg)
     vec4s = -(-head_dim // 4)
     dims = -(-vec4s // wg)
