@@ -15,7 +15,9 @@ import pytest
 from conftest import child_env
 
 import vkq
+import vkq.commands.generate
 import vkq.commands.info
+import vkq.commands.tune
 import vkq.device.device_info
 import vkq.example
 from vkq import errors
@@ -219,3 +221,73 @@ def test_matvec_table_in_json_and_csv(capsys, fmt):
     for r in records:
         assert float(r["ms"]) > 0 and float(r["weights_gbps"]) > 0 and float(r["x_numpy_f32"]) > 0
         assert r["rows"] in (32, "32") and r["k"] in (256, "256")
+
+
+# -- Ctrl-C ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, module, name", [
+    (["info"], vkq.commands.info, "report"),
+    (["model"], vkq.example, "example_model"),
+    (["tune", "--types", "Q4_0"], vkq.commands.tune, "run"),
+    (["generate", "model.gguf", "-p", "hi"], vkq.commands.generate, "generate"),
+], ids=["info", "model", "tune", "generate"])
+def test_ctrl_c_is_one_line_and_status_130_for_every_command(capsys, monkeypatch, argv, module, name):
+    """main handles KeyboardInterrupt for every command: one line naming the
+    command, exit status 130 (128 + SIGINT, as a shell reports it), no traceback."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, name, interrupted)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == f"vkq {argv[0]}: interrupted", err
+
+
+def test_ctrl_c_keeps_a_commands_note(capsys, monkeypatch):
+    """A command that leaves something behind says so in the same line:
+    vkq tune, where its files are (it re-raises KeyboardInterrupt with the note)."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vkq.commands.tune, "tune_type", interrupted)
+    assert main(["tune", "--types", "Q4_0", "--retune", "--no-progress"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("vkq tune: interrupted; the types finished are saved in ") and "Traceback" not in err
+    assert err[-1].endswith("; `vkq tune` again resumes") and not any("interrupted" in line for line in err[:-1])
+
+
+def test_sigint_during_generate_is_one_line(tmp_path):
+    """A real SIGINT, sent while `vkq generate` decodes (the numpy engine's
+    feed made to wait, so that the signal lands inside the token loop):
+    one line, status 130, no traceback."""
+    import signal
+
+    from tiny_llama import write_gguf
+
+    path = write_gguf(tmp_path / "tiny.gguf")
+    code = ("import sys, time\n"
+            "from vkq.llama.host import LlamaModel\n"
+            "from vkq.commands.cli import main\n"
+            "def feed(self, tokens, want_logits):\n"
+            "    print('feeding', file=sys.stderr, flush=True)\n"
+            "    time.sleep(120)\n"
+            "LlamaModel.feed = feed\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, "generate", str(path), "-p", "the", "-n", "4",
+                             "--path", "numpy"], env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.strip() == "feeding":
+                break
+        else:
+            pytest.fail(f"vkq generate ended before it decoded: {''.join(seen)}")
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, rest
+    assert "Traceback" not in rest and rest.strip() == "vkq generate: interrupted", rest

@@ -235,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one command; a situation of the user's (bad input, a file that
     cannot be read, no Vulkan, no kp, no shaders, no such device) is one line
     on stderr and exit status 2. Anything else is a bug and keeps its traceback.
-    A reader that stops early (`vkq info | head -2`) ends the command quietly."""
+    A reader that stops early (`vkq info | head -2`) ends the command quietly.
+    Ctrl-C is one line too, exit status 130, in every command (one that leaves
+    something behind re-raises KeyboardInterrupt with a note of it)."""
+    command = "vkq"
     try:
         args = build_parser().parse_args(argv)
+        command = f"vkq {args.command}"
         status = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return status
@@ -246,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         # the flush at exit does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE  # as a shell reports a writer the pipe ended
+    except KeyboardInterrupt as e:
+        # On a line of its own: the text or progress line it cut may lack its newline.
+        note = f"; {e}" if str(e) else ""
+        print(f"\n{command}: interrupted{note}", file=sys.stderr)
+        return 128 + signal.SIGINT  # as a shell reports a command Ctrl-C ended
     except ImportError as e:
         error = from_import_error(e)
         if error is None:

@@ -498,8 +498,7 @@ def run(models=(), llama_server: str | None = None, ggml: str | None = None, qui
     try:
         report = measure(Backend(device), types=types, quick=quick, models=models, llama_server=llama_server,
                          ggml=ggml, n_prompt=n_prompt, n_gen=n_gen)
-    except KeyboardInterrupt:
-        print("\nvkq report: interrupted; nothing reported", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # the CLI says it in one line, with this note
+        raise KeyboardInterrupt("nothing reported") from None
     print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
     return 0

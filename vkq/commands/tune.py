@@ -285,10 +285,8 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
             entry = tune_type(backend, qtype, shapes, quick, lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"))
             path, entries = tuning_store.save_entry(info, qtype, entry)  # saved type by type
             bar.finish_type(len(entry["gbps"]), _summary(qtype, entry, time.monotonic() - t0))
-    except KeyboardInterrupt:
-        print(f"\nvkq tune: interrupted; the types finished are saved in {path}; `vkq tune` again resumes",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # the CLI says it in one line, with this note
+        raise KeyboardInterrupt(f"the types finished are saved in {path}; `vkq tune` again resumes") from None
     print(f"saved {path}")
     print(table(entries, names))
     return 0
