@@ -6,7 +6,12 @@ The target is Vulkan 1.1 (SPIR-V 1.3), the version of Kompute's instance.
 Each module is checked with `spirv-val`. A variant is rebuilt only when its
 shader source (or a file it includes), its defines or the compiler changed
 (hashes are kept in vkq/spirv/manifest.json), so a second run takes well
-under a second.
+under a second. Every module built is also kept in a cache outside the
+checkout, named by that same hash ($VKQ_SPIRV_CACHE, default
+$XDG_CACHE_HOME/vkq/spirv or ~/.cache/vkq/spirv; "off" disables it), so a
+fresh clone, a wheel build or a second environment copies what an earlier
+build made instead of compiling it again. A cached module is only ever the
+output of the same compiler on the same source and defines.
 
 Usage: python tools/compile_shaders.py [--force] [--only SUBSTRING] [-j N]
 (VKQ_SHADER_SRC and VKQ_SPIRV_DIR point it at other sources / another output
@@ -76,6 +81,38 @@ def source_digest(source: str) -> str:
     return h.hexdigest()
 
 
+def cache_dir() -> Path | None:
+    """Where compiled modules are kept by hash, or None when caching is off."""
+    setting = os.environ.get("VKQ_SPIRV_CACHE")
+    if setting == "off":
+        return None
+    if setting:
+        return Path(setting)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vkq" / "spirv"
+
+
+def from_cache(variant, key: str, cache: Path | None) -> bool:
+    """Copy the variant's module from the cache; False on a miss."""
+    cached = cache / f"{key}.spv" if cache else None
+    if cached is None or not cached.is_file():
+        return False
+    shutil.copyfile(cached, spirv_path(variant))
+    return True
+
+
+def to_cache(variant, key: str, cache: Path | None) -> None:
+    """Keep a freshly built module (written whole, then renamed: a reader never sees half a file)."""
+    if cache is None:
+        return
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        part = cache / f"{key}.{os.getpid()}.part"
+        shutil.copyfile(spirv_path(variant), part)
+        part.replace(cache / f"{key}.spv")
+    except OSError:
+        pass  # a cache that cannot be written only costs the next build its time
+
+
 def compile_one(variant, glslang: str, spirv_val: str) -> str | None:
     """Compile and validate one variant; returns an error message or None."""
     out = spirv_path(variant)
@@ -123,22 +160,32 @@ def main() -> int:
     if not todo:
         print(f"shaders: {len(variants)} variants up to date")
         return 0
-    print(f"shaders: compiling {len(todo)} of {len(variants)} variants ({TARGET_ENV}) ...", flush=True)
+    store = cache_dir()
+    cached = [] if args.force else [v for v in todo if from_cache(v, key(v), store)]
+    built = [v for v in todo if v not in cached]
+    if cached:
+        print(f"shaders: {len(cached)} of {len(variants)} variants copied from the cache {store}")
+    if built:
+        print(f"shaders: compiling {len(built)} of {len(variants)} variants ({TARGET_ENV}) ...", flush=True)
     with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
-        errors = [e for e in pool.map(lambda v: compile_one(v, glslang, spirv_val), todo) if e]
+        errors = [e for e in pool.map(lambda v: compile_one(v, glslang, spirv_val), built) if e]
     for v in todo:
         if spirv_path(v).exists():
             manifest[v.name] = key(v)
     failed = {e.split(":", 1)[0] for e in errors}
     for name in failed:
         manifest.pop(name, None)
+    for v in built:
+        if v.name not in failed:
+            to_cache(v, key(v), store)
     MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     for e in errors:
         print(e, file=sys.stderr)
     if errors:
         print(f"shaders: {len(errors)} variants failed", file=sys.stderr)
         return 1
-    print(f"shaders: {len(todo)} compiled and validated")
+    if built:
+        print(f"shaders: {len(built)} compiled and validated")
     return 0
 
 
