@@ -555,8 +555,26 @@ def test_a_prompt_that_is_not_utf8(tiny_file, capsys):
     assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is not valid UTF-8"), err
 
 
-@pytest.mark.parametrize("n", ["0", "-3"])
+@pytest.mark.parametrize("n", ["1", "0", "-3"])
 def test_compare_engines_needs_tokens_to_time(tiny_file, capsys, n):
-    assert main(["generate", str(tiny_file), "-p", "the", "-n", n, "--compare-engines", "1"]) == 2
+    """-n 1 is the prompt's token alone: no decode step to time (a division by zero before)."""
+    assert main(["generate", str(tiny_file), "-p", "the", "-n", n, "--compare-engines", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"--compare-engines times the new tokens: -n must be at least 1, got {n}" in err[0], err
+    assert len(err) == 1 and (f"--compare-engines times decode steps: -n must be at least 2 (the first new token "
+                              f"comes from the prompt), got {n}") in err[0], err
+
+
+@pytest.mark.parametrize("args", [["--engine", "host"], ["--engine", "graph"], ["-c", "64"], ["--profile"],
+                                  ["--no-spread"], ["--timestamps"], ["--profile", "-c", "64", "--no-spread"]],
+                         ids=["engine-host", "engine-graph", "ctx", "profile", "no-spread", "timestamps", "three"])
+def test_compare_engines_refuses_the_options_it_sets_itself(tiny_file, capsys, monkeypatch, args):
+    """--compare-engines runs every engine, with its own context, timestamps and launches: an option it
+    would ignore is refused in one line, before anything is loaded, naming the options given."""
+    import vkq.commands.generate as generate
+
+    monkeypatch.setattr(generate, "LlamaFile", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["generate", str(tiny_file), "-p", "the", "-n", "4", "--compare-engines", "2", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    flags = [a for a in args if a.startswith("-")]
+    assert len(err) == 1 and err[0].startswith("vkq: error: --compare-engines sets ") and all(
+        f in err[0] for f in flags) and "drop" in err[0], err

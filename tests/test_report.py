@@ -449,6 +449,20 @@ def test_bad_arguments(capsys, nothing_measured, argv, needle):
     assert_user_error(2, capsys.readouterr().err, needle)
 
 
+@pytest.mark.parametrize("n_gen", [1, 0])
+def test_a_decode_speed_needs_two_new_tokens(tmp_path, capsys, nothing_measured, n_gen):
+    """--n-gen 1 is the prompt's token alone, no decode step: refused, not a tg of 0.00 t/s and 0% of the
+    bandwidth as if measured (by measure() too, which Python callers reach)."""
+    from tiny_llama import write_gguf
+
+    path = write_gguf(tmp_path / "tiny.gguf")
+    with pytest.raises(ValueError, match=rf"n_gen must be at least 2 new tokens, got {n_gen}: the first"):
+        report.measure(None, models=[path], n_gen=n_gen)
+    assert main(["report", "--quick", "--model", str(path), "--n-gen", "1"]) == 2
+    assert_user_error(2, capsys.readouterr().err, "n_gen must be at least 2 new tokens, got 1",
+                      "the first comes from the prompt's logits")
+
+
 @pytest.mark.slow
 def test_report_races_llama_cpp(small_report):
     """With --llama-server: llama.cpp's speeds on the same file and prompt ids

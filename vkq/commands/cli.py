@@ -74,9 +74,16 @@ def cmd_generate(args) -> int:
     from .generate import compare_engines, generate
 
     if args.compare_engines:
+        # It runs every engine itself: an option it would ignore is refused, not dropped unsaid.
+        ignored = [flag for flag, given in (("--engine", args.engine is not None), ("-c", args.ctx is not None),
+                                            ("--timestamps", args.timestamps), ("--profile", args.profile),
+                                            ("--no-spread", args.no_spread)) if given]
+        if ignored:
+            raise ValueError(f"--compare-engines sets the engines, their context, timestamps and launches itself: "
+                             f"drop {', '.join(ignored)}")
         return compare_engines(args.model, args.prompt, args.n_tokens, rounds=args.compare_engines, path=args.path,
                                activations=args.activations, fuse=not args.no_fuse, device=args.device)
-    return generate(args.model, args.prompt, args.n_tokens, engine=args.engine, path=args.path,
+    return generate(args.model, args.prompt, args.n_tokens, engine=args.engine or "graph", path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
                     spread=not args.no_spread)
@@ -164,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a .gguf file (llama architecture, byte-level BPE tokenizer)")
     p.add_argument("-p", "--prompt", required=True, help="the prompt text (no chat template is applied)")
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
-    p.add_argument("--engine", choices=("graph", "host"), default="graph",
+    p.add_argument("--engine", choices=("graph", "host"), default=None,  # None: not given (graph)
                    help="graph (default): the decode step recorded once, one submit per token; host: one vkq "
                         "mat-vec call per weight matrix, the vector ops in numpy")
     p.add_argument("--path", choices=("auto", "dmmv", "mmvq", "numpy"), default="auto",
@@ -183,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "dispatches and barriers per token, as a table after the text")
     p.add_argument("--compare-engines", type=positive_int, metavar="ROUNDS", default=None,
                    help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
-                        "between them (EOS ignored)")
+                        "between them (EOS ignored; it sets the engine, context and timestamps itself)")
     p.add_argument("--no-fuse", action="store_true",
                    help="one mat-vec call per matrix (default: Q/K/V and gate/up stacked into one call each)")
     p.add_argument("--no-spread", action="store_true",
@@ -217,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-prompt", type=positive_int, default=None,
                    help="the models' prompt tokens (pp; default 32, 16 with --quick)")
     p.add_argument("--n-gen", type=positive_int, default=None,
-                   help="the models' generated tokens (tg; default 32, 16 with --quick)")
+                   help="the models' generated tokens (tg, at least 2; default 32, 16 with --quick)")
     p.add_argument("--ggml", metavar="PATH", default=None,
                    help="ggml's test-backend-ops binary: its Vulkan mat-vec times beside vkq's (on a CPU driver "
                         "it takes a minute or more per case)")

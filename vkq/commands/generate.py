@@ -124,8 +124,9 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
 
     from ..llama.gpu_step import GpuLlama
 
-    if n_tokens < 1:
-        raise ValueError(f"--compare-engines times the new tokens: -n must be at least 1, got {n_tokens}")
+    if n_tokens < 2:
+        raise ValueError(f"--compare-engines times decode steps: -n must be at least 2 (the first new token comes "
+                         f"from the prompt), got {n_tokens}")
     if path == "numpy":
         raise ValueError("--compare-engines times vkq's engines; path numpy is the reference, on none")
     file = LlamaFile(model, fuse)

@@ -68,6 +68,17 @@ def prompt_ids(tokenizer, n_prompt: int) -> list[int]:
     return ids[:n_prompt]
 
 
+def check_token_counts(n_prompt, n_tokens) -> None:
+    """pp needs a prompt token, tg a decode step: the first new token comes
+    from the prompt's logits, so a decode speed needs two new tokens."""
+    for what, n, least in (("n_prompt", n_prompt, 1), ("n_gen", n_tokens, 2)):
+        if not isinstance(n, int) or isinstance(n, bool) or n < least:
+            raise ValueError(f"{what} must be at least {least} {'new ' if least > 1 else ''}token"
+                             f"{'s' if least > 1 else ''}, got {n!r}"
+                             + (": the first comes from the prompt's logits, so a decode speed needs a decode step "
+                                "after it" if least > 1 else ""))
+
+
 def _main_type(model) -> str:
     by_type: dict[str, int] = {}
     for m in model.matrices:
@@ -85,6 +96,7 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     from .llama_server import LlamaServer
     from .presets import from_gguf
 
+    check_token_counts(n_prompt, n_tokens)
     path = Path(path)
     file = LlamaFile(path)
     ids = prompt_ids(file.tokenizer, n_prompt)

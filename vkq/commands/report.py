@@ -73,7 +73,7 @@ from .bench import OVER, check_host_memory, probe_bandwidth
 from .bench import bench as bench_models
 from .ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
-from .race import RaceRow, race_model
+from .race import RaceRow, check_token_counts, race_model
 from .race import render_md as race_md
 from .tune import Candidate, Progress, TypeBench
 
@@ -244,10 +244,9 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     t0 = time.monotonic()
     shape = tuple(shape or SHAPE)
     effort = QUICK if quick else FULL
-    for what, n in (("n_prompt", n_prompt), ("n_gen", n_gen)):
-        if n is not None and (not isinstance(n, int) or n < 1):
-            raise ValueError(f"{what} must be a positive number of tokens, got {n!r}")
-    effort = replace(effort, gen_prompt=n_prompt or effort.gen_prompt, gen_tokens=n_gen or effort.gen_tokens)
+    effort = replace(effort, gen_prompt=effort.gen_prompt if n_prompt is None else n_prompt,
+                     gen_tokens=effort.gen_tokens if n_gen is None else n_gen)
+    check_token_counts(effort.gen_prompt, effort.gen_tokens)
     if types is not None and not types:
         raise ValueError("types: name at least one block type (None: all)")
     types = list(dict.fromkeys(get_format(t).name for t in types)) if types else list(FORMATS)
