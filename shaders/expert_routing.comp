@@ -1,20 +1,27 @@
 #version 450
-// The router of a mixture-of-experts layer, as llama.cpp's llama layers route
-// (Mixtral's layout): for each of n vectors of router logits (one workgroup
-// each), the probabilities p = softmax over all n_expert logits, the n_used
-// most probable experts in descending order of p (equal p: the lower index
-// first), and their weights p / (the sum of the chosen p, clamped below at
-// 2^-14 as llama.cpp clamps it). MUL_MAT_ID then reads the ids.
+// The router of a mixture-of-experts layer (Mixtral's layout): for each of n
+// vectors of router logits (one workgroup each), the n_used experts of the
+// largest logits in descending order (equal logits: the lower index first;
+// a NaN logit counts as -inf), and their weights p / (the sum of the chosen
+// p, clamped below at 2^-14 as llama.cpp clamps it), p = softmax over all
+// n_expert logits. MUL_MAT_ID then reads the ids.
+//
+// Why the logits and not p (llama.cpp ranks p; softmax is monotonic, so in
+// exact arithmetic the choice is the same): the rounding of each engine's
+// float32 exp can reorder logits a few ulps apart, or make them equal, so
+// ranking p let this op and the host's `route` (vkq/llama/host.py) choose
+// different experts. Comparing the logits themselves is exact: both engines
+// choose the same experts, bit for bit, ties included.
 //
 // The ids are in [0, n_expert) by construction, whatever the logits (NaN
 // included): every id is the index of an expert the workgroup scanned, and a
-// clamp keeps it so. Logits that make a NaN probability give NaN weights, so
+// clamp keeps it so. A NaN logit makes every weight of its vector NaN, so
 // that the layer's output is NaN, never a plausible mix. vkq.Graph lets MUL_MAT_ID read ids this op writes for
 // that reason (host-written ids are checked on the host instead).
 //
 // Each invocation owns the experts tid, tid + WG_SIZE, ...: only it reads or
-// writes their probabilities, so the selection rounds share nothing but the
-// two workgroup reductions that pick each round's expert.
+// writes their logits in shared memory, so the selection rounds share
+// nothing but the two workgroup reductions that pick each round's expert.
 //
 // Bindings: 0 logits, 1 ids (int32, n_used per vector), 2 weights (float,
 // n_used per vector). Variants: REDUCE_SUBGROUP (reduce.glsl).
@@ -38,8 +45,8 @@ const uint MAX_USED = 64;  // vkq.llama.config.MAX_EXPERTS_USED
 const uint WG_SIZE = gl_WorkGroupSize.x;
 #include "reduce.glsl"
 
-shared float prob[MAX_EXPERTS];  // -2 once chosen (probabilities are >= 0, NaN counts as -1)
-shared float chosen[MAX_USED];  // written and read by invocation 0 only
+shared float key[MAX_EXPERTS];  // the logits, NaN as -inf; NaN once chosen
+shared float chosen[MAX_USED];  // the chosen experts' p: written and read by invocation 0 only
 
 bool is_nan(float x) { return (floatBitsToUint(x) & 0x7FFFFFFFu) > 0x7F800000u; }
 
@@ -49,44 +56,48 @@ void main() {
     const uint lb = p.l_off + v * p.l_stride;
 
     float m = -1.0 / 0.0;
+    float nan_seen = 0.0;
     for (uint e = tid; e < p.n_expert; e += WG_SIZE) {
-        prob[e] = logits[lb + e];
-        m = max(m, prob[e]);
+        const float l = logits[lb + e];
+        key[e] = is_nan(l) ? -1.0 / 0.0 : l;
+        nan_seen = is_nan(l) ? 1.0 : nan_seen;
+        m = max(m, key[e]);
     }
     m = workgroup_max(m);
+    const bool any_nan = workgroup_max(nan_seen) > 0.0;
     float sum = 0.0;
     for (uint e = tid; e < p.n_expert; e += WG_SIZE) {
-        prob[e] = exp(prob[e] - m);
-        sum += prob[e];
+        sum += exp(key[e] - m);
     }
     const float inv_sum = 1.0 / workgroup_sum(sum);
-    for (uint e = tid; e < p.n_expert; e += WG_SIZE) {
-        const float q = prob[e] * inv_sum;
-        prob[e] = is_nan(q) ? -1.0 : q;
-    }
 
     float total = 0.0;
     for (uint r = 0u; r < p.n_used; r++) {
-        // This invocation's best expert not yet chosen (-2: none left here).
-        float best = -2.0;
+        // This invocation's largest logit not yet chosen (the first of equal ones).
+        bool found = false;
+        float best = -1.0 / 0.0;
         uint best_e = 0u;
         for (uint e = tid; e < p.n_expert; e += WG_SIZE) {
-            if (prob[e] > best) {
-                best = prob[e];
+            if (!is_nan(key[e]) && (!found || key[e] > best)) {
+                found = true;
+                best = key[e];
                 best_e = e;
             }
         }
         const float top = workgroup_max(best);
-        // The lowest index among the invocations holding the top value (indices are exact in float).
-        const uint e = uint(-workgroup_max(best == top ? -float(best_e) : -float(MAX_EXPERTS)));
+        // The lowest index among the invocations holding the top value (indices are exact in float;
+        // -0 == +0, so the two zeros tie as they do on the host).
+        const uint e = uint(-workgroup_max(found && best == top ? -float(best_e) : -float(MAX_EXPERTS)));
         const uint id = min(e, p.n_expert - 1u);
         if (id % WG_SIZE == tid) {
-            prob[id] = -2.0;
+            key[id] = uintBitsToFloat(0x7FC00000u);
         }
         if (tid == 0u) {
+            // p of the chosen expert, as the sum above took it; NaN in, NaN weights out.
+            const float q = any_nan ? uintBitsToFloat(0x7FC00000u) : exp(top - m) * inv_sum;
             ids[v * p.n_used + r] = int(id);
-            chosen[r] = top >= 0.0 ? top : uintBitsToFloat(0x7FC00000u);  // NaN in, NaN weights out
-            total += chosen[r];
+            chosen[r] = q;
+            total += q;
         }
     }
     if (tid == 0u) {

@@ -506,6 +506,11 @@ BAD_METADATA = {
     "token types not integers": ({"tokenizer.ggml.token_type": (["x"] * 260, gguf.GGUFValueType.ARRAY,
                                                                 gguf.GGUFValueType.STRING)},
                                  r"tokenizer\.ggml\.token_type is not an integer per token"),
+    # a whole number stored as a float: the type is what is wrong, said so ("is 8; expected an integer" before)
+    "expert_count f32 8": ({"llama.expert_count": 8.0},
+                           r"llama\.expert_count is 8 \(a float\); expected a non-negative integer"),
+    "head_count f32 4": ({"llama.attention.head_count": 4.0},
+                         r"llama\.attention\.head_count is 4 \(a float\); expected a positive integer"),
 }
 
 
@@ -553,6 +558,46 @@ def test_a_prompt_that_is_not_utf8(tiny_file, capsys):
     assert main(["generate", str(tiny_file), "-p", "caf\udce9", "-n", "2", "--path", "numpy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is not valid UTF-8"), err
+
+
+@pytest.mark.parametrize("args", [["-n", "0"], ["-n", "1"], ["-n", "4"], ["-n", "4", "--compare-engines", "1"]],
+                         ids=["n0", "n1", "n4", "compare-engines"])
+def test_an_empty_prompt_is_refused_before_the_model_loads(tiny_file, capsys, monkeypatch, args):
+    """An empty prompt (no tokens: this model adds no BOS) is named as such, whatever -n is ("a context
+    of 0 positions" at -n 0 and 1 before), and before any weight is uploaded (-n 4 loaded the model first)."""
+    monkeypatch.setattr(vkq.Backend, "upload", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["generate", str(tiny_file), "-p", "", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is empty: "), err
+
+
+def test_score_of_no_tokens_is_no_rows(tiny_ref):
+    ids = tiny_ref.tokenizer.encode("the")
+    assert tiny_ref.score(ids, []).shape == (0, tiny_ref.n_vocab)
+    assert tiny_ref.score(ids, [5]).shape == (1, tiny_ref.n_vocab)
+
+
+def test_heads_too_wide_for_the_graph_engine_are_refused_before_the_upload(tmp_path, capsys, monkeypatch):
+    """Heads of 288 values (one query and one K/V head) pass the graph engine's attention limit: refused
+    before any upload, naming the file and the host engine, which runs them."""
+    from vkq.llama.vector_ops import MAX_HEAD_DIM
+
+    hd = 288
+    assert hd > MAX_HEAD_DIM
+    reshape = {f"blk.{i}.{role}.weight": (hd, 64) for i in range(2) for role in ("attn_q", "attn_k", "attn_v")}
+    reshape |= {f"blk.{i}.attn_output.weight": (64, hd) for i in range(2)}
+    path = write_gguf(tmp_path / "wide-heads.gguf", reshape=reshape, metadata={
+        "llama.attention.head_count": 1, "llama.attention.head_count_kv": 1, "llama.attention.key_length": hd})
+    with monkeypatch.context() as m:
+        m.setattr(vkq.Backend, "upload", lambda *a, **k: pytest.fail("uploaded before the refusal"))
+        for extra in ([], ["--compare-engines", "1"]):
+            assert main(["generate", str(path), "-p", "the", "-n", "3", *extra]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and err[0].startswith(f"vkq: error: wide-heads.gguf: heads of {hd} values; the "
+                                                       f"graph engine's attention takes at most {MAX_HEAD_DIM}"), err
+            assert "--engine host" in err[0], err
+    assert main(["generate", str(path), "-p", "the", "-n", "3", "--engine", "host", "--ignore-eos"]) == 0
+    assert capsys.readouterr().out.startswith("the")
 
 
 @pytest.mark.parametrize("n", ["1", "0", "-3"])

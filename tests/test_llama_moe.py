@@ -19,6 +19,7 @@ llama.cpp's own greedy tokens: tests/test_llama_moe_smollm2.py.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import gguf
 import numpy as np
@@ -78,6 +79,72 @@ def test_routing_ties_pick_the_lower_index(backend):
     ids, weights = run_routing(backend, logits, 4)
     assert ids.tolist() == [[3, 9, 12, 0], [14, 15, 0, 1]] == route(logits, 4)[0].tolist()
     np.testing.assert_allclose(weights, route(logits, 4)[1], rtol=2e-6)
+
+
+def ulp_steps(base: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """base (float32) moved up by `steps` ulps, elementwise."""
+    out = base.astype(np.float32)
+    for _ in range(int(steps.max(initial=0))):
+        out = np.where(steps > 0, np.nextafter(out, np.float32(np.inf)), out)
+        steps = steps - 1
+    return out
+
+
+def top_k_by_logits(logits: np.ndarray, n_used: int) -> list[list[int]]:
+    """The rule both engines follow, written out: largest logit first, the
+    lower index on equal logits (exact comparisons of the float32 values)."""
+    return [sorted(range(len(row)), key=lambda e: (-float(row[e]), e))[:n_used] for row in logits]
+
+
+@pytest.mark.parametrize("n_expert, n_used", [(64, 8), (256, 16)])
+def test_routing_near_ties_choose_as_the_host(backend, n_expert, n_used):
+    """Every logit of a row 0-3 ulps above the row's base: each engine's
+    float32 exp rounds such a pair to equal or reordered probabilities, so
+    ranking probabilities let the engines disagree (and pick the smaller
+    logit). Both rank the logits, so both choose exactly the top-k by logit."""
+    rng = np.random.default_rng(n_expert)
+    base = np.repeat(rng.uniform(-3, 3, (24, 1)).astype(np.float32), n_expert, axis=1)
+    logits = ulp_steps(base, rng.integers(0, 4, base.shape))
+    ids, weights = run_routing(backend, logits, n_used)
+    want_ids, want_weights = route(logits, n_used)
+    assert ids.tolist() == want_ids.tolist() == top_k_by_logits(logits, n_used)
+    np.testing.assert_allclose(weights, want_weights, rtol=2e-6)
+    # The test has teeth: ranking the host's probabilities (the old rule) chooses otherwise here.
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    by_probs = np.argsort(-(e / e.sum(axis=-1, keepdims=True)), axis=-1, kind="stable")[:, :n_used]
+    assert (np.sort(by_probs, axis=1) != np.sort(want_ids, axis=1)).any(axis=1).sum() >= 3
+
+
+@pytest.mark.parametrize("reduction", ["subgroup", "shared"])
+def test_routing_one_ulp_and_exact_ties(backend, monkeypatch, reduction):
+    """Pairs one ulp apart with the larger logit at the higher index (also a
+    workgroup's stride apart), exact ties across the k-th place, -0 and +0
+    (equal), and a NaN logit (counted as -inf; its weights NaN). With subgroup
+    reductions where the device has them, and with the shared-memory tree."""
+    if reduction == "shared":
+        monkeypatch.setattr(backend.device, "caps", replace(backend.device.caps, subgroup_arithmetic=False))
+    elif not backend.device.caps.subgroup_arithmetic:
+        pytest.skip("this device has no subgroup arithmetic")
+    n_expert, n_used = 160, 4
+    one = np.float32(1.5)
+    up = np.nextafter(one, np.float32(np.inf))
+    logits = np.full((5, n_expert), -2.0, np.float32)
+    logits[0, [7, 8, 100, 139]] = [one, up, one, up]  # up first, then the lower index of each tie
+    logits[1, [5, 133]] = up
+    logits[1, [2, 64, 65, 150]] = one  # the 4th place tied four ways: index 2, then 64
+    logits[2, :] = np.float32(-1.0)
+    logits[2, [40, 9]] = [np.float32(0.0), np.float32(-0.0)]  # equal: 9 first
+    logits[3, :] = -np.inf
+    logits[3, [1, 70]] = [np.nan, np.float32(-5.0)]  # 70, then the NaN at 1 ties the -inf at 0, 2, ...
+    logits[4, :n_used] = np.float32(0.25)
+    logits[4, 0] = np.nextafter(np.float32(0.25), np.float32(-np.inf))  # one ulp below: last of four
+    ids, weights = run_routing(backend, logits, n_used)
+    want_ids, want_weights = route(logits, n_used)
+    assert ids.tolist() == want_ids.tolist() == top_k_by_logits(np.where(np.isnan(logits), -np.inf, logits), n_used)
+    assert ids[:3].tolist() == [[8, 139, 7, 100], [5, 133, 2, 64], [9, 40, 0, 1]]
+    assert ids[3].tolist() == [70, 0, 1, 2] and ids[4].tolist() == [1, 2, 3, 0]
+    np.testing.assert_allclose(weights[[0, 1, 2, 4]], want_weights[[0, 1, 2, 4]], rtol=2e-6)
+    assert np.isnan(weights[3]).all() and np.isnan(want_weights[3]).all()
 
 
 def test_routing_nan_logits_give_nan_weights_and_ids_in_range(backend):

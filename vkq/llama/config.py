@@ -46,6 +46,12 @@ def _show(value) -> str:
     return f"{value:g}" if isinstance(value, float) else repr(value)
 
 
+def _show_count(value) -> str:
+    """A value that should be an integer: a float says so (a whole one shows
+    as an integer by _show, which alone would read as if right)."""
+    return f"{_show(value)} (a float)" if isinstance(value, float) else _show(value)
+
+
 @dataclass(frozen=True)
 class LlamaConfig:
     """The hyper-parameters of a llama model, from the GGUF metadata."""
@@ -87,7 +93,7 @@ class LlamaConfig:
             float, even a whole one, is as wrong as llama.cpp takes it)."""
             value = get(key, *default)
             if not is_int(value) or value < 1:
-                raise ValueError(f"{path.name}: {arch}.{key} is {_show(value)}; expected a positive integer")
+                raise ValueError(f"{path.name}: {arch}.{key} is {_show_count(value)}; expected a positive integer")
             return value
 
         def number(key, *default, above: float) -> float:
@@ -141,7 +147,7 @@ def _expert_counts(name: str, arch: str, get) -> tuple[int, int]:
     n_expert, n_used = get("expert_count", 0), get("expert_used_count", 0)
     for key, value in (("expert_count", n_expert), ("expert_used_count", n_used)):
         if not is_int(value) or value < 0:
-            raise ValueError(f"{name}: {arch}.{key} is {_show(value)}; expected a non-negative integer")
+            raise ValueError(f"{name}: {arch}.{key} is {_show_count(value)}; expected a non-negative integer")
     if n_expert == 0:
         if n_used:
             raise ValueError(f"{name}: {arch}.expert_used_count is {n_used} but the file has no experts "

@@ -171,8 +171,11 @@ class Decoder(ABC):
     def score(self, prompt_ids, next_ids) -> np.ndarray:
         """Teacher-forced: (len(next_ids), n_vocab) logits; row i is what the model
         predicts after prompt + next_ids[:i] (greedy's logits[i] for those ids)."""
+        next_ids = list(next_ids)
+        if not next_ids:  # no rows: nothing to feed, not even the prompt
+            return np.zeros((0, self.n_vocab), np.float32)
         out = [self.logits(prompt_ids)]
-        for t in list(next_ids)[:-1]:
+        for t in next_ids[:-1]:
             out.append(self.step(t))
         return np.stack(out)
 

@@ -18,7 +18,7 @@ runs on the device, layer by layer:
 
 A mixture-of-experts layer's FFN (Mixtral's layout) instead:
 
-      ids, w = top-k of softmax(W_router h)                 mat-vec, ExpertRouting
+      ids = top-k of l = W_router h, w = softmax(l)[ids]    mat-vec, ExpertRouting
       g|u[j] = W_gu[ids[j]] h;  s[j] = silu(g[j]) * u[j]    MUL_MAT_ID, SwiGLU over the slots
       d[j] = W_down[ids[j]] s[j]                            MUL_MAT_ID
       (d = sum_j w[j] d[j]: the next norm's residual)       RMSNorm

@@ -45,14 +45,21 @@ MIN_EXPERT_WEIGHT_SUM = np.float32(6.103515625e-5)
 
 
 def route(logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
-    """A mixture-of-experts router's choice, as llama.cpp's llama layers make
-    it: softmax over every expert, the n_used most probable (in descending
-    order; equal probabilities: the lower index first), their probabilities
-    divided by their sum. logits float32 (n, n_expert) -> (ids int32 (n,
-    n_used), weights float32 (n, n_used))."""
+    """A mixture-of-experts router's choice: the n_used experts of the
+    largest logits (in descending order; equal logits: the lower index first;
+    a NaN logit counts as -inf), their weights the softmax probabilities over
+    every expert divided by the chosen ones' sum, as llama.cpp's llama layers
+    weigh them. logits float32 (n, n_expert) -> (ids int32 (n, n_used),
+    weights float32 (n, n_used)).
+
+    llama.cpp ranks the probabilities; ranking the logits is the same choice
+    in exact arithmetic (softmax is monotonic) and, unlike a float32 exp's
+    roundings, one this and the device's routing op (shaders/
+    expert_routing.comp) share exactly, near-ties and ties included."""
+    keys = np.where(np.isnan(logits), np.float32(-np.inf), logits)
+    ids = np.argsort(-keys, axis=-1, kind="stable")[:, :n_used].astype(np.int32)
     e = np.exp(logits - logits.max(axis=-1, keepdims=True))
     probs = e * (np.float32(1) / e.sum(axis=-1, keepdims=True, dtype=np.float32))
-    ids = np.argsort(-probs, axis=-1, kind="stable")[:, :n_used].astype(np.int32)
     weights = np.take_along_axis(probs, ids, axis=-1)
     total = np.maximum(weights.sum(axis=-1, keepdims=True, dtype=np.float32), MIN_EXPERT_WEIGHT_SUM)
     return ids, (weights / total).astype(np.float32)

@@ -15,7 +15,8 @@ mat-vec's output, and a stride).
   to the float32 KV cache at the position in a device int32 tensor, and
   grouped-query attention over the cache, causal: one dispatch per layer.
 - SwiGLU: silu(gate) * up.
-- ExpertRouting: a mixture-of-experts router's softmax, top-k and weights
+- ExpertRouting: a mixture-of-experts router's top-k (on the logits) and
+  softmax weights
   (the weighted sum of the selected experts' outputs is the residual of the
   RMSNorm after them: WeightedSlots).
 - Argmax: greedy sampling, numpy's argmax order.
@@ -467,12 +468,13 @@ class SwiGLU(_Op):
 
 
 class ExpertRouting(_Op):
-    """A mixture-of-experts router, as llama.cpp routes llama layers, for n
-    vectors of router logits: softmax over the n_expert experts, the n_used
-    most probable (descending; equal: lower index first), their weights the
-    probabilities over their sum. Writes ids (int32) and weights (float32),
-    n_used per vector, into one vector of each tensor (the layout a
-    MUL_MAT_ID's ids take). Declares its ids in [0, n_expert) (`bounded_ids`):
+    """A mixture-of-experts router for n vectors of router logits: the
+    n_used experts of the largest logits (descending; equal: lower index
+    first; NaN as -inf), their weights the softmax probabilities over the
+    chosen ones' sum: exactly the experts the host's `route` chooses
+    (vkq.llama.host; why the logits: shaders/expert_routing.comp). Writes ids
+    (int32) and weights (float32), n_used per vector, into one vector of each
+    tensor (the layout a MUL_MAT_ID's ids take). Declares its ids in [0, n_expert) (`bounded_ids`):
     the shader keeps them so, whatever the logits."""
 
     def __init__(self, device, logits: Vectors, ids, weights, n_used: int, n: int = 1):
