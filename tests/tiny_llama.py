@@ -32,14 +32,16 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
 def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
                metadata: dict | None = None, experts: tuple[int, int] | None = None,
                expert_types: dict[str, str] | None = None, extra: dict | None = None,
-               nan_scales: str | None = None) -> Path:
+               nan_scales: str | None = None, tokenizer: dict | None = None) -> Path:
     """The tiny model (see the module's note) at path. drop: tensors left out;
     reshape: name -> another shape; extra: name -> shape of tensors to add.
     metadata: keys to add or to replace (the hyper-parameters too): a str, a
     float (float32), an int (uint32), or (value, gguf.GGUFValueType).
     experts: (expert_count, expert_used_count); expert_types: stack role
     (ffn_gate_exps, ...) -> block type. nan_scales: a matrix whose blocks'
-    fp16 scales are NaN (it decodes to NaN)."""
+    fp16 scales are NaN (it decodes to NaN). tokenizer: tokenizer.ggml.* metadata
+    in place of the byte-level BPE's (spm_vocab.gguf_tokenizer's); its tokens
+    give the vocabulary size."""
     rng = np.random.default_rng(0)
     t = TINY
     tokens, merges, types = byte_level_vocab()
@@ -51,9 +53,12 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     if experts:
         hyper.update({"expert_count": experts[0], "expert_used_count": experts[1]})
     V = gguf.GGUFValueType
-    tokenizer = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
-                 "tokenizer.ggml.merges": (merges, V.ARRAY, V.STRING),
-                 "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32), "tokenizer.ggml.eos_token_id": 0}
+    if tokenizer is None:
+        tokenizer = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
+                     "tokenizer.ggml.merges": (merges, V.ARRAY, V.STRING),
+                     "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32), "tokenizer.ggml.eos_token_id": 0}
+    else:
+        tokens = tokenizer["tokenizer.ggml.tokens"][0]
     kinds = {str: V.STRING, float: V.FLOAT32, int: V.UINT32}
     for key, value in ({f"{arch}.{k}": v for k, v in hyper.items()} | tokenizer | (metadata or {})).items():
         w.add_key_value(key, *(value if isinstance(value, tuple) else (value, kinds[type(value)])))

@@ -5,5 +5,6 @@
 - lookup_tables, repack, layout: the blocks as the device holds them;
 - reference: numpy references (dequantizer, the int8 path's arithmetic, NMSE);
 - synthetic: random valid blocks;
-- gguf_io, tokenizer: GGUF files, and the tokenizer stored in one.
+- gguf_io: GGUF files; vocab, tokenizer, spm: the tokenizer stored in one
+  (byte-level BPE, SentencePiece).
 """

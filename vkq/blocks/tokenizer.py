@@ -1,12 +1,15 @@
-"""The tokenizer stored in a GGUF file, built with the HF `tokenizers` library.
+"""The tokenizer stored in a GGUF file: `open_tokenizer(file)`.
 
-Byte-level BPE (tokenizer.ggml.model == "gpt2") from the file's vocabulary
-and merges, with the pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre`.
+Byte-level BPE (tokenizer.ggml.model == "gpt2"), here, built with the HF
+`tokenizers` library from the file's vocabulary and merges, with the
+pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre`; SentencePiece
+("llama") in `spm`. Both implement `vocab.Tokenizer`.
 """
 from __future__ import annotations
 
-from ..checks import is_int
 from .gguf_io import GGUFFile, metadata
+from .spm import SpmTokenizer
+from .vocab import CONTROL, USER_DEFINED, Tokenizer, flag, token_id, token_strings, token_types
 
 # tokenizer.ggml.pre values whose pre-tokenizer is GPT-2's regex after splitting
 # digits one by one (llama.cpp's LLAMA_VOCAB_PRE_TYPE_STARCODER group).
@@ -17,7 +20,18 @@ _LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-class GGUFTokenizer:
+def open_tokenizer(file: GGUFFile) -> Tokenizer:
+    """The tokenizer of the file's tokenizer.ggml.model."""
+    kind = metadata(file, "tokenizer.ggml.model")
+    if kind == "gpt2":
+        return BpeTokenizer(file)
+    if kind == "llama":
+        return SpmTokenizer(file)
+    raise ValueError(f"{file.path.name}: tokenizer model {kind!r} is not supported "
+                     "(only 'gpt2', byte-level BPE, and 'llama', SentencePiece)")
+
+
+class BpeTokenizer(Tokenizer):
     """Byte-level BPE (tokenizer.ggml.model == "gpt2") built with HF `tokenizers`
     from the vocabulary and merges stored in the GGUF file."""
 
@@ -25,23 +39,12 @@ class GGUFTokenizer:
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
         path = file.path
-        kind = metadata(file, "tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(f"{path.name}: tokenizer model {kind!r} is not supported (only 'gpt2', byte-level BPE)")
-        def strings(key: str) -> list[str]:
-            value = metadata(file, key)
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"{path.name}: {key} is not a list of strings")
-            return value
-
-        tokens = strings("tokenizer.ggml.tokens")
-        merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+        tokens = token_strings(file)
+        merges = [tuple(m.split(" ", 1)) for m in token_strings(file, "tokenizer.ggml.merges")]
         bad = next((i for i, m in enumerate(merges) if len(m) != 2 or not all(m)), None)
         if bad is not None:
             raise ValueError(f"{path.name}: tokenizer.ggml.merges[{bad}] is not two tokens split by a space")
-        types = metadata(file, "tokenizer.ggml.token_type", [1] * len(tokens))
-        if not isinstance(types, list) or len(types) != len(tokens) or not all(is_int(t) for t in types):
-            raise ValueError(f"{path.name}: tokenizer.ggml.token_type is not an integer per token")
+        types = token_types(file, len(tokens))
         vocab = {}
         for i, tok in enumerate(tokens):
             vocab.setdefault(tok, i)
@@ -64,32 +67,21 @@ class GGUFTokenizer:
                              f"(supported: {', '.join(_PRE_DIGITS + ('gpt-2', 'llama-bpe'))})")
         tk.decoder = decoders.ByteLevel()
         # Control tokens (type 3) and user-defined ones (type 4) are matched whole in the text.
-        control = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3]
-        user = [AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4]
+        control = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == CONTROL]
+        user = [AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == USER_DEFINED]
         tk.add_special_tokens(control)
         if user:
             tk.add_tokens(user)
         self.tokenizer = tk
         self.n_vocab = len(tokens)
-        self.bos_id, self.eos_id = (self._token_id(file, f"tokenizer.ggml.{which}_token_id") for which in ("bos", "eos"))
-        self.add_bos = bool(metadata(file, "tokenizer.ggml.add_bos_token", False)) and self.bos_id is not None
+        self.bos_id, self.eos_id = (token_id(file, f"tokenizer.ggml.{which}_token_id", self.n_vocab)
+                                    for which in ("bos", "eos"))
+        self.add_bos = flag(file, "tokenizer.ggml.add_bos_token", False) and self.bos_id is not None
+        self.add_eos = flag(file, "tokenizer.ggml.add_eos_token", False) and self.eos_id is not None
 
-    def _token_id(self, file: GGUFFile, key: str) -> int | None:
-        value = metadata(file, key, None)
-        if value is not None and not (is_int(value) and 0 <= value < self.n_vocab):
-            raise ValueError(f"{file.path.name}: {key} is {value!r}, not a token id in [0, {self.n_vocab})")
-        return value
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:  # lone surrogates: bytes of another encoding on a UTF-8 command line
-            raise ValueError(f"the prompt is not valid UTF-8 (character {e.start}: {text[e.start]!r}); "
-                             "give it in UTF-8") from None
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
-            ids = [self.bos_id] + ids
-        return ids
-
-    def decode(self, ids, skip_special: bool = True) -> str:
+    def decode(self, ids, skip_special: bool = True, continuation: bool = False) -> str:
+        # Byte-level BPE keeps every space in its tokens: a continuation decodes the same.
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special)

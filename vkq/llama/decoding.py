@@ -227,10 +227,10 @@ class Decoder(ABC):
 
             def show_text(token: int) -> None:
                 ids.append(token)
-                text = self.tokenizer.decode(ids)
+                text = self.tokenizer.decode(ids, continuation=True)
                 if not text.endswith("\ufffd") and text.startswith(shown[0]):  # whole UTF-8 characters only
                     on_text(text[len(shown[0]):])
                     shown[0] = text
             on_token = show_text
         gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token)
-        return self.tokenizer.decode(gen.tokens), gen.tokens, gen.stats
+        return self.tokenizer.decode(gen.tokens, continuation=True), gen.tokens, gen.stats

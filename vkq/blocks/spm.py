@@ -1,0 +1,164 @@
+"""SentencePiece tokenization of a GGUF file (tokenizer.ggml.model == "llama":
+Llama 2, Mistral, Mixtral, TinyLlama), as llama.cpp's SPM tokenizer does it.
+
+Encoding: the special tokens (control, user-defined, unknown; longest text
+first) are cut out of the text whole; each text piece between them gets a
+space in front where tokenizer.ggml.add_space_prefix says (the text's start,
+and after a special token), its spaces become '▁' (U+2581), and its
+characters are merged: of the adjacent pairs whose concatenation is a token,
+the one with the highest score first (leftmost on ties), until no pair
+merges. What is left and is not a token goes out as its UTF-8 bytes, the
+byte tokens <0xXX>. Decoding turns '▁' back to spaces and byte tokens to
+bytes, and drops the space the encoder put at the text's start.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import re
+
+from ..checks import is_int
+from .gguf_io import GGUFFile, metadata
+from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Tokenizer, flag, token_id, token_strings, token_types
+
+SPACE = "\u2581"  # '▁', SentencePiece's space
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+class SpmTokenizer(Tokenizer):
+    """llama.cpp's SPM tokenizer on the vocabulary, scores and token types of a GGUF file."""
+
+    def __init__(self, file: GGUFFile):
+        name = file.path.name
+        tokens = token_strings(file)
+        self.n_vocab = n = len(tokens)
+        self.types = types = token_types(file, n)
+        scores = metadata(file, "tokenizer.ggml.scores", [0.0] * n)
+        if (not isinstance(scores, list) or len(scores) < n
+                or not all(isinstance(s, float) or is_int(s) for s in scores)):
+            raise ValueError(f"{name}: tokenizer.ggml.scores is not a number per token")
+        self.scores = [float(s) for s in scores[:n]]
+        # llama.cpp names an empty token this way (an empty piece could never be matched).
+        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        self.ids: dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            if self.ids.setdefault(t, i) != i:
+                raise ValueError(f"{name}: token {t!r} is in the vocabulary twice (ids {self.ids[t]} and {i})")
+        bad = next((i for i, (t, ty) in enumerate(zip(tokens, types)) if ty == BYTE and not _BYTE_TOKEN.fullmatch(t)),
+                   None)
+        if bad is not None:
+            raise ValueError(f"{name}: token {bad} ({tokens[bad]!r}) has the byte type but is no <0xXX>")
+        self.tokens = tokens
+        # llama.cpp's defaults for an SPM vocabulary: <unk> 0, <s> 1, </s> 2, BOS added, EOS not.
+        self.bos_id = token_id(file, "tokenizer.ggml.bos_token_id", n, default=1)
+        self.eos_id = token_id(file, "tokenizer.ggml.eos_token_id", n, default=2)
+        self.add_bos = flag(file, "tokenizer.ggml.add_bos_token", True)
+        self.add_eos = flag(file, "tokenizer.ggml.add_eos_token", False)
+        self.add_space_prefix = flag(file, "tokenizer.ggml.add_space_prefix", True)
+        self._check_special(name)
+        # Cut out of the text whole, the longest first (a longer one may hold a shorter one).
+        self.special = sorted((i for i, ty in enumerate(types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)),
+                              key=lambda i: (-len(tokens[i]), i))
+        # The token of each byte: <0xXX>, or the byte itself as a token for ASCII (llama.cpp's fallback).
+        self.byte_ids = [self.ids.get(f"<0x{b:02X}>", self.ids.get(chr(b)) if b < 128 else None) for b in range(256)]
+        self.pieces = [self._piece(t, ty) for t, ty in zip(tokens, types)]
+
+    @staticmethod
+    def _piece(text: str, kind: int) -> bytes:
+        """What a token decodes to; control, unused and undefined tokens to nothing
+        unless asked for (decode's skip_special=False gives control and unknown tokens' text)."""
+        if kind in (UNKNOWN, CONTROL, USER_DEFINED):
+            return text.encode()
+        if kind == NORMAL:
+            return text.replace(SPACE, " ").encode()
+        if kind == BYTE:
+            return bytes([int(text[3:5], 16)])
+        return b""
+
+    def _encode(self, text: str) -> list[int]:
+        parts: list[str | int] = [text] if text else []
+        for i in self.special:
+            word, cut = self.tokens[i], []
+            for part in parts:
+                if isinstance(part, int) or word not in part:
+                    cut.append(part)
+                    continue
+                for k, piece in enumerate(part.split(word)):
+                    if k:
+                        cut.append(i)
+                    if piece:
+                        cut.append(piece)
+            parts = cut
+        ids: list[int] = []
+        after_special = True  # the text's start counts as following a special token
+        for part in parts:
+            if isinstance(part, int):
+                ids.append(part)
+                after_special = True
+                continue
+            if self.add_space_prefix and after_special:
+                part = " " + part
+            self._merge(part.replace(" ", SPACE), ids)
+            after_special = False
+        return ids
+
+    def _merge(self, text: str, out: list[int]) -> None:
+        """The SPM merges of text's characters, their tokens appended to out."""
+        ids, scores = self.ids, self.scores
+        n = len(text)
+        start = list(range(n))
+        length = [1] * n  # in characters; 0 once merged into the symbol on its left
+        prev = list(range(-1, n - 1))
+        nxt = list(range(1, n)) + [-1]
+        heap: list[tuple[float, int, int, int]] = []
+
+        def offer(left: int, right: int) -> None:
+            if left < 0 or right < 0:
+                return
+            size = length[left] + length[right]
+            tid = ids.get(text[start[left]:start[left] + size])
+            if tid is not None and not math.isnan(scores[tid]):
+                heapq.heappush(heap, (-scores[tid], left, right, size))  # highest score, then leftmost
+
+        for i in range(1, n):
+            offer(i - 1, i)
+        while heap:
+            _, left, right, size = heapq.heappop(heap)
+            if length[left] == 0 or length[right] == 0 or length[left] + length[right] != size:
+                continue  # one of the two has merged since this pair was offered
+            length[left], length[right] = size, 0
+            nxt[left] = nxt[right]
+            if nxt[right] >= 0:
+                prev[nxt[right]] = left
+            offer(prev[left], left)
+            offer(left, nxt[left])
+        i = 0 if n else -1
+        while i >= 0:
+            piece = text[start[i]:start[i] + length[i]]
+            tid = ids.get(piece)
+            if tid is not None:
+                out.append(tid)
+            else:
+                for b in piece.encode():
+                    if self.byte_ids[b] is None:
+                        raise ValueError(f"{piece.replace(SPACE, ' ')!r} is not in the vocabulary, and it has "
+                                         f"no byte token <0x{b:02X}> to spell it with")
+                    out.append(self.byte_ids[b])
+            i = nxt[i]
+
+    def decode(self, ids, skip_special: bool = True, continuation: bool = False) -> str:
+        """As llama.cpp's llama_detokenize (remove_special false): the first token
+        loses the space the encoder prefixed (unless continuation), even when that
+        token is a control one that decodes to nothing."""
+        out = bytearray()
+        strip = self.add_space_prefix and not continuation
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < self.n_vocab:
+                raise ValueError(f"token id {i} is not in the vocabulary [0, {self.n_vocab})")
+            piece = b"" if skip_special and self.types[i] in (CONTROL, UNKNOWN) else self.pieces[i]
+            if strip and piece.startswith(b" "):
+                piece = piece[1:]
+            strip = False
+            out += piece
+        return out.decode("utf-8", errors="replace")

@@ -1,0 +1,91 @@
+"""The vocabulary of a GGUF file as every tokenizer kind reads it, and the
+interface each kind implements.
+
+`Tokenizer` is what vkq's decoder and commands use: `encode(text)` gives the
+ids a model is fed (BOS/EOS where the file's add flags say, as llama.cpp's
+`llama_tokenize` with add_special), `decode(ids)` the text back. The kinds
+live in their own modules (byte-level BPE in `tokenizer`, SentencePiece in
+`spm`); `tokenizer.open_tokenizer(file)` picks one from the file. The readers
+below check the tokenizer.ggml.* values every kind shares.
+"""
+from __future__ import annotations
+
+from ..checks import is_int
+from .gguf_io import GGUFFile, metadata
+
+# tokenizer.ggml.token_type values (llama.cpp's llama_token_type, gguf.TokenType).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+def token_strings(file: GGUFFile, key: str = "tokenizer.ggml.tokens") -> list[str]:
+    value = metadata(file, key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{file.path.name}: {key} is not a list of strings")
+    return value
+
+
+def token_types(file: GGUFFile, n_vocab: int) -> list[int]:
+    """tokenizer.ggml.token_type, one per token (NORMAL for all when the file has none)."""
+    types = metadata(file, "tokenizer.ggml.token_type", [NORMAL] * n_vocab)
+    if not isinstance(types, list) or len(types) != n_vocab or not all(is_int(t) for t in types):
+        raise ValueError(f"{file.path.name}: tokenizer.ggml.token_type is not an integer per token")
+    return types
+
+
+def token_id(file: GGUFFile, key: str, n_vocab: int, default: int | None = None) -> int | None:
+    """A special token's id (tokenizer.ggml.bos_token_id, ...); default when the key is absent."""
+    value = metadata(file, key, None)
+    if value is None:
+        return default if default is not None and default < n_vocab else None
+    if not (is_int(value) and 0 <= value < n_vocab):
+        raise ValueError(f"{file.path.name}: {key} is {value!r}, not a token id in [0, {n_vocab})")
+    return value
+
+
+def flag(file: GGUFFile, key: str, default: bool) -> bool:
+    value = metadata(file, key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{file.path.name}: {key} is {value!r}, not a boolean")
+    return value
+
+
+class Tokenizer:
+    """What every tokenizer kind gives: n_vocab, bos_id and eos_id (None when
+    the file has none), add_bos and add_eos (the file's add flags), encode and
+    decode. A kind sets those attributes and implements _encode and decode."""
+
+    n_vocab: int
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    add_eos: bool
+
+    def _check_special(self, name: str) -> None:
+        for which, ident in (("bos", self.bos_id), ("eos", self.eos_id)):
+            if getattr(self, f"add_{which}") and ident is None:  # llama.cpp refuses such a file too
+                raise ValueError(f"{name}: tokenizer.ggml.add_{which}_token is true, "
+                                 f"but the file has no tokenizer.ggml.{which}_token_id")
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """The ids of text; with add_special, BOS first and EOS last where the
+        file's add flags say."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: bytes of another encoding on a UTF-8 command line
+            raise ValueError(f"the prompt is not valid UTF-8 (character {e.start}: {text[e.start]!r}); "
+                             "give it in UTF-8") from None
+        ids = self._encode(text)
+        if add_special and self.add_bos:
+            ids = [self.bos_id] + ids
+        if add_special and self.add_eos:
+            ids = ids + [self.eos_id]
+        return ids
+
+    def _encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids, skip_special: bool = True, continuation: bool = False) -> str:
+        """The text of ids; skip_special leaves out control tokens (BOS, EOS).
+        continuation: ids that follow others (a generation after its prompt),
+        so a kind that drops the space it prefixed to a text's start keeps it."""
+        raise NotImplementedError
