@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "text, then tokens/s and submits per token (stderr), and the share of the step "
                                    "the device's time covers: the host engine's mat-vec calls, or with "
                                    "--timestamps the graph engine's kernels.")
-    p.add_argument("model", help="a .gguf file (llama architecture, byte-level BPE tokenizer)")
+    p.add_argument("model", help="a .gguf file (llama architecture; byte-level BPE or SentencePiece tokenizer)")
     p.add_argument("-p", "--prompt", required=True, help="the prompt text (no chat template is applied)")
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
     p.add_argument("--engine", choices=("graph", "host"), default=None,  # None: not given (graph)
