@@ -182,6 +182,17 @@ def test_matvec_on_expert_stack(backend, monkeypatch, experts):
         backend.matvec(experts, random_x(K))
 
 
+@pytest.mark.parametrize("glu", ["yes", "", 1, None], ids=["yes", "empty", "one", "None"])
+def test_glu_that_is_not_a_bool(backend, monkeypatch, glu):
+    """Graph.matvec's glu is True or False: anything else is a TypeError
+    naming it ("yes" was "invalid literal for int()"; 1, "" and None passed as truthy or not)."""
+    stacked = backend.upload("Q4_0", (2 * ROWS, K), ggml_quant.random_weights(2 * ROWS, K, "Q4_0"))
+    x = backend.tensor(K)
+    g = backend.graph()
+    with raises_before_driver(monkeypatch, TypeError, rf"glu must be True or False, got {glu!r}"):
+        g.matvec(stacked, x, glu=glu)
+
+
 def test_matvec_id_on_matrix(backend, monkeypatch, q4_0):
     with raises_before_driver(monkeypatch, ValueError, "expert stack"):
         backend.matvec_id(q4_0, random_x(K), np.zeros(2, np.int32))

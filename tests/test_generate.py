@@ -577,6 +577,14 @@ def test_score_of_no_tokens_is_no_rows(tiny_ref):
     assert tiny_ref.score(ids, [5]).shape == (1, tiny_ref.n_vocab)
 
 
+def wide_heads_file(path: Path, head_dim: int = 288) -> Path:
+    """The tiny model with one query and one K/V head of head_dim values."""
+    reshape = {f"blk.{i}.{role}.weight": (head_dim, 64) for i in range(2) for role in ("attn_q", "attn_k", "attn_v")}
+    reshape |= {f"blk.{i}.attn_output.weight": (64, head_dim) for i in range(2)}
+    return write_gguf(path, reshape=reshape, metadata={
+        "llama.attention.head_count": 1, "llama.attention.head_count_kv": 1, "llama.attention.key_length": head_dim})
+
+
 def test_heads_too_wide_for_the_graph_engine_are_refused_before_the_upload(tmp_path, capsys, monkeypatch):
     """Heads of 288 values (one query and one K/V head) pass the graph engine's attention limit: refused
     before any upload, naming the file and the host engine, which runs them."""
@@ -584,10 +592,7 @@ def test_heads_too_wide_for_the_graph_engine_are_refused_before_the_upload(tmp_p
 
     hd = 288
     assert hd > MAX_HEAD_DIM
-    reshape = {f"blk.{i}.{role}.weight": (hd, 64) for i in range(2) for role in ("attn_q", "attn_k", "attn_v")}
-    reshape |= {f"blk.{i}.attn_output.weight": (64, hd) for i in range(2)}
-    path = write_gguf(tmp_path / "wide-heads.gguf", reshape=reshape, metadata={
-        "llama.attention.head_count": 1, "llama.attention.head_count_kv": 1, "llama.attention.key_length": hd})
+    path = wide_heads_file(tmp_path / "wide-heads.gguf", hd)
     with monkeypatch.context() as m:
         m.setattr(vkq.Backend, "upload", lambda *a, **k: pytest.fail("uploaded before the refusal"))
         for extra in ([], ["--compare-engines", "1"]):

@@ -298,6 +298,8 @@ class Graph:
         rows / 2 values per vector: ggml's SwiGLU fused into the mat-vec, the
         bits of SwiGLU over the unfused mat-vec's output."""
         self._open()
+        if not isinstance(glu, (bool, np.bool_)):  # "yes" or 1 would pass as true, "" or None as false
+            raise TypeError(f"glu must be True or False, got {glu!r}")
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
         if glu and not fused_swiglu_fits(w):

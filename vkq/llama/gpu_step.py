@@ -62,8 +62,18 @@ from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .profile import Profile
-from .vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, Q8_1Output, RMSNorm, SwiGLU,
-                         Vectors, WeightedSlots, attention_scratch_size, attention_split, rope_table)
+from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, Q8_1Output,
+                         RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split, rope_table)
+
+
+def check_graph_engine(file: LlamaFile) -> None:
+    """What the graph engine cannot run, refused before anything is uploaded:
+    heads wider than its attention keeps in shared memory (the host engine
+    attends in numpy, at any width)."""
+    hd = file.config.head_dim
+    if hd > MAX_HEAD_DIM:
+        raise ValueError(f"{file.path.name}: heads of {hd} values; the graph engine's attention takes at most "
+                         f"{MAX_HEAD_DIM} (the host engine runs this model: --engine host)")
 
 
 class GpuLlama(Decoder):
@@ -96,6 +106,7 @@ class GpuLlama(Decoder):
         self.prompt_chunk = prompt_chunk
         self.spread = spread
         self.file = f = file if file is not None else LlamaFile(model_file, fuse)
+        check_graph_engine(f)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
         if weights is not None and (weights.backend is not self.backend or set(weights.weights) != set(
