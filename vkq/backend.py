@@ -127,9 +127,7 @@ class Backend:
         except BaseException:
             self.device.memory.release(reserved)
             raise
-        w = Weights(self, layout, buffers, tuple(int(s) for s in shape))
-        w._reserved = reserved
-        return w
+        return Weights(self, layout, buffers, tuple(int(s) for s in shape), reserved)
 
     def tensor(self, length: int, n: int = 1, dtype=np.float32, *, name: str = "") -> Tensor:
         """A device tensor of `n` vectors of `length` zeros (vkq.tensor)."""

@@ -6,7 +6,9 @@ Float vectors are padded to a whole 32-value chunk so that a mat-vec can
 read any of them as x (the padding stays zero: every writer writes
 `length` values per vector). An engine writes its inputs from numpy in
 place (no allocation), lets a `vkq.Graph` chain operations on the device,
-and reads back only what it needs. A tensor's host values go to the device
+and reads back only what it needs. A tensor is one device buffer, counted
+against the device's limits (vkq.device.memory) until it is collected.
+A tensor's host values go to the device
 at the first replay of any graph that uses it (so a tensor written once
 before that is a constant, e.g. a norm's weights) and at every replay of a
 graph that takes it as input; writing one that no graph takes as input
@@ -46,7 +48,18 @@ class Tensor:
         self.backend = backend
         self.length, self.n, self.dtype, self.name = int(length), int(n), dtype, name
         self.stride = padded_stride(self.length, dtype)
-        self.kp = backend.device.tensor(self.n * self.stride, dtype)
+        # One buffer, counted in the device's ledger until the tensor is
+        # collected (vkq.device.memory): refused before the driver sees it where
+        # it passes one buffer's limit or the device's memory.
+        memory = backend.device.memory
+        reserved = memory.reserve([self.nbytes], f"a {dtype.name} tensor{f' {name!r}' if name else ''} of shape "
+                                                  f"{self.shape}")
+        try:
+            self.kp = backend.device.tensor(self.n * self.stride, dtype)
+        except BaseException:
+            memory.release(reserved)
+            raise
+        memory.credit_on_collect(self, reserved)
         # A view of kp's host copy, made once: writes and reads go through it.
         self._host = self.kp.data().reshape(self.n, self.stride)
         self.is_input = False  # some graph takes it as input (Graph.input)

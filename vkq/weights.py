@@ -23,13 +23,16 @@ class Buffer:
 class Weights:
     """A matrix (rows, K) or an expert stack (n_expert, rows, K) on the device."""
 
-    def __init__(self, backend, layout: MatrixLayout, buffers: list[Buffer], shape: tuple[int, ...]):
+    def __init__(self, backend, layout: MatrixLayout, buffers: list[Buffer], shape: tuple[int, ...],
+                 reserved: int = 0):
+        """reserved: the bytes of `buffers` counted in the device's MemoryLedger
+        (vkq.device.memory), given back by free() or when these weights are collected."""
         self.backend = backend
         self.layout = layout
         self.buffers = buffers
         self.shape = shape
         self.freed = False
-        self._reserved = 0  # bytes counted in the device's MemoryLedger (vkq.device.memory)
+        self._credit = backend.device.memory.credit_on_collect(self, reserved)
         self._calls: dict[tuple, object] = {}  # Backend's cached calls, per call key (shape, path, activations, ...)
         self._calls_by_config: dict[tuple, object] = {}  # the same pipeline, whichever key chose it
         self._configs: dict[tuple, PipelineConfig] = {}  # the dispatcher's choices (vkq.resolve)
@@ -49,7 +52,7 @@ class Weights:
             self.backend._forget_many(self)
             for buf in self.buffers:
                 buf.tensor.destroy()
-            self.backend.device.memory.release(self._reserved)
+            self._credit()
             self.freed = True
 
     @property

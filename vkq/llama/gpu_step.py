@@ -58,6 +58,7 @@ from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_
 from ..dispatch.paths import check_request, resolve_path
 from ..ops import fused_swiglu_fits, q8_1_words
 from ..resolve import MAX_COLS
+from .context_fit import fit_context
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
@@ -80,8 +81,10 @@ class GpuLlama(Decoder):
     """A llama GGUF model whose whole decode step runs on the device.
     Arguments as vkq.llama.host.LlamaModel's (no numpy path: that is the host
     decoder's reference); ctx: the positions the KV cache holds (default:
-    the model's context length; `vkq generate` gives it what the prompt and
-    the new tokens need). weights: the uploaded matrices of a host engine of
+    the model's context length, or the most the device holds where that is
+    less, with a warning; a ctx asked for that does not fit is refused:
+    vkq.llama.context_fit; `vkq generate` gives it what the prompt and the
+    new tokens need). weights: the uploaded matrices of a host engine of
     the same file and backend, to share instead of uploading them again.
     timestamps: time the kernels of every replay (GPU timestamps; on lavapipe
     latching them after every op makes the step about 13% slower); profile:
@@ -109,6 +112,8 @@ class GpuLlama(Decoder):
         check_graph_engine(f)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
+        # (one buffer's limit before the upload, the memory the weights leave after it)
+        self.ctx = fit_context(self.backend.device, f, self.ctx, spread, prompt_chunk, ctx is not None, memory=False)
         if weights is not None and (weights.backend is not self.backend or set(weights.weights) != set(
                 gr.names for gr in f.groups)):
             raise ValueError("weights: the mat-vecs of a host engine of this file, on this backend")
@@ -119,7 +124,7 @@ class GpuLlama(Decoder):
         self.device_label = "kernels" if self.timestamps else None
         # per step size (1: decode steps; n: a prompt's chunks of n), each replay's op times
         self.op_samples: dict[int, list[list[tuple[str, float]]]] | None = {} if profile else None
-        self._make_state()
+        self._make_state(asked=ctx is not None)
         self._steps: dict[int, _Step] = {}
         self.step_graph = self._step(1).graph  # the decode step
         self.reset()
@@ -157,10 +162,13 @@ class GpuLlama(Decoder):
         return len((self.op_samples or {}).get(n, []))
 
     # -- what every recorded step shares -----------------------------------------------
-    def _make_state(self) -> None:
+    def _make_state(self, asked: bool) -> None:
         """The weights' companions that every step graph reads or writes: the
-        KV caches, the RoPE table, the norms' weights, the attention scratch,
-        the token embedding's upload."""
+        token embedding's upload, the KV caches, the RoPE table, the norms'
+        weights, the attention scratch. Those that grow with the context are
+        checked against the device first (vkq.llama.context_fit); asked: the
+        caller chose the context (else it is the model's, and where that does
+        not fit, the largest that does)."""
         f, cfg, b = self.file, self.config, self.backend
 
         def constant(values: np.ndarray, name: str):
@@ -168,6 +176,12 @@ class GpuLlama(Decoder):
             t.write(np.ascontiguousarray(values, np.float32).reshape(-1))
             return t
 
+        if f.output_name == "token_embd.weight":
+            self._embd = self.weights[f.output_group]  # the tied output head: one upload serves both
+        else:
+            t = f.tensors["token_embd.weight"]
+            self._embd = b.upload(t.qtype, t.shape, t.data)
+        self.ctx = fit_context(b.device, f, self.ctx, self.spread, self.prompt_chunk, asked)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
         self.attention_split = attention_split(b.device, shape, self.spread)
@@ -177,11 +191,6 @@ class GpuLlama(Decoder):
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
         self.norm_weights = [{k: constant(v, f"{k} {i}") for k, v in layer.items()} for i, layer in enumerate(f.norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
-        if f.output_name == "token_embd.weight":
-            self._embd = self.weights[f.output_group]  # the tied output head: one upload serves both
-        else:
-            t = f.tensors["token_embd.weight"]
-            self._embd = b.upload(t.qtype, t.shape, t.data)
 
     def _step(self, n: int) -> "_Step":
         """The recorded step for n tokens (made on first use)."""
