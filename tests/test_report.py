@@ -449,6 +449,14 @@ def test_bad_arguments(capsys, nothing_measured, argv, needle):
     assert_user_error(2, capsys.readouterr().err, needle)
 
 
+def test_a_model_the_graph_engine_cannot_run_is_refused_before_measuring(tmp_path, capsys, nothing_measured):
+    from test_generate import wide_heads_file
+
+    path = wide_heads_file(tmp_path / "wide-heads.gguf")
+    assert main(["report", "--quick", "--model", str(path)]) == 2
+    assert_user_error(2, capsys.readouterr().err, "wide-heads.gguf: heads of 288 values; the graph engine's attention")
+
+
 @pytest.mark.parametrize("n_gen", [1, 0])
 def test_a_decode_speed_needs_two_new_tokens(tmp_path, capsys, nothing_measured, n_gen):
     """--n-gen 1 is the prompt's token alone, no decode step: refused, not a tg of 0.00 t/s and 0% of the

@@ -54,6 +54,16 @@ def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activa
                     timestamps=timestamps, profile=profile, spread=spread)
 
 
+def _prompt_ids(file: LlamaFile, prompt: str) -> list[int]:
+    """The prompt's token ids, refused when there are none (an empty prompt
+    to a model that adds no BOS token): said so before anything is uploaded,
+    not found later as a context of 0 positions."""
+    ids = file.tokenizer.encode(prompt)
+    if not ids:
+        raise ValueError("the prompt is empty: no token to start from (this model adds no BOS token); give -p text")
+    return ids
+
+
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
@@ -65,7 +75,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     decode step's GPU time goes (vkq.llama.profile), after the statistics."""
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
-    n_prompt = len(file.tokenizer.encode(prompt))
+    n_prompt = len(_prompt_ids(file, prompt))
     if n_tokens < 0:
         raise ValueError(f"-n must be >= 0, got {n_tokens}")
     if profile and n_tokens < 2:
@@ -122,7 +132,7 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     Prints each round and the medians; returns 1 if the tokens differ."""
     import statistics
 
-    from ..llama.gpu_step import GpuLlama
+    from ..llama.gpu_step import GpuLlama, check_graph_engine
 
     if n_tokens < 2:
         raise ValueError(f"--compare-engines times decode steps: -n must be at least 2 (the first new token comes "
@@ -130,7 +140,8 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     if path == "numpy":
         raise ValueError("--compare-engines times vkq's engines; path numpy is the reference, on none")
     file = LlamaFile(model, fuse)
-    ids = file.tokenizer.encode(prompt)
+    check_graph_engine(file)
+    ids = _prompt_ids(file, prompt)
     ctx = len(ids) + n_tokens
     backend = Backend(device)
     host = LlamaModel(None, backend, path, activations=activations, fuse=fuse, ctx=ctx, file=file)

@@ -238,6 +238,7 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     llama.cpp not run); shape: rows x K of the mat-vecs (default SHAPE);
     bench_model: False leaves `vkq bench`'s model out; n_prompt, n_gen: the
     models' prompt and generated tokens (default: the effort's)."""
+    from ..llama.gpu_step import check_graph_engine
     from ..llama.model import LlamaFile
     from .llama_server import find_server
 
@@ -251,6 +252,8 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         raise ValueError("types: name at least one block type (None: all)")
     types = list(dict.fromkeys(get_format(t).name for t in types)) if types else list(FORMATS)
     files = [LlamaFile(m) for m in models]
+    for file in files:  # vkq generate's graph engine runs them
+        check_graph_engine(file)
     server = find_server(llama_server or None) if llama_server is not None else None
     runner = None
     if ggml is not None:
