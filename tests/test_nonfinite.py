@@ -4,14 +4,14 @@ finite x near float32's limit gives the finite result numpy gives.
 float64 numpy gives NaN in every output of a column whose x holds a NaN,
 and +-inf or NaN in every output of a column holding an inf. vkq gives NaN
 wherever numpy gives NaN, and NaN or the same inf where numpy gives an inf
-(README: "Non-finite x"); never a finite number. The int8 path's quantizer
+(docs/numerics.md, "Non-finite x"); never a finite number. The int8 path's quantizer
 marks a block holding NaN or inf with a NaN scale (shaders/quantize_q8_1.comp),
 so nothing depends on the host seeing x. The finite columns beside them are
 unaffected.
 
 x up to float32's largest values times small weights has finite products,
 but a block's sums of quants times x (up to 2^11 times the largest |x|)
-do not fit float32: both paths keep them in range (README: "Large and tiny x") and
+do not fit float32: both paths keep them in range (docs/numerics.md, "Large and tiny x") and
 match float64 numpy.
 """
 from __future__ import annotations
