@@ -15,12 +15,20 @@
   mixture-of-experts router), in this graph and any other.
 - A graph run from two threads while a third destroys it or frees its
   weights: each run gives the right result or a clear error.
+- submit() returns while the device still runs the replay (kp patch 0009),
+  and the guards above hold while it really runs; a Ctrl-C between submit
+  and wait leaves the graph waitable and usable, and a process that dies of
+  it with a replay in flight ends without a crash.
 """
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -190,6 +198,104 @@ def test_weights_cannot_be_freed_under_a_replay(backend):
     w.free()
     with pytest.raises(RuntimeError, match="freed"):
         g.run()
+
+
+def long_graph(backend):
+    """A graph whose replay keeps lavapipe busy for tens of milliseconds (48
+    mat-vecs of 1024 x 1024), run once: (graph, weights, x, y, y's values)."""
+    w = upload(backend, 1024, 1024, seed=12)
+    g = backend.graph()
+    x = g.input(backend.tensor(1024))
+    y = g.output([g.matvec(w, x) for _ in range(48)][-1])
+    x.write(random_x(1024, seed=12))
+    g.run()
+    return g, w, x, y, y.read()
+
+
+def submit_in_flight(g, tries: int = 5):
+    """g.submit() until its replay is still running on the device when submit
+    returns (a host that loses its core for longer than a replay sees it
+    done): that Replay. A submit that waits for the device never gets one."""
+    for _ in range(tries):
+        r = g.submit()
+        if not r.done:
+            return r
+        r.wait()
+    pytest.fail(f"submit() returned after the device had finished the replay, {tries} times out of {tries}")
+
+
+def test_guards_hold_while_a_replay_really_runs(backend):
+    g, w, x, y, want = long_graph(backend)
+    r = submit_in_flight(g)
+    assert g.in_flight
+    refused = {"destroy": g.destroy, "run": g.run, "submit": g.submit, "free its weights": w.free,
+               "read its output": y.read, "read its input": x.read,
+               "write its input": lambda: x.write(random_x(1024, seed=13))}
+    for what, action in refused.items():
+        with pytest.raises(RuntimeError, match="in flight"):
+            action()
+    assert g.in_flight and not w.freed
+    # what shares only the weights (read on both sides) runs meanwhile: Backend.matvec's own graph
+    assert np.array_equal(backend.matvec(w, random_x(1024, seed=12), config=g.matvecs[0][1]), want)
+    r.wait()
+    assert r.done and not g.in_flight
+    assert np.array_equal(y.read(), want)
+    g.run()  # the graph goes on, then goes
+    g.destroy()
+    w.free()
+
+
+def submit_then_ctrl_c(g):
+    r = submit_in_flight(g)
+    signal.raise_signal(signal.SIGINT)  # Ctrl-C, landing between submit and wait
+    r.wait()  # never reached
+
+
+@pytest.mark.parametrize("then", ["wait", "drop"])
+def test_ctrl_c_between_submit_and_wait(backend, then):
+    """The interrupted frame (and its Replay) lives on in the traceback, as in
+    a REPL: the replay stays in flight, guarded, until g.wait(), or until the
+    traceback goes and the dropped Replay waits for itself."""
+    g, w, x, y, want = long_graph(backend)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        submit_then_ctrl_c(g)
+    assert g.in_flight
+    with pytest.raises(RuntimeError, match="in flight"):
+        g.destroy()
+    if then == "wait":
+        g.wait()
+    del interrupted
+    gc.collect()
+    assert not g.in_flight
+    assert np.array_equal(y.read(), want)
+    g.run()
+    assert np.array_equal(y.read(), want)
+    g.destroy()
+    with pytest.raises(RuntimeError, match="destroyed"):
+        g.run()
+    w.free()
+
+
+def test_process_killed_by_ctrl_c_with_a_replay_in_flight():
+    """An uncaught Ctrl-C while a replay runs: the process dies of SIGINT, as
+    Python's do, with the KeyboardInterrupt's traceback and no crash (the
+    device's teardown waits for the replay)."""
+    script = """
+import signal, sys
+sys.path.insert(0, {tests!r})
+import vkq
+from test_graph_safety import long_graph, submit_in_flight
+g, w, x, y, want = long_graph(vkq.Backend())
+replay = submit_in_flight(g)
+print("in flight", flush=True)
+signal.raise_signal(signal.SIGINT)
+print("not interrupted", flush=True)
+""".format(tests=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert done.stdout == "in flight\n", (done.stdout, done.stderr[-2000:])
+    assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.rstrip().endswith("KeyboardInterrupt"), done.stderr[-2000:]
 
 
 def two_graphs(backend):

@@ -68,7 +68,9 @@ class Replay:
 
     @property
     def done(self) -> bool:
-        return self.graph._flight != self.serial
+        """The device has finished this replay (asked without waiting), or it
+        was waited for; its tensors are the host's again only after wait()."""
+        return self.graph._device_done(self.serial)
 
     def wait(self) -> None:
         if not self.graph._finish(self.serial):
@@ -398,12 +400,25 @@ class Graph:
         self._flight = replay.serial
         self.backend._in_flight.add(self)
         try:
-            self._seq.eval_async()
+            self._seq.eval_async()  # returns once queued (kp patch 0009); the device runs it meanwhile
         except BaseException:
-            self._flight = 0
-            self.backend._in_flight.discard(self)
+            try:
+                if self._seq.is_running():  # queued, then interrupted: never leave it running unwatched
+                    self._seq.eval_await()
+            finally:
+                self._flight = 0
+                self.backend._in_flight.discard(self)
             raise
         return replay
+
+    @_locked
+    def _device_done(self, serial: int) -> bool:
+        """Replay `serial` was waited for, or the device has finished it."""
+        if self._flight != serial:
+            return True
+        if self._seq.is_running():
+            self._seq.eval_await(0)  # a zero timeout asks the fence without waiting
+        return not self._seq.is_running()
 
     def _check_others(self) -> None:
         """No other graph in flight writes what this one uses, or uses what it writes."""
@@ -438,7 +453,7 @@ class Graph:
         if not self._flight or serial not in (None, self._flight):
             return False
         try:
-            self._seq.eval_await()
+            self._seq.eval_await()  # (returns at once where `Replay.done` saw it finish)
         finally:
             self._flight = 0
             self.backend._in_flight.discard(self)
