@@ -27,7 +27,7 @@ from vkq.blocks.layout import MatrixLayout
 from vkq.blocks.formats import get_format
 from vkq.commands.cli import main
 from vkq.device.memory import DeviceMemoryError, size_text
-from vkq.llama.context_fit import step_vectors_bytes
+from vkq.llama.context_fit import context_buffers, step_vectors_bytes
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.model import LlamaFile
 
@@ -220,3 +220,26 @@ def test_decoders_loaded_and_dropped_give_everything_back(backend, long_file):
         del model
         assert settled_in_use(dev) == before
         assert alive() is None
+
+
+def test_the_devices_own_buffer_limit_refuses_before_the_upload(backend, tmp_path):
+    """No patched limit: the tiny llama at 2^20 positions (the most the attention
+    takes) needs an attention scratch of more than 128 MiB (lavapipe's
+    maxStorageBufferRange), refused before anything is allocated."""
+    path = write_gguf(tmp_path / "million.gguf", metadata={"llama.context_length": 1 << 20})
+    limit = min(v for v in (backend.device_info.max_storage_buffer_range,
+                            backend.device_info.max_memory_allocation_size) if v)
+    # (8 queries' scores over every position, one per head, and on lavapipe the split's partial results)
+    scratch = context_buffers(backend.device, LlamaFile(path).config, 1 << 20, True, 8).scratch
+    assert scratch >= (1 << 20) * 8 * TINY["n_head"] * 4
+    if scratch <= limit:
+        pytest.skip(f"this device's buffers hold {size_text(limit)}")
+    before = settled_in_use(backend.device)
+    with pytest.raises(DeviceMemoryError) as e:
+        GpuLlama(path, backend, "dmmv", ctx=1 << 20)
+    msg = str(e.value)
+    assert "attention scratch" in msg and size_text(limit) in msg, msg
+    largest = int(msg.split("the largest that fits is ")[1].split()[0])
+    assert 0 < largest < limit // (8 * TINY["n_head"] * 4), msg
+    del e
+    assert settled_in_use(backend.device) == before

@@ -112,11 +112,13 @@ def largest_context(fits, upto: int) -> int:
     return lo
 
 
-def fit_context(device, file, ctx: int, spread: bool, queries: int, asked: bool, memory: bool = True) -> int:
+def fit_context(device, file, ctx: int, spread: bool, queries: int, asked: bool, memory: bool = True,
+                stacklevel: int = 2) -> int:
     """ctx if its tensors fit on the device; else, where no context was asked
     for (ctx is the model's context length), the largest that fits, with a
-    warning; else DeviceMemoryError. memory: check the memory left too (off:
-    one buffer's limit alone, which needs no weights uploaded to check)."""
+    warning (at the caller `stacklevel` frames up); else DeviceMemoryError.
+    memory: check the memory left too (off: one buffer's limit alone, which
+    needs no weights uploaded to check)."""
     cfg, model = file.config, file.path.name
     room = device.memory.room() if memory else None
     if room is not None:
@@ -134,7 +136,7 @@ def fit_context(device, file, ctx: int, spread: bool, queries: int, asked: bool,
         raise DeviceMemoryError(f"{where}: not even a context of 1 position fits: {problem(1)}")
     if not asked:
         warnings.warn(f"{where}: the model's context of {ctx} positions does not fit ({why}); using {largest} "
-                      "positions, the most that fit", stacklevel=4)
+                      "positions, the most that fit", stacklevel=stacklevel + 1)
         return largest
     raise DeviceMemoryError(f"{where}: a context of {ctx} positions does not fit: {why}; the largest that fits "
                             f"is {largest} positions")

@@ -113,7 +113,8 @@ class GpuLlama(Decoder):
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
         # (one buffer's limit before the upload, the memory the weights leave after it)
-        self.ctx = fit_context(self.backend.device, f, self.ctx, spread, prompt_chunk, ctx is not None, memory=False)
+        self.ctx = fit_context(self.backend.device, f, self.ctx, spread, prompt_chunk, ctx is not None, memory=False,
+                               stacklevel=2)
         if weights is not None and (weights.backend is not self.backend or set(weights.weights) != set(
                 gr.names for gr in f.groups)):
             raise ValueError("weights: the mat-vecs of a host engine of this file, on this backend")
@@ -181,7 +182,7 @@ class GpuLlama(Decoder):
         else:
             t = f.tensors["token_embd.weight"]
             self._embd = b.upload(t.qtype, t.shape, t.data)
-        self.ctx = fit_context(b.device, f, self.ctx, self.spread, self.prompt_chunk, asked)
+        self.ctx = fit_context(b.device, f, self.ctx, self.spread, self.prompt_chunk, asked, stacklevel=3)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
         self.attention_split = attention_split(b.device, shape, self.spread)
