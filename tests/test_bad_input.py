@@ -126,6 +126,58 @@ def test_shape_not_a_sequence(backend, monkeypatch):
         backend.upload("Q4_0", 64, np.zeros(Q4_0_BYTES, np.uint8))
 
 
+def test_shape_as_the_gguf_package_gives_it(backend, monkeypatch, tmp_path):
+    """gguf.GGUFReader lists a matrix's shape K first. Passed as is with its
+    data, the byte count agrees (rows * K either way) and, unrefused, vkq read
+    the rows as K: garbage from every mat-vec. The data's own rows refuse it,
+    naming the shape to pass; that shape then multiplies right."""
+    import gguf
+    from conftest import finish_gguf
+
+    rows, k = 96, 64  # both multiples of Q8_0's block: the reversed shape passes every other check
+    data = ggml_quant.random_weights(rows, k, "Q8_0")
+    writer = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    writer.add_tensor("w", data, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    t = gguf.GGUFReader(finish_gguf(writer, tmp_path / "m.gguf")).tensors[0]
+    assert tuple(int(d) for d in t.shape) == (k, rows) and t.data.shape == data.shape  # the package's order
+    with raises_before_driver(monkeypatch, ValueError,
+                              r"^Q8_0 data of shape \(96, 68\) contradicts shape \(64, 96\) \(the data's leading "
+                              r"dimensions must be \(64,\)\): vkq's shape is \(rows, K\) or \(n_expert, rows, K\), "
+                              r"K last, where the gguf package's tensor.shape lists K first: pass shape \(96, 64\)$"):
+        backend.upload("Q8_0", t.shape, t.data)
+    w = backend.upload("Q8_0", tuple(reversed(t.shape)), t.data)
+    x = random_x(k)
+    assert ref.nmse(backend.matvec(w, x), ref.dequantize("Q8_0", (rows, k), data) @ x) < NMSE_GGML
+
+
+@pytest.mark.parametrize("qtype, shape, data, match", [
+    ("F32", (40, 24), np.zeros((24, 40), np.float32), r"F32 data of shape \(24, 40\).*pass shape \(24, 40\)$"),
+    ("F16", (40, 24), np.zeros((24, 80), np.uint8), r"must be \(40,\).*pass shape \(24, 40\)$"),
+    ("Q4_0", (K, ROWS, N_EXPERT), np.zeros((N_EXPERT, ROWS, 36), np.uint8),
+     rf"must be \({K}, {ROWS}\).*pass shape \({N_EXPERT}, {ROWS}, {K}\)$"),
+    ("Q4_0", (ROWS, N_EXPERT, K), np.zeros((N_EXPERT, ROWS, 36), np.uint8),
+     rf"must be \({ROWS}, {N_EXPERT}\).*K last \(the gguf package's tensor.shape lists K first\)$"),
+    ("Q4_0", (N_EXPERT, ROWS, K), np.zeros((N_EXPERT, ROWS * 36), np.uint8),
+     rf"shape \({N_EXPERT}, {ROWS * 36}\) .*must be \({N_EXPERT * ROWS},\)"),
+], ids=["f32-transposed", "f16-bytes-transposed", "experts-reversed", "experts-rows-swapped", "experts-as-rows"])
+def test_data_dimensions_contradict_the_shape(backend, monkeypatch, qtype, shape, data, match):
+    """The same byte count, other rows: 2-D data's rows (all experts' rows
+    stacked) or 3-D data's (experts, rows) must be the shape's."""
+    with raises_before_driver(monkeypatch, ValueError, match):
+        backend.upload(qtype, shape, data)
+
+
+def test_data_dimensions_that_agree_are_taken(backend):
+    """Stacked rows (2-D), experts (3-D) and flat bytes all agree with their shape."""
+    data = ggml_quant.random_weights(N_EXPERT * ROWS, K, "Q4_0")
+    want = ref.dequantize("Q4_0", (N_EXPERT, ROWS, K), data)
+    x = random_x(K)
+    for d in (data, data.reshape(N_EXPERT, ROWS, -1), data.reshape(-1), data.tobytes()):
+        w = backend.upload("Q4_0", (N_EXPERT, ROWS, K), d)
+        assert ref.nmse(backend.matvec_id(w, x, np.array([2], np.int32))[0], want[2] @ x) < NMSE_GGML
+        w.free()
+
+
 @pytest.mark.parametrize("qtype, data, match", [
     ("Q4_0", np.zeros(Q4_0_BYTES // 4, np.float32), "float32"),
     ("Q4_0", np.zeros(Q4_0_BYTES // 2, np.float16), "float16"),

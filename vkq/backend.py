@@ -72,6 +72,34 @@ def _parse_shape(shape) -> tuple[int, int, int]:
     return dims if len(dims) == 3 else (1, *dims)
 
 
+def _leading_dims_fit(data: np.ndarray, n_expert: int, rows: int) -> bool:
+    """Whether 2-D or 3-D data holds the rows (and experts) a shape gives: its
+    dimensions but the last must be (n_expert * rows,) or (n_expert, rows).
+    (1-D data and bytes say nothing of their rows: only their size is checked.)"""
+    if data.ndim not in (2, 3):
+        return True
+    return data.shape[:-1] == ((n_expert * rows,) if data.ndim == 2 else (n_expert, rows))
+
+
+def _check_leading_dims(data, fmt: BlockFormat, shape, n_expert: int, rows: int) -> None:
+    """Refuse a shape the data's own dimensions contradict. The byte count
+    cannot tell (rows, K) from (K, rows), and the gguf package's
+    ReaderTensor.shape lists a matrix K first: passed as is, its rows would be
+    read as K and every mat-vec would return garbage."""
+    if not isinstance(data, np.ndarray) or _leading_dims_fit(data, n_expert, rows):
+        return
+    shape = tuple(int(d) for d in shape)  # (numpy integers print as np.uint64(...))
+    rev = shape[::-1]
+    e2, rows2, k2 = (1, *rev) if len(rev) == 2 else rev
+    fits = (_leading_dims_fit(data, e2, rows2) and (fmt.is_plain or k2 % fmt.block_elems == 0)
+            and data.nbytes == MatrixLayout(fmt, e2, rows2, k2).gguf_nbytes)
+    want = (n_expert * rows,) if data.ndim == 2 else (n_expert, rows)
+    raise ValueError(f"{fmt.name} data of shape {data.shape} contradicts shape {shape} (the data's leading "
+                     f"dimensions must be {want}): vkq's shape is (rows, K) or (n_expert, rows, K), K last"
+                     + (f", where the gguf package's tensor.shape lists K first: pass shape {rev}" if fits
+                        else " (the gguf package's tensor.shape lists K first)"))
+
+
 def _check_x(x, k: int, what: str) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{what} must be a numpy float32 array, got {type(x).__name__}")
@@ -106,6 +134,7 @@ class Backend:
         """Put GGUF weights on the device; `data` is their raw bytes in GGUF order."""
         fmt = get_format(qtype)
         n_expert, rows, k = _parse_shape(shape)
+        _check_leading_dims(data, fmt, shape, n_expert, rows)
         if not fmt.is_plain and k % fmt.block_elems:
             raise ValueError(f"K={k} is not a multiple of {fmt.name}'s block size {fmt.block_elems}")
         raw = _as_bytes(data, fmt)
