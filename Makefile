@@ -1,6 +1,7 @@
 # Two commands for a newcomer (see README.md):
 #   make bench   set everything up, then run `vkq bench` on its default
-#   make test    set everything up, then run the tests
+#   make test    set everything up, then run the tests (all but the slow
+#                whole-model races with llama.cpp: make test-slow)
 # Each set-up step leaves a stamp in .make/ and is skipped once done.
 
 PYTHON ?= python3
@@ -8,24 +9,51 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := .make
 
-.PHONY: bench test setup shaders validate test-numpy1 test-subgroups smoke-installed clean
+.PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed clean
 
 bench: setup
 	$(VENV)/bin/vkq bench
 
+# Every pytest run names its slowest tests, so a log shows where the time goes.
+PYTEST := $(PY) -m pytest --durations=15
+
 test: setup
-	$(PY) -m pytest
+	$(PYTEST) -m "not slow"
 
-# The test suite once more under the Khronos validation layer, with
-# synchronization validation (tests/vk_validation.py): any error fails.
+# The slow cases: whole SmolLM2 files made by llama.cpp's quantizer and raced
+# against llama.cpp and the float64 reference, the largest shapes. CI runs
+# them; what they make is kept by content outside the checkout
+# (tests/file_cache.py), so a second run skips the making.
+test-slow: setup
+	$(PYTEST) -m slow
+
+# Under the Khronos validation layer, with synchronization validation
+# (tests/vk_validation.py; any message fails), the tests whose Vulkan work
+# differs from test to test: every compiled mat-vec and MUL_MAT_ID variant
+# once, every llama op and the fused SwiGLU, the texel and storage bindings,
+# the launch limits, graphs (ordering, replay, in-flight guards, prompt
+# chunks), MoE routing and what is given back. The rest of the suite repeats
+# these pipelines on other numbers, which the layer does not look at.
+VALIDATE_TESTS := tests/test_matvec.py::test_pipeline_variants tests/test_matvec_id.py::test_pipeline_variants \
+  tests/test_llama_ops.py tests/test_fused_swiglu.py tests/test_bindings.py tests/test_launch_limits.py \
+  tests/test_graph.py tests/test_graph_safety.py tests/test_prompt_chunks.py tests/test_llama_moe.py \
+  tests/test_resources.py tests/test_upload_memory.py
 validate: setup
-	VKQ_VALIDATE=1 $(PY) -m pytest -x -q -m "not slow" -p no:randomly
+	VKQ_VALIDATE=1 $(PYTEST) -x -q -m "not slow" -p no:randomly $(VALIDATE_TESTS)
 
-# The default suite once more on numpy 1.26 (the venv has numpy 2): the same
-# kp build serves both, pybind11 looks numpy up when kp is imported.
+# On numpy 1.26 (the venv has numpy 2; the same kp build serves both,
+# pybind11 looks numpy up when kp is imported), the tests of what runs numpy
+# on a user's arrays: the API's checks and conversions, GGUF reading, the
+# block references and repacking of every type, non-finite and tiny values,
+# the host engine and tokenizers. Integer promotion and array printing are
+# what changed between numpy 1 and 2.
+NUMPY1_TESTS := tests/test_bad_input.py tests/test_graph.py tests/test_nonfinite.py tests/test_tiny_blocks.py \
+  tests/test_activations.py tests/test_block_bits.py tests/test_lookup_tables.py tests/test_formats.py \
+  tests/test_gguf_io.py tests/test_corrupt_gguf.py tests/test_crafted_gguf.py tests/test_generate.py \
+  tests/test_matvec.py::test_default_path tests/test_matvec.py::test_several_columns
 test-numpy1: setup
 	$(PY) -m pip install --quiet --upgrade --target $(STAMP)/numpy1 "numpy==1.26.*"
-	PYTHONPATH=$(STAMP)/numpy1 $(PY) -m pytest -x -q -m "not slow" -p no:randomly
+	PYTHONPATH=$(STAMP)/numpy1 $(PYTEST) -x -q -m "not slow" -p no:randomly $(NUMPY1_TESTS)
 
 # The mat-vec, MUL_MAT_ID and llama-op tests (both paths, the forced
 # subgroup and shared-memory reductions) at lavapipe's other subgroup sizes,
@@ -37,7 +65,7 @@ test-subgroups: setup
 	for width in 128 512; do \
 	  LP_NATIVE_VECTOR_WIDTH=$$width $(PY) -c "from vkq.device.device_info import get_device_info as d; \
 	    s = d(0).subgroup_size; assert s == $$width // 32, f'subgroup size {s} at width $$width'; print('subgroup size', s)" \
-	  && LP_NATIVE_VECTOR_WIDTH=$$width $(PY) -m pytest -x -q -m "not slow" -p no:randomly $(SUBGROUP_TESTS) \
+	  && LP_NATIVE_VECTOR_WIDTH=$$width $(PYTEST) -x -q -m "not slow" -p no:randomly $(SUBGROUP_TESTS) \
 	  || exit 1; \
 	done
 

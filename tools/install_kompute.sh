@@ -6,10 +6,10 @@
 # The CMake options below make kp use the system's Vulkan headers and fmt
 # instead of fetching them from the network, and keep Kompute from
 # switching the validation layer on by itself.
-# The built wheel is kept in $VKQ_KP_WHEELS (default: .make/kp-wheels in this
-# checkout), under a hash of the series and this script, so a second
-# environment with the same Python version installs it in seconds; delete
-# that folder to build again.
+# The built wheel is kept in $VKQ_KP_WHEELS (default: $XDG_CACHE_HOME/vkq/kp-wheels,
+# or ~/.cache/vkq/kp-wheels), under a hash of the series and this script, so a
+# second environment or a fresh clone with the same Python version installs
+# it in seconds; delete that folder to build again.
 # Needs: cmake, g++, patch, the Vulkan and fmt headers, the Python's own
 # headers (README.md, "Installing into an existing environment").
 # Usage: tools/install_kompute.sh PYTHON
@@ -24,7 +24,7 @@ need=$(sed -n 's/^REQUIRED_KP_PATCH = \([0-9][0-9]*\).*/\1/p' "$root/vkq/device/
 series=$(ls "$here"/kompute/*.patch | LC_ALL=C sort)
 key=$(cat $series "$here/install_kompute.sh" | sha256sum | cut -c1-16)
 tag=$("$PY" -c "import sys; print('cp%d%d' % sys.version_info[:2])")
-wheels=${VKQ_KP_WHEELS:-$root/.make/kp-wheels}/$key
+wheels=${VKQ_KP_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/vkq/kp-wheels}/$key
 wheel=$(ls "$wheels"/kp-0.9.0-"$tag"-*.whl 2>/dev/null | head -n 1 || true)
 
 if [ -z "$wheel" ]; then
