@@ -19,8 +19,8 @@ import ggml_quant
 import vkq.blocks.reference as ref
 from conftest import TYPES, force_split
 from vkq.blocks.formats import FORMATS
-from vkq.llama.vector_ops import (Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm, SwiGLU,
-                                  Vectors, attention_scratch_size, rope_table)
+from vkq.llama.vector_ops import (RMS_NORM_GPU_WG, Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm,
+                                  SwiGLU, Vectors, attention_scratch_size, launches_of, rms_norm_depth, rope_table)
 from vkq.ops import QuantizeQ8_1, q8_1_words
 
 NMSE_F32 = 1e-12  # float32 arithmetic against float64
@@ -174,6 +174,69 @@ def test_rms_norm_spread_over_workgroups(backend, residual, workgroups, reductio
     x64 = (xs + rs if residual else xs).astype(np.float64)
     want = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w
     assert ref.nmse(y2, want) < NMSE_F32
+
+
+GPU_DEPTH_BOUND = 16  # dependent global loads per invocation a GPU step's ops may take (issue 47)
+
+
+@pytest.mark.parametrize("length", [576, 4096], ids=["smollm2", "8b"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_rms_norm_gpu_launch(backend, residual, reduction, length):
+    """A GPU's launch (NVIDIA's, forced: LaunchesOf): one workgroup of
+    RMS_NORM_GPU_WG invocations per vector, a fixed tree of their sums:
+    against float64, x + residual kept exactly; a chunk of 3 vectors gives
+    the bits of each alone, y and its Q8_1 blocks."""
+    dev = launches_of(backend.device, "nvidia")
+    n, eps = 3, 1e-5
+    r = rng(11)
+    xs = (r.standard_normal((n, length)) * 3).astype(np.float32)
+    xs[:, 7] *= 90
+    rs = r.standard_normal((n, length)).astype(np.float32)
+    w = (1 + 0.1 * r.standard_normal(length)).astype(np.float32)
+    w_t = upload(backend, w)
+
+    def norm(v0, count):
+        x, res = upload(backend, xs[v0:v0 + count]), upload(backend, rs[v0:v0 + count])
+        y, x_out = backend.tensor(length, count), backend.tensor(length, count)
+        xq = Q8_1Output(backend.tensor(q8_1_words(1, y.stride, 2), count, dtype=np.uint32), 2)
+        op = RMSNorm(dev, Vectors(x, length, 0, length), w_t, Vectors(y, length), eps, count,
+                     residual=Vectors(res, length, 0, length) if residual else None, xq=xq,
+                     x_out=Vectors(x_out, length) if residual else None)
+        assert [(launch.groups, launch.invocations) for launch in op.launches] == [((1, count, 1), RMS_NORM_GPU_WG)]
+        run(backend, [op], outputs=[y, x_out, xq.xq])
+        return y.read().reshape(count, -1), x_out.read().reshape(count, -1), xq.xq.read().reshape(count, -1)
+
+    y, xo, q = norm(0, n)
+    x_want = xs + rs if residual else xs
+    if residual:
+        assert np.array_equal(xo[:, :length], x_want)
+    x64 = x_want.astype(np.float64)
+    want = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w
+    assert ref.nmse(y[:, :length], want) < NMSE_F32
+    for v in range(n):
+        y1, _, q1 = norm(v, 1)
+        assert y1.tobytes() == y[v:v + 1].tobytes() and q1.tobytes() == q[v:v + 1].tobytes()
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"])
+def test_rms_norm_gpu_launch_within_bounds(backend, preset):
+    """The RMSNorm of a SmolLM2-, 1B- and 8B-shaped step with NVIDIA's
+    launches: at most GPU_DEPTH_BOUND dependent loads per invocation (the sum's
+    loop 1-2 iterations, the blocks' 1) and 512 invocations per vector; the
+    launch before (spread off: one subgroup of 32 per vector, as the H200
+    ran it in 97 us for 4096 values, 2026-11-26) walks the vector 32 at a time."""
+    from vkq.commands.presets import PRESETS
+
+    width = PRESETS[preset].hidden
+    x, w, y = (backend.tensor(width) for _ in range(3))
+    for spread, invocations, depth in ((True, 512, -(-width // 2048) + 1),
+                                       (False, 32, -(-width // 128) + -(-width // 1024))):
+        op = RMSNorm(launches_of(backend.device, "nvidia"), Vectors(x, width), w, Vectors(y, width), 1e-5,
+                     spread=spread)
+        (launch,) = op.launches
+        assert (launch.invocations, launch.depth, launch.total) == (invocations, depth, invocations)
+        assert (launch.depth <= GPU_DEPTH_BOUND) == spread or width < 2048
+    assert rms_norm_depth(4096, 32) == 36 and rms_norm_depth(4096, 512) == 3
 
 
 def test_rms_norm_in_place_is_one_workgroup(backend):

@@ -130,3 +130,92 @@ def test_cli_no_spread(tiny, capsys):
         assert main(["generate", str(tiny), "-p", "the", "--no-spread", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--no-spread sets the launches of the graph engine's step" in err[0], err
+
+
+# -- the step's launches and serial depths (vkq.llama.profile.step_shape) --------------------
+
+def launches_by_label(rows) -> dict[str, list[tuple[tuple[int, int, int], int, int, int]]]:
+    """label -> [(workgroups, invocations each, serial depth, dispatches per step)] of step_shape's rows."""
+    out: dict[str, list] = {}
+    for r in rows:
+        launch = r.launch
+        out.setdefault(r.label, []).append(None if launch is None else
+                                           (launch.groups, launch.invocations, launch.depth, r.count))
+    return out
+
+
+def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
+    """The tiny model (64 wide, 4 query heads of 16 over 2 K/V heads, FFN
+    128, vocabulary 260) with NVIDIA's launches forced (32-wide subgroups),
+    a context of 100 positions, counted by hand from the shaders' loops:
+
+    - EmbedRows: 2 chunks of 32 in one workgroup of 64; a chunk each: depth 1.
+    - RMSNorm: one workgroup of 512 per vector; the sum's loop takes 4 * 512
+      values an iteration (1 for 64), the blocks' loop 512 blocks (1): 2.
+    - Attention: positions split by 32 (100 > 32: 4 splits), a workgroup per
+      2 query heads (a K/V head's) and split: RoPE's loop over 8 pairs (1),
+      the scores' loop over 32 positions (1) of 4 key vec4s (4), the exps'
+      (1), the weighted sum's loop over 4 vec4s (1) of 32 positions and the
+      new value (33): 39. Its combine, a workgroup per head: the splits
+      twice (8), then 16 values (1 loop iteration) over 4 splits (4): 12.
+    - Argmax: 260 values in one part (one per 1024), 64 invocations: 5.
+    A chunk of 3 tokens: the same per vector, 3 rows of workgroups, and the
+    chunk's append pass (RoPE's loop: 1)."""
+    model = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia")
+    got = launches_by_label(model.step_launches())
+    n_layer = model.config.n_layer
+    assert got["EmbedRows"] == [((1, 1, 1), 64, 1, 1)]
+    assert got["RMSNorm"] == [((1, 1, 1), 512, 2, 2 * n_layer)]
+    assert got["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
+    assert got["Attention"] == [((2, 4, 1), 32, 39, n_layer), ((4, 1, 1), 32, 12, n_layer)]
+    assert got["Argmax"] == [((1, 1, 1), 64, 5, 1)]
+    assert all(v == [None] for k, v in got.items() if k.startswith(("attn_", "ffn_", "output ")))
+    chunk = launches_by_label(model.step_launches(3))
+    assert chunk["RMSNorm"] == [((1, 3, 1), 512, 2, 2 * n_layer)]
+    assert chunk["Attention"] == [((2, 1, 3), 32, 1, n_layer), ((2, 4, 3), 32, 39, n_layer),
+                                  ((4, 1, 3), 32, 12, n_layer)]
+    # (the output norm and head take the chunk's last token alone)
+    assert chunk["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
+
+
+def test_step_shape_of_the_device_and_of_the_old_launches(backend, tiny):
+    """The device's own launches (lavapipe: one subgroup-wide workgroup per
+    vector, no split at 9 positions) and NVIDIA's with spread off (one
+    subgroup of 32 per vector and per query head: the launches the H200
+    profile of 2026-11-26 measured), by hand as above with w the workgroup."""
+    from vkq.llama.vector_ops import reducing_variant
+
+    model = GpuLlama(tiny, backend, "auto", ctx=9)
+    w = reducing_variant(backend.device, "rms_norm")[1]
+    got = launches_by_label(model.step_launches())
+    assert got["RMSNorm"] == [((1, 1, 1), w, -(-64 // (4 * w)) + -(-2 // w), 4)]
+    # RoPE 8 pairs, scores 9 positions of 4 vec4s, exps, the weighted sum 4 vec4s of 9 positions + the new value
+    per_t = -(-9 // w)
+    assert got["Attention"] == [((2, 1, 1), w, -(-8 // w) + 4 * per_t + per_t + -(-4 // w) * 10, 2)]
+    old = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia", spread=False)
+    got = launches_by_label(old.step_launches())
+    assert got["RMSNorm"] == [((1, 1, 1), 32, 1 + 1, 4)]
+    # one query head per workgroup, all 100 positions: 1 + 4 * 4 + 4 + 1 * 101
+    assert got["Attention"] == [((4, 1, 1), 32, 122, 2)]
+    assert got["Argmax"] == [((1, 1, 1), 64, 5, 1)]
+
+
+def test_step_shape_of_experts(backend, tiny_moe):
+    """The experts' ops with NVIDIA's launches: ExpertRouting's loop over 8
+    logits (1 of 32 invocations); SwiGLU a block per invocation (depth 1)
+    over the 2 used experts' slots; the norm after them adds both slots in
+    the same loops (unrolled): 2."""
+    model = GpuLlama(tiny_moe, backend, "auto", ctx=40, launches="nvidia")
+    got = launches_by_label(model.step_launches())
+    assert got["ExpertRouting"] == [((1, 1, 1), 32, 1, 2)]
+    assert got["SwiGLU"] == [((1, 2, 1), 64, 1, 2)]
+    assert got["RMSNorm"] == [((1, 1, 1), 512, 2, 4)]
+
+
+def test_generate_prints_the_shape(tiny, capsys):
+    assert main(["generate", str(tiny), "-p", "the theory", "-n", "2", "--shape", "nvidia", "-c", "40"]) == 0
+    err = capsys.readouterr().err
+    assert "launches of a decode step, nvidia's (forced here), at a full context of 40 positions" in err
+    assert "| RMSNorm " in err and "serial depth" in err
+    assert main(["generate", str(tiny), "-p", "the", "-n", "2", "--shape", "amd"]) == 2
+    assert "--shape amd: device, or a GPU class: nvidia" in capsys.readouterr().err

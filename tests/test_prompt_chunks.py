@@ -111,12 +111,14 @@ def test_without_spread_every_op_is_one_workgroup(backend, model_file, monkeypat
     one = GpuLlama(model_file, backend, "auto", ctx=40)
     ids = one.tokenizer.encode(TEXT)[:13]
     want = one.greedy(ids, 5, stop_at_eos=False, keep_logits=True)
-    monkeypatch.setattr(ops, "spread_workgroups", lambda device, n_blocks, wg: n_blocks)
+    monkeypatch.setattr(ops, "spreads", lambda device: True)
     monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
     monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: GPU_ATTENTION_SPLIT * spread)
     kept = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), spread=False)
     ops_of = kept.step_graph._keep
     assert {getattr(op, "workgroups", 1) for op in ops_of} == {getattr(op, "parts", 1) for op in ops_of} == {1}
+    norms = [op.launches[0] for op in ops_of if isinstance(op, ops.RMSNorm)]
+    assert {n.invocations for n in norms} == {ops.reducing_variant(backend.device, "rms_norm")[1]}
     assert {op.split for op in ops_of if hasattr(op, "split")} == {0}
     got = kept.greedy(ids, 5, stop_at_eos=False, keep_logits=True)
     assert got.tokens == want.tokens and all(x.tobytes() == y.tobytes() for x, y in zip(got.logits, want.logits))
@@ -155,18 +157,26 @@ def test_smollm2_chunked_prompt(backend):
 
 
 def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, monkeypatch):
-    """A GPU spreads each norm's vector over workgroups (spread_workgroups) and
-    the argmax over parts (argmax_parts); forced here, the step's logits and
-    tokens are the one-workgroup launches', bit for bit."""
+    """A GPU's launches of the vector ops (NVIDIA's, forced: GpuLlama's
+    `launches`): each norm's vector over one wide workgroup (rms_norm_launch),
+    the argmax over parts (argmax_parts), the attention's positions split.
+    A prompt in chunks gives the logits of one fed token by token, bit for
+    bit; the tokens are the device's own launches', the logits within
+    rounding (the norms' sums run in another order)."""
     import vkq.llama.vector_ops as ops
 
     one = GpuLlama(model_file, backend, "auto", ctx=40)
-    monkeypatch.setattr(ops, "spread_workgroups", lambda device, n_blocks, wg: n_blocks)
     monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
-    spread = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one))
-    assert any(getattr(op, "workgroups", 1) > 1 for op in spread.step_graph._keep)
-    assert any(getattr(op, "parts", 1) == 7 for op in spread.step_graph._keep)
+    chunked = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), launches="nvidia")
+    single = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), launches="nvidia",
+                      prompt_chunk=1)
+    norms = [op for op in chunked.step_graph._keep if isinstance(op, ops.RMSNorm)]
+    assert norms and {op.launches[0].invocations for op in norms} == {ops.RMS_NORM_GPU_WG}
+    assert any(getattr(op, "parts", 1) == 7 for op in chunked.step_graph._keep)
+    assert {op.split for op in chunked.step_graph._keep if hasattr(op, "split")} == {GPU_ATTENTION_SPLIT}
     ids = one.tokenizer.encode(TEXT)[:13]
-    a, b = spread.greedy(ids, 5, stop_at_eos=False, keep_logits=True), one.greedy(ids, 5, stop_at_eos=False,
-                                                                                  keep_logits=True)
-    assert a.tokens == b.tokens and all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
+    a, b, c = (m.greedy(ids, 5, stop_at_eos=False, keep_logits=True) for m in (chunked, single, one))
+    assert a.tokens == b.tokens == c.tokens
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
+    for x, y in zip(a.logits, c.logits):
+        assert np.mean((x - y) ** 2) / np.mean(y.astype(np.float64) ** 2) < 1e-7  # rounding, through Q8_1 inputs

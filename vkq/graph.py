@@ -112,6 +112,7 @@ class Graph:
         self._labels: list[str] = []  # what each op of _ops is, for profiles (vkq.llama.profile)
         self._kernel_span: list[int] = []  # index of the first and last kernel op
         self._keep: list = []  # what the recorded ops need alive (algorithms, Q8_1 tensors)
+        self.nodes: list[tuple[str, object]] = []  # (label, op) of every node, in order (vkq.llama.profile)
         self._inputs: list[Tensor] = []
         self._outputs: list[Tensor] = []
         self._weights: dict[int, object] = {}  # id -> Weights read by the graph
@@ -237,6 +238,7 @@ class Graph:
         for i in w:
             self._versions[i] = self._versions.get(i, 0) + 1
         self._keep.append(keep)
+        self.nodes.append((label, keep))
 
     def _check_x(self, x, k: int, n_max: int, what: str) -> Tensor:
         x = self._own(x, what)
@@ -513,4 +515,4 @@ class Graph:
             for node in keep if isinstance(keep, tuple) else (keep,):
                 if isinstance(node, (MatVec, QuantizeQ8_1)):
                     node.destroy()
-        self._seq, self._ops, self._keep, self._destroyed = None, [], [], True
+        self._seq, self._ops, self._keep, self.nodes, self._destroyed = None, [], [], [], True

@@ -77,7 +77,7 @@ def cmd_generate(args) -> int:
         # It runs every engine itself: an option it would ignore is refused, not dropped unsaid.
         ignored = [flag for flag, given in (("--engine", args.engine is not None), ("-c", args.ctx is not None),
                                             ("--timestamps", args.timestamps), ("--profile", args.profile),
-                                            ("--no-spread", args.no_spread)) if given]
+                                            ("--no-spread", args.no_spread), ("--shape", args.shape)) if given]
         if ignored:
             raise ValueError(f"--compare-engines sets the engines, their context, timestamps and launches itself: "
                              f"drop {', '.join(ignored)}")
@@ -86,7 +86,7 @@ def cmd_generate(args) -> int:
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine or "graph", path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
-                    spread=not args.no_spread)
+                    spread=not args.no_spread, shape=args.shape)
 
 
 def cmd_model(args) -> int:
@@ -197,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph engine: the norms, argmax and attention in one workgroup per vector and per query "
                         "head (default: spread over the workgroups of a GPU, and the query heads of a K/V head in "
                         "one workgroup; for a before/after on the same device)")
+    p.add_argument("--shape", nargs="?", const="device", default=None, metavar="GPU",
+                   help="graph engine: each op's launch (workgroups, invocations) and serial depth (loop "
+                        "iterations with global loads one invocation runs in a row) in a decode step, as a table "
+                        "after the text; --shape nvidia: the step launched as on an NVIDIA GPU, here too")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_generate)
 

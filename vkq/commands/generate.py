@@ -25,6 +25,8 @@ from ..blocks.activations import GENERATE_ACTIVATIONS
 from ..llama.decoding import Decoder, submits_per_token
 from ..llama.host import PATH_MODES, LlamaModel
 from ..llama.model import LlamaFile
+from ..llama.profile import shape_table
+from ..llama.vector_ops import GPU_LAUNCH_CAPS
 
 ENGINES = ("graph", "host")
 
@@ -32,10 +34,10 @@ ENGINES = ("graph", "host")
 def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activations: str = GENERATE_ACTIVATIONS,
          ctx: int | None = None, fuse: bool = True, backend: Backend | None = None, device: int | None = None,
          file: LlamaFile | None = None, timestamps: bool = False, profile: bool = False,
-         spread: bool = True) -> Decoder:
+         spread: bool = True, launches: str | None = None) -> Decoder:
     """A decoder of the model on an engine (path "numpy": the reference, whatever the engine).
     timestamps: the graph engine times its kernels; profile: and keeps every op's time; spread: its
-    one-workgroup ops spread over a GPU (see GpuLlama)."""
+    one-workgroup ops spread over a GPU; launches: its vector ops launched as a GPU class's (see GpuLlama)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     if path not in PATH_MODES:
@@ -43,15 +45,16 @@ def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activa
     if profile and (engine == "host" or path == "numpy"):
         raise ValueError("a profile times the ops of the graph engine's step: --profile needs --engine graph "
                          "and a device path")
-    if not spread and (engine == "host" or path == "numpy"):
-        raise ValueError("--no-spread sets the launches of the graph engine's step: it needs --engine graph "
-                         "and a device path")
+    for flag, given in (("--no-spread", not spread), ("--shape", launches is not None)):
+        if given and (engine == "host" or path == "numpy"):
+            raise ValueError(f"{flag} sets the launches of the graph engine's step: it needs --engine graph "
+                             "and a device path")
     if engine == "host" or path == "numpy":
         return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file)
     from ..llama.gpu_step import GpuLlama
 
     return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
-                    timestamps=timestamps, profile=profile, spread=spread)
+                    timestamps=timestamps, profile=profile, spread=spread, launches=launches)
 
 
 def _prompt_ids(file: LlamaFile, prompt: str) -> list[int]:
@@ -67,12 +70,19 @@ def _prompt_ids(file: LlamaFile, prompt: str) -> list[int]:
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
-             spread: bool = True) -> int:
+             spread: bool = True, shape: str | None = None) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: the prompt and the new tokens). timestamps: the graph engine
     reports its kernels' share of the step; profile: and a table of where a
-    decode step's GPU time goes (vkq.llama.profile), after the statistics."""
+    decode step's GPU time goes (vkq.llama.profile), after the statistics.
+    shape: a table of the decode step's launches and serial depths
+    (vkq.llama.profile.step_shape), as this device takes them ("device")
+    or as a GPU class does (a key of vector_ops.GPU_LAUNCH_CAPS: the step
+    then runs with that class's launches here too)."""
+    if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
+        raise ValueError(f"--shape {shape}: device, or a GPU class: {', '.join(sorted(GPU_LAUNCH_CAPS))}")
+    launches = None if shape in (None, "device") else shape
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
     n_prompt = len(_prompt_ids(file, prompt))
@@ -90,7 +100,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
                          f"the context is {min(ctx, file.config.n_ctx_train)}")
     decoder = load(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse, device=device,
-                   file=file, timestamps=timestamps, profile=profile, spread=spread)
+                   file=file, timestamps=timestamps, profile=profile, spread=spread,
+                   launches=launches)
     load_s = time.perf_counter() - t0
     warm = decoder.warm_up(n_prompt)
     cfg = file.config
@@ -117,6 +128,11 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
             prof = decoder.profile(decoder.profiled_steps(chunk), chunk)
             print(f"\nprofile of the prompt's chunks of {chunk} tokens ({prof.summary()}):\n{prof.table()}",
                   file=sys.stderr)
+    if shape is not None:
+        whose = "this device's" if launches is None else f"{launches}'s (forced here)"
+        print(f"\nlaunches of a decode step, {whose}, at a full context of {decoder.ctx} positions (serial depth: "
+              f"loop iterations with global loads one invocation runs in a row; mat-vecs not counted):\n"
+              f"{shape_table(decoder.step_launches())}", file=sys.stderr)
     return 0
 
 

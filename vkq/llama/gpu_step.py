@@ -62,9 +62,10 @@ from .context_fit import fit_context
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .profile import Profile
+from .profile import Profile, step_shape
 from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, Q8_1Output,
-                         RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split, rope_table)
+                         RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split, launches_of,
+                         rope_table)
 
 
 def check_graph_engine(file: LlamaFile) -> None:
@@ -89,18 +90,22 @@ class GpuLlama(Decoder):
     timestamps: time the kernels of every replay (GPU timestamps; on lavapipe
     latching them after every op makes the step about 13% slower); profile:
     that, and every replay's op times kept for a profile (`profile()`).
-    spread (default on): where the device is a GPU, the norms, the argmax and
-    the attention spread over workgroups (spread_workgroups, argmax_parts,
-    attention_split), and on any device a workgroup attends for the query
-    heads of one K/V head (attention_heads); off, one workgroup per vector
-    and per query head, as before (a before/after on the same device;
-    lavapipe's loop budget still splits long attention)."""
+    spread (default on): where the device is a GPU, the norms take wide
+    workgroups (rms_norm_launch), the argmax and the attention spread over
+    workgroups (argmax_parts, attention_split), and on any device a
+    workgroup attends for the query heads of one K/V head
+    (attention_heads); off, one subgroup-wide workgroup per vector and per
+    query head, as before (a before/after on the same device; lavapipe's
+    loop budget still splits long attention). launches: a GPU class (a key
+    of vector_ops.GPU_LAUNCH_CAPS) whose launches the vector ops take on
+    this device (vector_ops.LaunchesOf: the launches `step_shape` measures,
+    run here)."""
 
     def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
                  timestamps: bool = False, profile: bool = False, prompt_chunk: int = MAX_COLS,
-                 spread: bool = True):
+                 spread: bool = True, launches: str | None = None):
         mode = check_request(path_mode or "auto")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
@@ -112,8 +117,10 @@ class GpuLlama(Decoder):
         check_graph_engine(f)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
+        self.launches = launches
+        self.launch_device = launches_of(self.backend.device, launches)  # the vector ops' device
         # (one buffer's limit before the upload, the memory the weights leave after it)
-        self.ctx = fit_context(self.backend.device, f, self.ctx, spread, prompt_chunk, ctx is not None, memory=False,
+        self.ctx = fit_context(self.launch_device, f, self.ctx, spread, prompt_chunk, ctx is not None, memory=False,
                                stacklevel=2)
         if weights is not None and (weights.backend is not self.backend or set(weights.weights) != set(
                 gr.names for gr in f.groups)):
@@ -158,6 +165,12 @@ class GpuLlama(Decoder):
             raise ValueError(f"{steps} {what} to profile; {len(run)} were run")
         return Profile.of_replays(run[-steps:], *self._steps[n].graph.dispatch_counts(), tokens=n)
 
+    def step_launches(self, n: int = 1):
+        """The launches of the step for n tokens (1: a decode step), per op
+        (vkq.llama.profile.step_shape: workgroups, invocations, serial depth),
+        as this decoder's vector ops take them (`launches`)."""
+        return step_shape(self._step(n).graph)
+
     def profiled_steps(self, n: int = 1) -> int:
         """Replays of the step for n tokens that a profile can cover."""
         return len((self.op_samples or {}).get(n, []))
@@ -182,11 +195,12 @@ class GpuLlama(Decoder):
         else:
             t = f.tensors["token_embd.weight"]
             self._embd = b.upload(t.qtype, t.shape, t.data)
-        self.ctx = fit_context(b.device, f, self.ctx, self.spread, self.prompt_chunk, asked, stacklevel=3)
+        self.ctx = fit_context(self.launch_device, f, self.ctx, self.spread, self.prompt_chunk, asked, stacklevel=3)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
-        self.attention_split = attention_split(b.device, shape, self.spread)
-        self.scores = b.tensor(attention_scratch_size(b.device, shape, self.attention_split, self.prompt_chunk),
+        dev = self.launch_device
+        self.attention_split = attention_split(dev, shape, self.spread)
+        self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.prompt_chunk),
                                name="attention scratch")
         self.k_cache = [b.tensor(shape.cache_size, name=f"K cache {i}") for i in range(cfg.n_layer)]
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
@@ -204,10 +218,9 @@ class GpuLlama(Decoder):
         """The graph of one forward pass over n tokens at consecutive positions
         (n = 1: a decode step); the last token's logits and their argmax come back."""
         f, cfg, b = self.file, self.config, self.backend
-        dev = b.device
+        dev = self.launch_device
         g = b.graph(timestamps=self.timestamps)
         qd = cfg.n_head * cfg.head_dim
-        norm_workgroups = None if self.spread else 1  # None: each norm's vector spread as the device wants
         tokens = g.input(b.tensor(n, dtype=np.int32, name="tokens"))
         positions = g.input(b.tensor(n, dtype=np.int32, name="positions"))
         k_used = cfg.n_expert_used
@@ -287,7 +300,7 @@ class GpuLlama(Decoder):
             norm = self.norm_weights[i]
             x_next = other(x)
             g.add(RMSNorm(dev, x, norm["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, residual=residual,
-                          xq=hq, slots=slots, x_out=x_next if residual else None, workgroups=norm_workgroups))
+                          xq=hq, slots=slots, x_out=x_next if residual else None, spread=self.spread))
             x = x_next if residual else x
             for names in layer.qkv:
                 matvec(names, h)
@@ -298,7 +311,7 @@ class GpuLlama(Decoder):
             matvec(layer.attn_output, attn)
             x_next = other(x)
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
-                          residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, workgroups=norm_workgroups))
+                          residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, spread=self.spread))
             x = x_next
             if layer.router is None:
                 if fused_swiglu(layer):
@@ -330,7 +343,7 @@ class GpuLlama(Decoder):
         x_next = other(x)
         g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
                       cfg.rms_eps, residual=last_residual, xq=h_last_q, slots=last_slots,
-                      x_out=Vectors(x_next.tensor, cfg.n_embd, last), workgroups=norm_workgroups),
+                      x_out=Vectors(x_next.tensor, cfg.n_embd, last), spread=self.spread),
               label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, name="logits"))
         matvec(f.output_group, h_last, out=logits)

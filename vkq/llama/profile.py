@@ -9,6 +9,9 @@ Barriers are a row of their own ("barrier": the wait for the ops before
 them to finish, the time between ops); so are the uploads of the inputs and
 the read-back of the outputs. A GPU may overlap ops that no barrier
 separates: their times then split the overlap between them.
+
+`step_shape` needs no timing: a recorded graph's launches per label
+(workgroups, invocations, serial depth: vkq.llama.vector_ops.Launch).
 """
 from __future__ import annotations
 
@@ -78,3 +81,39 @@ class Profile:
         step = "token" if self.tokens == 1 else f"step of {self.tokens} tokens"
         return (f"{self.dispatches} dispatches and {self.barriers} barriers per {step}; GPU time "
                 f"{self.gpu_seconds * 1e3 / self.tokens:.3f} ms per token (median of {self.replays} steps)")
+
+
+@dataclass(frozen=True)
+class ShapeRow:
+    label: str
+    count: int  # dispatches of this launch per replay
+    launch: object | None  # a vector_ops.Launch; None: an op that reports none (the mat-vecs)
+
+
+def step_shape(graph) -> tuple[ShapeRow, ...]:
+    """The launches of a recorded graph's ops (vector_ops.Launch: workgroups,
+    invocations, serial depth), one row per label and distinct launch, in
+    order of first appearance; ops that report no launches (mat-vecs,
+    quantize) one row per label, their launch None."""
+    counts: dict[tuple, int] = {}
+    for label, node in graph.nodes:
+        op = node[0] if isinstance(node, tuple) else node
+        launches = getattr(op, "launches", None)
+        for launch in launches or [None] * len(getattr(op, "algorithms", [None])):
+            counts[(label, launch)] = counts.get((label, launch), 0) + 1
+    return tuple(ShapeRow(label, n, launch) for (label, launch), n in counts.items())
+
+
+def shape_table(rows: tuple[ShapeRow, ...]) -> str:
+    """A markdown table of step_shape's rows: dispatches per step, workgroups
+    (x by y by z) of how many invocations, and serial depth."""
+    cells = []
+    for r in rows:
+        if r.launch is None:
+            cells.append([r.label, str(r.count), "", "", "", "(not counted)"])
+            continue
+        g = r.launch.groups
+        cells.append([r.label, str(r.count), f"{g[0]}x{g[1]}x{g[2]}", str(r.launch.invocations),
+                      str(r.launch.total), str(r.launch.depth)])
+    return markdown(["op", "per step", "workgroups", "invocations each", "invocations", "serial depth"], cells,
+                    {"per step", "invocations each", "invocations", "serial depth"})

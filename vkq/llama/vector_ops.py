@@ -29,10 +29,16 @@ mat-vec path's Q8_1 blocks (`xq`, a Q8_1Output): the mat-vecs that read it
 next then need no quantize dispatch of their own (vkq.Graph takes the op's
 `quantized` in place of one), which on a GPU saves a dispatch and a barrier
 per mat-vec stage.
+
+Every op keeps its dispatches' `launches` (Launch: workgroups, invocations,
+and serial depth, counted from the shader's loops by a function beside the
+op), which `vkq generate --shape` prints per op; recorded on LaunchesOf(device,
+a GPU class's caps), the ops take that class's launches on any device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from math import prod
 
 import kp
 import numpy as np
@@ -49,6 +55,9 @@ SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
 ARGMAX_SPAN = 1024  # values per workgroup of a GPU's argmax: 16 per invocation
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
+# RMSNorm's invocations per vector on a GPU: 8 values each of a 4096-value
+# vector's sum of squares, then a block each for 128 of them (ggml's width).
+RMS_NORM_GPU_WG = 512
 # Positions of a KV cache: pos is a uint in the shaders; more than anyone's context.
 MAX_KV_CAPACITY = 1 << 20
 
@@ -60,6 +69,83 @@ def _size(t) -> int:
 
 def _f32_bits(x: float) -> int:
     return int(np.float32(x).view(np.uint32))
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One dispatch as a GPU sees it: `groups` workgroups (x, y, z) of
+    `invocations` each, and its serial depth: the most loop iterations with
+    global loads that one invocation runs one after another. A GPU hides a
+    load's latency (~0.5-1 us) only with other invocations' work, so a
+    dispatch costs at least depth latencies however short its vectors.
+    Counted from the shader's loops by the op kind's *_depth function:
+    a loop whose trip count is a push constant counts its iterations (nested
+    ones multiply); a loop of a fixed count (a block's 8 vec4s, a
+    specialization constant's heads or slots) is unrolled, its loads issued
+    together, and counts once."""
+
+    groups: tuple[int, int, int]
+    invocations: int  # per workgroup
+    depth: int
+
+    @property
+    def workgroups(self) -> int:
+        return prod(self.groups)
+
+    @property
+    def total(self) -> int:
+        """Invocations of the whole dispatch."""
+        return self.workgroups * self.invocations
+
+
+class LaunchesOf:
+    """A device whose vector ops launch as they would on a device of other
+    caps (`caps`: a GPU class's, GPU_LAUNCH_CAPS), everything else the
+    device's own: how a CPU driver records, runs and measures a GPU's
+    launches. Subgroup arithmetic only where the device has it too (its
+    shaders run here), and no loop budget (a GPU has none; the launches
+    taken here stay far within lavapipe's)."""
+
+    def __init__(self, device, caps):
+        self.device = device
+        self.caps = replace(device.caps, device_type=caps.device_type, subgroup_size=caps.subgroup_size,
+                            subgroup_arithmetic=caps.subgroup_arithmetic and device.caps.subgroup_arithmetic,
+                            max_workgroup_invocations=min(caps.max_workgroup_invocations,
+                                                          device.caps.max_workgroup_invocations),
+                            max_loop_iterations=None)
+
+    def __getattr__(self, name):
+        return getattr(self.device, name)
+
+
+@dataclass(frozen=True)
+class LaunchCaps:
+    """What the vector ops' launches depend on (vkq.device.caps.DeviceCaps's fields of the same names)."""
+
+    device_type: str
+    subgroup_size: int
+    subgroup_arithmetic: bool
+    max_workgroup_invocations: int
+
+
+# GPU classes whose launches a step can be recorded with on any device
+# (LaunchesOf; `vkq generate --shape nvidia`): their reported caps.
+GPU_LAUNCH_CAPS = {
+    "nvidia": LaunchCaps("discrete", 32, True, 1024),  # every NVIDIA GPU since Kepler: warps of 32
+}
+
+
+def launches_of(device, gpu_class: str | None):
+    """The device, or (gpu_class, a key of GPU_LAUNCH_CAPS) one that launches as that class does."""
+    if gpu_class is None:
+        return device
+    if gpu_class not in GPU_LAUNCH_CAPS:
+        raise ValueError(f"launches of {gpu_class!r}: one of {', '.join(sorted(GPU_LAUNCH_CAPS))}")
+    return LaunchesOf(device, GPU_LAUNCH_CAPS[gpu_class])
 
 
 @dataclass(frozen=True)
@@ -121,6 +207,12 @@ class _Op:
     def __init__(self, device):
         self.device = device
         self.algorithms: list = []
+        self.launches: list[Launch] = []  # one per algorithm
+
+    def _dispatch(self, tensors, variant, groups, spec, push, depth: int) -> None:
+        """An algorithm of `groups` workgroups of spec[0] invocations, and its Launch."""
+        self.algorithms.append(self.device.algorithm(tensors, variant, groups, spec, push))
+        self.launches.append(Launch(tuple(groups), spec[0], depth))
 
     def record(self, seq) -> None:
         for i, algo in enumerate(self.algorithms):
@@ -152,6 +244,12 @@ def _groups(n: int, per_group: int) -> int:
     return g
 
 
+def embed_rows_depth() -> int:
+    """Serial depth (Launch) of shaders/get_rows.comp: one 32-value chunk per
+    invocation, decoded by its block type's fixed loops, written as 8 vec4s."""
+    return 1
+
+
 class EmbedRows(_Op):
     """out[v] = W[ids[v]] as floats, for v < n: W a matrix uploaded with
     Backend.upload (any block type vkq supports). The host range-checks ids."""
@@ -177,9 +275,8 @@ class EmbedRows(_Op):
             # get_rows.comp reads x_col_stride as the output's stride.
             push = weights_push(buf, lay.nblocks, x_col_stride=out.step, x_slot_stride=0, y_col_stride=0,
                                 y_slot_stride=0)
-            self.algorithms.append(device.algorithm(
-                [buf.tensor, ids.kp, out.tensor.kp], variant,
-                (_groups(nchunks, ROWS_WG), n, 1), [ROWS_WG, int(selects)], push))
+            self._dispatch([buf.tensor, ids.kp, out.tensor.kp], variant, (_groups(nchunks, ROWS_WG), n, 1),
+                           [ROWS_WG, int(selects)], push, embed_rows_depth())
 
 
 @dataclass(frozen=True)
@@ -202,26 +299,47 @@ def spreads(device) -> bool:
     return device.caps.device_type != "cpu"
 
 
-def spread_workgroups(device, n_blocks: int, wg: int) -> int:
-    """Workgroups to spread one vector's n_blocks 32-value blocks over: one
-    block per invocation where the device spreads (an H200 ran SmolLM2's and
-    an 8B model's RMSNorm at 17 and 97 us a vector in one workgroup, 33% and
-    60% of their decode steps, 2026-11-26), else one."""
-    return -(-n_blocks // wg) if spreads(device) else 1
+def rms_norm_launch(device, spread: bool = True) -> tuple[VectorOpVariant, int]:
+    """The variant and invocations per workgroup of RMSNorm, one workgroup a
+    vector: where the device spreads (and `spread`), RMS_NORM_GPU_WG (at most
+    the device's workgroup; an H200 ran SmolLM2's and an 8B model's RMSNorm
+    at 17 and 97 us a vector with one workgroup of 32, 33% and 60% of their
+    decode steps, 2026-11-26: 36 dependent loads of a 4096-value vector),
+    else reducing_variant's (one subgroup: a CPU driver's cores are busy
+    with the other vectors). Either is one order of the sums for every
+    vector, so a chunk's and one token's norms are the same bits."""
+    variant, wg = reducing_variant(device, "rms_norm")
+    if not (spread and spreads(device)):
+        return variant, wg
+    wide = RMS_NORM_GPU_WG
+    while wide > device.caps.max_workgroup_invocations:
+        wide //= 2
+    return variant, max(wg, wide)
+
+
+def rms_norm_depth(length: int, wg: int, workgroups: int = 1) -> int:
+    """Serial depth (Launch) of shaders/rms_norm.comp over vectors of
+    `length` spread over `workgroups` of wg invocations: its sum of squares'
+    loop, a vec4 every 4 * wg values (the residual slots, a specialization
+    constant, unrolled), then its loop over the workgroup's 32-value blocks
+    (a block's 8 vec4s unrolled)."""
+    return _ceil(length, 4 * wg) + _ceil(_ceil(length, CHUNK), workgroups * wg)
 
 
 class RMSNorm(_Op):
     """y = x / sqrt(mean(x^2) + eps) * w for n vectors; with `residual`,
     x + residual first, written to x_out (default x itself); with `slots`,
     the residual is the weighted sum of each vector's slots (WeightedSlots);
-    with `xq`, y's Q8_1 blocks too. A vector is spread over `workgroups`
-    (default spread_workgroups) unless it is written back in place, which
-    only one workgroup per vector may do; the sums, and so the results, are
-    the same bits however many there are."""
+    with `xq`, y's Q8_1 blocks too. Each vector takes one workgroup of
+    rms_norm_launch's invocations (`spread` as its), or is spread over
+    `workgroups` of them, each summing the whole vector, then taking its
+    blocks (not where it is written back in place, which only one workgroup
+    per vector may do); the sums, and so the results, are the same bits
+    however many workgroups there are."""
 
     def __init__(self, device, x: Vectors, w, y: Vectors, eps: float, n: int = 1,
                  residual: Vectors | None = None, xq: Q8_1Output | None = None, slots: WeightedSlots | None = None,
-                 x_out: Vectors | None = None, workgroups: int | None = None):
+                 x_out: Vectors | None = None, workgroups: int = 1, spread: bool = True):
         super().__init__(device)
         length = x.length
         if slots is not None and residual is None:
@@ -250,18 +368,16 @@ class RMSNorm(_Op):
         self.quantized = (y.tensor, xq_t, planes) if xq else None
         push = [length, x.offset, x.step, r.offset, r.step, y.offset, y.step, _f32_bits(eps), xq_stride,
                 slots.offset if slots else 0, xo.offset, xo.step]
-        variant, wg = reducing_variant(device, "rms_norm")
+        variant, wg = rms_norm_launch(device, spread)
         n_blocks = -(-length // CHUNK)
-        if workgroups is None:
-            workgroups = 1 if in_place else spread_workgroups(device, n_blocks, wg)
         if not isinstance(workgroups, int) or not 1 <= workgroups <= max(1, n_blocks) or (in_place and workgroups > 1):
             raise ValueError(f"RMSNorm: {workgroups!r} workgroups per vector; 1 to its {n_blocks} blocks, and 1 "
                              "where x is written back in place")
         self.workgroups = workgroups
-        self.algorithms.append(device.algorithm(
-            [x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp, xq_t.kp, rw.kp, xo.tensor.kp], variant,
-            (_groups(self.workgroups, 1), n, 1), [wg, int(residual is not None), planes, slots.k if slots else 0],
-            push))
+        self._dispatch([x.tensor.kp, r.tensor.kp, w.kp, y.tensor.kp, xq_t.kp, rw.kp, xo.tensor.kp], variant,
+                       (_groups(self.workgroups, 1), n, 1),
+                       [wg, int(residual is not None), planes, slots.k if slots else 0], push,
+                       rms_norm_depth(length, wg, workgroups))
 
 
 @dataclass(frozen=True)
@@ -325,6 +441,32 @@ def attention_loop_iterations(head_dim: int, wg: int, positions: int, heads: int
     q8_1 = -(-head_dim // 32 // wg) * (8 * 4 + 8 + 2 * 8 * 2)
     return (-(-head_dim // 2 // wg) * (h + 1) + per_t * (vec4s * (4 + h) + 3 * h + 2)
             + dims * ((positions + 1) * (4 + h) + 4 * h) + h * (4 * 11 + q8_1))
+
+
+def attention_depth(shape: AttentionShape, wg: int, split: int, heads: int, q8_1: bool = False,
+                    combine: bool = False, append: bool = False) -> int:
+    """Serial depth (Launch) of a dispatch of shaders/attention.comp at a
+    full cache (shape.capacity positions), `split` positions per workgroup
+    (0: all): the RoPE loop over a head's pairs; the scores' loop over the
+    workgroup's positions, each over head_dim / 4 key vec4s; the exps' loop
+    over them; the weighted sum's loop over vec4s of the head, each over
+    every position, then the new value; the Q8_1 store's loop over blocks,
+    once per head (barriers between). combine: the second dispatch of a
+    split: its loops over the splits, twice, then over the head's values,
+    each over the splits. append: a chunk's first pass (the RoPE loop).
+    The workgroup's `heads` query heads (a specialization constant) are
+    unrolled."""
+    hd, vec4s = shape.head_dim, _ceil(shape.head_dim, 4)
+    store = _ceil(hd // CHUNK, wg) if q8_1 else 0
+    if append:
+        return _ceil(_ceil(hd, 2), wg)
+    if combine:
+        used = _ceil(shape.capacity, split)
+        return 2 * used + _ceil(hd, wg) * used + store
+    positions = split or shape.capacity
+    per_t = _ceil(positions, wg)
+    return (_ceil(_ceil(hd, 2), wg) + per_t * vec4s + per_t + _ceil(vec4s, wg) * (positions + 1)
+            + (0 if split else heads * store))
 
 
 # Positions per workgroup on a GPU: one score per invocation of a 32-wide
@@ -437,14 +579,20 @@ class Attention(_Op):
                              f"of a K/V head, at most {MAX_ATTENTION_HEADS}")
 
         def dispatch(groups, combine, pass_):  # (_Op.record puts a barrier between two dispatches)
-            self.algorithms.append(device.algorithm(kps, variant, groups,
-                                                    [wg, planes, split, int(combine), pass_, heads], push))
+            depth = attention_depth(s, wg, split, heads, xq is not None, combine, pass_ == 1)
+            self._dispatch(kps, variant, groups, [wg, planes, split, int(combine), pass_, heads], push, depth)
 
         if n > 1:
             dispatch((s.n_head_kv, 1, n), False, 1)
         dispatch((s.n_head // heads, _groups(n_split, 1), n), False, attend)
         if split:
             dispatch((s.n_head, 1, n), True, attend)
+
+
+def swiglu_depth() -> int:
+    """Serial depth (Launch) of shaders/swiglu.comp: a 32-value block per
+    invocation, its 8 vec4s unrolled."""
+    return 1
 
 
 class SwiGLU(_Op):
@@ -462,9 +610,15 @@ class SwiGLU(_Op):
         self.writes = (out.tensor,) + ((xq_t,) if xq else ())
         self.quantized = (out.tensor, xq_t, planes) if xq else None
         push = [gate.length, gate.offset, gate.step, up.offset, up.step, out.offset, out.step, xq_stride]
-        self.algorithms.append(device.algorithm(
-            [gate.tensor.kp, up.tensor.kp, out.tensor.kp, xq_t.kp], VectorOpVariant("swiglu"),
-            (_groups(-(-gate.length // CHUNK), SWIGLU_WG), n, 1), [SWIGLU_WG, planes], push))
+        self._dispatch([gate.tensor.kp, up.tensor.kp, out.tensor.kp, xq_t.kp], VectorOpVariant("swiglu"),
+                       (_groups(-(-gate.length // CHUNK), SWIGLU_WG), n, 1), [SWIGLU_WG, planes], push,
+                       swiglu_depth())
+
+
+def expert_routing_depth(n_expert: int, wg: int) -> int:
+    """Serial depth (Launch) of shaders/expert_routing.comp: its loop over
+    the logits (the top-k's loops read them from shared memory)."""
+    return _ceil(n_expert, wg)
 
 
 class ExpertRouting(_Op):
@@ -494,8 +648,8 @@ class ExpertRouting(_Op):
         self.bounded_ids = ((ids, n_expert),)
         variant, wg = reducing_variant(device, "expert_routing")
         push = [n_expert, n_used, logits.offset, logits.step]
-        self.algorithms.append(device.algorithm(
-            [logits.tensor.kp, ids.kp, weights.kp], variant, (_groups(n, 1), 1, 1), [wg], push))
+        self._dispatch([logits.tensor.kp, ids.kp, weights.kp], variant, (_groups(n, 1), 1, 1), [wg], push,
+                       expert_routing_depth(n_expert, wg))
 
 
 def argmax_parts(device, length: int) -> int:
@@ -503,6 +657,12 @@ def argmax_parts(device, length: int) -> int:
     where the device spreads (one workgroup over a 49k vocabulary took an
     H200 235 us, 2026-11-26), else the whole vector in one."""
     return -(-length // ARGMAX_SPAN) if spreads(device) else 1
+
+
+def argmax_depth(length: int, parts: int, wg: int, pass_: int) -> int:
+    """Serial depth (Launch) of shaders/argmax.comp's PASS: its loop over a
+    vector (0), over one of its `parts` ranges (1), or over the parts (2)."""
+    return _ceil(_ceil(length, parts) if pass_ == 1 else parts if pass_ == 2 else length, wg)
 
 
 class Argmax(_Op):
@@ -525,11 +685,10 @@ class Argmax(_Op):
         push = [x.length, x.offset, x.step, parts]
         scratch = device.tensor(2 * n * parts, np.uint32)  # (value bits, index) per part: only this op's
         tensors = [x.tensor.kp, out.kp, scratch]
+        variant, length = VectorOpVariant("argmax"), x.length
         if parts == 1:
-            self.algorithms.append(device.algorithm(tensors, VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG, 0],
-                                                    push))
+            self._dispatch(tensors, variant, (n, 1, 1), [ARGMAX_WG, 0], push, argmax_depth(length, 1, ARGMAX_WG, 0))
         else:  # (_Op.record puts a barrier between the two)
-            self.algorithms.append(device.algorithm(tensors, VectorOpVariant("argmax"), (parts, n, 1),
-                                                    [ARGMAX_WG, 1], push))
-            self.algorithms.append(device.algorithm(tensors, VectorOpVariant("argmax"), (n, 1, 1), [ARGMAX_WG, 2],
-                                                    push))
+            self._dispatch(tensors, variant, (parts, n, 1), [ARGMAX_WG, 1], push,
+                           argmax_depth(length, parts, ARGMAX_WG, 1))
+            self._dispatch(tensors, variant, (n, 1, 1), [ARGMAX_WG, 2], push, argmax_depth(length, parts, ARGMAX_WG, 2))
