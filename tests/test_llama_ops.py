@@ -504,6 +504,26 @@ def test_argmax(backend, parts):
     assert out.read().tolist() == np.argmax(x, axis=1).tolist() == [40149, 7, 123, 0, n_vocab - 1]
 
 
+@pytest.mark.parametrize("preset", ["smollm2-135m", "llama-3.1-8b"])
+def test_argmax_gpu_launch_within_bounds(backend, preset):
+    """A SmolLM2- and an 8B-shaped vocabulary's argmax with NVIDIA's launches
+    (forced): at least 128 workgroups in its first pass, at most
+    GPU_DEPTH_BOUND dependent loads per invocation in each pass, and
+    numpy's index (the largest value in the last part, its first occurrence)."""
+    from vkq.commands.presets import PRESETS
+
+    n_vocab = PRESETS[preset].vocab
+    x = rng(5).standard_normal(n_vocab).astype(np.float32)
+    x[n_vocab - 3] = x[n_vocab - 100] = 9.0
+    out = zeros(backend, 1, np.int32)
+    op = Argmax(launches_of(backend.device, "nvidia"), Vectors(upload(backend, x), n_vocab), out)
+    first, pick = op.launches
+    assert first.workgroups == op.parts >= 128 and first.depth <= GPU_DEPTH_BOUND and pick.depth <= GPU_DEPTH_BOUND
+    assert (first.depth, pick.depth) == (4, -(-op.parts // 64))
+    run(backend, [op], outputs=[out])
+    assert out.read()[0] == np.argmax(x) == n_vocab - 100
+
+
 # -- Q8_1 outputs: the int8 path's input written by the op that makes it ------------------
 
 class Quantize:

@@ -158,7 +158,8 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
       (1), the weighted sum's loop over 4 vec4s (1) of 32 positions and the
       new value (33): 39. Its combine, a workgroup per head: the splits
       twice (8), then 16 values (1 loop iteration) over 4 splits (4): 12.
-    - Argmax: 260 values in one part (one per 1024), 64 invocations: 5.
+    - Argmax: 260 values in 2 parts (one per 256) of 130, 64 invocations
+      each: 3; then the 2 parts picked from: 1.
     A chunk of 3 tokens: the same per vector, 3 rows of workgroups, and the
     chunk's append pass (RoPE's loop: 1)."""
     model = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia")
@@ -168,7 +169,7 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     assert got["RMSNorm"] == [((1, 1, 1), 512, 2, 2 * n_layer)]
     assert got["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
     assert got["Attention"] == [((2, 4, 1), 32, 39, n_layer), ((4, 1, 1), 32, 12, n_layer)]
-    assert got["Argmax"] == [((1, 1, 1), 64, 5, 1)]
+    assert got["Argmax"] == [((2, 1, 1), 64, 3, 1), ((1, 1, 1), 64, 1, 1)]
     assert all(v == [None] for k, v in got.items() if k.startswith(("attn_", "ffn_", "output ")))
     chunk = launches_by_label(model.step_launches(3))
     assert chunk["RMSNorm"] == [((1, 3, 1), 512, 2, 2 * n_layer)]

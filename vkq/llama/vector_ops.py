@@ -53,7 +53,10 @@ from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 ROWS_WG = 64  # EmbedRows: invocations (32-value chunks) per workgroup
 SWIGLU_WG = 64  # invocations (32-value blocks) per workgroup
 ARGMAX_WG = 64
-ARGMAX_SPAN = 1024  # values per workgroup of a GPU's argmax: 16 per invocation
+# Values per workgroup of a GPU's argmax, 4 per invocation: a 49k
+# vocabulary in 192 workgroups (an H100 has 132 SMs), a 128k one's 501
+# parts picked from in 8 loads per invocation.
+ARGMAX_SPAN = 256
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
 # RMSNorm's invocations per vector on a GPU: 8 values each of a 4096-value
 # vector's sum of squares, then a block each for 128 of them (ggml's width).
@@ -655,7 +658,8 @@ class ExpertRouting(_Op):
 def argmax_parts(device, length: int) -> int:
     """Ranges a vector's argmax is split into: one per ARGMAX_SPAN values
     where the device spreads (one workgroup over a 49k vocabulary took an
-    H200 235 us, 2026-11-26), else the whole vector in one."""
+    H200 235 us, 2026-11-26: 768 dependent loads per invocation), else the
+    whole vector in one."""
     return -(-length // ARGMAX_SPAN) if spreads(device) else 1
 
 
