@@ -201,11 +201,12 @@ def test_data_of_wrong_type(backend, monkeypatch, qtype, data, match):
     (np.zeros((), np.float32), ValueError, "shape"),
     (np.zeros((K, 9), np.float32), ValueError, "9 columns"),
     (np.zeros((K, 0), np.float32), ValueError, "0 columns"),
-    (np.zeros(K, np.float64), TypeError, "float64"),
-    (np.zeros(K, np.float16), TypeError, "float16"),
+    (np.full(K, 1e39), ValueError, r"^x \(float64\) holds 1e\+39 at flat index 0, beyond float32's range"),
     (np.zeros(K, np.int32), TypeError, "int32"),
+    (np.zeros(K, bool), TypeError, "bool"),
     ([0.0] * K, TypeError, "list"),
-], ids=["K+1", "K-32", "row-vector", "3d", "scalar", "9-cols", "0-cols", "float64", "float16", "int32", "list"])
+], ids=["K+1", "K-32", "row-vector", "3d", "scalar", "9-cols", "0-cols", "float64-overflow", "int32", "bool",
+        "list"])
 def test_bad_x(backend, monkeypatch, q4_0, x, exc, match):
     with raises_before_driver(monkeypatch, exc, match):
         backend.matvec(q4_0, x)
@@ -268,14 +269,15 @@ def test_weights_from_another_backend(backend, monkeypatch):
 # -- matvec_id -------------------------------------------------------------
 
 @pytest.mark.parametrize("ids, exc, match", [
-    (np.zeros(2, np.int64), TypeError, "int32"),
-    (np.zeros(2, np.uint32), TypeError, "int32"),
+    (np.zeros(2, np.float32), TypeError, "int32"),
+    (np.zeros(2, bool), TypeError, "int32"),
     ([0, 1], TypeError, "int32"),
     (np.array([0, -1], np.int32), ValueError, r"out of range.*-1"),
     (np.array([1, N_EXPERT], np.int32), ValueError, rf"out of range.*{N_EXPERT}"),
+    (np.array([1, 2**32 + 1]), ValueError, r"out of range: \[4294967297\]"),  # (int32 would wrap it to 1)
     (np.zeros(0, np.int32), ValueError, "n_used"),
     (np.zeros((2, 2), np.int32), ValueError, "n_used"),
-], ids=["int64", "uint32", "list", "minus-1", "n_expert", "empty", "2d"])
+], ids=["float32", "bool", "list", "minus-1", "n_expert", "int64-past-int32", "empty", "2d"])
 def test_bad_ids(backend, monkeypatch, experts, ids, exc, match):
     with raises_before_driver(monkeypatch, exc, match):
         backend.matvec_id(experts, random_x(K), ids)
@@ -286,12 +288,32 @@ def test_bad_ids(backend, monkeypatch, experts, ids, exc, match):
     (np.zeros((1, K), np.float32), ValueError, r"\(2, 64\)"),
     (np.zeros((K, 2), np.float32), ValueError, r"\(2, 64\)"),
     (np.zeros(K + 1, np.float32), ValueError, r"\(64,\)"),
-    (np.zeros(K, np.float64), TypeError, "float64"),
+    (np.full(K, -1e300), ValueError, "beyond float32's range"),
+    (np.zeros(K, np.int64), TypeError, "int64"),
     ([0.0] * K, TypeError, "list"),
-], ids=["3-rows", "1-row", "transposed", "K+1", "float64", "list"])
+], ids=["3-rows", "1-row", "transposed", "K+1", "float64-overflow", "int64", "list"])
 def test_bad_x_for_matvec_id(backend, monkeypatch, experts, x, exc, match):
     with raises_before_driver(monkeypatch, exc, match):
         backend.matvec_id(experts, x, np.array([0, 3], np.int32))
+
+
+def test_numpy_dtypes_are_converted(backend, q4_0, experts):
+    """numpy's defaults, float64 x and int64 ids, give what their float32 and
+    int32 values give (float16 x and other integer ids too); a float64 inf or
+    NaN stays one (only a finite value beyond float32's range is refused)."""
+    x64 = np.random.default_rng(3).uniform(-1, 1, K)
+    x = x64.astype(np.float32)
+    want = backend.matvec(q4_0, x)
+    np.testing.assert_array_equal(backend.matvec(q4_0, x64), want)
+    np.testing.assert_array_equal(backend.matvec(q4_0, np.stack([x64, x64], axis=1)), np.stack([want, want], 1))
+    np.testing.assert_array_equal(backend.matvec(q4_0, x64.astype(np.float16)),
+                                  backend.matvec(q4_0, x64.astype(np.float16).astype(np.float32)))
+    assert [y.tolist() for y in backend.matvec_many([(q4_0, x64), (q4_0, x64)])] == [want.tolist()] * 2
+    want_id = backend.matvec_id(experts, x, np.array([3, 0], np.int32))
+    for ids in (np.array([3, 0]), np.array([3, 0], np.uint8), np.array([3, 0], np.uint64)):
+        np.testing.assert_array_equal(backend.matvec_id(experts, x64, ids), want_id)
+    x64[5] = np.inf
+    assert not np.isfinite(backend.matvec(q4_0, x64)).all()
 
 
 def test_mmvq_on_plain_expert_stack(backend, monkeypatch):

@@ -18,3 +18,8 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'vkq' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy names too (tab completion, dir(vkq)), without importing them."""
+    return sorted({*globals(), *_LAZY})

@@ -28,7 +28,7 @@ from .dispatch.config import PipelineConfig
 from .graph import Graph
 from .ops import MAX_GROUPS_X
 from .resolve import MAX_COLS, check_config_type, check_weights, resolve
-from .tensor import Tensor
+from .tensor import Tensor, host_values
 from .weights import Buffer, Weights
 
 # matvec_many's graphs kept per backend (the least recently used go first):
@@ -101,10 +101,8 @@ def _check_leading_dims(data, fmt: BlockFormat, shape, n_expert: int, rows: int)
 
 
 def _check_x(x, k: int, what: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{what} must be a numpy float32 array, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise TypeError(f"{what} must be float32, got dtype {x.dtype}")
+    """x checked, as float32 (float16 and float64 converted: vkq.tensor.host_values)."""
+    x = host_values(x, np.float32, what)
     if x.ndim not in (1, 2) or x.shape[0] != k:
         raise ValueError(f"{what} must have shape ({k},) or ({k}, n), got {x.shape}")
     if x.ndim == 2 and not 1 <= x.shape[1] <= MAX_COLS:
@@ -128,6 +126,9 @@ class Backend:
         self._lock = threading.RLock()
         self._many: OrderedDict[tuple, _Call] = OrderedDict()  # matvec_many's graphs, least recent first
         self._in_flight: set[Graph] = set()  # graphs with a replay submitted and not yet waited for
+
+    def __repr__(self) -> str:
+        return f"<vkq.Backend device {self.device_info.index}: {self.device_info.name}, activations={self.activations}>"
 
     # -- weights and tensors -----------------------------------------------
     def upload(self, qtype, shape, data) -> Weights:
@@ -210,7 +211,8 @@ class Backend:
     # -- mat-vec -----------------------------------------------------------
     def matvec(self, weights: Weights, x: np.ndarray, path: str | None = None, *,
                activations: str | None = None, config: PipelineConfig | None = None) -> np.ndarray:
-        """y = W @ x. x: float32 (K,) -> (rows,), or (K, n) -> (rows, n) for n <= 8.
+        """y = W @ x. x: float32 (K,) -> (rows,), or (K, n) -> (rows, n) for n <= 8
+        (float16 and float64 x are converted to float32: vkq.tensor.host_values).
 
         `path`: "dmmv", "mmvq", or None / "auto" (the dispatcher's choice).
         `activations`: the int8 path's activation format for this call
@@ -232,14 +234,13 @@ class Backend:
 
         ids: int32 (n_used,) expert indices; x: float32 (K,) shared by all
         selected experts, or (n_used, K), one input per selected expert.
+        Other integer ids (numpy's default int64) and float16 / float64 x are
+        converted (vkq.tensor.host_values).
         """
         w = check_weights(self, experts, expert_stack=True)
         lay = w.layout
-        _check_ids(ids, lay.n_expert)
-        if not isinstance(x, np.ndarray):
-            raise TypeError(f"x must be a numpy float32 array, got {type(x).__name__}")
-        if x.dtype != np.float32:
-            raise TypeError(f"x must be float32, got dtype {x.dtype}")
+        ids = _check_ids(ids, lay.n_expert)
+        x = host_values(x, np.float32, "x")
         n_used = ids.size
         if x.shape == (lay.k,):
             shared = True
@@ -266,17 +267,19 @@ class Backend:
         products = list(products)
         if not products:
             raise ValueError("matvec_many needs at least one (weights, x) pair")
-        ws, xs, slots = [], [], []
+        ws, xs, given_xs, slots = [], [], [], []
         for i, pair in enumerate(products):
             try:
                 weights, x = pair
             except (TypeError, ValueError):
                 raise TypeError(f"products[{i}] must be a (weights, x) pair") from None
             w = check_weights(self, weights, expert_stack=False)
+            given = x  # (the very same array shares a slot, converted or not)
             x = _check_x(x, w.layout.k, f"products[{i}] x")
-            slot = next((j for j, seen in enumerate(xs) if seen is x), None)
+            slot = next((j for j, seen in enumerate(given_xs) if seen is given), None)
             if slot is None:
                 xs.append(x)
+                given_xs.append(given)
                 slot = len(xs) - 1
             ws.append(w)
             slots.append(slot)
@@ -306,11 +309,14 @@ class Backend:
             return out
 
 
-def _check_ids(ids, n_expert: int) -> None:
-    if not isinstance(ids, np.ndarray) or ids.dtype != np.int32:
-        raise TypeError(f"ids must be a numpy int32 array, got {getattr(ids, 'dtype', type(ids).__name__)}")
+def _check_ids(ids, n_expert: int) -> np.ndarray:
+    """ids checked, as int32 (ids of another integer dtype that are in range fit it)."""
+    if not isinstance(ids, np.ndarray) or ids.dtype.kind not in "iu":
+        raise TypeError(f"ids must be a numpy int32 array (or another integer dtype, converted), got "
+                        f"{getattr(ids, 'dtype', type(ids).__name__)}")
     if ids.ndim != 1 or not 1 <= ids.size <= MAX_GROUPS_X:
         raise ValueError(f"ids must have shape (n_used,) with 1 <= n_used <= {MAX_GROUPS_X}, got {ids.shape}")
     bad = ids[(ids < 0) | (ids >= n_expert)]
     if bad.size:
         raise ValueError(f"ids out of range: {bad[:4].tolist()} not in [0, {n_expert})")
+    return ids.astype(np.int32, copy=False)

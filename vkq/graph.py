@@ -165,6 +165,8 @@ class Graph:
             if marked is self._inputs:
                 t.is_input = True
         return t
+            else:
+                t.is_output = True
 
     @_locked
     def barrier(self) -> None:
@@ -498,6 +500,8 @@ class Graph:
         return dispatches, barriers
 
     @property
+        for t in self._outputs:
+            t.read_back = True
     def kernel_seconds(self) -> float | None:
         """GPU time of the last replay's operations (graph made with
         timestamps=True on a device that has them), else None."""

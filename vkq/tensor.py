@@ -30,6 +30,42 @@ from .blocks.formats import CHUNK
 DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32))
 
 
+def host_values(values, dtype, what: str) -> np.ndarray:
+    """`values` as `dtype` (float32, int32 or uint32), converted as numpy
+    users expect: float16 and float64 to float32 (rounded; refused where a
+    finite value overflows float32's range, since it would become inf),
+    integers of another width or sign to int32 / uint32 (refused where one
+    does not fit). Integers for floats, floats for integers, booleans and
+    anything but a numpy array are refused (TypeError): a mat-vec of token
+    ids, or ids read from a float array, is a mistake, not a conversion."""
+    dtype = np.dtype(dtype)
+    floating = dtype.kind == "f"
+    kinds, kind_name = ("f", "floating-point") if floating else ("iu", "integer")
+    if not isinstance(values, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array ({dtype.name}, or another {kind_name} dtype, converted), "
+                        f"got {type(values).__name__}")
+    if values.dtype.kind not in kinds:
+        raise TypeError(f"{what} must be {dtype.name} (or another {kind_name} dtype, converted), "
+                        f"got dtype {values.dtype}")
+    if values.dtype == dtype:
+        return values
+    if floating:
+        with np.errstate(over="ignore"):
+            converted = values.astype(dtype)
+        overflow = np.isfinite(values) & ~np.isfinite(converted)
+        if overflow.any():
+            at = np.flatnonzero(overflow)[0]
+            value = float(values.reshape(-1)[at])
+            raise ValueError(f"{what} ({values.dtype}) holds {value!r} at flat index {at}, beyond float32's range "
+                             f"(+-{np.finfo(np.float32).max:.3g}): vkq computes in float32")
+        return converted
+    limits = np.iinfo(dtype)
+    if values.size and (values.min() < limits.min or values.max() > limits.max):
+        bad = values[(values < limits.min) | (values > limits.max)]
+        raise ValueError(f"{what} ({values.dtype}) holds {bad[:4].tolist()}, which {dtype.name} cannot hold")
+    return values.astype(dtype)
+
+
 def padded_stride(length: int, dtype) -> int:
     """Elements between vectors: float vectors padded to whole chunks."""
     return -(-length // CHUNK) * CHUNK if np.dtype(dtype) == np.float32 else length
@@ -63,6 +99,8 @@ class Tensor:
         # A view of kp's host copy, made once: writes and reads go through it.
         self._host = self.kp.data().reshape(self.n, self.stride)
         self.is_input = False  # some graph takes it as input (Graph.input)
+        self.is_output = False  # some graph brings it back (Graph.output)
+        self.read_back = False  # a replay that brings it back has finished: read() has the device's values
         self.device_written = False  # some graph's operation writes it
         # int32 ids: the bound every device write so far keeps them under (an
         # op's `bounded_ids`, vkq.graph); None once any other op writes them.
@@ -93,13 +131,10 @@ class Tensor:
     def write(self, values) -> None:
         """Host values for the next replay that takes this tensor as input
         (`Graph.input`), or for its first replay: (length,) or (n, length),
-        this tensor's dtype."""
+        this tensor's dtype (other widths converted: `host_values`)."""
         with self.backend._lock:
             self._check_idle("write")
-            if not isinstance(values, np.ndarray):
-                raise TypeError(f"{self!r}.write takes a numpy array, got {type(values).__name__}")
-            if values.dtype != self.dtype:
-                raise TypeError(f"{self!r}.write takes {self.dtype.name}, got dtype {values.dtype}")
+            values = host_values(values, self.dtype, f"{self!r}.write's values")
             if values.shape != self.shape and not (self.n == 1 and values.shape == (1, self.length)):
                 raise ValueError(f"{self!r}.write takes shape {self.shape}, got {values.shape}")
             if self.on_device and not self.is_input:
@@ -109,8 +144,16 @@ class Tensor:
 
     def read(self) -> np.ndarray:
         """The values the last replay brought back (`Graph.output`), copied:
-        (length,) or (n, length)."""
+        (length,) or (n, length). Refused for a tensor the device writes
+        until a replay has brought it back: its host copy would be zeros
+        (or what was written before), not the device's values."""
         with self.backend._lock:
             self._check_idle("read")
+            if self.is_output and not self.read_back:
+                raise RuntimeError(f"{self!r} is a graph's output that no replay has brought back yet: run() the "
+                                   "graph (or wait() for its replay) before read()")
+            if self.device_written and not self.is_output:
+                raise RuntimeError(f"{self!r} is written on the device and no graph brings it back: mark it "
+                                   "with Graph.output before the graph's first replay to read it")
             values = self._host[:, : self.length].copy()
         return values[0] if self.n == 1 else values

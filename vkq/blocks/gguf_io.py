@@ -22,6 +22,9 @@ class GGUFTensor:
     # numbers in native byte order; empty for a type id neither the gguf package nor vkq knows.
     data: np.ndarray
 
+    def __repr__(self) -> str:  # (not the dataclass's: that prints the whole memory map)
+        return f"GGUFTensor(name={self.name!r}, qtype={self.qtype!r}, shape={self.shape}, {self.data.nbytes} bytes)"
+
 
 def load_gguf(path: str | Path) -> dict[str, GGUFTensor]:
     """The tensors of a GGUF file by name, in file order.
