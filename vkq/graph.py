@@ -164,9 +164,9 @@ class Graph:
             self._writes.add(id(t))  # (the device copy of an input, the host copy of an output)
             if marked is self._inputs:
                 t.is_input = True
-        return t
             else:
                 t.is_output = True
+        return t
 
     @_locked
     def barrier(self) -> None:
