@@ -463,6 +463,8 @@ class Graph:
             self.backend._in_flight.discard(self)
             if self._seq.is_running():  # interrupted before the wait began: finish it
                 self._seq.eval_await()
+        for t in self._outputs:
+            t.read_back = True
         if self.timestamps and self._kernel_span:
             first, last = self._kernel_span  # timestamps[i + 1] is the end of op i
             self._timestamps = self._seq.get_timestamps()
@@ -500,8 +502,6 @@ class Graph:
         return dispatches, barriers
 
     @property
-        for t in self._outputs:
-            t.read_back = True
     def kernel_seconds(self) -> float | None:
         """GPU time of the last replay's operations (graph made with
         timestamps=True on a device that has them), else None."""
