@@ -291,7 +291,8 @@ def test_tiny_graph_matches_reference(backend, tiny_file, tiny_ref, path):
 
 def test_context_is_enforced(backend, tiny_file, tiny_ref):
     model = GpuLlama(tiny_file, backend, "dmmv", ctx=8)
-    with pytest.raises(ValueError, match=r"9 positions \(prompt and new tokens\) exceed the context of 8"):
+    with pytest.raises(ValueError, match=r"9 positions \(prompt and new tokens\) exceed the context of 8 "
+                       r"this model was given \(load it with a larger ctx=, up to 256\)$"):
         model.greedy(list(range(5)), 5)
     with pytest.raises(ValueError, match="exceed the context of 8"):
         model.logits(list(range(9)))
@@ -628,3 +629,30 @@ def test_compare_engines_refuses_the_options_it_sets_itself(tiny_file, capsys, m
     flags = [a for a in args if a.startswith("-")]
     assert len(err) == 1 and err[0].startswith("vkq: error: --compare-engines sets ") and all(
         f in err[0] for f in flags) and "drop" in err[0], err
+
+
+# -- from Python: vkq.load_model -------------------------------------------------
+
+def test_load_model_gives_the_clis_context(tmp_path, tiny_file, monkeypatch, capsys):
+    """vkq.load_model (vkq.llama.loading) is what `vkq generate` loads with, and
+    a model gets one default context either way: DEFAULT_CONTEXT (512), or the
+    model's own context length where shorter, the CLI's grown to what its
+    prompt and new tokens need (was the model's full length from Python)."""
+    import vkq.commands.generate as generate
+    from vkq.llama.config import DEFAULT_CONTEXT
+    from vkq.llama.loading import load_model
+
+    assert vkq.load_model is load_model and "load_model" in dir(vkq) and DEFAULT_CONTEXT == 512
+    long = write_gguf(tmp_path / "long.gguf", metadata={"llama.context_length": 4096})
+    model = vkq.load_model(long, path="numpy")
+    assert model.ctx == 512 and vkq.load_model(tiny_file, path="numpy").ctx == 256  # (its own length)
+    assert vkq.load_model(long, path="numpy", ctx=600).ctx == 600
+    cfg = model.config
+    assert (cfg.default_context(), cfg.default_context(600), cfg.default_context(5000)) == (512, 600, 4096)
+    asked = []
+    monkeypatch.setattr(generate, "load_model", lambda *a, **k: asked.append(k["ctx"]) or load_model(*a, **k))
+    assert main(["generate", str(long), "-p", "the", "-n", "2", "--path", "numpy"]) == 0
+    assert asked == [512]
+    assert main(["generate", str(long), "-p", "the", "-n", "2", "--path", "numpy", "-c", "64"]) == 0
+    assert asked == [512, 64]
+    capsys.readouterr()

@@ -32,7 +32,7 @@ import vkq.blocks.reference as ref
 import vkq.llama.host as host
 from vkq.blocks.gguf_io import open_gguf
 from vkq.commands.compare import compare_file
-from vkq.commands.generate import load
+from vkq.llama.loading import load_model
 
 import llama_quant
 import moe_model
@@ -109,7 +109,7 @@ def runs(moe_file):
     compared length, the reference model)."""
     from vkq.commands.llama_server import LlamaServer
 
-    reference = load(moe_file[1], path="numpy")
+    reference = load_model(moe_file[1], path="numpy")
     ids = reference.tokenizer.encode(PROMPT)
     want = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
     margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in want.logits]
@@ -131,7 +131,7 @@ def test_llama_cpp_decodes_the_reference_tokens(runs):
 @pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
 def test_generate_matches_llama_cpp(backend, moe_file, runs, engine, path):
     ids, want, llama_cpp, n, _ = runs
-    model = load(moe_file[1], backend=backend, engine=engine, path=path)
+    model = load_model(moe_file[1], backend=backend, engine=engine, path=path)
     got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
     assert got.tokens[:n] == llama_cpp[:n], f"{model.tokenizer.decode(got.tokens)!r}"
     if engine == "graph":

@@ -49,7 +49,7 @@ import vkq.blocks.reference as ref
 from vkq.blocks.formats import FORMATS
 from vkq.blocks.gguf_io import open_gguf
 from vkq.commands.compare import compare_file
-from vkq.commands.generate import load
+from vkq.llama.loading import load_model
 
 import ggml_quant
 import llama_quant
@@ -146,7 +146,7 @@ def test_compare_every_tensor(backend, model_file):
 @pytest.fixture(scope="module")
 def reference_run(model_file, mix):
     """(prompt ids, the float64 reference's greedy run)."""
-    model = load(model_file, path="numpy")
+    model = load_model(model_file, path="numpy")
     ids = model.tokenizer.encode(mix.prompt)
     return ids, model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
 
@@ -168,7 +168,7 @@ def test_generate_matches_reference(backend, model_file, reference_run, path):
     margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in want.logits]
     ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
     n = ties[0] if ties else len(want.tokens)  # the token at a near-tie may go either way
-    model = load(model_file, backend=backend, path=path)
+    model = load_model(model_file, backend=backend, path=path)
     got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
     text = model.tokenizer.decode
     print(f"{path}: {text(want.tokens[:n])!r}, {n} tokens compared"

@@ -9,6 +9,7 @@ import sys
 from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
+from ..llama.config import DEFAULT_CONTEXT
 
 
 def positive_int(text: str) -> int:
@@ -177,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", choices=("auto", "dmmv", "mmvq", "numpy"), default="auto",
                    help="mat-vec path (default auto: the dispatcher's choice); numpy: the float64 reference")
     p.add_argument("-c", "--ctx", type=positive_int, default=None,
-                   help="positions the KV cache holds (default: the prompt and the new tokens)")
+                   help=f"positions the KV cache holds (default {DEFAULT_CONTEXT}, or what the prompt and the new "
+                        "tokens need where more, at most the model's context length)")
     p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
                    help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}: two int8 planes, logits "
                         "within 1e-3 of float; q8_1: ggml's, faster on CPU drivers)")

@@ -1,17 +1,8 @@
 """`vkq generate`: greedy text generation of a llama GGUF model on vkq.
 
-    import vkq
-    from vkq.commands.generate import load
-    model = load(vkq.example_model())                         # the GPU step (engine "graph")
-    text, token_ids, stats = model.generate("The capital of France is", 32)
-    print(text, stats.summary())
-
-Engines (vkq.llama):
-- "graph" (default): the whole decode step on the device, recorded once and
-  replayed per token with one submit (vkq.llama.gpu_step);
-- "host": every weight mat-vec a Backend.matvec call, the vector ops in numpy
-  (vkq.llama.host);
-- path "numpy": the float64 reference of the host decoder, no device.
+The model is loaded by vkq.llama.loading.load_model (`vkq.load_model` from
+Python), with the same defaults; the context grows to what the prompt and
+the new tokens need where that is more than its default.
 """
 from __future__ import annotations
 
@@ -22,39 +13,12 @@ from pathlib import Path
 
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS
-from ..llama.decoding import Decoder, submits_per_token
-from ..llama.host import PATH_MODES, LlamaModel
+from ..llama.decoding import submits_per_token
+from ..llama.host import LlamaModel
+from ..llama.loading import load_model
 from ..llama.model import LlamaFile
 from ..llama.profile import shape_table
 from ..llama.vector_ops import GPU_LAUNCH_CAPS
-
-ENGINES = ("graph", "host")
-
-
-def load(model: str | Path, *, engine: str = "graph", path: str = "auto", activations: str = GENERATE_ACTIVATIONS,
-         ctx: int | None = None, fuse: bool = True, backend: Backend | None = None, device: int | None = None,
-         file: LlamaFile | None = None, timestamps: bool = False, profile: bool = False,
-         spread: bool = True, launches: str | None = None) -> Decoder:
-    """A decoder of the model on an engine (path "numpy": the reference, whatever the engine).
-    timestamps: the graph engine times its kernels; profile: and keeps every op's time; spread: its
-    one-workgroup ops spread over a GPU; launches: its vector ops launched as a GPU class's (see GpuLlama)."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
-    if path not in PATH_MODES:
-        raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATH_MODES)}")
-    if profile and (engine == "host" or path == "numpy"):
-        raise ValueError("a profile times the ops of the graph engine's step: --profile needs --engine graph "
-                         "and a device path")
-    for flag, given in (("--no-spread", not spread), ("--shape", launches is not None)):
-        if given and (engine == "host" or path == "numpy"):
-            raise ValueError(f"{flag} sets the launches of the graph engine's step: it needs --engine graph "
-                             "and a device path")
-    if engine == "host" or path == "numpy":
-        return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file)
-    from ..llama.gpu_step import GpuLlama
-
-    return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
-                    timestamps=timestamps, profile=profile, spread=spread, launches=launches)
 
 
 def _prompt_ids(file: LlamaFile, prompt: str) -> list[int]:
@@ -73,7 +37,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
              spread: bool = True, shape: str | None = None) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
-    (default: the prompt and the new tokens). timestamps: the graph engine
+    (default: LlamaConfig.default_context, grown to what the prompt
+    and the new tokens need). timestamps: the graph engine
     reports its kernels' share of the step; profile: and a table of where a
     decode step's GPU time goes (vkq.llama.profile), after the statistics.
     shape: a table of the decode step's launches and serial depths
@@ -95,13 +60,13 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         raise ValueError(f"the prompt ({n_prompt} tokens) is longer than the context of {ctx} it was given")
     need = n_prompt + max(n_tokens - 1, 0)
     if ctx is None:
-        ctx = need
+        ctx = file.config.default_context(need)
     if need > ctx or need > file.config.n_ctx_train:
         raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
                          f"the context is {min(ctx, file.config.n_ctx_train)}")
-    decoder = load(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse, device=device,
-                   file=file, timestamps=timestamps, profile=profile, spread=spread,
-                   launches=launches)
+    decoder = load_model(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse,
+                         device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
+                         launches=launches)
     load_s = time.perf_counter() - t0
     warm = decoder.warm_up(n_prompt)
     cfg = file.config

@@ -91,8 +91,8 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     """One model's row. membw: the device's read bandwidth, bytes/s;
     llama_server: llama-server's path (default the wheel's); run_llama: False
     leaves llama.cpp out."""
+    from ..llama.loading import load_model
     from ..llama.model import LlamaFile
-    from .generate import load
     from .llama_server import LlamaServer
     from .presets import from_gguf
 
@@ -101,7 +101,7 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     file = LlamaFile(path)
     ids = prompt_ids(file.tokenizer, n_prompt)
     ctx = n_prompt + n_tokens
-    decoder = load(path, backend=backend, ctx=ctx, file=file)
+    decoder = load_model(path, backend=backend, ctx=ctx, file=file)
     decoder.warm_up(n_prompt)
     runs = [decoder.greedy(ids, n_tokens, stop_at_eos=False) for _ in range(rounds + 1)][1:]
     stats = [r.stats for r in runs]

@@ -25,6 +25,12 @@ LAYER_VECTORS = ("attn_norm", "ffn_norm")
 # llama.cpp's own maximum of experts, and more used experts than any model has.
 MAX_EXPERTS = 512
 MAX_EXPERTS_USED = 64
+# The KV cache's positions when none are asked for (llama-cpp-python's
+# default too): a short chat fits, and so do the caches of an 8B model
+# (128 MiB of float32). The model's own context length (8,192 and more)
+# would cost memory, and on some devices the attention's split (more
+# dispatches per token), for positions most generations never reach.
+DEFAULT_CONTEXT = 512
 
 
 def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:
@@ -74,6 +80,12 @@ class LlamaConfig:
     @property
     def is_moe(self) -> bool:
         return self.n_expert > 0
+
+    def default_context(self, need: int = 0) -> int:
+        """The context a model is loaded with when none is asked for (Python
+        and `vkq generate` alike): DEFAULT_CONTEXT, or `need` positions where
+        more, at most the model's own context length."""
+        return min(self.n_ctx_train, max(DEFAULT_CONTEXT, need))
 
     @classmethod
     def from_gguf(cls, file: GGUFFile) -> "LlamaConfig":

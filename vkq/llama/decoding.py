@@ -156,7 +156,8 @@ class Decoder(ABC):
     def check_room(self, n_past: int, n_new: int) -> None:
         if n_past + n_new > self.ctx:
             raise ValueError(f"{n_past + n_new} positions (prompt and new tokens) exceed the context of "
-                             f"{self.ctx} this model was given")
+                             f"{self.ctx} this model was given (load it with a larger ctx=, up to "
+                             f"{self.file.config.n_ctx_train})")
 
     # -- the token loop ----------------------------------------------------------
     def step(self, token: int) -> np.ndarray:
