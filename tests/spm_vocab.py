@@ -8,10 +8,17 @@ SentencePiece vocabulary (convert_hf_to_gguf's sentencepiece vocab): every
 piece with its score and type (UNKNOWN, CONTROL, BYTE or NORMAL; a
 user-defined symbol USER_DEFINED, as the converter marks added tokens),
 the model "llama", and the BOS/EOS/UNK ids; tiny_llama.write_gguf takes it.
+
+`MISTRAL_MODELS` are real vocabularies: Mistral's SentencePiece models that
+the `mistral-common` package ships (v1: Mistral 7B v0.1's 32000 pieces, made
+as Llama 2's; v3 and v7: 32768 with some 750 control tokens), where it is
+installed (`mistral_models()`, found without importing the package).
 """
 from __future__ import annotations
 
+import importlib.util
 import io
+from pathlib import Path
 
 import gguf
 
@@ -33,6 +40,8 @@ Dear Sir, thank you for your letter; I am pleased to confirm our meeting on Tues
 """
 USER_DEFINED_SYMBOLS = ("<sep>", "<sep>!")  # one holds the other: the longer is cut out first
 VOCAB_SIZE = 360
+MISTRAL_MODELS = ("tokenizer.model.v1", "mistral_instruct_tokenizer_240323.model.v3",
+                  "mistral_instruct_tokenizer_241114.model.v7")
 
 
 def train(text: str = TEXT, vocab_size: int = VOCAB_SIZE):
@@ -46,6 +55,22 @@ def train(text: str = TEXT, vocab_size: int = VOCAB_SIZE):
         allow_whitespace_only_pieces=True, user_defined_symbols=list(USER_DEFINED_SYMBOLS), hard_vocab_limit=False,
         unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
     return spm.SentencePieceProcessor(model_proto=model.getvalue())
+
+
+def mistral_models() -> dict[str, Path]:
+    """MISTRAL_MODELS that the installed mistral-common package has, by name."""
+    spec = importlib.util.find_spec("mistral_common")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    data = Path(list(spec.submodule_search_locations)[0]) / "data"
+    return {name: data / name for name in MISTRAL_MODELS if (data / name).is_file()}
+
+
+def load(path: Path):
+    """The sentencepiece.SentencePieceProcessor of a model file."""
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=str(path))
 
 
 def gguf_tokenizer(sp) -> dict:

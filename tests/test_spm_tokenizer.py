@@ -6,7 +6,9 @@ scores; libllama (tests/llama_vocab.py) loads each file's vocabulary and is
 the witness: vkq's ids equal llama_tokenize's (add_special, parse_special),
 its text llama_detokenize's, at spaces, digits, newlines, characters outside
 the vocabulary (byte fallback), special tokens in the text, empty and long
-inputs.
+inputs. The same on Mistral's real vocabularies where the mistral-common
+package (which ships them) is installed. And vkq generate runs on such a
+file, dense and with Mixtral's experts.
 """
 from __future__ import annotations
 
@@ -74,6 +76,15 @@ def spm_files(tmp_path_factory, spm_metadata) -> dict:
     return files
 
 
+def same(got, want, what: str) -> None:
+    """got == want, or a failure naming the first difference (pytest's own diff of
+    two long lists takes minutes)."""
+    if got != want:
+        at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        pytest.fail(f"{what}: vkq and llama.cpp differ at {at} of {len(got)}/{len(want)}: "
+                    f"{got[max(at - 3, 0):at + 5]!r} vs {want[max(at - 3, 0):at + 5]!r}")
+
+
 def spm(path) -> SpmTokenizer:
     tok = open_tokenizer(open_gguf(path))
     assert isinstance(tok, SpmTokenizer)
@@ -89,13 +100,43 @@ def test_ids_and_text_equal_llama_cpp(spm_files, variant):
     with LlamaVocab(spm_files[variant]) as ref:
         for what, text in TEXTS.items():
             ids = ref.tokenize(text)
-            assert tok.encode(text) == ids, what
-            assert tok.encode(text, add_special=False) == ref.tokenize(text, add_special=False), what
-            assert tok.decode(ids) == ref.detokenize(ids), what
-            assert tok.decode(ids, skip_special=False) == ref.detokenize(ids, special=True), what
+            same(tok.encode(text), ids, what)
+            same(tok.encode(text, add_special=False), ref.tokenize(text, add_special=False), what)
+            same(tok.decode(ids), ref.detokenize(ids), what)
+            same(tok.decode(ids, skip_special=False), ref.detokenize(ids, special=True), what)
             # a continuation: each token's piece as llama-server streams it, no space taken off
-            assert tok.decode(ids, continuation=True) == b"".join(ref.piece(i) for i in ids).decode(
-                errors="replace"), what
+            same(tok.decode(ids, continuation=True), b"".join(ref.piece(i) for i in ids).decode(errors="replace"),
+                 what)
+
+
+REAL_TEXTS = {
+    "instructions": "[INST] What is 2+2? [/INST] 4</s>[INST] and\n\n  more [/INST]",
+    "control tokens": "[control_8]x[TOOL_CALLS]  y",
+    "scripts": "Hello, World! It's 3.14159 — naïve café, Ελληνικά, русский, 中文, 😀👍🏽\t tab\r\n",
+    "code": "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}\n",
+}
+
+
+@needs_libllama
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] if i else [])
+                                  for i, name in enumerate(spm_vocab.MISTRAL_MODELS)])
+def test_real_vocabularies_equal_llama_cpp(tmp_path, name):
+    """Mistral's own SentencePiece vocabularies (Mistral 7B v0.1's is made as Llama 2's):
+    ids and text as llama.cpp's, at every text above and a few of instructions, control
+    tokens, scripts and code."""
+    from llama_vocab import LlamaVocab
+
+    model = spm_vocab.mistral_models().get(name)
+    if model is None:
+        pytest.skip(f"{name}: the mistral-common package, which ships it, is not installed")
+    path = write_gguf(tmp_path / "real.gguf", tokenizer=spm_vocab.gguf_tokenizer(spm_vocab.load(model)))
+    tok = spm(path)
+    with LlamaVocab(path) as ref:
+        for what, text in (TEXTS | REAL_TEXTS).items():
+            ids = ref.tokenize(text)
+            same(tok.encode(text), ids, what)
+            same(tok.decode(ids), ref.detokenize(ids), what)
+            same(tok.decode(ids, skip_special=False), ref.detokenize(ids, special=True), what)
 
 
 def test_what_the_vocabulary_gives(spm_files):
@@ -135,17 +176,20 @@ def test_unmatched_bytes_and_bad_vocabularies_are_named(tmp_path, spm_metadata):
             "tokenizer.ggml.model": ("bert", S)})))
 
 
-def test_generate_runs_on_a_sentencepiece_model(spm_files, capsys):
-    """vkq generate on a tiny llama with the SentencePiece vocabulary: the prompt
-    in, greedy tokens out, their text decoded after the prompt."""
-    path = spm_files["as converted"]
+@pytest.mark.parametrize("experts", [None, (4, 2)], ids=["dense", "Mixtral-layout MoE"])
+def test_generate_runs_on_a_sentencepiece_model(tmp_path, spm_metadata, capsys, experts):
+    """vkq generate on a tiny llama with the SentencePiece vocabulary, dense and
+    with Mixtral's experts: the prompt in, greedy tokens out, their text decoded
+    after the prompt."""
+    path = write_gguf(tmp_path / "spm.gguf", tokenizer=spm_metadata, experts=experts)
     model = LlamaModel(path, path_mode="numpy")
     text, ids, _ = model.generate("the river", 6, stop_at_eos=False)
     assert len(ids) == 6 and text == model.tokenizer.decode(ids, continuation=True)
-    for args in (["--path", "numpy"], []):  # the reference, then the graph engine on the device
+    for engine in ("numpy", "graph"):
+        args = ["--path", "numpy"] if engine == "numpy" else []
         assert main(["generate", str(path), "-p", "the river", "-n", "6", "--ignore-eos", *args]) == 0
         shown = capsys.readouterr().out[:-1]  # the prompt, the text as it came, a newline
         assert shown.startswith("the river")
-        if args:
-            # the text is streamed in whole characters: a tail of random bytes that is none is left out
+        if engine == "numpy":  # the reference's text; the text is streamed in whole characters, so a
+            # tail of random bytes that makes none is left out
             assert shown == "the river" + text or ("the river" + text).startswith(shown) and text.endswith("\ufffd")
