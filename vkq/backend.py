@@ -199,6 +199,7 @@ class Backend:
                 ids = g.input(self.tensor(n_slots, dtype=np.int32, name="ids")) if n_slots else None
                 y = g._add_matvec(w, x, cfg, ids=ids)  # (resolved above, once)
                 g.output(y)
+                g._held_by(w)  # (w keeps the call: no reference cycle)
                 call = w._calls_by_config[cfg_key] = _Call(g, [x], [y], ids)
             w._calls[key] = call
         return call

@@ -39,6 +39,7 @@ or another, are refused, since nothing could check them.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import kp
 import numpy as np
@@ -354,6 +355,15 @@ class Graph:
         if ids is not None:
             self._ids_checks.append((ids, w.layout.n_expert))
         return y
+
+    def _held_by(self, w) -> None:
+        """This graph is one of w's own cached calls (Backend's): it refers to w
+        weakly, so that w and its calls form no reference cycle and go, device
+        memory and all, as soon as the caller drops w (not at some later run
+        of the cycle collector)."""
+        proxy = weakref.proxy(w)
+        self._weights[id(w)] = proxy
+        self.matvecs = [(proxy if v is w else v, cfg) for v, cfg in self.matvecs]
 
     # -- replaying -----------------------------------------------------------
     def _record(self) -> None:
