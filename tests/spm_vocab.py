@@ -38,7 +38,8 @@ A good recipe for bread needs flour, water, salt and yeast, and above all patien
 The quick brown fox jumps over the lazy dog. 2 + 2 = 4, 12 * 12 = 144.
 Dear Sir, thank you for your letter; I am pleased to confirm our meeting on Tuesday at noon.
 """
-USER_DEFINED_SYMBOLS = ("<sep>", "<sep>!")  # one holds the other: the longer is cut out first
+# "<sep>!" holds "<sep>": the longer is cut out first; "日~" is the longer in UTF-8 bytes (4), "~~~" in characters
+USER_DEFINED_SYMBOLS = ("<sep>", "<sep>!", "日~", "~~~")
 VOCAB_SIZE = 360
 MISTRAL_MODELS = ("tokenizer.model.v1", "mistral_instruct_tokenizer_240323.model.v3",
                   "mistral_instruct_tokenizer_241114.model.v7")

@@ -56,17 +56,18 @@ class SpmTokenizer(Tokenizer):
         self.add_eos = flag(file, "tokenizer.ggml.add_eos_token", False)
         self.add_space_prefix = flag(file, "tokenizer.ggml.add_space_prefix", True)
         self._check_special(name)
-        # Cut out of the text whole, the longest first (a longer one may hold a shorter one).
+        # Cut out of the text whole, the longest (in UTF-8 bytes, as llama.cpp orders them) first:
+        # a longer one may hold a shorter one.
         self.special = sorted((i for i, ty in enumerate(types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)),
-                              key=lambda i: (-len(tokens[i]), i))
+                              key=lambda i: (-len(tokens[i].encode()), i))
         # The token of each byte: <0xXX>, or the byte itself as a token for ASCII (llama.cpp's fallback).
         self.byte_ids = [self.ids.get(f"<0x{b:02X}>", self.ids.get(chr(b)) if b < 128 else None) for b in range(256)]
         self.pieces = [self._piece(t, ty) for t, ty in zip(tokens, types)]
 
     @staticmethod
     def _piece(text: str, kind: int) -> bytes:
-        """What a token decodes to; control, unused and undefined tokens to nothing
-        unless asked for (decode's skip_special=False gives control and unknown tokens' text)."""
+        """What a token decodes to (decode drops control and unknown tokens' text
+        unless skip_special is false); unused and undefined tokens to nothing."""
         if kind in (UNKNOWN, CONTROL, USER_DEFINED):
             return text.encode()
         if kind == NORMAL:
