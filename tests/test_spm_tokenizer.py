@@ -193,3 +193,12 @@ def test_generate_runs_on_a_sentencepiece_model(tmp_path, spm_metadata, capsys, 
         if engine == "numpy":  # the reference's text; the text is streamed in whole characters, so a
             # tail of random bytes that makes none is left out
             assert shown == "the river" + text or ("the river" + text).startswith(shown) and text.endswith("\ufffd")
+
+
+def test_a_long_race_prompt_has_one_bos(spm_files):
+    """vkq race repeats its text to the length asked: BOS at the start only."""
+    from vkq.commands.race import prompt_ids
+
+    tok = spm(spm_files["as converted"])
+    ids = prompt_ids(tok, 1000)
+    assert len(ids) == 1000 and ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1

@@ -64,7 +64,7 @@ def prompt_ids(tokenizer, n_prompt: int) -> list[int]:
     """n_prompt token ids of TEXT, repeated as often as it takes."""
     ids = tokenizer.encode(TEXT)
     while len(ids) < n_prompt:
-        ids += tokenizer.encode(TEXT)
+        ids += tokenizer.encode(TEXT, add_special=False)  # one BOS, at the start
     return ids[:n_prompt]
 
 
