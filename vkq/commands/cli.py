@@ -218,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed (and "
                                    "llama.cpp's, with --llama-server); "
                                    "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe with other work "
-                                   "beside it (2 cores, 2026-11-26): 8.8 minutes with --model, --quick 1.3; "
-                                   "--ggml adds ggml's own time.")
+                                   "beside it (2 cores, 2026-11-27, 28 types): --quick 1.3 minutes, the full "
+                                   "report about 25 (load average 10-14); --ggml adds ggml's own time.")
     p.add_argument("-m", "--model", action="append", default=[],
                    help="a llama-architecture .gguf file (dense or mixture of experts): vkq generate's prompt and "
                         "generation speed on it, dispatches per token, share of the bandwidth (repeat for more)")
