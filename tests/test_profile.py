@@ -170,7 +170,8 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     assert got["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
     assert got["Attention"] == [((2, 4, 1), 32, 39, n_layer), ((4, 1, 1), 32, 12, n_layer)]
     assert got["Argmax"] == [((2, 1, 1), 64, 3, 1), ((1, 1, 1), 64, 1, 1)]
-    assert all(v == [None] for k, v in got.items() if k.startswith(("attn_", "ffn_", "output ")))
+    # the mat-vecs (this device's table's launches): every one counted (matvec_depth's test below)
+    assert all(None not in v for k, v in got.items() if k.startswith(("attn_", "ffn_", "output ")))
     chunk = launches_by_label(model.step_launches(3))
     assert chunk["RMSNorm"] == [((1, 3, 1), 512, 2, 2 * n_layer)]
     assert chunk["Attention"] == [((2, 1, 3), 32, 1, n_layer), ((2, 4, 3), 32, 39, n_layer),
@@ -220,3 +221,16 @@ def test_generate_prints_the_shape(tiny, capsys):
     assert "| RMSNorm " in err and "serial depth" in err
     assert main(["generate", str(tiny), "-p", "the", "-n", "2", "--shape", "amd"]) == 2
     assert "--shape amd: device, or a GPU class: nvidia" in capsys.readouterr().err
+
+
+def test_matvec_depth_is_a_rows_units_per_invocation():
+    """shaders/mul_mat_vec.comp's K loop by hand: 4096 values are 128 chunks,
+    64 units of 2; split over 32 invocations, 2 each; a thread that owns
+    whole rows (split_k off, CPU drivers) takes all 64. 14336 (an 8B
+    model's ffn_down): 448 chunks, 224 units, 7 per invocation."""
+    from vkq.dispatch.config import PipelineConfig
+    from vkq.ops import matvec_depth
+
+    cfg = PipelineConfig("mmvq", True, True, 32, 2, chunks_per_thread=2)
+    assert matvec_depth(cfg, 4096) == 2 and matvec_depth(cfg, 14336) == 7
+    assert matvec_depth(PipelineConfig("mmvq", True, True, 32, 2, chunks_per_thread=2, split_k=False), 4096) == 64

@@ -7,6 +7,9 @@ whole decode step. Pipelines are built once here, never per call.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from math import prod
+
 import kp
 import numpy as np
 
@@ -17,6 +20,33 @@ from .dispatch.config import PipelineConfig
 
 QUANTIZE_WG = 64  # quantizer threads per workgroup (one per block; a tiny share of the time)
 MAX_GROUPS_X = 65535  # Vulkan guarantees this many workgroups per dimension
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One dispatch as a GPU sees it: `groups` workgroups (x, y, z) of
+    `invocations` each, and its serial depth: the most loop iterations with
+    global loads that one invocation runs one after another. A GPU hides a
+    load's latency (~0.5-1 us) only with other invocations' work, so a
+    dispatch costs at least depth latencies however short its vectors.
+    Counted from the shader's loops by the op kind's *_depth function
+    (matvec_depth; vkq.llama.vector_ops's): a loop whose trip count is a
+    push constant counts its iterations (nested ones multiply); a loop of a
+    fixed count (a block's 8 vec4s, a specialization constant's rows, heads
+    or slots) is unrolled, its loads issued together, and counts once."""
+
+    groups: tuple[int, int, int]
+    invocations: int  # per workgroup
+    depth: int
+
+    @property
+    def workgroups(self) -> int:
+        return prod(self.groups)
+
+    @property
+    def total(self) -> int:
+        """Invocations of the whole dispatch."""
+        return self.workgroups * self.invocations
 
 # shaders/common.glsl's `Params`, the push constants of the shaders that read
 # a weights buffer (mul_mat_vec.comp, get_rows.comp), in order; a test checks
@@ -66,6 +96,15 @@ def fused_swiglu_fits(weights) -> bool:
     return not weights.is_expert_stack and weights.layout.rows % 2 == 0 and len(weights.buffers) == 1
 
 
+def matvec_depth(cfg: PipelineConfig, k: int) -> int:
+    """Serial depth (Launch) of shaders/mul_mat_vec.comp over rows of k
+    values: its loop over a row's units of chunks_per_thread 32-value chunks
+    (the unit's chunks, rows and columns unrolled), every unit of the row
+    per invocation, or with split_k one in wg_size of them."""
+    units = -(-k // CHUNK) // cfg.chunks_per_thread
+    return -(-units // cfg.wg_size) if cfg.split_k else units
+
+
 class MatVec:
     """y = W @ x for every weights buffer of one matrix (or expert stack).
 
@@ -106,6 +145,7 @@ class MatVec:
         # (with glu a group's rows are half gate rows, half up rows: as many groups for half the outputs)
         rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
         self.algorithms = []
+        self.launches: list[Launch] = []  # one per algorithm
         for buf in weights.buffers:
             groups = -(-buf.rows.count // rows_per_group)
             gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
@@ -116,6 +156,7 @@ class MatVec:
                 tensors += [buf.tensor] * 3
             self.algorithms.append(device.algorithm(tensors, self.variant, (gx, max(n_slots, 1), gz), spec, push,
                                                     kinds))
+            self.launches.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, lay.k)))
         self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
 
     def record(self, seq) -> None:

@@ -96,7 +96,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if shape is not None:
         whose = "this device's" if launches is None else f"{launches}'s (forced here)"
         print(f"\nlaunches of a decode step, {whose}, at a full context of {decoder.ctx} positions (serial depth: "
-              f"loop iterations with global loads one invocation runs in a row; mat-vecs not counted):\n"
+              f"loop iterations with global loads one invocation runs in a row; the mat-vecs' launches this device's "
+              f"table's):\n"
               f"{shape_table(decoder.step_launches())}", file=sys.stderr)
     return 0
 

@@ -11,7 +11,7 @@ the read-back of the outputs. A GPU may overlap ops that no barrier
 separates: their times then split the overlap between them.
 
 `step_shape` needs no timing: a recorded graph's launches per label
-(workgroups, invocations, serial depth: vkq.llama.vector_ops.Launch).
+(workgroups, invocations, serial depth: vkq.ops.Launch).
 """
 from __future__ import annotations
 
@@ -87,14 +87,14 @@ class Profile:
 class ShapeRow:
     label: str
     count: int  # dispatches of this launch per replay
-    launch: object | None  # a vector_ops.Launch; None: an op that reports none (the mat-vecs)
+    launch: object | None  # a vkq.ops.Launch; None: an op that reports none (quantize, mat-mat)
 
 
 def step_shape(graph) -> tuple[ShapeRow, ...]:
-    """The launches of a recorded graph's ops (vector_ops.Launch: workgroups,
+    """The launches of a recorded graph's ops (vkq.ops.Launch: workgroups,
     invocations, serial depth), one row per label and distinct launch, in
-    order of first appearance; ops that report no launches (mat-vecs,
-    quantize) one row per label, their launch None."""
+    order of first appearance; ops that report no launches (quantize,
+    mat-mat) one row per label, their launch None."""
     counts: dict[tuple, int] = {}
     for label, node in graph.nodes:
         op = node[0] if isinstance(node, tuple) else node
