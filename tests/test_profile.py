@@ -221,6 +221,9 @@ def test_generate_prints_the_shape(tiny, capsys):
     assert "| RMSNorm " in err and "serial depth" in err
     assert main(["generate", str(tiny), "-p", "the", "-n", "2", "--shape", "amd"]) == 2
     assert "--shape amd: device, or a GPU class: nvidia" in capsys.readouterr().err
+    for engine in (["--engine", "host"], ["--path", "numpy"]):
+        assert main(["generate", str(tiny), "-p", "the", "-n", "2", "--shape", *engine]) == 2
+        assert "--shape counts the launches of the graph engine's step" in capsys.readouterr().err
 
 
 def test_matvec_depth_is_a_rows_units_per_invocation():

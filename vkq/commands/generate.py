@@ -47,6 +47,9 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     then runs with that class's launches here too)."""
     if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
         raise ValueError(f"--shape {shape}: device, or a GPU class: {', '.join(sorted(GPU_LAUNCH_CAPS))}")
+    if shape is not None and (engine == "host" or path == "numpy"):
+        raise ValueError("--shape counts the launches of the graph engine's step: it needs --engine graph and a "
+                         "device path")
     launches = None if shape in (None, "device") else shape
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
