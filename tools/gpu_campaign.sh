@@ -74,12 +74,13 @@ part models $((LIMIT_MODELS * ${#MODELS[@]} / 2)) "${VKQ[@]}" report --types Q4_
 
 # 3. Where a decode step's time goes, with the norms, argmax and attention spread over the GPU
 #    and SwiGLU fused into gate|up (the default) and, for the before/after in one run, the
-#    one-workgroup launches (--no-spread) and no fusions (--no-fuse).
+#    one-workgroup launches (--no-spread) and no fusions (--no-fuse); each op's launch and
+#    serial depth beside it (--shape).
 for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
   for launches in spread no-spread no-fuse; do
     flag=(); [ $launches != spread ] && flag=(--$launches)
     [ -f "$f" ] && part "profile-$(basename "$f" .gguf)-$launches" 120 "${VKQ[@]}" generate "$f" \
-      -p "The history of the printing press" -n 64 --ignore-eos --profile "${flag[@]}"
+      -p "The history of the printing press" -n 64 --ignore-eos --profile --shape "${flag[@]}"
   done
 done
 
