@@ -18,12 +18,13 @@ MXFP4_MOE (MXFP4 expert stacks, Q8_0 elsewhere). On each:
 And the tests would see a wrong expert choice: routing each token to the
 next-best experts moves the logits by far more than the tolerance.
 
-The files are made once and kept in pytest's cache (.pytest_cache).
+The files, the reference's runs and llama.cpp's tokens are made once and
+kept by content (tests/file_cache.py).
 """
 from __future__ import annotations
 
-import hashlib
 import io
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -37,6 +38,7 @@ from vkq.llama.loading import load_model
 import llama_quant
 import moe_model
 from conftest import SMOLLM2_MISSING, smollm2_path
+from file_cache import cached_arrays, cached_file, file_digest, reference_sources
 
 pytestmark = pytest.mark.slow
 
@@ -61,29 +63,18 @@ MIN_COMPARED = 6
 LOGITS_NMSE = 1e-3
 
 
-def _cached(request, name: str, key: str):
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return request.config.cache.mkdir("llama-moe") / f"{name}-{digest}.gguf"
-
-
 @pytest.fixture(scope="module")
-def source(request):
-    key = (f"{llama_quant.WHEEL} {SMOL.stat().st_size} {moe_model.N_EXPERT} {moe_model.N_USED} {moe_model.SPREAD} "
+def source():
+    key = (f"{llama_quant.WHEEL} {file_digest(SMOL)} {moe_model.N_EXPERT} {moe_model.N_USED} {moe_model.SPREAD} "
            f"{moe_model.ROUTER_SCALE} {moe_model.SEED}")
-    path = _cached(request, "smol-moe-f16", key)
-    if not path.is_file():
-        moe_model.write_moe_source(SMOL, path.with_suffix(".part"))
-        path.with_suffix(".part").rename(path)
-    return path
+    return cached_file("smol-moe-f16", key, lambda part: moe_model.write_moe_source(SMOL, part))
 
 
 @pytest.fixture(scope="module", params=list(FILES))
 def moe_file(request, source):
     ftype, overrides, _ = FILES[request.param]
-    path = _cached(request, f"smol-moe-{request.param}", f"{source.name} {ftype} {overrides}")
-    if not path.is_file():
-        llama_quant.quantize(source, path.with_suffix(".part"), ftype, overrides=overrides)
-        path.with_suffix(".part").rename(path)
+    path = cached_file(f"smol-moe-{request.param}", f"{source.name} {ftype} {overrides}",
+                       lambda part: llama_quant.quantize(source, part, ftype, overrides=overrides))
     return request.param, path
 
 
@@ -103,34 +94,52 @@ def test_compare_every_tensor(backend, moe_file):
     assert status == 0, out.getvalue()
 
 
+@dataclass
+class Run:
+    tokens: list[int]
+    logits: list[np.ndarray]
+
+
 @pytest.fixture(scope="module")
 def runs(moe_file):
     """(prompt ids, the float64 reference's greedy run, llama.cpp's tokens, the
-    compared length, the reference model)."""
+    compared length); both runs kept by the file's content (file_cache)."""
     from vkq.commands.llama_server import LlamaServer
 
-    reference = load_model(moe_file[1], path="numpy")
-    ids = reference.tokenizer.encode(PROMPT)
-    want = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+    name, path = moe_file
+    key = f"{file_digest(path)} {PROMPT!r} {N_TOKENS}"
+
+    def reference_run():
+        reference = load_model(path, path="numpy")
+        ids = reference.tokenizer.encode(PROMPT)
+        run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+        return {"ids": np.array(ids), "tokens": np.array(run.tokens), "logits": np.stack(run.logits)}
+
+    stored = cached_arrays(f"smol-moe-{name}-reference", f"{key} {reference_sources()}", reference_run)
+    ids = stored["ids"].tolist()
+    want = Run(stored["tokens"].tolist(), list(stored["logits"]))
+
+    def llama_cpp_run():
+        with LlamaServer(path) as server:
+            return {"tokens": np.array(server.complete(ids, N_TOKENS).tokens)}
+
+    llama_cpp = cached_arrays(f"smol-moe-{name}-llama-cpp", f"{key} {llama_quant.WHEEL}", llama_cpp_run)
     margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in want.logits]
     ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
     n = ties[0] if ties else N_TOKENS  # the token at a near-tie may go either way
     assert sum(m >= NEAR_TIE for m in margins) >= MIN_COMPARED, f"margins {margins}: a poor prompt"
-    with LlamaServer(moe_file[1]) as server:
-        llama_cpp = server.complete(ids, N_TOKENS)
-    print(f"{moe_file[0]}: {reference.tokenizer.decode(want.tokens)!r}; {n} tokens compared; llama.cpp "
-          f"{llama_cpp.decode_tps:.2f} t/s")
-    return ids, want, llama_cpp.tokens, n, reference
+    print(f"{name}: reference tokens {want.tokens}; {n} compared")
+    return ids, want, llama_cpp["tokens"].tolist(), n
 
 
 def test_llama_cpp_decodes_the_reference_tokens(runs):
-    _, want, llama_cpp, n, _ = runs
+    _, want, llama_cpp, n = runs
     assert llama_cpp[:n] == want.tokens[:n]
 
 
 @pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
 def test_generate_matches_llama_cpp(backend, moe_file, runs, engine, path):
-    ids, want, llama_cpp, n, _ = runs
+    ids, want, llama_cpp, n = runs
     model = load_model(moe_file[1], backend=backend, engine=engine, path=path)
     got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
     assert got.tokens[:n] == llama_cpp[:n], f"{model.tokenizer.decode(got.tokens)!r}"
@@ -148,7 +157,8 @@ def test_a_wrong_expert_choice_would_be_seen(moe_file, runs, monkeypatch):
     far more than the tests allow (the experts differ enough)."""
     if moe_file[0] != "Q4_0":
         pytest.skip("once is enough")
-    ids, want, _, _, reference = runs
+    ids, want, _, _ = runs
+    reference = load_model(moe_file[1], path="numpy")
     right = host.route
 
     def next_best(logits, n_used):

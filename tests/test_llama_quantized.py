@@ -32,12 +32,12 @@ On each:
   tokens, every step's logits are within NMSE 1e-3 of the reference's and
   pick the same token wherever the reference's margin is not a near-tie.
 
-The files are made once and kept in pytest's cache (.pytest_cache), keyed by
-the wheel, the source file, the calibration text and the type layout.
+The files and the reference's runs are made once and kept by content
+(tests/file_cache.py): a file keyed by the wheel, the source file, the
+calibration text and the type layout.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 from dataclasses import dataclass
@@ -54,6 +54,7 @@ from vkq.llama.loading import load_model
 import ggml_quant
 import llama_quant
 from conftest import SMOLLM2_MISSING, smollm2_path
+from file_cache import cached_arrays, cached_file, file_digest, reference_sources
 
 pytestmark = pytest.mark.slow
 
@@ -107,14 +108,9 @@ def mix(request):
 
 
 @pytest.fixture(scope="module")
-def model_file(request, mix):
-    key = f"{llama_quant.WHEEL} {SMOL.stat().st_size} {llama_quant.CALIBRATION} {mix.ftype} {sorted(mix.overrides.items())}"
-    path = request.config.cache.mkdir("llama-quant") / f"smol-{hashlib.sha256(key.encode()).hexdigest()[:12]}.gguf"
-    if not path.is_file():
-        part = path.with_suffix(".part")
-        llama_quant.quantize(SMOL, part, mix.ftype, overrides=mix.overrides)
-        part.rename(path)
-    return path
+def model_file(mix):
+    key = f"{llama_quant.WHEEL} {file_digest(SMOL)} {llama_quant.CALIBRATION} {mix.ftype} {sorted(mix.overrides.items())}"
+    return cached_file("smol", key, lambda part: llama_quant.quantize(SMOL, part, mix.ftype, overrides=mix.overrides))
 
 
 def test_llama_wrote_every_type(model_file, mix):
@@ -143,12 +139,24 @@ def test_compare_every_tensor(backend, model_file):
     assert status == 0, out.getvalue()
 
 
+@dataclass
+class Run:
+    tokens: list[int]
+    logits: list[np.ndarray]
+
+
 @pytest.fixture(scope="module")
 def reference_run(model_file, mix):
-    """(prompt ids, the float64 reference's greedy run)."""
-    model = load_model(model_file, path="numpy")
-    ids = model.tokenizer.encode(mix.prompt)
-    return ids, model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+    """(prompt ids, the float64 reference's greedy run), kept by the file's content (file_cache)."""
+    def run():
+        model = load_model(model_file, path="numpy")
+        ids = model.tokenizer.encode(mix.prompt)
+        got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+        return {"ids": np.array(ids), "tokens": np.array(got.tokens), "logits": np.stack(got.logits)}
+
+    key = f"{file_digest(model_file)} {mix.prompt!r} {N_TOKENS} {reference_sources()}"
+    stored = cached_arrays("smol-reference", key, run)
+    return stored["ids"].tolist(), Run(stored["tokens"].tolist(), list(stored["logits"]))
 
 
 def forced_logits(model, ids: list[int], tokens: list[int]) -> list[np.ndarray]:
