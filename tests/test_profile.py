@@ -237,3 +237,21 @@ def test_matvec_depth_is_a_rows_units_per_invocation():
     cfg = PipelineConfig("mmvq", True, True, 32, 2, chunks_per_thread=2)
     assert matvec_depth(cfg, 4096) == 2 and matvec_depth(cfg, 14336) == 7
     assert matvec_depth(PipelineConfig("mmvq", True, True, 32, 2, chunks_per_thread=2, split_k=False), 4096) == 64
+
+
+@pytest.mark.slow
+def test_smollm2_step_within_gpu_bounds(backend):
+    """SmolLM2's decode step recorded with NVIDIA's launches (forced), 512
+    positions: every op but the weights' mat-vecs and the attention takes at
+    most 16 dependent global loads per invocation (issue 47; the norms 2,
+    the argmax 4 then 3, where one workgroup each took 6 and 768), and the
+    argmax over its 49,152 values at least 128 workgroups."""
+    from conftest import smollm2_or_skip
+
+    model = GpuLlama(smollm2_or_skip(), backend, "auto", ctx=512, launches="nvidia")
+    rows = [r for r in model.step_launches() if r.launch is not None]
+    bounded = [r for r in rows if r.label.split()[0] in ("EmbedRows", "RMSNorm", "SwiGLU", "Argmax")]
+    assert {r.label for r in bounded} == {"EmbedRows", "RMSNorm", "RMSNorm output_norm", "Argmax"}
+    assert all(r.launch.depth <= 16 for r in bounded), [(r.label, r.launch) for r in bounded]
+    assert max(r.launch.workgroups for r in bounded if r.label == "Argmax") >= 128
+    assert {r.launch.invocations for r in bounded if r.label.startswith("RMSNorm")} == {512}
