@@ -23,7 +23,8 @@
 //
 // RoPE is ggml's "normal" mode: adjacent pairs (x[2i], x[2i+1]) of a head
 // rotate by angle pos * theta_i for 2i < n_rot; the rest of the head is left
-// as it is. cos and sin come from a table (capacity, n_rot/2) of (cos, sin),
+// as it is. With NEOX (specialization constant 6), ggml's "neox" mode (Qwen):
+// the pairs are (x[i], x[i + n_rot/2]) instead. cos and sin come from a table (capacity, n_rot/2) of (cos, sin),
 // computed by the host in float64 (base, linear scaling, frequency factors):
 // exact, and no GPU sin/cos of large angles.
 //
@@ -68,6 +69,7 @@ layout(constant_id = 4) const uint PASS = 0;  // 0: a decode step; 1, 2: a chunk
 // Query heads per workgroup: a divisor of n_head / n_head_kv (the host's
 // attention_heads), a constant so that their loops unroll into registers.
 layout(constant_id = 5) const uint HEADS = 1;
+layout(constant_id = 6) const bool NEOX = false;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -105,7 +107,16 @@ shared vec4 k_rot[HD4];
 #include "q8_1.glsl"
 #include "float4.glsl"
 
-// Pair j of a head, (x[2j], x[2j+1]), rotated for position `at`.
+// The two values of a head that pair j rotates together (RoPE's mode); past
+// n_rot, the pairs of the values left as they are.
+uvec2 pair_of(uint j) {
+    if (NEOX && 2u * j < p.n_rot) {
+        return uvec2(j, j + p.n_rot / 2u);
+    }
+    return uvec2(2u * j, 2u * j + 1u);
+}
+
+// Pair j of a head (pair_of), rotated for position `at`.
 vec2 rope(vec2 x, uint j, uint at) {
     if (2u * j >= p.n_rot) {  // n_rot is even (the host checks)
         return x;
@@ -194,14 +205,14 @@ void append(uint tid, uint qi, uint g, uint position) {
     const uint vb = p.v_off + qi * p.v_step + g * p.head_dim;
     const uint c0 = g * p.capacity * p.head_dim + position * p.head_dim;
     for (uint j = tid; 2u * j < p.head_dim; j += WG_SIZE) {
-        const uint e = 2u * j;
-        const bool pair = e + 1u < p.head_dim;
-        const vec2 ke = rope(vec2(k[kb + e], pair ? k[kb + e + 1u] : 0.0), j, position);
-        k_cache[c0 + e] = ke.x;
-        v_cache[c0 + e] = v[vb + e];
+        const uvec2 e = pair_of(j);
+        const bool pair = e.y < p.head_dim;
+        const vec2 ke = rope(vec2(k[kb + e.x], pair ? k[kb + e.y] : 0.0), j, position);
+        k_cache[c0 + e.x] = ke.x;
+        v_cache[c0 + e.x] = v[vb + e.x];
         if (pair) {
-            k_cache[c0 + e + 1u] = ke.y;
-            v_cache[c0 + e + 1u] = v[vb + e + 1u];
+            k_cache[c0 + e.y] = ke.y;
+            v_cache[c0 + e.y] = v[vb + e.y];
         }
     }
 }
@@ -236,28 +247,28 @@ void main() {
 
     // RoPE of the heads' queries and the new key into shared memory; the group's first workgroup appends k and v.
     for (uint j = tid; 2u * j < p.head_dim; j += WG_SIZE) {
-        const uint e = 2u * j;
-        const bool pair = e + 1u < p.head_dim;
+        const uvec2 e = pair_of(j);
+        const bool pair = e.y < p.head_dim;
         for (uint hh = 0u; hh < HEADS; hh++) {
             const uint qb = p.q_off + qi * p.q_step + (h0 + hh) * p.head_dim;
-            const vec2 qe = rope(vec2(q[qb + e], pair ? q[qb + e + 1u] : 0.0), j, position);
-            q_rot[hh * HD4 + e / 4u][e % 4u] = qe.x;
+            const vec2 qe = rope(vec2(q[qb + e.x], pair ? q[qb + e.y] : 0.0), j, position);
+            q_rot[hh * HD4 + e.x / 4u][e.x % 4u] = qe.x;
             if (pair) {
-                q_rot[hh * HD4 + (e + 1u) / 4u][(e + 1u) % 4u] = qe.y;
+                q_rot[hh * HD4 + e.y / 4u][e.y % 4u] = qe.y;
             }
         }
-        const vec2 ke = rope(vec2(k[kb + e], pair ? k[kb + e + 1u] : 0.0), j, position);
-        k_rot[e / 4u][e % 4u] = ke.x;
+        const vec2 ke = rope(vec2(k[kb + e.x], pair ? k[kb + e.y] : 0.0), j, position);
+        k_rot[e.x / 4u][e.x % 4u] = ke.x;
         if (pair) {
-            k_rot[(e + 1u) / 4u][(e + 1u) % 4u] = ke.y;
+            k_rot[e.y / 4u][e.y % 4u] = ke.y;
         }
         if (!cached && h0 % group_size == 0u && split == 0u) {
-            const uint c = kv0 + position * p.head_dim + e;
-            k_cache[c] = ke.x;
-            v_cache[c] = v[vb + e];
+            const uint c = kv0 + position * p.head_dim;
+            k_cache[c + e.x] = ke.x;
+            v_cache[c + e.x] = v[vb + e.x];
             if (pair) {
-                k_cache[c + 1u] = ke.y;
-                v_cache[c + 1u] = v[vb + e + 1u];
+                k_cache[c + e.y] = ke.y;
+                v_cache[c + e.y] = v[vb + e.y];
             }
         }
     }

@@ -32,7 +32,7 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
 def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
                metadata: dict | None = None, experts: tuple[int, int] | None = None,
                expert_types: dict[str, str] | None = None, extra: dict | None = None,
-               nan_scales: str | None = None, tokenizer: dict | None = None) -> Path:
+               nan_scales: str | None = None, tokenizer: dict | None = None, scale: float = 1.0) -> Path:
     """The tiny model (see the module's note) at path. drop: tensors left out;
     reshape: name -> another shape; extra: name -> shape of tensors to add.
     metadata: keys to add or to replace (the hyper-parameters too): a str, a
@@ -41,7 +41,9 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     (ffn_gate_exps, ...) -> block type. nan_scales: a matrix whose blocks'
     fp16 scales are NaN (it decodes to NaN). tokenizer: tokenizer.ggml.* metadata
     in place of the byte-level BPE's (spm_vocab.gguf_tokenizer's); its tokens
-    give the vocabulary size."""
+    give the vocabulary size. scale: multiplies every matrix but the token
+    embedding (larger: logits less flat). 1-D tensors are norm weights
+    near 1, except biases (*.bias): N(0, 1)."""
     rng = np.random.default_rng(0)
     t = TINY
     tokens, merges, types = byte_level_vocab()
@@ -94,10 +96,11 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
         if name in drop:
             continue
         if len(shape) == 1:
-            w.add_tensor(name, (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+            values = rng.standard_normal(shape) if name.endswith(".bias") else 1 + 0.1 * rng.standard_normal(shape)
+            w.add_tensor(name, values.astype(np.float32))
             continue
-        scale = 1.0 if name == "token_embd.weight" else 1 / np.sqrt(shape[-1])
-        values = (scale * rng.standard_normal(shape)).astype(np.float32)
+        std = 1.0 if name == "token_embd.weight" else scale / np.sqrt(shape[-1])
+        values = (std * rng.standard_normal(shape)).astype(np.float32)
         if "ffn_gate_inp" in name:  # routers are F32, as llama.cpp keeps them
             w.add_tensor(name, values)
             continue

@@ -18,6 +18,11 @@ _PRE_GPT2 = ("gpt-2", "gpt2", "default", "")
 # llama 3's regex (llama.cpp LLAMA_VOCAB_PRE_TYPE_LLAMA3), for tokenizer.ggml.pre == "llama-bpe".
 _LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's and Qwen3's (llama.cpp LLAMA_VOCAB_PRE_TYPE_QWEN2, tokenizer.ggml.pre == "qwen2"):
+# llama 3's, but digits one by one.
+_QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+# tokenizer.ggml.pre values whose pre-tokenizer is one regex split, then byte-level.
+_PRE_REGEX = {"llama-bpe": _LLAMA3_REGEX, "qwen2": _QWEN2_REGEX}
 
 
 def open_tokenizer(file: GGUFFile) -> Tokenizer:
@@ -58,13 +63,13 @@ class BpeTokenizer(Tokenizer):
             tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
         elif pre in _PRE_GPT2:
             tk.pre_tokenizer = byte_level
-        elif pre == "llama-bpe":
+        elif pre in _PRE_REGEX:
             tk.pre_tokenizer = pre_tokenizers.Sequence([
-                pre_tokenizers.Split(Regex(_LLAMA3_REGEX), behavior="isolated"),
+                pre_tokenizers.Split(Regex(_PRE_REGEX[pre]), behavior="isolated"),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         else:
             raise ValueError(f"{path.name}: pre-tokenizer {pre!r} is not supported "
-                             f"(supported: {', '.join(_PRE_DIGITS + ('gpt-2', 'llama-bpe'))})")
+                             f"(supported: {', '.join(_PRE_DIGITS + ('gpt-2', *_PRE_REGEX))})")
         tk.decoder = decoders.ByteLevel()
         # Control tokens (type 3) and user-defined ones (type 4) are matched whole in the text.
         control = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == CONTROL]

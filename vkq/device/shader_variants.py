@@ -136,7 +136,7 @@ class VectorOpVariant:
         return {"REDUCE_SUBGROUP": "1"} if self.subgroup else {}
 
 
-REDUCING_OPS = ("rms_norm", "attention", "expert_routing")  # the ops with workgroup reductions
+REDUCING_OPS = ("rms_norm", "attention", "expert_routing", "head_norm")  # the ops with workgroup reductions
 LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)) + tuple(
     VectorOpVariant(op) for op in ("swiglu", "argmax"))
 

@@ -1,10 +1,12 @@
-"""What a llama GGUF file must hold for vkq generate, and its hyper-parameters.
+"""What a llama-like GGUF file must hold for vkq generate, and its hyper-parameters.
 
 `read_architecture` reads general.architecture from the file's first
 metadata entries (milliseconds), so that a file of another architecture is
 refused before the full parse (which decodes the whole vocabulary).
 `LlamaConfig.from_gguf` reads the hyper-parameters and refuses what the
-decoder cannot run; `check_tensors` checks every tensor it will use.
+decoder cannot run; `check_tensors` checks every tensor it will use. The
+architectures it runs, and what sets them apart from llama's, are the rows
+of vkq.llama.architectures.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import numpy as np
 from ..blocks.formats import get_format
 from ..blocks.gguf_io import GGUFFile, GGUFTensor, metadata, read_metadata_head
 from ..checks import is_int
+from .architectures import ARCHITECTURES, Architecture
 
-SUPPORTED_ARCHS = ("llama",)
+SUPPORTED_ARCHS = tuple(ARCHITECTURES)
 LAYER_VECTORS = ("attn_norm", "ffn_norm")
 # The expert counts the device's routing op takes (vkq.llama.vector_ops.ExpertRouting):
 # llama.cpp's own maximum of experts, and more used experts than any model has.
@@ -87,6 +90,10 @@ class LlamaConfig:
         more, at most the model's own context length."""
         return min(self.n_ctx_train, max(DEFAULT_CONTEXT, need))
 
+    @property
+    def architecture(self) -> Architecture:
+        return ARCHITECTURES[self.arch]
+
     @classmethod
     def from_gguf(cls, file: GGUFFile) -> "LlamaConfig":
         path = file.path
@@ -128,6 +135,9 @@ class LlamaConfig:
             raise ValueError(f"{path.name}: RoPE over {n_rot} dimensions of {head_dim}-wide heads is not supported "
                              f"(an even count up to the head size)")
         n_expert, n_expert_used = _expert_counts(path.name, arch, get)
+        if n_expert and not ARCHITECTURES[arch].experts:
+            raise ValueError(f"{path.name}: {arch}.expert_count is {n_expert}, but the {arch} architecture has "
+                             f"no mixture-of-experts layers")
         scaling = str(get("rope.scaling.type", "none"))
         if scaling not in ("none", "linear") and get("rope.scaling.factor", 1.0) != 1.0:
             raise ValueError(f"{path.name}: RoPE scaling {scaling!r} is not supported (only linear)")
@@ -220,13 +230,23 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
     if "rope_freqs.weight" in tensors:
         want["rope_freqs.weight"] = (cfg.n_rot // 2,)
     _check_ffn_layout(cfg, tensors, name)
+    arch = cfg.architecture
     for i in range(cfg.n_layer):
+        rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows}
+        want.update({f"blk.{i}.{r}.bias": (rows[r],) for r in arch.biases})
+        want.update({f"blk.{i}.{r}_norm.weight": (cfg.head_dim,) for r in arch.head_norms})
         want.update({
             f"blk.{i}.attn_norm.weight": (cfg.n_embd,), f"blk.{i}.ffn_norm.weight": (cfg.n_embd,),
             f"blk.{i}.attn_q.weight": (q_rows, cfg.n_embd), f"blk.{i}.attn_k.weight": (kv_rows, cfg.n_embd),
             f"blk.{i}.attn_v.weight": (kv_rows, cfg.n_embd), f"blk.{i}.attn_output.weight": (cfg.n_embd, q_rows),
             **ffn_tensors(cfg, i),
         })
+    # A bias the decoder would not add is wrong numbers, not a detail: refused.
+    unread = next((n for n in tensors if n.endswith(".bias") and n not in want), None)
+    if unread is not None:
+        has = "biases only on " + ", ".join(arch.biases) if arch.biases else "none"
+        raise ValueError(f"{name}: tensor {unread!r} is a bias vkq generate does not add "
+                         f"(a {cfg.arch} model has {has})")
     missing = [n for n in want if n not in tensors]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

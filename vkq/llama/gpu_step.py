@@ -9,6 +9,7 @@ runs on the device, layer by layer:
     per layer:
       h = rms_norm(x (+= ffn_down of the layer before), attn_norm)   RMSNorm
       q|k|v = W_qkv h                                       mat-vec (stacked)
+      (Qwen2: q|k|v += biases; Qwen3: q, k RMS-normed per head) HeadNorm
       K/V cache[pos] = rope(k), v;                          Attention
       a = attention(rope(q), K/V cache[0..pos])
       o = W_o a
@@ -63,9 +64,9 @@ from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .profile import Profile, step_shape
-from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, Q8_1Output,
-                         RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split, launches_of,
-                         rope_table)
+from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
+                         Q8_1Output, RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split,
+                         launches_of, rope_table)
 
 
 def check_graph_engine(file: LlamaFile) -> None:
@@ -196,7 +197,8 @@ class GpuLlama(Decoder):
             t = f.tensors["token_embd.weight"]
             self._embd = b.upload(t.qtype, t.shape, t.data)
         self.ctx = fit_context(self.launch_device, f, self.ctx, self.spread, self.prompt_chunk, asked, stacklevel=3)
-        self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx)
+        self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx,
+                                            neox=cfg.architecture.neox)
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
@@ -205,6 +207,15 @@ class GpuLlama(Decoder):
         self.k_cache = [b.tensor(shape.cache_size, name=f"K cache {i}") for i in range(cfg.n_layer)]
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
         self.norm_weights = [{k: constant(v, f"{k} {i}") for k, v in layer.items()} for i, layer in enumerate(f.norms)]
+        # The Q/K/V biases of each stacked group, one vector over its rows (zeros
+        # for a matrix without one), and the per-head norms' weights, by role.
+        groups = {gr.names: gr for gr in f.groups}
+        self.qkv_biases = [{names: constant(np.concatenate([
+            biases.get(nm.split(".")[-2], np.zeros(rows, np.float32)) for nm, rows in zip(names, groups[names].rows)]),
+            f"{names[0]} bias") for names in layer.qkv if any(nm.split(".")[-2] in biases for nm in names)}
+            for layer, biases in zip(f.layers, f.biases)]
+        self.head_norm_weights = [{r: constant(v, f"{r}_norm {i}") for r, v in hn.items()}
+                                  for i, hn in enumerate(f.head_norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
 
     def _step(self, n: int) -> "_Step":
@@ -304,6 +315,13 @@ class GpuLlama(Decoder):
             x = x_next if residual else x
             for names in layer.qkv:
                 matvec(names, h)
+            for names, bias in self.qkv_biases[i].items():
+                rows = sum(next(gr for gr in f.groups if gr.names == names).rows)
+                g.add(HeadNorm(dev, Vectors(y[names], rows), rows, n, bias=bias),
+                      label="bias " + "+".join(nm.split(".")[-2] for nm in names))  # (one label for every layer)
+            for role, weight in self.head_norm_weights[i].items():
+                g.add(HeadNorm(dev, part(f"{pre}{role}.weight"), cfg.head_dim, n, weight=weight, eps=cfg.rms_eps),
+                      label=f"HeadNorm {role}")
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
             g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
                             self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,

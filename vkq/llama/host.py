@@ -1,7 +1,9 @@
 """The host-driven llama decoder: the float64 numpy reference, and `--engine host`.
 
 llama.cpp's llama graph: RMSNorm, RoPE (ggml's "normal" mode: adjacent pairs
-(x[2i], x[2i+1]) rotate; GGUF llama files store Q and K permuted for it),
+(x[2i], x[2i+1]) rotate; GGUF llama files store Q and K permuted for it;
+Qwen's "neox" mode: pairs (x[i], x[i + n_rot/2])), with the architecture's
+Q/K/V biases and per-head Q/K norms (vkq.llama.architectures),
 grouped-query attention over a KV cache, SwiGLU FFN (or a mixture of SwiGLU
 experts: `route`, then MUL_MAT_ID), final norm and output head
 (`output.weight`, or the tied `token_embd.weight`). The vector ops run
@@ -65,16 +67,19 @@ def route(logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, (weights / total).astype(np.float32)
 
 
-def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int) -> np.ndarray:
-    """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]).
+def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox: bool = False) -> np.ndarray:
+    """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]), or
+    (neox) pairs (x[i], x[i + n_rot/2]); values past n_rot stay as they are.
     cos and sin of float64 angles, rounded to float32 (as the GPU's table)."""
     ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
     cos = np.cos(ang).astype(np.float32)[:, None, :]
     sin = np.sin(ang).astype(np.float32)[:, None, :]
-    x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+    first, second = (slice(0, n_rot // 2), slice(n_rot // 2, n_rot)) if neox else (
+        slice(0, n_rot, 2), slice(1, n_rot, 2))
+    x0, x1 = x[..., first], x[..., second]
     out = x.copy()
-    out[..., 0:n_rot:2] = x0 * cos - x1 * sin
-    out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    out[..., first] = x0 * cos - x1 * sin
+    out[..., second] = x0 * sin + x1 * cos
     return out
 
 
@@ -257,13 +262,19 @@ class LlamaModel(Decoder):
         self._grow(self.n_past + n)
         pos = np.arange(self.n_past, self.n_past + n)
         x = f.embed(tokens)
+        neox = cfg.architecture.neox
         for i in range(cfg.n_layer):
             norms, layer = f.norms[i], f.layers[i]
             h = rms_norm(x, norms["attn_norm"], cfg.rms_eps)
-            q, k, v = [y for g in layer.qkv for y in mv.run(g, h)]
-            q = rope(q.reshape(n, cfg.n_head, cfg.head_dim), pos, f.inv_freq, cfg.n_rot)
-            k = rope(k.reshape(n, cfg.n_head_kv, cfg.head_dim), pos, f.inv_freq, cfg.n_rot)
-            a = self._attention(i, q, k, v.reshape(n, cfg.n_head_kv, cfg.head_dim))
+            qkv = dict(zip(("attn_q", "attn_k", "attn_v"), (y for g in layer.qkv for y in mv.run(g, h))))
+            heads = {"attn_q": cfg.n_head, "attn_k": cfg.n_head_kv, "attn_v": cfg.n_head_kv}
+            for role, y in qkv.items():
+                y = y + f.biases[i][role] if role in f.biases[i] else y
+                y = y.reshape(n, heads[role], cfg.head_dim)
+                qkv[role] = rms_norm(y, f.head_norms[i][role], cfg.rms_eps) if role in f.head_norms[i] else y
+            q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox)
+            k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox)
+            a = self._attention(i, q, k, qkv["attn_v"])
             x = x + mv.run(layer.attn_output, a)[0]
             h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
             x = x + (self._experts(layer, h) if layer.router else self._ffn(layer, h))

@@ -1,9 +1,10 @@
-"""A llama GGUF file, parsed and checked once, shared by every engine.
+"""A llama-like GGUF file (vkq.llama.architectures), parsed and checked once, shared by every engine.
 
 The file is refused before the full parse if its architecture is not one
 vkq generate supports, then its hyper-parameters and every tensor the
 decoder reads are checked (vkq.llama.config). Holds the tokenizer, the
-norm weights and RoPE frequencies as float32/float64 arrays, and the
+norm weights, the architecture's biases and head norms, and RoPE
+frequencies as float32/float64 arrays, and the
 grouping of the weight matrices into mat-vec calls (vkq.llama.matvecs).
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ class LayerGroups:
 
 
 class LlamaFile:
-    """A llama-architecture GGUF file vkq generate can run. `fuse`: matrices
+    """A GGUF file of an architecture vkq generate runs (llama, qwen2, qwen3). `fuse`: matrices
     of one stage and block type stacked into one mat-vec (Q/K/V, gate/up)."""
 
     def __init__(self, path: str | Path, fuse: bool = True):
@@ -78,6 +79,12 @@ class LlamaFile:
         self.output_group = out[0].names
 
         self.norms = [{v: self.vector(f"blk.{i}.{v}.weight") for v in LAYER_VECTORS} for i in range(cfg.n_layer)]
+        arch = cfg.architecture
+        # Per layer, by matrix role (attn_q, ...): the bias added to its output, and
+        # the weight of its per-head RMSNorm (empty where the architecture has none).
+        self.biases = [{r: self.vector(f"blk.{i}.{r}.bias") for r in arch.biases} for i in range(cfg.n_layer)]
+        self.head_norms = [{r: self.vector(f"blk.{i}.{r}_norm.weight") for r in arch.head_norms}
+                           for i in range(cfg.n_layer)]
         self.output_norm = self.vector("output_norm.weight")
         factors = self.vector("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.inv_freq = cfg.inv_freq(factors)

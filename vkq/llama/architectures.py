@@ -1,0 +1,48 @@
+"""The GGUF architectures vkq generate runs, one row each: what sets their
+decoders apart from llama's (general.architecture names the row).
+
+Every row is llama's decoder (RMSNorm, grouped-query attention with RoPE,
+SwiGLU FFN, tied or untied output head) with these differences, as
+llama.cpp builds each graph (src/models/<arch>.cpp, and llama_model_rope_type
+for the RoPE mode):
+
+- rope: "norm", ggml's normal mode, adjacent pairs (x[2i], x[2i+1]) rotate
+  (llama's converter permutes Q and K for it); "neox", pairs (x[i],
+  x[i + n_rot/2]) (Qwen's Q and K are stored as trained);
+- biases: the matrices of a layer whose output gets a bias vector added
+  (blk.N.<role>.bias, one value per row): Qwen2's Q, K and V;
+- head_norms: the matrices whose output is RMS-normed head by head, before
+  RoPE, with the weight blk.N.<role>_norm.weight (head_dim values, shared by
+  the heads): Qwen3's Q and K;
+- experts: whether the FFN may be a mixture of experts in Mixtral's layout
+  (llama's expert_count; Qwen's mixtures are the architectures qwen2moe and
+  qwen3moe, not rows here).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    rope: str  # "norm" or "neox"
+    biases: tuple[str, ...] = ()
+    head_norms: tuple[str, ...] = ()
+    experts: bool = False
+
+    @property
+    def neox(self) -> bool:
+        return self.rope == "neox"
+
+    def layer_vectors(self, layer: int) -> tuple[str, ...]:
+        """The tensor names of a layer's bias and head-norm vectors."""
+        return tuple(f"blk.{layer}.{r}.bias" for r in self.biases) + tuple(
+            f"blk.{layer}.{r}_norm.weight" for r in self.head_norms)
+
+
+ARCHITECTURES = {a.name: a for a in (
+    Architecture("llama", "norm", experts=True),
+    Architecture("qwen2", "neox", biases=("attn_q", "attn_k", "attn_v")),
+    Architecture("qwen3", "neox", head_norms=("attn_q", "attn_k")),
+)}
