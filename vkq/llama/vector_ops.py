@@ -40,14 +40,13 @@ a GPU class's caps), the ops take that class's launches on any device.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import prod
 
 import kp
 import numpy as np
 
 from ..blocks.formats import CHUNK
 from ..device.shader_variants import GetRowsVariant, VectorOpVariant
-from ..ops import MAX_GROUPS_X, q8_1_words, weights_push
+from ..ops import MAX_GROUPS_X, Launch, q8_1_words, weights_push
 from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 
 # Workgroup sizes (powers of two: the reductions are trees). Small: every op
@@ -78,33 +77,6 @@ def _f32_bits(x: float) -> int:
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One dispatch as a GPU sees it: `groups` workgroups (x, y, z) of
-    `invocations` each, and its serial depth: the most loop iterations with
-    global loads that one invocation runs one after another. A GPU hides a
-    load's latency (~0.5-1 us) only with other invocations' work, so a
-    dispatch costs at least depth latencies however short its vectors.
-    Counted from the shader's loops by the op kind's *_depth function:
-    a loop whose trip count is a push constant counts its iterations (nested
-    ones multiply); a loop of a fixed count (a block's 8 vec4s, a
-    specialization constant's heads or slots) is unrolled, its loads issued
-    together, and counts once."""
-
-    groups: tuple[int, int, int]
-    invocations: int  # per workgroup
-    depth: int
-
-    @property
-    def workgroups(self) -> int:
-        return prod(self.groups)
-
-    @property
-    def total(self) -> int:
-        """Invocations of the whole dispatch."""
-        return self.workgroups * self.invocations
 
 
 class LaunchesOf:
