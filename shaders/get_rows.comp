@@ -2,7 +2,7 @@
 // Rows of a quantized matrix as floats, picked by index: out[v] = W[ids[v]]
 // for vector v (the token embedding lookup). W is one buffer of a matrix in
 // vkq's device layout (vkq/blocks/layout.py), the layout the mat-vec reads, decoded
-// by the same block decoders (blocks.glsl); a matrix split over several
+// by the same block decoders (dequant.glsl); a matrix split over several
 // buffers is one dispatch per buffer, each writing only the rows it holds.
 // One invocation per 32-element chunk of a row; workgroup row y is vector v.
 //
@@ -21,7 +21,7 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 // How 4-bit quants that index 16 values are decoded: the device's choice for
 // the matrix's mat-vec (blocks/nibble_pairs.glsl; vkq.dispatch.config.VALUE_LOOKUPS).
 layout(constant_id = 1) const bool VALUES_BY_SELECTS = false;
-#include "blocks.glsl"
+#include "dequant.glsl"
 
 layout(std430, binding = 1) readonly restrict buffer Ids { int ids[]; };
 layout(std430, binding = 2) writeonly restrict buffer Out { vec4 out4[]; };
@@ -42,29 +42,9 @@ void main() {
     const uint ib = uint(row) * p.nblocks + c / CHUNKS_PER_BLOCK;
     const uint sb = c % CHUNKS_PER_BLOCK;
     const uint o4 = (v * p.x_col_stride + c * 32u) / 4u;
-#ifdef BLOCK_PLAIN
-    for (uint h = 0u; h < 2u; h++) {
-        vec4 wv[4];
-        block_values(ib, h, wv);
-        for (uint i = 0u; i < 4u; i++) {
-            out4[o4 + 4u * h + i] = wv[i];
-        }
+    vec4 values[8];
+    dequant_chunk(ib, sb, values);
+    for (uint i = 0u; i < 8u; i++) {
+        out4[o4 + i] = values[i];
     }
-#else
-    // value = scale * q + offset, per 16-element half (blocks/README.md).
-    const vec4 so = block_scales(ib, sb);
-    const Quants q = block_quants(ib, sb);
-    for (uint h = 0u; h < 2u; h++) {
-        const uvec4 qh = h == 0u ? q.lo : q.hi;
-        const vec2 sh = h == 0u ? so.xy : so.zw;
-        for (uint i = 0u; i < 4u; i++) {
-#ifdef QUANTS_SIGNED
-            const vec4 qv = unpack_i8x4(qh[i]);
-#else
-            const vec4 qv = unpack_u8x4(qh[i]);
-#endif
-            out4[o4 + 4u * h + i] = sh.x * qv + sh.y;
-        }
-    }
-#endif
 }

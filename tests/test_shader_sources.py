@@ -140,4 +140,4 @@ def test_editing_an_include_rebuilds_its_shaders(tmp_path, monkeypatch):
         f.write("// edited\n")
     after = digests()
     compile_shaders.source_digest.cache_clear()
-    assert {s for s in sources if before[s] != after[s]} == {"mul_mat_vec.comp", "get_rows.comp"}
+    assert {s for s in sources if before[s] != after[s]} == {"mul_mat_vec.comp", "mul_mm.comp", "get_rows.comp"}

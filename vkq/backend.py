@@ -3,6 +3,7 @@
     backend = vkq.Backend()                       # device from argument or VKQ_DEVICE
     w = backend.upload("Q4_K", (rows, k), data)   # raw GGUF bytes, stays on the device
     y = backend.matvec(w, x)                      # x: float32 (k,) or (k, n<=8)
+    Y = backend.matmul(w, X)                      # X: float32 (k, n), any n (tiled past 8)
     y = backend.matvec_id(experts, x, ids)        # mixture of experts (MUL_MAT_ID)
 
 The int8 path multiplies by quantized activations (vkq.blocks.activations: "q8_1",
@@ -27,7 +28,8 @@ from .dispatch.choose import Dispatcher, env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .graph import Graph
 from .ops import MAX_GROUPS_X
-from .resolve import MAX_COLS, check_config_type, check_weights, resolve
+from .resolve import (MAX_COLS, MAX_MATMUL_COLS, check_config_type, check_tile_config_type, check_weights, plan,
+                      resolve)
 from .tensor import Tensor, host_values
 from .weights import Buffer, Weights
 
@@ -100,13 +102,13 @@ def _check_leading_dims(data, fmt: BlockFormat, shape, n_expert: int, rows: int)
                         else " (the gguf package's tensor.shape lists K first)"))
 
 
-def _check_x(x, k: int, what: str) -> np.ndarray:
+def _check_x(x, k: int, what: str, max_cols: int = MAX_COLS, op: str = "vkq's mat-vec") -> np.ndarray:
     """x checked, as float32 (float16 and float64 converted: vkq.tensor.host_values)."""
     x = host_values(x, np.float32, what)
     if x.ndim not in (1, 2) or x.shape[0] != k:
         raise ValueError(f"{what} must have shape ({k},) or ({k}, n), got {x.shape}")
-    if x.ndim == 2 and not 1 <= x.shape[1] <= MAX_COLS:
-        raise ValueError(f"{what} has {x.shape[1]} columns; vkq's mat-vec takes 1 to {MAX_COLS}")
+    if x.ndim == 2 and not 1 <= x.shape[1] <= max_cols:
+        raise ValueError(f"{what} has {x.shape[1]} columns; {op} takes 1 to {max_cols}")
     return x
 
 
@@ -228,6 +230,49 @@ class Backend:
             call.graph.run()
             y = call.ys[0]._host[:, :rows]
             return y[0].copy() if x.ndim == 1 else y.T.copy()
+
+    def matmul(self, weights: Weights, x: np.ndarray, *, config=None) -> np.ndarray:
+        """y = W @ x for any number of columns: x float32 (K,) -> (rows,), or
+        (K, n) -> (rows, n) for n >= 1, as numpy's W @ x.
+
+        Up to MAX_COLS (8) columns this is `matvec(weights, x)` (the same
+        pipeline, the same bits); more run the tiled mat-mat on the tiles the
+        dispatcher picks (`matmul_pipeline` says which), or `config`, a
+        vkq.dispatch.tiles.TileConfig held to the device's limits (mat-mat only)."""
+        w = check_weights(self, weights, expert_stack=False)
+        x = _check_x(x, w.layout.k, "x", MAX_MATMUL_COLS, "matmul")
+        n = 1 if x.ndim == 1 else x.shape[1]
+        if n <= MAX_COLS:
+            if config is not None:
+                raise ValueError(f"config: x has {n} column(s), which the mat-vec takes; give a mat-vec's config "
+                                 "to matvec()")
+            return self.matvec(w, x)
+        check_tile_config_type(config)  # (before it is hashed into the call's key)
+        call = self._matmul_call(w, n, config)
+        k, rows = w.layout.k, w.layout.rows
+        with self._lock:
+            call.xs[0]._host[:, :k] = x.T
+            call.graph.run()
+            return call.ys[0]._host[:, :rows].T.copy()
+
+    def matmul_pipeline(self, weights: Weights, n: int):
+        """What matmul runs for n columns (vkq.resolve.plan): the mat-vec's
+        PipelineConfig up to 8, else the mat-mat's TileConfig; `source` says
+        what the choice rests on."""
+        return plan(self, weights, n)
+
+    def _matmul_call(self, w: Weights, n: int, config) -> _Call:
+        """The cached graph of a mat-mat of n columns (made on first use)."""
+        key = ("matmul", n, config)
+        call = w._calls.get(key)
+        if call is not None:
+            return call
+        with self._lock:
+            g = Graph(self)
+            x = g.input(self.tensor(w.layout.k, n, name="x"))
+            y = g.output(g.matmul(w, x, config=config))
+            call = w._calls_by_config[key] = w._calls[key] = _Call(g, [x], [y])  # (freed with w)
+        return call
 
     def matvec_id(self, experts: Weights, x: np.ndarray, ids: np.ndarray, path: str | None = None, *,
                   activations: str | None = None, config: PipelineConfig | None = None) -> np.ndarray:

@@ -45,8 +45,8 @@ import kp
 import numpy as np
 
 from .device.timing import timestamp_span
-from .ops import MAX_GROUPS_X, MatVec, QuantizeQ8_1, fused_swiglu_fits, q8_1_words
-from .resolve import MAX_COLS, check_weights, resolve
+from .ops import MAX_GROUPS_X, MatMul, MatVec, QuantizeQ8_1, fused_swiglu_fits, q8_1_words
+from .resolve import MAX_COLS, MAX_MATMUL_COLS, check_weights, resolve, resolve_tiles
 from .tensor import Tensor
 
 
@@ -123,7 +123,7 @@ class Graph:
         self._versions: dict[int, int] = {}  # tensor id -> nodes that wrote it so far
         self._quantized: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (x id, planes) -> (xq, x version)
         self.matvecs: list[tuple[object, object]] = []  # (weights, PipelineConfig) of every mat-vec
-        self.counts = {"barrier": 0, "quantize": 0, "matvec": 0, "op": 0}  # what was recorded
+        self.counts = {"barrier": 0, "quantize": 0, "matvec": 0, "matmul": 0, "op": 0}  # what was recorded
         self._seq = None
         self._submits = 0  # serial number of the last replay submitted
         self._flight = 0  # the serial of the replay in flight; 0: none
@@ -344,6 +344,33 @@ class Graph:
         cfg = resolve(self.backend, w, 1, path, config, activations, n_x=x.n)
         return self._add_matvec(w, x, cfg, ids=ids, out=out, label=label)
 
+    @_locked
+    def matmul(self, weights, x: Tensor, *, config=None, out: Tensor | None = None,
+               label: str | None = None) -> Tensor:
+        """y = W @ x for each of x's vectors, any number of them: up to
+        MAX_COLS the mat-vec (`matvec` with the dispatcher's choice, its
+        bits), more the tiled mat-mat (shaders/mul_mm.comp) on the tiles
+        vkq.resolve.resolve_tiles picks, or `config` (a
+        vkq.dispatch.tiles.TileConfig; mat-mat only). vkq.resolve.plan says
+        which a column count gets. label: as matvec's."""
+        self._open()
+        w = check_weights(self.backend, weights, expert_stack=False)
+        x = self._check_x(x, w.layout.k, MAX_MATMUL_COLS, "x")
+        if x.n <= MAX_COLS:
+            if config is not None:
+                raise ValueError(f"config: x holds {x.n} vector(s), which the mat-vec takes; "
+                                 f"give a mat-vec's config to matvec()")
+            return self.matvec(w, x, out=out, label=label)
+        cfg = resolve_tiles(self.backend, w, x.n, config)
+        y = self._out(out, x, w.layout.rows, x.n, "y")
+        op = MatMul(self.backend.device, w, cfg, x.kp, y.kp, ncols=x.n, y_stride=y.stride)
+        collector = _Collector()
+        op.record(collector)
+        self._node(collector.ops, [x], [y], keep=op, label=f"{label or 'mat-mat'} {w.qtype} {cfg.kernel}")
+        self._weights[id(w)] = w
+        self.counts["matmul"] += 1
+        return y
+
     def _add_matvec(self, w, x: Tensor, cfg, *, ids: Tensor | None = None, out: Tensor | None = None,
                     label: str | None = None) -> Tensor:
         """A mat-vec (MUL_MAT_ID with ids) of checked weights, x and ids on a
@@ -527,6 +554,6 @@ class Graph:
             self._seq.destroy()
         for keep in self._keep:
             for node in keep if isinstance(keep, tuple) else (keep,):
-                if isinstance(node, (MatVec, QuantizeQ8_1)):
+                if isinstance(node, (MatVec, MatMul, QuantizeQ8_1)):
                     node.destroy()
         self._seq, self._ops, self._keep, self.nodes, self._destroyed = None, [], [], [], True

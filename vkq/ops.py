@@ -1,4 +1,4 @@
-"""Recordable GPU operations: the Q8_1 quantizer and the mat-vec dispatches.
+"""Recordable GPU operations: the Q8_1 quantizer, the mat-vec and mat-mat dispatches.
 
 These build Kompute algorithms (one per weights buffer) bound to given
 input/output tensors; `record(seq)` appends their dispatches to a sequence.
@@ -15,8 +15,9 @@ import numpy as np
 
 from .blocks.formats import CHUNK
 from .device.runtime import Device
-from .device.shader_variants import QUANTIZE_Q8_1, MatVecVariant
+from .device.shader_variants import QUANTIZE_Q8_1, MatMulVariant, MatVecVariant
 from .dispatch.config import PipelineConfig
+from .dispatch.tiles import TileConfig
 
 QUANTIZE_WG = 64  # quantizer threads per workgroup (one per block; a tiny share of the time)
 MAX_GROUPS_X = 65535  # Vulkan guarantees this many workgroups per dimension
@@ -165,6 +166,51 @@ class MatVec:
                 # The buffers write disjoint rows of y; the barrier keeps the
                 # validation layer's hazard tracking (whole-buffer) clean.
                 seq.record(self._barrier())
+            seq.record(kp.OpAlgoDispatch(algo))
+
+    def destroy(self) -> None:
+        for algo in self.algorithms:
+            algo.destroy()
+
+
+class MatMul:
+    """y = W @ x for many columns (shaders/mul_mm.comp), over every weights
+    buffer of one matrix: x_in exactly `ncols` vectors of k_pad floats (the
+    shader counts its columns from x's length), y `ncols` vectors of `rows`
+    floats `y_stride` apart (default `rows`). `cfg` as
+    vkq.resolve.resolve_tiles returns it (bindings fitted to these tensors)."""
+
+    def __init__(self, device: Device, weights, cfg: TileConfig, x_in, y, *, ncols: int,
+                 y_stride: int | None = None):
+        lay = weights.layout
+        self.cfg = cfg
+        self.variant = MatMulVariant(lay.fmt.name, cfg.binding)
+        texel = cfg.binding == "texel"
+        spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
+                int(cfg.shared_tiles)]
+        # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [W's three texel views].
+        kinds = ["storage", "texel_u32x4" if texel else "storage", "storage"]
+        kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"] if texel else []
+        if x_in.size() != ncols * lay.k_padded:
+            raise ValueError(f"x must hold exactly {ncols} vectors of {lay.k_padded} floats (the shader counts its "
+                             f"columns from its length), got {x_in.size()} floats")
+        col_groups = -(-ncols // cfg.bn)
+        if col_groups > MAX_GROUPS_X:
+            raise ValueError(f"{ncols} columns take {col_groups} workgroups of {cfg.bn}; at most {MAX_GROUPS_X}")
+        self.algorithms = []
+        for buf in weights.buffers:
+            groups = -(-buf.rows.count // cfg.bm)
+            gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
+            push = weights_push(buf, lay.nblocks, x_col_stride=lay.k_padded, x_slot_stride=0,
+                                y_col_stride=lay.rows if y_stride is None else y_stride, y_slot_stride=0)
+            tensors = [buf.tensor, x_in, y] + ([buf.tensor] * 3 if texel else [])
+            self.algorithms.append(device.algorithm(tensors, self.variant, (gx, col_groups, gz), spec, push, kinds))
+        self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
+
+    def record(self, seq) -> None:
+        for i, algo in enumerate(self.algorithms):
+            if i and self._barrier:
+                seq.record(self._barrier())  # (disjoint rows of y; for the validation layer, as MatVec)
             seq.record(kp.OpAlgoDispatch(algo))
 
     def destroy(self) -> None:

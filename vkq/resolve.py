@@ -1,4 +1,5 @@
-"""A mat-vec's pipeline, resolved in one place below Backend and Graph.
+"""A product's pipeline, resolved in one place below Backend and Graph:
+the mat-vec's (up to MAX_COLS columns) and the tiled mat-mat's (more).
 
 Both take the same request: weights (this backend's, not freed, a matrix or
 an expert stack as the call wants), a column count, a path ("dmmv", "mmvq",
@@ -7,7 +8,9 @@ format, or instead of path and activations an explicit PipelineConfig (vkq
 tune, tests), which is held to the device's limits. `resolve` returns the
 configuration that runs: activation planes set, texel bindings fitted to the
 device's limits for these buffers and this many vectors of x. vkq.ops.MatVec
-binds what it returns as it is.
+binds what it returns as it is. A product of more columns gets
+`resolve_tiles`' TileConfig (vkq.dispatch.tiles), bound by vkq.ops.MatMul;
+`plan` says which of the two a column count gets.
 """
 from __future__ import annotations
 
@@ -15,13 +18,16 @@ from dataclasses import replace
 
 from .blocks.activations import ACTIVATION_PLANES, check_activations
 from .blocks.lookup_tables import has_value_pairs
+from .dispatch import tiles
 from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .dispatch.paths import check_request
+from .dispatch.tiles import TileConfig
 from .ops import q8_1_words
 from .weights import Weights
 
-MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding)
+MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding); more: the tiled mat-mat
+MAX_MATMUL_COLS = 1 << 20  # columns of a mat-mat (a bound on what one call asks of the device)
 
 
 def check_weights(backend, weights, expert_stack: bool) -> Weights:
@@ -91,3 +97,38 @@ def resolve(backend, weights: Weights, ncols: int, path: str | None = None, conf
     x_words = q8_1_words(n_x, k_pad, cfg.x_planes) if cfg.path == "mmvq" else n_x * k_pad
     weights_bytes = 4 * max(buf.tensor.size() for buf in weights.buffers)
     return fit_bindings(cfg, backend.device.caps, 4 * x_words, weights_bytes)
+
+
+def check_tile_config_type(config) -> None:
+    """A caller's mat-mat `config=` is a TileConfig or None (checked before it is hashed into a cache key)."""
+    if config is not None and not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a vkq.dispatch.tiles.TileConfig, got {type(config).__name__}")
+
+
+def resolve_tiles(backend, weights: Weights, ncols: int, config: TileConfig | None = None) -> TileConfig:
+    """The TileConfig a mat-mat of `ncols` columns runs with: the
+    dispatcher's (vkq.dispatch.tiles.choose, remembered per matrix) or the
+    caller's `config` held to the device's limits; bindings fitted to the
+    buffers."""
+    caps, lay = backend.device.caps, weights.layout
+    if config is None:
+        key = ("tiles", lay.k)
+        cfg = weights._configs.get(key)
+        if cfg is None:
+            cfg = weights._configs[key] = tiles.choose(backend.dispatcher.device_class, caps, lay.k)
+    else:
+        cfg = tiles.check(config, caps, lay.k)
+    if cfg.value_lookup != "table" and not has_value_pairs(lay.fmt.table):
+        cfg = replace(cfg, value_lookup="table")  # (ignored by the type: one pipeline, not two the same)
+    weights_bytes = 4 * max(buf.tensor.size() for buf in weights.buffers)
+    return tiles.fit_bindings(cfg, caps, 4 * ncols * lay.k_padded, weights_bytes)
+
+
+def plan(backend, weights: Weights, ncols: int) -> PipelineConfig | TileConfig:
+    """What a product of `ncols` columns runs (Backend.matmul, Graph.matmul):
+    up to MAX_COLS the mat-vec's pipeline (the dispatcher's, as matvec's),
+    more the tiled mat-mat's. Its `source` says what the choice rests on."""
+    check_weights(backend, weights, expert_stack=False)
+    if ncols <= MAX_COLS:
+        return resolve(backend, weights, ncols)
+    return resolve_tiles(backend, weights, ncols)

@@ -79,6 +79,35 @@ class MatVecVariant:
         return d
 
 
+# How the tiled mat-mat reads its weights and x: both through storage buffers
+# or both through texel views (each a compiled variant; a texel view that
+# does not fit the device puts both back on storage, vkq.dispatch.tiles).
+MATMUL_BINDINGS = ("storage", "texel")
+
+
+@dataclass(frozen=True)
+class MatMulVariant:
+    """shaders/mul_mm.comp for one block type: the tiled matrix-matrix
+    product, weights dequantized to float; `binding`: one of MATMUL_BINDINGS."""
+
+    qtype: str
+    binding: str = "storage"
+
+    @property
+    def name(self) -> str:
+        return f"mul_mm_{self.qtype.lower()}_f32{'_tw_tx' if self.binding == 'texel' else ''}"
+
+    @property
+    def source(self) -> str:
+        return "mul_mm.comp"
+
+    def defines(self) -> dict[str, str]:
+        d = block_defines(self.qtype)
+        if self.binding == "texel":
+            d.update(TEXEL_WEIGHTS="1", TEXEL_X="1")
+        return d
+
+
 @dataclass(frozen=True)
 class SimpleVariant:
     """A shader compiled once per set of defines."""
@@ -152,6 +181,7 @@ def all_variants() -> list:
             if fmt.has_int8_path:
                 for int_dot in (False, True):
                     out.append(MatVecVariant(name, True, int_dot, subgroup, mul_mat_id, **bindings))
+    out += [MatMulVariant(name, binding) for name in FORMATS for binding in MATMUL_BINDINGS]
     out += [*LLAMA_OPS, *(GetRowsVariant(name) for name in FORMATS)]
     return out
 

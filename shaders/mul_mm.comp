@@ -1,0 +1,242 @@
+#version 450
+// Matrix times matrix, tiled: y[:, c] = W @ x[:, c] for every column of x
+// (many: a prompt's tokens), the weights dequantized to float (the float
+// flavour). The columns are as many as x's binding holds (its length over
+// x_col_stride: a vkq.Tensor holds exactly its vectors), so that one
+// pipeline serves every column count.
+//
+// Variants (defines, set by tools/compile_shaders.py):
+//   TYPE_<name>      block type, decoded by shaders/blocks/<name>.glsl
+//   TEXEL_WEIGHTS    W is read through uniform texel buffer views (common.glsl)
+//   TEXEL_X          x is read through a uniform texel buffer view of 16-byte
+//                    texels, not as a storage buffer
+//
+// Bindings: 0 W, 1 x, 2 y, then the three texel views of W (TEXEL_WEIGHTS;
+// binding 0 is then not read). Push constants: common.glsl's Params, of which
+// this shader reads nrows (rows in this buffer), nblocks, field0..3,
+// x_col_stride and y_col_stride (floats between columns of x and of y, each a
+// multiple of 4) and y_row_offset (the buffer's first row in y).
+//
+// Work split: workgroup (x + z * 65535, y) computes the tile of BM rows and
+// BN columns at (x * BM, y * BN), walking K in steps of BK_CHUNKS 32-element
+// chunks; each invocation computes TM rows by TN columns of the tile and
+// keeps their TM x TN sums in registers, so that every value it loads serves
+// TN (or TM) products. Each weight is dequantized once per BN columns (the
+// mat-vec does it once per 8). Invocation (tr, tc) = (id % (BM / TM),
+// id / (BM / TM)) takes rows tr + i * (BM / TM) and columns tc * TN + j:
+// neighbouring invocations take neighbouring rows and the same columns.
+// Rows, columns and K need not be multiples of the tile: rows past the end
+// repeat the last row, columns past the end read zeros (or repeat the last
+// column), a step past the end of K dequantizes nothing; none of these is
+// written to y. A column's bits depend on the tile configuration, not on
+// the number of columns nor on the other columns.
+//
+// Two ways of feeding the invocations (SHARED_TILES):
+// - true (GPUs): per step the workgroup dequantizes the BM x BK weights into
+//   shared memory (each invocation whole chunks, with the type's decoder) and
+//   copies the BN x BK values of x beside them; after a barrier each
+//   invocation multiplies its rows by its columns from there, four K values
+//   at a time.
+// - false (CPU drivers): no shared memory; each invocation dequantizes the
+//   chunks of its own TM rows into registers and reads x straight from
+//   memory, at addresses that are the same for all invocations of a column
+//   group. lavapipe reads shared memory at an address that varies across
+//   its lanes one lane at a time (the first way ran 6x slower than the
+//   mat-vec there), while a texel fetch is one gather. With BK_CHUNKS 8 the
+//   step is a unit of 8 chunks, whose scales the decoder loads at once
+//   (unit_meta, as the mat-vec's 8 chunks per thread: the k-quants' per-
+//   sub-block choices then resolve at compile time); K must then be whole
+//   units (the host checks).
+//
+// The loops inside a step have constant trip counts and are unrolled
+// ([[unroll]]): lavapipe counts every iteration of a loop that remains
+// against a budget per invocation (vkq/dispatch/README.md, "Limits"), and
+// the dispatcher counts what is left (vkq.dispatch.tiles.loop_iterations).
+
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+
+layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
+layout(constant_id = 1) const uint BM = 64;  // rows per workgroup
+layout(constant_id = 2) const uint BN = 64;  // columns per workgroup
+layout(constant_id = 3) const uint BK_CHUNKS = 1;  // 32-element chunks of K per step
+layout(constant_id = 4) const uint TM = 4;  // rows per invocation
+layout(constant_id = 5) const uint TN = 8;  // columns per invocation
+// true: 4-bit quants that index 16 values pick them by selects, not table
+// loads (blocks/nibble_pairs.glsl; vkq/dispatch/config.py VALUE_LOOKUPS).
+layout(constant_id = 6) const bool VALUES_BY_SELECTS = false;
+layout(constant_id = 7) const bool SHARED_TILES = true;
+
+#define W_TEXEL_BINDING 3
+
+#include "common.glsl"
+#include "dequant.glsl"
+
+#if defined(TEXEL_X)
+layout(binding = 1) uniform usamplerBuffer x_u32x4;
+vec4 load_x4(uint i) { return uintBitsToFloat(texelFetch(x_u32x4, int(i))); }
+uint x_vec4s() { return uint(textureSize(x_u32x4)); }
+#else
+layout(std430, binding = 1) readonly restrict buffer X { vec4 x4[]; };
+vec4 load_x4(uint i) { return x4[i]; }
+uint x_vec4s() { return uint(x4.length()); }
+#endif
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+
+const uint WG_SIZE = gl_WorkGroupSize.x;  // (BM / TM) * (BN / TN), set by the host
+const uint CHUNKS_PER_BLOCK = QK / 32u;
+const uint UNIT_CHUNKS = 8u;  // chunks covered by one unit_meta
+const bool WHOLE_UNITS = !SHARED_TILES && BK_CHUNKS == UNIT_CHUNKS;
+const uint BK4 = BK_CHUNKS * 8u;  // vec4s of K per step
+// vec4s between the rows (and the columns) of a tile in shared memory: one
+// of padding, so that invocations reading neighbouring rows at one K hit
+// different banks.
+const uint STRIDE4 = BK4 + 1u;
+const uint ROW_THREADS = BM / TM;
+// What each invocation copies into shared memory per step: chunks of
+// weights, vec4s of x.
+const uint W_ITEMS = (BM * BK_CHUNKS + WG_SIZE - 1u) / WG_SIZE;
+const uint X_ITEMS = (BN * BK4 + WG_SIZE - 1u) / WG_SIZE;
+
+shared vec4 w_tile[SHARED_TILES ? BM * STRIDE4 : 1u];
+shared vec4 x_tile[SHARED_TILES ? BN * STRIDE4 : 1u];
+
+float acc[TM * TN];
+uint row0, col0, tr, tc, nchunks, ncols;
+
+// The row of W for the invocation's i-th row (past the end: the last row).
+uint w_row(uint i) { return min(row0 + tr + i * ROW_THREADS, p.nrows - 1u); }
+
+// SHARED_TILES: the step at chunk c0, through shared memory.
+void step_shared(uint c0) {
+    [[unroll]] for (uint n = 0u; n < W_ITEMS; n++) {
+        const uint i = gl_LocalInvocationID.x + n * WG_SIZE;
+        if (i >= BM * BK_CHUNKS) {
+            break;
+        }
+        // Neighbouring invocations on neighbouring rows of one chunk.
+        const uint r = i % BM, j = i / BM;
+        const uint c = c0 + j;
+        vec4 v[8];
+        if (c < nchunks) {
+            const uint row = min(row0 + r, p.nrows - 1u);
+            dequant_chunk(row * p.nblocks + c / CHUNKS_PER_BLOCK, c % CHUNKS_PER_BLOCK, v);
+        } else {
+            [[unroll]] for (uint q = 0u; q < 8u; q++) {
+                v[q] = vec4(0.0);
+            }
+        }
+        [[unroll]] for (uint q = 0u; q < 8u; q++) {
+            w_tile[r * STRIDE4 + j * 8u + q] = v[q];
+        }
+    }
+    [[unroll]] for (uint n = 0u; n < X_ITEMS; n++) {
+        const uint i = gl_LocalInvocationID.x + n * WG_SIZE;
+        if (i >= BN * BK4) {
+            break;
+        }
+        // Neighbouring invocations on neighbouring values of a column.
+        const uint col = i / BK4, q = i % BK4;
+        const uint k4 = c0 * 8u + q;
+        x_tile[col * STRIDE4 + q] = col0 + col < ncols && k4 < nchunks * 8u
+            ? load_x4((col0 + col) * (p.x_col_stride / 4u) + k4) : vec4(0.0);
+    }
+    barrier();
+    [[unroll]] for (uint q = 0u; q < BK4; q++) {
+        vec4 a[TM], b[TN];
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            a[i] = w_tile[(tr + i * ROW_THREADS) * STRIDE4 + q];
+        }
+        [[unroll]] for (uint j = 0u; j < TN; j++) {
+            b[j] = x_tile[(tc * TN + j) * STRIDE4 + q];
+        }
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            [[unroll]] for (uint j = 0u; j < TN; j++) {
+                acc[i * TN + j] += dot(a[i], b[j]);
+            }
+        }
+    }
+    barrier();
+}
+
+// Not SHARED_TILES: the step at chunk c0, from registers and memory.
+void step_registers(uint c0) {
+#ifndef BLOCK_PLAIN
+    UnitMeta meta[TM];
+    if (WHOLE_UNITS) {
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            meta[i] = unit_meta(w_row(i) * p.nblocks + c0 / CHUNKS_PER_BLOCK);
+        }
+    }
+#endif
+    [[unroll]] for (uint j = 0u; j < BK_CHUNKS; j++) {
+        const uint c = c0 + j;
+        if (!WHOLE_UNITS && c >= nchunks) {
+            break;
+        }
+        // (with whole units, c0 is a multiple of 8 and j a constant)
+        const uint sb = WHOLE_UNITS ? j % CHUNKS_PER_BLOCK : c % CHUNKS_PER_BLOCK;
+        vec4 wv[TM][8];
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            const uint ib = w_row(i) * p.nblocks + c / CHUNKS_PER_BLOCK;
+#ifdef BLOCK_PLAIN
+            dequant_chunk(ib, sb, wv[i]);
+#else
+            if (WHOLE_UNITS) {
+                dequant_unit_chunk(meta[i], j, ib, sb, wv[i]);
+            } else {
+                dequant_chunk(ib, sb, wv[i]);
+            }
+#endif
+        }
+        [[unroll]] for (uint col = 0u; col < TN; col++) {
+            // (a column past the end repeats the last one; it is not written)
+            const uint x4 = min(col0 + tc * TN + col, ncols - 1u) * (p.x_col_stride / 4u) + c * 8u;
+            vec4 xv[8];
+            [[unroll]] for (uint q = 0u; q < 8u; q++) {
+                xv[q] = load_x4(x4 + q);
+            }
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                acc[i * TN + col] += dot(wv[i][0], xv[0]) + dot(wv[i][1], xv[1]) + dot(wv[i][2], xv[2])
+                                   + dot(wv[i][3], xv[3]) + dot(wv[i][4], xv[4]) + dot(wv[i][5], xv[5])
+                                   + dot(wv[i][6], xv[6]) + dot(wv[i][7], xv[7]);
+            }
+        }
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    row0 = (gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x) * BM;
+    if (row0 >= p.nrows) {
+        return;  // uniform across the workgroup: no barrier is skipped by part of it
+    }
+    col0 = gl_WorkGroupID.y * BN;
+    // (tc a constant where the workgroup has one column group, so that the
+    // compiler sees the same x addresses in all its invocations)
+    tr = tid % ROW_THREADS;
+    tc = TN == BN ? 0u : tid / ROW_THREADS;
+    nchunks = p.nblocks * CHUNKS_PER_BLOCK;
+    ncols = x_vec4s() / (p.x_col_stride / 4u);
+
+    [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
+        acc[i] = 0.0;
+    }
+    for (uint c0 = 0u; c0 < nchunks; c0 += BK_CHUNKS) {
+        if (SHARED_TILES) {
+            step_shared(c0);
+        } else {
+            step_registers(c0);
+        }
+    }
+
+    [[unroll]] for (uint i = 0u; i < TM; i++) {
+        const uint row = row0 + tr + i * ROW_THREADS;
+        [[unroll]] for (uint j = 0u; j < TN; j++) {
+            const uint col = col0 + tc * TN + j;
+            if (row < p.nrows && col < ncols) {
+                y[p.y_row_offset + col * p.y_col_stride + row] = acc[i * TN + j];
+            }
+        }
+    }
+}

@@ -1,0 +1,219 @@
+"""Backend.matmul and Graph.matmul (y = W @ X for any number of columns)
+against float64 references, for every block type.
+
+Up to 8 columns matmul is the mat-vec (the same bits as matvec); more run
+the tiled mat-mat (shaders/mul_mm.comp), whose float sums are held to the
+dequantize path's model, float64 W @ X (conftest.assert_matches with
+"dmmv": NMSE_TIGHT against it, ggml's 5e-4 against the exact product; the
+same model whatever the summation order, which only float32 rounding
+separates). Shapes are odd on purpose: rows, K and columns are not multiples
+of any tile, so that every edge (rows repeated past the end, columns read
+as zeros or repeated, a last K step that is partly past the end) is
+exercised. Each launch configuration is one pipeline for every column
+count, so both column counts of a case share its compile.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import vkq
+import vkq.blocks.reference as ref
+from vkq.blocks.formats import FORMATS
+from vkq.dispatch.config import PipelineConfig
+from vkq.dispatch.tiles import TileConfig
+from vkq.resolve import MAX_COLS
+
+import ggml_quant
+from conftest import TYPES, assert_matches, force_split, random_x, references
+
+ROWS = 49
+NCOLS = (9, 37)
+
+# Small launches that compile in well under a second on lavapipe, one per way
+# the shader decodes: each invocation its own rows' chunks one at a time
+# (REGISTERS), or a unit of 8 chunks with the scales loaded at once (UNITS,
+# K in whole units); and the GPUs' way, through shared memory, with a K step
+# of 2 chunks that leaves a partial last step at odd_k (SHARED).
+REGISTERS = TileConfig(8, 4, 1, 2, 4, shared_tiles=False, binding="texel")
+UNITS = TileConfig(8, 2, 8, 1, 2, shared_tiles=False, binding="texel")
+SHARED = TileConfig(16, 8, 2, 2, 4, shared_tiles=True, binding="storage")
+# One type per decoder family for the shared-memory tiles in the fast tier
+# (their pipelines take lavapipe seconds to compile); every type under slow.
+FAMILIES = ("Q4_0", "Q5_1", "Q8_0", "Q3_K", "Q6_K", "IQ2_XS", "IQ4_NL", "TQ1_0", "F16", "BF16")
+
+
+def odd_k(qtype: str) -> int:
+    """K of an odd number of chunks (17: a partial last step for every K
+    step but one chunk), and for the plain types not even whole chunks (the
+    row padded with zeros on the device); 768 for the 256-element blocks."""
+    fmt = FORMATS[qtype]
+    return 536 if fmt.is_plain else 544 if fmt.block_elems == 32 else 768
+
+
+@functools.lru_cache(maxsize=2)
+def case(backend: vkq.Backend, qtype: str, rows: int, k: int):
+    """(Weights, float64 dequantized values) of a rows x K matrix made by ggml's quantizer."""
+    data = ggml_quant.random_weights(rows, k, qtype, seed=rows + k)
+    return backend.upload(qtype, (rows, k), data), ref.dequantize(qtype, (rows, k), data)
+
+
+def check(backend, qtype: str, rows: int, k: int, config: TileConfig | None, ncols=NCOLS) -> None:
+    w, w64 = case(backend, qtype, rows, k)
+    ys = {}
+    for n in ncols:
+        x = random_x(k, n, seed=n)
+        y = ys[n] = backend.matmul(w, x, config=config)
+        assert y.dtype == np.float32
+        what = f"{qtype} {rows}x{k} n={n} {config.describe() if config else 'default tiles'}"
+        assert_matches(y, references(w64, x), "dmmv", what)
+    # A column's bits do not depend on how many columns share the call.
+    small, big = min(ncols), max(ncols)
+    x_small, x_big = random_x(k, small, seed=small), random_x(k, big, seed=big)
+    x_big[:, :small] = x_small
+    assert np.array_equal(backend.matmul(w, x_big, config=config)[:, :small], ys[small])
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_every_type_in_registers(backend, qtype):
+    check(backend, qtype, ROWS, odd_k(qtype), REGISTERS)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_every_type_whole_units(backend, qtype):
+    check(backend, qtype, ROWS, 768, UNITS)
+
+
+@pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in FAMILIES else [pytest.mark.slow]) for t in TYPES])
+def test_every_type_shared_tiles(backend, qtype):
+    check(backend, qtype, ROWS, odd_k(qtype), SHARED)
+
+
+@pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in ("Q4_0", "Q4_K") else [pytest.mark.slow])
+                                   for t in TYPES])
+def test_every_type_dispatchers_choice(backend, qtype):
+    """The tiles this device's dispatcher picks (vkq.dispatch.tiles), at both K."""
+    for k in sorted({odd_k(qtype), 768}):
+        check(backend, qtype, ROWS, k, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_K", "Q6_K", "IQ3_S", "IQ4_XS", "MXFP4", "F32"])
+def test_bigger(backend, qtype):
+    """A bigger case per family: several workgroups in both directions."""
+    check(backend, qtype, 300, 4096, None, ncols=(100, 130))
+
+
+def test_long_k_within_lavapipes_loop_budget(backend):
+    """K = 32768: the dispatcher's launch stays within lavapipe's loop budget
+    (vkq.dispatch.tiles.loop_iterations counts only the loops that remain;
+    had the [[unroll]] loops stayed loops, a thread would pass the budget
+    here and its sums stop short)."""
+    check(backend, "Q8_0", 5, 32768, None, ncols=(9, 11))
+
+
+def test_split_buffers(backend, monkeypatch):
+    """A matrix over several buffers: each dispatch writes its own rows."""
+    force_split(monkeypatch, "Q4_K", 1, 20, 768)
+    data = ggml_quant.random_weights(ROWS, 768, "Q4_K", seed=3)
+    w = backend.upload("Q4_K", (ROWS, 768), data)
+    assert len(w.buffers) == 3
+    x = random_x(768, 13)
+    assert_matches(backend.matmul(w, x, config=REGISTERS), references(ref.dequantize("Q4_K", (ROWS, 768), data), x),
+                   "dmmv", "Q4_K in 3 buffers")
+
+
+@pytest.mark.parametrize("n", [None, 1, 5, MAX_COLS])
+def test_few_columns_are_the_matvec(backend, n):
+    """Up to MAX_COLS columns (or x of shape (K,)) matmul is matvec: its bits."""
+    w, _ = case(backend, "Q5_K", ROWS, 768)
+    x = random_x(768, n)
+    y = backend.matmul(w, x)
+    assert y.shape == ((ROWS,) if n is None else (ROWS, n))
+    assert np.array_equal(y, backend.matvec(w, x))
+    assert isinstance(backend.matmul_pipeline(w, n or 1), PipelineConfig)
+
+
+def test_the_choice_says_what_it_rests_on(backend):
+    w, _ = case(backend, "Q4_0", ROWS, 576)
+    cfg = backend.matmul_pipeline(w, MAX_COLS + 1)
+    assert isinstance(cfg, TileConfig)
+    assert cfg.source.startswith("tiles ") and cfg.evidence <= {"measured", "guess", "ggml"} and cfg.evidence
+    assert cfg.describe().startswith("tiled mat-mat")
+
+
+def test_graph_matmul(backend):
+    """In a graph: the same bits as Backend.matmul, chained through a second
+    product that reads the first's output (a barrier between them), and the
+    mat-vec for a few columns."""
+    w1, w1_64 = case(backend, "Q4_K", 64, 768)
+    w2, w2_64 = case(backend, "F16", 40, 64)
+    xv = random_x(768, 20)
+    g = backend.graph()
+    x = g.input(backend.tensor(768, 20))
+    h = g.matmul(w1, x)
+    y = g.output(g.matmul(w2, h))
+    x_few = g.input(backend.tensor(768, 3))
+    y_few = g.output(g.matmul(w1, x_few))
+    assert g.counts["matmul"] == 2 and g.counts["matvec"] == 1
+    x.write(xv.T)
+    x_few.write(xv[:, :3].T)
+    g.run()
+    h_host = backend.matmul(w1, xv)
+    assert np.array_equal(y.read().T, backend.matmul(w2, h_host))
+    assert_matches(y.read().T, references(w2_64, h_host), "dmmv", "graph: second product")
+    assert np.array_equal(y_few.read().T, backend.matvec(w1, xv[:, :3]))
+    g.destroy()
+
+
+def test_bad_input(backend):
+    w = backend.upload("Q4_0", (ROWS, 576), ggml_quant.random_weights(ROWS, 576, "Q4_0"))
+    x = random_x(576, 12)
+    with pytest.raises(TypeError, match="float32"):
+        backend.matmul(w, x.astype(np.int32))
+    with pytest.raises(TypeError, match="numpy"):
+        backend.matmul(w, x.tolist())
+    with pytest.raises(ValueError, match=r"shape \(576,\) or \(576, n\)"):
+        backend.matmul(w, random_x(512, 12))
+    with pytest.raises(ValueError, match=r"shape \(576,\) or \(576, n\)"):
+        backend.matmul(w, x.reshape(576, 3, 4))
+    with pytest.raises(ValueError, match="0 columns; matmul takes 1 to"):
+        backend.matmul(w, np.zeros((576, 0), np.float32))
+    experts = backend.upload("Q4_0", (2, 3, 64), ggml_quant.random_weights(6, 64, "Q4_0"))
+    with pytest.raises(ValueError, match="expected a matrix"):
+        backend.matmul(experts, random_x(64, 12))
+    with pytest.raises(ValueError, match="which the mat-vec takes"):
+        backend.matmul(w, x[:, :4], config=REGISTERS)
+    with pytest.raises(TypeError, match="TileConfig"):
+        backend.matmul(w, x, config=PipelineConfig("dmmv", False, False, 8, 1))
+    with pytest.raises(TypeError, match="TileConfig"):
+        backend.matmul(w, x, config={"bm": 64})
+    with pytest.raises(ValueError, match="does not fit this device"):  # 1 MiB of shared memory
+        backend.matmul(w, x, config=TileConfig(256, 256, 8, 16, 4))
+    with pytest.raises(ValueError, match="whole units"):  # 18 chunks of K = 576
+        backend.matmul(w, x, config=UNITS)
+    for bad, match in (((64, 64, 1, 3, 8), "must divide"), ((64, 64, 1, 16, 16), "sums per invocation"),
+                       ((0, 8, 1, 1, 1), "bm 0")):
+        with pytest.raises(ValueError, match=match):
+            TileConfig(*bad)
+    with pytest.raises(ValueError, match="binding"):
+        TileConfig(8, 8, 1, 1, 1, binding="uniform")
+    w.free()
+    with pytest.raises(ValueError, match="freed"):
+        backend.matmul(w, x)
+
+
+def test_graph_bad_input(backend):
+    w, _ = case(backend, "Q4_0", ROWS, 576)
+    g = backend.graph()
+    with pytest.raises(ValueError, match="the weights' K is 576"):
+        g.matmul(w, backend.tensor(512, 12))
+    with pytest.raises(TypeError, match="float32"):
+        g.matmul(w, backend.tensor(576, 12, np.int32))
+    with pytest.raises(ValueError, match="out .* must be float32 with shape"):
+        g.matmul(w, backend.tensor(576, 12), out=backend.tensor(ROWS, 11))
+    with pytest.raises(ValueError, match="which the mat-vec takes"):
+        g.matmul(w, backend.tensor(576, 2), config=REGISTERS)
+    g.destroy()

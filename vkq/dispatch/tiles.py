@@ -1,0 +1,231 @@
+"""Which tiles a matrix-matrix product gets: shaders/mul_mm.comp's launch.
+
+A product of a `rows x k` matrix with more columns than a mat-vec takes
+(vkq.resolve.MAX_COLS) runs the tiled kernel: a workgroup computes `bm`
+rows by `bn` columns, walking K in steps of `bk_chunks` 32-element chunks,
+each invocation `tm` rows by `tn` columns of it (so a workgroup has
+(bm / tm) x (bn / tn) invocations). `TileConfig` is the choice; `choose`
+makes it for a device class from `TILES` (each entry with its basis and
+note, as the mat-vec's vendor tables) and fits it to the device's limits,
+naming every change in `source`; `check` holds a caller's own TileConfig to
+those limits instead. The kernel has one summation order per tile shape
+(bk_chunks does not change it: see the shader), whatever the column count.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..blocks.formats import CHUNK
+from ..checks import is_int
+from ..device.caps import DeviceCaps
+from ..device.shader_variants import MATMUL_BINDINGS
+from .classify import DeviceClass
+from .config import VALUE_LOOKUPS
+
+# Bounds of the shader's parameters: each invocation keeps tm x tn sums and
+# tm + tn vec4s in registers (past 64 sums they spill to scratch memory).
+MAX_TILE = 256  # bm, bn
+MAX_BK_CHUNKS = 8
+MAX_SUMS = 64  # tm x tn
+MAX_WG_SIZE = 1024
+UNIT_CHUNKS = 8  # chunks of one unit_meta (shaders/mul_mm.comp's WHOLE_UNITS)
+# Loops of shaders/mul_mm.comp that stay loops on a driver that unrolls what
+# [[unroll]] marks: the K steps, and per weights chunk a step's invocation
+# decodes, dequant.glsl's two (two halves of four vec4s each).
+DEQUANT_LOOP_ITERATIONS = 2 + 2 * 4
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    bm: int  # rows per workgroup
+    bn: int  # columns per workgroup
+    bk_chunks: int  # 32-element chunks of K per step (shared memory holds one step)
+    tm: int  # rows per invocation
+    tn: int  # columns per invocation
+    shared_tiles: bool = True  # tiles of W and x in shared memory (GPUs); False: registers and memory (CPU drivers)
+    binding: str = "storage"  # weights and x both through storage buffers or both through texel views
+    value_lookup: str = "table"  # as the mat-vec's (vkq.dispatch.config.VALUE_LOOKUPS)
+    # Provenance, not part of what runs (as PipelineConfig's).
+    source: str = field(default="default", compare=False)
+    evidence: frozenset = field(default=frozenset(), compare=False)
+
+    def __post_init__(self):
+        problems = param_problems(self)
+        if problems:
+            raise ValueError("TileConfig: " + "; ".join(problems))
+
+    @property
+    def wg_size(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    @property
+    def kernel(self) -> str:
+        return "mul_mm float"
+
+    @property
+    def shared_memory_bytes(self) -> int:
+        """The shader's two tiles: bm rows and bn columns of a K step, each
+        padded by one vec4 (none without shared_tiles)."""
+        return (self.bm + self.bn) * (self.bk_chunks * CHUNK // 4 + 1) * 16 if self.shared_tiles else 0
+
+    def params(self) -> dict:
+        return {"bm": self.bm, "bn": self.bn, "bk_chunks": self.bk_chunks, "tm": self.tm, "tn": self.tn,
+                "shared_tiles": self.shared_tiles, "binding": self.binding, "value_lookup": self.value_lookup}
+
+    @property
+    def whole_units(self) -> bool:
+        """Each step a unit of 8 chunks whose scales are loaded at once (the shader's WHOLE_UNITS)."""
+        return not self.shared_tiles and self.bk_chunks == UNIT_CHUNKS
+
+    def describe(self) -> str:
+        """The launch in one line."""
+        return (f"tiled mat-mat {self.bm}x{self.bn}, K step {self.bk_chunks * CHUNK}, {self.tm}x{self.tn} per "
+                f"invocation, wg {self.wg_size}, {'shared-memory tiles' if self.shared_tiles else 'no shared memory'}"
+                f", weights and x {self.binding}"
+                + (", values by selects" if self.value_lookup == "selects" else ""))
+
+
+def param_problems(cfg: TileConfig) -> list[str]:
+    """Values the shader does not support, whatever the device."""
+    out = []
+    for name, top in (("bm", MAX_TILE), ("bn", MAX_TILE), ("bk_chunks", MAX_BK_CHUNKS), ("tm", MAX_TILE),
+                      ("tn", MAX_TILE)):
+        v = getattr(cfg, name)
+        if not is_int(v) or not 1 <= v <= top:
+            out.append(f"{name} {v!r} not an integer in 1..{top}")
+    if out:
+        return out
+    if cfg.bm % cfg.tm or cfg.bn % cfg.tn:
+        out.append(f"tm {cfg.tm} must divide bm {cfg.bm} and tn {cfg.tn} bn {cfg.bn}")
+    elif cfg.tm * cfg.tn > MAX_SUMS:
+        out.append(f"tm x tn = {cfg.tm * cfg.tn} sums per invocation > {MAX_SUMS}")
+    elif not 1 <= cfg.wg_size <= MAX_WG_SIZE:
+        out.append(f"(bm / tm) x (bn / tn) = {cfg.wg_size} invocations per workgroup not in 1..{MAX_WG_SIZE}")
+    if not isinstance(cfg.shared_tiles, bool):
+        out.append(f"shared_tiles {cfg.shared_tiles!r} is not True or False")
+    if cfg.binding not in MATMUL_BINDINGS:
+        out.append(f"binding {cfg.binding!r} not in {MATMUL_BINDINGS}")
+    if cfg.value_lookup not in VALUE_LOOKUPS:
+        out.append(f"value_lookup {cfg.value_lookup!r} not in {VALUE_LOOKUPS}")
+    return out
+
+
+# The tile entries by device class key ("vendor/arch", then "vendor/*", then
+# "*"), each with the basis of its numbers (vkq.dispatch.tables.BASES).
+TILES: dict[str, dict] = {
+    "software/lavapipe": {
+        "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 4, "tn": 8, "shared_tiles": False, "binding": "texel",
+        "value_lookup": "selects", "basis": "measured",
+        "note": "lavapipe (Mesa 22.3): docs/measurements.md, 'Tiled mat-mat on lavapipe': no shared memory "
+                "(read one lane at a time there: 6x slower); 4x16 per invocation ran as fast as 4x8 but took "
+                "twice as long to compile (13 s); texel views and selects for the mat-vec's reasons",
+    },
+    "*": {
+        "bm": 64, "bn": 32, "bk_chunks": 1, "tm": 4, "tn": 4, "shared_tiles": True, "binding": "storage",
+        "value_lookup": "table", "basis": "guess",
+        "note": "a small GPU tile (128 invocations of 16 sums, 14 KiB of shared memory, under Vulkan's "
+                "guaranteed 16 KiB); not measured on any GPU",
+    },
+}
+
+
+def entry_for(device_class: DeviceClass) -> tuple[str, dict]:
+    for key in (f"{device_class.vendor}/{device_class.arch}", f"{device_class.vendor}/*", "*"):
+        if key in TILES:
+            return key, TILES[key]
+    raise AssertionError("TILES has a '*' entry")
+
+
+def loop_iterations(cfg: TileConfig, k: int) -> int:
+    """An upper bound of the loop iterations one invocation takes on a driver
+    that unrolls the loops [[unroll]] marks (lavapipe does; a test at the
+    largest K checks it): the K steps, and the dequantization loops of the
+    chunks it decodes in each. Keep in step with the shader."""
+    steps = -(-(-(-k // CHUNK)) // cfg.bk_chunks)
+    if cfg.shared_tiles:
+        chunks = -(-(cfg.bm * cfg.bk_chunks) // cfg.wg_size)
+    else:
+        chunks = cfg.tm * cfg.bk_chunks
+    return steps * (1 + chunks * DEQUANT_LOOP_ITERATIONS)
+
+
+def limit_problems(cfg: TileConfig, caps: DeviceCaps, k: int) -> list[str]:
+    """Why this launch would not compute the right numbers on this device at K."""
+    out = []
+    if cfg.whole_units and -(-k // CHUNK) % UNIT_CHUNKS:
+        out.append(f"a K step of {UNIT_CHUNKS} chunks without shared memory takes whole units: it does not divide "
+                   f"the {-(-k // CHUNK)} chunks of a row of K={k}")
+    max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+    if cfg.wg_size > max_wg:
+        out.append(f"{cfg.wg_size} invocations per workgroup > the device's {max_wg}")
+    if cfg.shared_memory_bytes > caps.max_shared_memory:
+        out.append(f"{cfg.shared_memory_bytes} bytes of shared memory > the device's {caps.max_shared_memory}")
+    if caps.max_loop_iterations is not None and loop_iterations(cfg, k) > caps.max_loop_iterations:
+        out.append(f"an invocation would take up to {loop_iterations(cfg, k)} loop iterations at K={k}; this "
+                   f"driver cuts its loops short after {caps.max_loop_iterations}")
+    return out
+
+
+def choose(device_class: DeviceClass, caps: DeviceCaps, k: int) -> TileConfig:
+    """The class's tile entry fitted to the device, each change named in
+    `source`: the K step halved while shared memory or the loop budget does
+    not fit (more steps, each fewer loop iterations: the budget is met by the
+    other order, doubling it), then bn and tn halved while the workgroup is
+    too large. ValueError if nothing fits."""
+    key, entry = entry_for(device_class)
+    cfg = TileConfig(**{name: entry[name] for name in TileConfig.__dataclass_fields__
+                        if name in entry}, source=f"tiles {key} [{entry['basis']}]",
+                     evidence=frozenset({entry["basis"]}))
+    notes = []
+
+    def change(why: str, **kw) -> None:
+        nonlocal cfg
+        notes.append(", ".join(f"{n} {getattr(cfg, n)} -> {v}" for n, v in kw.items()) + f": {why}")
+        cfg = replace(cfg, **kw)
+
+    if cfg.whole_units and -(-k // CHUNK) % UNIT_CHUNKS:
+        change(f"K={k} is not whole units of {UNIT_CHUNKS} chunks", bk_chunks=cfg.bk_chunks // 2)
+    max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+    while cfg.wg_size > max_wg and cfg.bn > cfg.tn:
+        change(f"the device's maximum workgroup is {max_wg}", bn=cfg.bn // 2)
+    while cfg.shared_memory_bytes > caps.max_shared_memory and cfg.bk_chunks > 1:
+        change(f"shared memory ({caps.max_shared_memory} bytes)", bk_chunks=cfg.bk_chunks // 2)
+    while cfg.shared_memory_bytes > caps.max_shared_memory and cfg.bn > cfg.tn:
+        change(f"shared memory ({caps.max_shared_memory} bytes)", bn=cfg.bn // 2)
+    budget = caps.max_loop_iterations
+    while budget is not None and loop_iterations(cfg, k) > budget and cfg.bk_chunks < MAX_BK_CHUNKS \
+            and not replace(cfg, bk_chunks=2 * cfg.bk_chunks).whole_units \
+            and replace(cfg, bk_chunks=2 * cfg.bk_chunks).shared_memory_bytes <= caps.max_shared_memory:
+        change(f"loop budget of this driver ({budget} iterations) at K={k}", bk_chunks=2 * cfg.bk_chunks)
+    if notes:
+        cfg = replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}")
+    problems = limit_problems(cfg, caps, k)
+    if problems:
+        raise ValueError(f"no tiled mat-mat at K={k} fits this device: " + "; ".join(problems))
+    return cfg
+
+
+def check(cfg: TileConfig, caps: DeviceCaps, k: int) -> TileConfig:
+    """A caller's own TileConfig, refused (ValueError naming every problem)
+    where it would not compute the right numbers on this device."""
+    if not isinstance(cfg, TileConfig):
+        raise TypeError(f"config must be a vkq.dispatch.tiles.TileConfig, got {type(cfg).__name__}")
+    problems = limit_problems(cfg, caps, k)
+    if problems:
+        raise ValueError("config does not fit this device: " + "; ".join(problems))
+    return cfg
+
+
+def fit_bindings(cfg: TileConfig, caps: DeviceCaps, x_bytes: int, weights_buffer_bytes: int) -> TileConfig:
+    """Storage buffers for both where a texel view would hold more texels
+    than maxTexelBufferElements (x in 16-byte texels, the weights' smallest
+    view in 4-byte ones); the numbers are the same either way."""
+    if cfg.binding != "texel":
+        return cfg
+    limit = caps.max_texel_buffer_elements
+    too_big = [f"x {x_bytes // 16} texels"] if x_bytes // 16 > limit else []
+    too_big += [f"weights {weights_buffer_bytes // 4} words"] if weights_buffer_bytes // 4 > limit else []
+    if not too_big:
+        return cfg
+    return replace(cfg, binding="storage", source=f"{cfg.source}; storage buffers: {', '.join(too_big)} > "
+                                                  f"maxTexelBufferElements {limit}")
