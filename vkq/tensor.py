@@ -144,16 +144,13 @@ class Tensor:
 
     def read(self) -> np.ndarray:
         """The values the last replay brought back (`Graph.output`), copied:
-        (length,) or (n, length). Refused for a tensor the device writes
-        until a replay has brought it back: its host copy would be zeros
-        (or what was written before), not the device's values."""
+        (length,) or (n, length). Refused for a graph's output until a
+        replay has brought it back: its host copy would be zeros (or what was
+        written before), not the device's values."""
         with self.backend._lock:
             self._check_idle("read")
             if self.is_output and not self.read_back:
                 raise RuntimeError(f"{self!r} is a graph's output that no replay has brought back yet: run() the "
                                    "graph (or wait() for its replay) before read()")
-            if self.device_written and not self.is_output:
-                raise RuntimeError(f"{self!r} is written on the device and no graph brings it back: mark it "
-                                   "with Graph.output before the graph's first replay to read it")
             values = self._host[:, : self.length].copy()
         return values[0] if self.n == 1 else values
