@@ -139,13 +139,29 @@ def test_mix_rules():
         presets.resolve("gpt-oss-20b:Q4_K_M")
 
 
+def listed_presets(out: str) -> set[str]:
+    """NAME:MIX of every preset `vkq bench --list` prints: after its first
+    line, the models that offer the same mixes ("a, b:"), then the mixes."""
+    listed, names = set(), []
+    for line in out.splitlines()[1:]:
+        if line.rstrip().endswith(":"):
+            names = [n.strip() for n in line.strip().rstrip(":").split(",")]
+        else:
+            listed |= {f"{n}:{mix}" for n in names for mix in line.split()}
+    return listed
+
+
 def test_list_and_bad_models(capsys, monkeypatch):
     status, out, _ = run_cli(capsys, "bench", "--list")
-    listed = out.split()
+    listed = listed_presets(out)
     for name in ("llama-3.2-1b:Q4_K_M", "gpt-oss-20b:MXFP4", "gpt-oss-20b:BF16", "llama-3.1-8b:IQ4_XS",
                  "llama-3.1-8b:IQ2_XXS", "llama-3.2-3b:IQ3_M", "qwen3-30b-a3b:IQ1_S", "llama-3.2-1b:BF16"):
         assert status == 0 and name in listed, name
     assert not any(name.startswith("tiny") for name in listed)
+    # grouped: the models that share their mixes on one line, the mixes wrapped under them (was a line each)
+    assert listed == {f"{n}:{mix}" for n, mixes in presets.presets_by_model().items() for mix in mixes}
+    assert len(out.splitlines()) < 12 and all(len(line) <= 100 for line in out.splitlines())
+    assert f"({len(listed)} presets: " in out.splitlines()[0]
     for bad, message in (("nosuch:Q4_0", "unknown model preset"), ("llama-3.2-1b", "name:MIX"),
                          ("llama-3.2-1b:Q9_9", "no 'Q9_9' mix"), ("gpt-oss-20b:Q4_0", "MXFP4"),
                          ("gpt-oss-20b:IQ4_XS", "K=2880"), ("missing.gguf", "no GGUF file")):
@@ -158,9 +174,14 @@ def test_list_and_bad_models(capsys, monkeypatch):
 
 
 def test_too_big_for_host_memory(capsys, monkeypatch):
-    monkeypatch.setattr(bench, "_available_memory", lambda: 2**30)
+    """The refusal names the share of the available memory vkq bench takes
+    (a model under what is available but over 90% of it read as a contradiction)."""
+    monkeypatch.setattr(bench, "_available_memory", lambda: 22 * 2**30)
+    monkeypatch.setattr(presets.Model, "nbytes", 21.3 * 2**30 / 2)  # (a CPU device's weights count twice)
     status, _, err = run_cli(capsys, "bench", "-m", "llama-3.2-1b:Q8_0")
-    assert status == 2 and "GiB of host memory" in err
+    assert status == 2 and err.count("\n") == 1 and (
+        "llama-3.2-1b:Q8_0 needs about 21.3 GiB of host memory for its weights on this device, more than the 90% "
+        "of the 22.0 GiB available that vkq bench takes (19.8 GiB; the rest is left to the system)") in err, err
 
 
 # -- the decode step ------------------------------------------------------------
@@ -327,7 +348,7 @@ def fake_row(path: str, samples: list[float], kernel: list[float] | None = None,
                      {path: 1})
 
 
-def test_bench_takes_the_better_of_two_bandwidth_probes(monkeypatch):
+def test_bench_takes_the_better_of_two_bandwidth_probes(monkeypatch, capsys):
     """vkq bench probes the memory bandwidth before its runs and after them
     (here the second made to read 4x the first: other work only slows a
     probe), and its % bw is of the better one."""
@@ -337,6 +358,10 @@ def test_bench_takes_the_better_of_two_bandwidth_probes(monkeypatch):
     backend = vkq.Backend()
     rows = bench.bench(backend, [presets.resolve("tiny-llama:Q4_0")], ["auto"], 2, 1)
     best = bench.memory_bandwidth(backend.device)
+    # stderr is no terminal here: a line per finished step, with an ETA (was nothing until the table)
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in err] == ["vkq bench"] * 4, err
+    assert "tiny-llama:Q4_0 auto: " in err[2] and "t/s (ETA " in err[2] and err[3].endswith("(done)"), err
     assert rows[0].membw_gbps == best / 1e9 and next(passes, None) is None  # both probes ran
     assert rows[0].bw_pct == pytest.approx(100 * rows[0].gbps / rows[0].membw_gbps)
     monkeypatch.setattr(bench, "_BANDWIDTH", {})

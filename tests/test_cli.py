@@ -197,6 +197,42 @@ def test_bench_and_tune_arguments_that_name_nothing(capsys, monkeypatch, argv, n
     assert needle in one_error_line(capsys)
 
 
+def test_info_lines_fit_and_vkq_device_is_honoured(capsys, monkeypatch):
+    """`vkq info` and --verbose wrap their lines under their values (the
+    device class and the rules' notes ran to 744 characters); VKQ_DEVICE
+    shows that device alone, or is refused in one line (it was ignored)."""
+    from vkq.commands.info import WIDTH
+    from vkq.device.device_info import enumerate_devices
+
+    for argv in (["info"], ["info", "--verbose"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert all(len(line) <= WIDTH for line in out.splitlines()), max(out.splitlines(), key=len)
+    n = len(enumerate_devices())
+    monkeypatch.setenv("VKQ_DEVICE", "0")
+    assert main(["info"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("(VKQ_DEVICE=0: this device alone") and lines[1].startswith("device 0: ")
+    assert not any(line.startswith("device ") for line in lines[2:])
+    monkeypatch.setenv("VKQ_DEVICE", str(n))
+    assert main(["info"]) == 2
+    assert f"VKQ_DEVICE={n}: no Vulkan device with that index ({n} found: 0..{n - 1})" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("types, needle", [
+    ([], "K=100 is not a multiple of the block size of Q4_0 (32), Q4_1 (32), Q5_0 (32), Q5_1 (32) and "),
+    (["--types", "Q4_K"], "K=100 is not a multiple of the block size of Q4_K (256); K a multiple of 256 fits it"),
+], ids=["all-types", "one-type"])
+def test_matvec_shape_that_a_block_does_not_divide(capsys, types, needle):
+    """--shape 4096x100: refused in one line before anything is printed or
+    uploaded (the table's header came first, then the first type's upload failed)."""
+    assert main(["bench", "--matvec", "--shape", "4096x100", *types]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and needle in captured.err, captured.err
+    if not types:
+        assert "K a multiple of 256 fits every type" in captured.err
+
+
 def test_matvec_leaves_out_types_without_the_path_when_all_are_asked():
     """--types all --path mmvq: the plain types have no int8 path and are
     left out, said on stderr; the others are measured."""

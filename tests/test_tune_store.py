@@ -44,7 +44,7 @@ def test_types_another_process_saved_meanwhile_are_kept(backend, tuning_dir, mon
     keeps both (it used to keep only the last writer's types)."""
     info = backend.device_info
 
-    def measure(backend, qtype, shapes, quick, on_group=None):
+    def measure(backend, qtype, shapes, quick, on_group=None, notes=None):
         tuning_store.save(info, {"Q8_0": fake_entry(2.0)})  # the other process, meanwhile
         return fake_entry()
 
@@ -125,3 +125,26 @@ def test_tuning_dir_that_cannot_be_a_directory(tmp_path, monkeypatch, capsys, wh
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vkq: error:")]
     assert len(err) == 1 and "VKQ_TUNING_DIR" in err[0] and str(blocker) in err[0], err
     assert "is not a directory" in err[0] or "cannot be created" in err[0], err
+
+
+def test_a_winner_inside_the_noise_keeps_the_tables_choice():
+    """The final race keeps the tuned configuration only where it is clearly
+    faster than the table's (2% and half the larger spread); inside the noise
+    the table's is kept and the summary line says so (a choice made on a 34%
+    spread was stored)."""
+    from vkq.device.timing import Estimate
+    from vkq.dispatch.config import PipelineConfig
+
+    table = PipelineConfig("dmmv", False, True, 32, 16)
+    tuned = PipelineConfig("dmmv", False, True, 32, 4)
+    noisy, slow = Estimate(1.0, 0.34, ()), Estimate(1.1, 0.05, ())
+    cfg, est, note = tune.final_choice(tuned, table, noisy, slow)
+    assert cfg == table and est is slow and note == ("table's kept: the tuned one was 10.0% faster, inside the "
+                                                      "noise (34% spread)")
+    clear = Estimate(1.0, 0.03, ())
+    assert tune.final_choice(tuned, table, clear, slow) == (tuned, clear, None)  # 10% beyond a 5% spread
+    assert tune.final_choice(tuned, table, Estimate(1.2, 0.0, ()), slow) == (table, slow, None)  # slower
+    assert tune.final_choice(table, table, noisy, noisy) == (table, noisy, None)
+    entry = {"best": "dmmv", "gbps": {"dmmv": [9.1, 9.1]}, "spread": {"dmmv": 0.05}}
+    assert tune._summary("Q4_0", entry, 3.0, {"dmmv": note}) == (
+        f"Q4_0: best dmmv; dmmv 9.10 GB/s (table 9.10; spread 5.0%; {note}); 3 s")

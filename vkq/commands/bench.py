@@ -20,8 +20,10 @@ import csv
 import io
 import itertools
 import json
+import math
 import statistics
 import sys
+import textwrap
 from dataclasses import asdict, dataclass, field
 
 import kp
@@ -38,8 +40,8 @@ from ..device.timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_s
 from ..dispatch.config import path_label
 from ..markdown import markdown
 from .bench_step import STEP_PATHS, DecodeStep
-from .console import StatusLine
-from .presets import Model, list_presets, resolve
+from .console import Progress
+from .presets import Model, presets_by_model, resolve
 
 BACKEND = "Vulkan (vkq)"
 DEFAULT_MODEL = "llama-3.2-1b:Q4_0"  # `vkq bench`'s model when none is given
@@ -184,23 +186,35 @@ def _available_memory() -> int | None:
         return None
 
 
+# The share of the available host memory vkq bench lets itself take: the
+# rest stays with the system and the other processes (past it, swapping or
+# the OOM killer would end the run).
+HOST_MEMORY_SHARE = 0.9
+
+
+def _over_host_share(need: int, what: str, purpose: str) -> None:
+    """Refuse `need` bytes of host memory past HOST_MEMORY_SHARE of what is available."""
+    avail = _available_memory()
+    if avail is not None and need > HOST_MEMORY_SHARE * avail:
+        raise ValueError(f"{what} needs about {need / 2**30:.1f} GiB of host memory {purpose}, more than the "
+                         f"{100 * HOST_MEMORY_SHARE:.0f}% of the {avail / 2**30:.1f} GiB available that vkq bench "
+                         f"takes ({HOST_MEMORY_SHARE * avail / 2**30:.1f} GiB; the rest is left to the system)")
+
+
 def check_host_memory(model: Model, device_type: str) -> None:
     """Refuse a model that cannot fit, rather than be killed by the OOM killer
     halfway through: kp keeps a host staging copy of every device tensor, and
     on a CPU or integrated device the device copy is host memory too."""
-    need = model.nbytes * (2 if device_type in ("cpu", "integrated") else 1)
-    avail = _available_memory()
-    if avail is not None and need > 0.9 * avail:
-        raise ValueError(f"{model.name} needs about {need / 2**30:.1f} GiB of host memory for its weights on "
-                         f"this device, {avail / 2**30:.1f} GiB are available")
+    _over_host_share(model.nbytes * (2 if device_type in ("cpu", "integrated") else 1),
+                     model.name, "for its weights on this device")
 
 
-def upload(backend: Backend, model: Model, progress: StatusLine) -> dict:
+def upload(backend: Backend, model: Model, progress: Progress) -> dict:
     """Every matrix of the model on the device; preset data is made, uploaded and dropped one by one."""
     rng = np.random.default_rng(0)
     weights = {}
     for i, m in enumerate(model.matrices):
-        progress.show(f"{model.name}: upload {i + 1}/{len(model.matrices)}")
+        progress.step(f"{model.name}: upload {i + 1}/{len(model.matrices)}")
         weights[m.name] = backend.upload(m.qtype, m.shape, model.data(m, rng))
     return weights
 
@@ -234,19 +248,22 @@ def _matrix_record(name: str, w, cfg) -> dict:
 
 
 def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, repetitions: int,
-          probe_after: bool = True) -> list[Row]:
+          probe_after: bool = True, progress: bool = True) -> list[Row]:
     """The rows of every model and path. Their % bw is of the best bandwidth
     probe of the process: one before the runs (unless one was made already)
     and, with `probe_after`, one after them (a probe that other work slowed
-    reads low, and would put a mat-vec above 100%)."""
-    progress = StatusLine()
-    progress.show("measuring the device's memory bandwidth")
-    memory_bandwidth(backend.device)
+    reads low, and would put a mat-vec above 100%). progress: each step on
+    stderr as it finishes (vkq.commands.console.Progress)."""
+    bar = Progress(1 + len(models) * (1 + len(paths)) + probe_after, progress, label="vkq bench")
+    bar.step("measuring the device's memory bandwidth")
+    bar.finish(1, f"vkq bench: {backend.device_info.name}, memory read bandwidth "
+                  f"{memory_bandwidth(backend.device) / 1e9:.1f} GB/s")
     measured = []
     for model in models:
-        weights = upload(backend, model, progress)
+        weights = upload(backend, model, bar)
+        bar.finish(1, f"vkq bench: {model.name}: {len(model.matrices)} matrices uploaded ({_size(model.nbytes)})")
         for path in paths:
-            progress.show(f"{model.name}: {path}: record, warm up, {repetitions} x {n_gen} tokens")
+            bar.step(f"{model.name}: {path}: record, warm up, {repetitions} x {n_gen} tokens")
             step = DecodeStep(backend, model, weights, path)
             timed = DecodeStep(backend, model, weights, path, timestamps=True) \
                 if backend.device_info.timestamps_supported else None
@@ -255,11 +272,12 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, r
             matrices = [_matrix_record(m.name, weights[m.name], step.configs[m.name]) for m in model.matrices]
             measured.append((model, path, wall, kernel, {p: used.count(p) for p in sorted(set(used))}, matrices))
             del step, timed
+            bar.finish(1, f"vkq bench: {model.name} {path}: {statistics.mean(wall):.2f} t/s")
         del weights  # free the device memory before the next model
     if probe_after:
-        progress.show("measuring the device's memory bandwidth again")
-        probe_bandwidth(backend.device)
-    progress.clear()
+        bar.step("measuring the device's memory bandwidth again")
+        bar.finish(1, f"vkq bench: memory read bandwidth {probe_bandwidth(backend.device) / 1e9:.1f} GB/s after "
+                      "the runs")
     membw_gbps = memory_bandwidth(backend.device) / 1e9
     return [Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path, f"tg{n_gen}",
                 n_gen, wall, kernel, model.bytes_per_token, membw_gbps, paths_used, backend.activations, matrices)
@@ -447,7 +465,17 @@ def run_bench(model: str, n_gen: int = 64, repetitions: int = 3, path: str | Non
 
 
 def list_models() -> int:
-    print("\n".join(list_presets()))
+    """The presets for -m NAME:MIX: the models that offer the same mixes, then those mixes."""
+    groups = presets_by_model()
+    models_of: dict[tuple[str, ...], list[str]] = {}
+    for name, mixes in groups.items():
+        models_of.setdefault(mixes, []).append(name)
+    first = next(iter(groups))
+    print(f"vkq bench -m NAME:MIX, e.g. {first}:{groups[first][0]} ({sum(map(len, groups.values()))} presets: "
+          f"{len(groups)} models' shapes, synthetic weights):")
+    for mixes, names in models_of.items():
+        print(textwrap.fill(", ".join(names) + ":", 100, initial_indent="  ", subsequent_indent="  "))
+        print(textwrap.fill(" ".join(mixes), 100, initial_indent="    ", subsequent_indent="    "))
     return 0
 
 
@@ -470,10 +498,21 @@ MATVEC_HOST_BYTES_PER_WEIGHT = 16
 
 
 def check_matvec_memory(rows: int, k: int) -> None:
-    need, avail = rows * k * MATVEC_HOST_BYTES_PER_WEIGHT, _available_memory()
-    if avail is not None and need > 0.9 * avail:
-        raise ValueError(f"a {rows} x {k} matrix needs about {need / 2**30:.1f} GiB of host memory here (its "
-                         f"data, dequantization and float32 copy), {avail / 2**30:.1f} GiB are available")
+    _over_host_share(rows * k * MATVEC_HOST_BYTES_PER_WEIGHT,
+                     f"a {rows} x {k} matrix", "here (its data, dequantization and float32 copy)")
+
+
+def check_matvec_k(shape: str, k: int, cases: list[tuple[str, list[str]]]) -> None:
+    """Refuse a K that some type's blocks do not divide, before anything is
+    printed (else the header comes first and the table stops at that type's upload)."""
+    bad = [(name, FORMATS[name].block_elems) for name, _ in cases
+           if not FORMATS[name].is_plain and k % FORMATS[name].block_elems]
+    if bad:
+        fits = math.lcm(*(FORMATS[name].block_elems for name, _ in cases))
+        named = ", ".join(f"{name} ({size})" for name, size in bad[:4]) + (f" and {len(bad) - 4} more"
+                                                                            if len(bad) > 4 else "")
+        raise ValueError(f"--shape {shape}: K={k} is not a multiple of the block size of {named}; "
+                         f"K a multiple of {fits} fits {'every type' if len(cases) > 1 else 'it'}")
 
 
 def matvec_cases(types: list[str] | None, paths: list[str]) -> tuple[list[tuple[str, list[str]]], list[str]]:
@@ -508,6 +547,7 @@ def bench_matvec(types: list[str] | None = None, shape: str = "4096x14336", path
     if repetitions < 1:
         raise ValueError("-r must be at least 1")
     check_matvec_memory(rows, k)
+    check_matvec_k(shape, k, cases)
     backend = Backend(device, activations=activations)
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, k).astype(np.float32)

@@ -1,8 +1,10 @@
-"""How vkq's commands print on a terminal: one status line. (Their tables
-are vkq.markdown's.)"""
+"""How vkq's long commands show progress on stderr: on a terminal one status
+line, rewritten, with an ETA; in a log a line per finished step. (Their
+tables are vkq.markdown's.)"""
 from __future__ import annotations
 
 import sys
+import time
 
 
 class StatusLine:
@@ -20,3 +22,32 @@ class StatusLine:
 
     def clear(self) -> None:
         self.show("")
+
+
+class Progress:
+    """`total_units` of work: a terminal gets one line, rewritten, with an
+    ETA (`step`); a terminal and a log both get a line per finished step
+    (`finish`), so that a run whose output is not a terminal still says
+    what it is doing. enabled False: nothing at all."""
+
+    def __init__(self, total_units: int, enabled: bool = True, stream=None, label: str = "tune"):
+        stream = sys.stderr if stream is None else stream  # (the one at the call: a test's capture)
+        self.stream, self.enabled, self.label = stream, enabled, label
+        self.line = StatusLine(stream, enabled)
+        self.total, self.done_units, self.start = total_units, 0, time.monotonic()
+
+    def eta(self) -> str:
+        if not self.done_units:
+            return "ETA ?"
+        left = (time.monotonic() - self.start) / self.done_units * (self.total - self.done_units)
+        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
+
+    def step(self, text: str) -> None:
+        self.line.show(f"{self.label} {self.done_units}/{self.total}, {self.eta()}: {text}")
+
+    def finish(self, units: int, line: str) -> None:
+        self.done_units += units
+        self.line.clear()
+        if self.enabled:
+            self.stream.write(f"{line} ({self.eta() if self.done_units < self.total else 'done'})\n")
+            self.stream.flush()

@@ -1,13 +1,19 @@
 """`vkq info`: the Vulkan devices, what they can do, and which paths vkq picks."""
 from __future__ import annotations
 
+import os
+import re
+import textwrap
+
 from ..blocks.formats import FORMATS
-from ..device.device_info import enumerate_devices
+from ..device.device_info import device_index_from_env, enumerate_devices
 from ..dispatch import tables
+from ..errors import DeviceNotFound
 from ..dispatch.config import describe
 from ..dispatch.tuning_store import tuning_path
 
 NOTE_WIDTH = 100  # characters of a rule's note that `vkq info` shows without --verbose
+WIDTH = 120  # characters of a line of `vkq info` (longer ones are wrapped under their value)
 
 
 def _yes(flag: bool) -> str:
@@ -100,11 +106,33 @@ def _rule_order(label: str) -> tuple[str, int]:
     return origin.strip(), int(number)
 
 
+def wrap(line: str, width: int = WIDTH) -> list[str]:
+    """A line of `vkq info` as lines of at most `width` characters (a word
+    longer than that stays whole), continued under its value: after a
+    label's run of spaces ("  device class    ..."), else two columns in."""
+    if len(line) <= width:
+        return [line]
+    labelled = re.match(r"( *\S+(?: \S+)*? {2,})\S", line)
+    indent = len(labelled.group(1)) if labelled else len(line) - len(line.lstrip()) + 2
+    return textwrap.wrap(line, width, subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
 def report(verbose: bool = False) -> str:
+    """Every device (VKQ_DEVICE set: that one alone, or a one-line error
+    where there is no such device), what it can do and vkq's choices on it."""
     from ..backend import Backend  # opens devices; imported late so `vkq --help` stays fast
 
     lines = []
-    for info in enumerate_devices():
+    devices = enumerate_devices()
+    if os.environ.get("VKQ_DEVICE", "").strip():
+        index = device_index_from_env(None)
+        if not 0 <= index < len(devices):
+            raise DeviceNotFound(f"VKQ_DEVICE={index}: no Vulkan device with that index ({len(devices)} found: "
+                                 f"0..{len(devices) - 1}); unset VKQ_DEVICE to list them all")
+        devices = [devices[index]]
+        lines.append(f"(VKQ_DEVICE={index}: this device alone; unset VKQ_DEVICE to list every device)")
+    for info in devices:
         lines += capability_lines(info)
         try:
             backend = Backend(info.index)
@@ -113,4 +141,4 @@ def report(verbose: bool = False) -> str:
             continue
         lines += backend_lines(backend) + choice_lines(backend, verbose=verbose)
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(wrapped for line in lines for wrapped in wrap(line))

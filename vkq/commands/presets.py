@@ -295,8 +295,9 @@ def preset(name: str, mix: str) -> Model:
     return Model(f"{spec.name}:{mix}", spec.matrices(mix), spec.n_expert_used)
 
 
-def list_presets() -> list[str]:
-    return [f"{name}:{mix}" for name, s in PRESETS.items() if not s.test_only for mix in s.mixes]
+def presets_by_model() -> dict[str, tuple[str, ...]]:
+    """The listed presets: each model's mixes (NAME:MIX for -m)."""
+    return {name: s.mixes for name, s in PRESETS.items() if not s.test_only}
 
 
 # -- GGUF files ------------------------------------------------------------

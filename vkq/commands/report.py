@@ -71,11 +71,12 @@ from . import call_cost
 from .bench import DEFAULT_MODEL as BENCH_MODEL
 from .bench import OVER, check_host_memory, probe_bandwidth
 from .bench import bench as bench_models
+from .console import Progress
 from .ggml_perf import GgmlFailed, GgmlPerf, case_filter, ggml_type_name
 from .info import backend_lines, capability_lines
 from .race import RaceRow, check_token_counts, race_model
 from .race import render_md as race_md
-from .tune import Candidate, Progress, TypeBench
+from .tune import Candidate, TypeBench
 
 SCHEMA = 2  # of the JSON report; raised when a field changes meaning or goes
 SHAPE = (4096, 14336)  # rows x K: a Llama-3-8B FFN down projection; ggml's perf list has it for every type
@@ -188,7 +189,7 @@ def bench_section(backend, model, effort: Effort, progress: Progress) -> dict:
     progress.step(f"vkq bench {model.name}")
     # (its % bw is set against the report's own probes, at the end)
     row = bench_models(backend, [model], ["auto"], effort.bench_tokens, effort.bench_repetitions,
-                       probe_after=False)[0]
+                       probe_after=False, progress=False)[0]  # (the report's own progress covers it)
     return {"model": row.model, "path": row.path, "test": row.test, "repetitions": len(row.samples_ts),
             "avg_ts": row.avg_ts, "stddev_ts": row.stddev_ts, "kernel_avg_ts": row.kernel_avg_ts,
             "kernel_stddev_ts": row.kernel_stddev_ts,
@@ -299,28 +300,28 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
 
     bar.step("memory bandwidth")
     probes = {"before": probe_bandwidth(backend.device)}
-    bar.finish_type(1, f"vkq report: {backend.device_info.name}, memory read bandwidth "
-                       f"{probes['before'] / 1e9:.1f} GB/s (the probe before the mat-vecs)")
+    bar.finish(1, f"vkq report: {backend.device_info.name}, memory read bandwidth "
+                  f"{probes['before'] / 1e9:.1f} GB/s (the probe before the mat-vecs)")
 
     bar.step("submit floor and Backend.matvec per call")
     report["calls"] = calls_section(backend, effort.calls)
-    bar.finish_type(1, "vkq report: per call: " + ", ".join(f"{c['case']} {c['seconds'] * 1e3:.3f} ms"
-                                                            for c in report["calls"]))
+    bar.finish(1, "vkq report: per call: " + ", ".join(f"{c['case']} {c['seconds'] * 1e3:.3f} ms"
+                                                       for c in report["calls"]))
     report["matvec"] = []
     for qtype in types:
         for size in effort.sizes:
             bar.step(f"mat-vec {qtype} {'one matrix' if size == 'one' else 'rotation'}")
             rows = matvec_rows(backend, qtype, shape, size, effort)
             report["matvec"] += rows
-            bar.finish_type(1, f"vkq report: {qtype} {size}: " + ", ".join(
+            bar.finish(1, f"vkq report: {qtype} {size}: " + ", ".join(
                 f"{r['path']} n={r['n']} {r['seconds'] * 1e6:.1f} us" for r in rows))
 
     bar.step("memory bandwidth again")  # a probe that other work slowed reads low: the better one counts
     probes["after"] = probe_bandwidth(backend.device)
     report["device"] = device_section(backend, probes)
     membw = report["device"]["membw_gbps"]
-    bar.finish_type(1, f"vkq report: memory read bandwidth {probes['after'] / 1e9:.1f} GB/s after the mat-vecs, "
-                       f"{membw:.1f} the better")
+    bar.finish(1, f"vkq report: memory read bandwidth {probes['after'] / 1e9:.1f} GB/s after the mat-vecs, "
+                  f"{membw:.1f} the better")
     for r in report["matvec"]:
         r["bw_pct"] = 100 * r["gbps"] / membw
 
@@ -328,24 +329,24 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     if bench is not None:
         report["bench"] = bench_section(backend, bench, effort, bar)
         report["bench"]["bw_pct"] = 100 * report["bench"]["gbps"] / membw
-        bar.finish_type(1, f"vkq report: vkq bench {BENCH_MODEL}: {report['bench']['avg_ts']:.2f} t/s")
+        bar.finish(1, f"vkq report: vkq bench {BENCH_MODEL}: {report['bench']['avg_ts']:.2f} t/s")
     report["models"] = []
     for file in files:
         bar.step(f"vkq generate {file.path.name}" + (" and llama.cpp" if server else ""))
         row = race_model(backend, file.path, n_prompt=effort.gen_prompt, n_tokens=effort.gen_tokens,
                          rounds=effort.gen_rounds, membw=membw * 1e9, llama_server=server, run_llama=server is not None)
         report["models"].append(asdict(row))
-        bar.finish_type(1, f"vkq report: {file.path.name}: vkq pp {row.vkq_pp:.2f} tg {row.vkq_tg:.2f} t/s"
-                        + (f", llama.cpp pp {row.llama_pp:.2f} tg {row.llama_tg:.2f} t/s" if server else ""))
+        bar.finish(1, f"vkq report: {file.path.name}: vkq pp {row.vkq_pp:.2f} tg {row.vkq_tg:.2f} t/s"
+                   + (f", llama.cpp pp {row.llama_pp:.2f} tg {row.llama_tg:.2f} t/s" if server else ""))
     report["ggml"] = None
     if runner is not None:
         try:
             report["ggml"] = {"path": str(runner.path), "rows": ggml_rows(runner, types, shape, report["matvec"], bar)}
             done = sum(x["ggml_seconds"] is not None for x in report["ggml"]["rows"])
-            bar.finish_type(1, f"vkq report: ggml: {done} of {len(report['ggml']['rows'])} cases measured")
+            bar.finish(1, f"vkq report: ggml: {done} of {len(report['ggml']['rows'])} cases measured")
         except GgmlFailed as e:  # the rest of the report stands without it
             not_measured["ggml"] = str(e)
-            bar.finish_type(1, f"vkq report: {e}; ggml-vulkan not measured")
+            bar.finish(1, f"vkq report: {e}; ggml-vulkan not measured")
     report["not_measured"] = not_measured
     report["wall_seconds"] = time.monotonic() - t0
     return report

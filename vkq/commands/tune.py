@@ -12,7 +12,9 @@ real-model shapes rotated so that one pass reads more than any cache holds;
 the candidates of a group are timed interleaved, the fastest of the rounds,
 with their spread. At the end the table's choice and the tuned one of every
 path (and activation format) are timed once more side by side: the figures
-shown and saved come from that.
+shown and saved come from that, and the tuned one is kept only where it is
+clearly faster there too (beyond the noise), else the table's, said so in
+the type's summary line (`final_choice`).
 
 The int8 path is tuned once per activation format (q8_1, and q8_1x2, which
 `vkq generate` uses: twice the dot products, and on lavapipe it wants other
@@ -34,13 +36,13 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.lookup_tables import has_value_pairs
 from ..blocks.synthetic import random_weights
-from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, interleave, rotation,
+from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
                      wall_samples, warm_up)
 from ..dispatch import tuning_store
 from ..dispatch.choose import Dispatcher, apply_limits
 from ..dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
 from ..markdown import markdown
-from .console import StatusLine
+from .console import Progress
 
 # (rows, K) of mat-vecs in Llama-3-8B-class models: attention, FFN up, FFN down.
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
@@ -196,10 +198,27 @@ def tune_path(tb: TypeBench, key: str, path: str, activations: str, passes: int,
     return cur
 
 
-def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, group: None) -> dict:
+def final_choice(tuned: PipelineConfig, table: PipelineConfig, t: Estimate, d: Estimate
+                 ) -> tuple[PipelineConfig, Estimate, str | None]:
+    """The final race's word on one variant: the tuned configuration (t: its
+    estimate) where it is clearly faster than the table's (d) -- by more than
+    2% and half the larger spread (vkq.device.timing.faster) --, else the
+    table's, with a note where the tuned one was faster only inside the
+    noise: a winner by 5% in a 34% spread is one a rerun could reverse, and
+    the tables' choices rest on measurements too."""
+    if tuned == table or faster(t, d):
+        return tuned, t, None
+    note = (f"table's kept: the tuned one was {100 * (d.seconds / t.seconds - 1):.1f}% faster, inside the "
+            f"noise ({100 * max(t.spread, d.spread):.0f}% spread)") if t.seconds < d.seconds else None
+    return table, d, note
+
+
+def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, group: None,
+              notes: dict | None = None) -> dict:
     """{'best': path, 'k_min': K, 'shapes': the shapes, key: params, 'gbps': {key: [table, tuned]},
     'spread': {key: tuned spread}}, a key per path and activation format (tuning_store.entry_variants);
-    k_min: the smallest K of the shapes."""
+    k_min: the smallest K of the shapes. notes: filled with key -> why the
+    table's configuration was kept over a faster tuned one (final_choice)."""
     tb = TypeBench(backend, qtype, shapes)
     rounds = QUICK_ROUNDS if quick else ROUNDS
     todo = tuning_store.entry_variants(tb.fmt.paths)
@@ -215,9 +234,10 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
         c.destroy()
     result = {"k_min": min(k for _, k in shapes), "shapes": [list(s) for s in shapes], "gbps": {}, "spread": {}}
     for key, _, _ in todo:
-        t, d = est[tuned[key]], est[from_table[key]]
-        if not (t.seconds < d.seconds or tuned[key] == from_table[key]):
-            tuned[key], t = from_table[key], d  # the race says the table's is no slower: keep it
+        tuned[key], t, note = final_choice(tuned[key], from_table[key], est[tuned[key]], est[from_table[key]])
+        d = est[from_table[key]]
+        if note and notes is not None:
+            notes[key] = note
         result[key] = {name: v for name, v in tuned[key].params().items() if name != "path"}
         result["gbps"][key] = [round(tb.pass_bytes / d.seconds / 1e9, 3), round(tb.pass_bytes / t.seconds / 1e9, 3)]
         result["spread"][key] = round(t.spread, 4)
@@ -226,33 +246,10 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
     return result
 
 
-class Progress:
-    """A terminal gets one line, rewritten, with an ETA; a log gets a line per type."""
-
-    def __init__(self, total_units: int, enabled: bool, stream=sys.stderr, label: str = "tune"):
-        self.stream, self.enabled, self.label = stream, enabled, label
-        self.line = StatusLine(stream, enabled)
-        self.total, self.done_units, self.start = total_units, 0, time.monotonic()
-
-    def eta(self) -> str:
-        if not self.done_units:
-            return "ETA ?"
-        left = (time.monotonic() - self.start) / self.done_units * (self.total - self.done_units)
-        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
-
-    def step(self, text: str) -> None:
-        self.line.show(f"{self.label} {self.done_units}/{self.total}, {self.eta()}: {text}")
-
-    def finish_type(self, units: int, line: str) -> None:
-        self.done_units += units
-        self.line.clear()
-        if self.enabled:
-            self.stream.write(f"{line} ({self.eta() if self.done_units < self.total else 'done'})\n")
-            self.stream.flush()
-
-
-def _summary(qtype: str, e: dict, seconds: float) -> str:
-    parts = [f"{variant_label(key)} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][key]:.1f}%)"
+def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> str:
+    notes = notes or {}
+    parts = [f"{variant_label(key)} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][key]:.1f}%"
+             + (f"; {notes[key]}" if key in notes else "") + ")"
              for key, (before, after) in e["gbps"].items()]
     return f"{qtype}: best {e['best']}; " + "; ".join(parts) + f"; {seconds:.0f} s"
 
@@ -282,9 +279,11 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     try:
         for qtype in todo:
             t0 = time.monotonic()
-            entry = tune_type(backend, qtype, shapes, quick, lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"))
+            notes: dict[str, str] = {}
+            entry = tune_type(backend, qtype, shapes, quick, lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"),
+                              notes=notes)
             path, entries = tuning_store.save_entry(info, qtype, entry)  # saved type by type
-            bar.finish_type(len(entry["gbps"]), _summary(qtype, entry, time.monotonic() - t0))
+            bar.finish(len(entry["gbps"]), _summary(qtype, entry, time.monotonic() - t0, notes))
     except KeyboardInterrupt:  # the CLI says it in one line, with this note
         raise KeyboardInterrupt(f"the types finished are saved in {path}; `vkq tune` again resumes") from None
     print(f"saved {path}")
