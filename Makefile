@@ -32,12 +32,14 @@ test-slow: setup
 # differs from test to test: every compiled mat-vec and MUL_MAT_ID variant
 # once, every llama op and the fused SwiGLU, the texel and storage bindings,
 # the launch limits, graphs (ordering, replay, in-flight guards, prompt
-# chunks), MoE routing and what is given back. The rest of the suite repeats
+# chunks), MoE routing, what is given back and the device's limits, the
+# tiled mat-mat, the Qwen ops. The rest of the suite repeats
 # these pipelines on other numbers, which the layer does not look at.
 VALIDATE_TESTS := tests/test_matvec.py::test_pipeline_variants tests/test_matvec_id.py::test_pipeline_variants \
   tests/test_llama_ops.py tests/test_fused_swiglu.py tests/test_bindings.py tests/test_launch_limits.py \
   tests/test_graph.py tests/test_graph_safety.py tests/test_prompt_chunks.py tests/test_llama_moe.py \
-  tests/test_resources.py tests/test_upload_memory.py
+  tests/test_resources.py tests/test_upload_memory.py tests/test_device_limits.py tests/test_matmul.py \
+  tests/test_qwen.py
 validate: setup
 	VKQ_VALIDATE=1 $(PYTEST) -x -q -m "not slow" -p no:randomly $(VALIDATE_TESTS)
 
@@ -55,12 +57,12 @@ test-numpy1: setup
 	$(PY) -m pip install --quiet --upgrade --target $(STAMP)/numpy1 "numpy==1.26.*"
 	PYTHONPATH=$(STAMP)/numpy1 $(PYTEST) -x -q -m "not slow" -p no:randomly $(NUMPY1_TESTS)
 
-# The mat-vec, MUL_MAT_ID and llama-op tests (both paths, the forced
+# The mat-vec, MUL_MAT_ID, llama-op and Qwen head-norm tests (both paths, the forced
 # subgroup and shared-memory reductions) at lavapipe's other subgroup sizes,
 # 4 and 16 (its default is 8; LP_NATIVE_VECTOR_WIDTH is llvmpipe's SIMD width
 # in bits, 32 per lane), so that no shader assumes a GPU's 32 or 64. Each run
 # first checks that the device really reports that size.
-SUBGROUP_TESTS := tests/test_matvec.py tests/test_matvec_id.py tests/test_llama_ops.py
+SUBGROUP_TESTS := tests/test_matvec.py tests/test_matvec_id.py tests/test_llama_ops.py tests/test_qwen.py
 test-subgroups: setup
 	for width in 128 512; do \
 	  LP_NATIVE_VECTOR_WIDTH=$$width $(PY) -c "from vkq.device.device_info import get_device_info as d; \
