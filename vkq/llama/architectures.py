@@ -41,10 +41,15 @@ class Architecture:
     def neox(self) -> bool:
         return self.rope == "neox"
 
-    def layer_vectors(self, layer: int) -> tuple[str, ...]:
-        """The tensor names of a layer's bias and head-norm vectors."""
-        return tuple(f"blk.{layer}.{r}.bias" for r in self.biases) + tuple(
-            f"blk.{layer}.{r}_norm.weight" for r in self.head_norms)
+    @staticmethod
+    def bias_tensor(layer: int, role: str) -> str:
+        """The name of the bias of matrix `role` (attn_q, ...) of a layer."""
+        return f"blk.{layer}.{role}.bias"
+
+    @staticmethod
+    def head_norm_tensor(layer: int, role: str) -> str:
+        """The name of the per-head norm weight of matrix `role`'s output."""
+        return f"blk.{layer}.{role}_norm.weight"
 
 
 ARCHITECTURES = {a.name: a for a in (

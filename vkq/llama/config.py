@@ -243,8 +243,8 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
     arch = cfg.architecture
     for i in range(cfg.n_layer):
         rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows}
-        want.update({f"blk.{i}.{r}.bias": (rows[r],) for r in arch.biases})
-        want.update({f"blk.{i}.{r}_norm.weight": (cfg.head_dim,) for r in arch.head_norms})
+        want.update({arch.bias_tensor(i, r): (rows[r],) for r in arch.biases})
+        want.update({arch.head_norm_tensor(i, r): (cfg.head_dim,) for r in arch.head_norms})
         want.update({
             f"blk.{i}.attn_norm.weight": (cfg.n_embd,), f"blk.{i}.ffn_norm.weight": (cfg.n_embd,),
             f"blk.{i}.attn_q.weight": (q_rows, cfg.n_embd), f"blk.{i}.attn_k.weight": (kv_rows, cfg.n_embd),

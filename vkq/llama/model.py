@@ -82,8 +82,8 @@ class LlamaFile:
         arch = cfg.architecture
         # Per layer, by matrix role (attn_q, ...): the bias added to its output, and
         # the weight of its per-head RMSNorm (empty where the architecture has none).
-        self.biases = [{r: self.vector(f"blk.{i}.{r}.bias") for r in arch.biases} for i in range(cfg.n_layer)]
-        self.head_norms = [{r: self.vector(f"blk.{i}.{r}_norm.weight") for r in arch.head_norms}
+        self.biases = [{r: self.vector(arch.bias_tensor(i, r)) for r in arch.biases} for i in range(cfg.n_layer)]
+        self.head_norms = [{r: self.vector(arch.head_norm_tensor(i, r)) for r in arch.head_norms}
                            for i in range(cfg.n_layer)]
         self.output_norm = self.vector("output_norm.weight")
         factors = self.vector("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
