@@ -10,12 +10,18 @@
 //   TEXEL_WEIGHTS    W is read through uniform texel buffer views (common.glsl)
 //   TEXEL_X          x is read through a uniform texel buffer view of 16-byte
 //                    texels, not as a storage buffer
+//   MMQ              the int8 flavour: x arrives as Q8_1 blocks
+//                    (quantize_q8_1.comp, q8_1.glsl) and each chunk's quants
+//                    are dotted with them as the int8 mat-vec does (the same
+//                    arithmetic per chunk); without shared memory only
+//   INT_DOT          MMQ with OpSDot (else the same arithmetic in int32)
 //
 // Bindings: 0 W, 1 x, 2 y, then the three texel views of W (TEXEL_WEIGHTS;
 // binding 0 is then not read). Push constants: common.glsl's Params, of which
 // this shader reads nrows (rows in this buffer), nblocks, field0..3,
 // x_col_stride and y_col_stride (floats between columns of x and of y, each a
-// multiple of 4) and y_row_offset (the buffer's first row in y).
+// multiple of 4; with MMQ x's in Q8_1 blocks) and y_row_offset (the
+// buffer's first row in y).
 //
 // Work split: workgroup (x + z * 65535, y) computes the tile of BM rows and
 // BN columns at (x * BM, y * BN), walking K in steps of BK_CHUNKS 32-element
@@ -66,6 +72,9 @@ layout(constant_id = 5) const uint TN = 8;  // columns per invocation
 // loads (blocks/nibble_pairs.glsl; vkq/dispatch/config.py VALUE_LOOKUPS).
 layout(constant_id = 6) const bool VALUES_BY_SELECTS = false;
 layout(constant_id = 7) const bool SHARED_TILES = true;
+// MMQ: int8 planes per activation block (1: Q8_1 as ggml; 2: plus the
+// rounding residual, q8_1.glsl).
+layout(constant_id = 8) const uint X_PLANES = 1;
 
 #define W_TEXEL_BINDING 3
 
@@ -74,14 +83,25 @@ layout(constant_id = 7) const bool SHARED_TILES = true;
 
 #if defined(TEXEL_X)
 layout(binding = 1) uniform usamplerBuffer x_u32x4;
-vec4 load_x4(uint i) { return uintBitsToFloat(texelFetch(x_u32x4, int(i))); }
+uvec4 load_xq(uint i) { return texelFetch(x_u32x4, int(i)); }
 uint x_vec4s() { return uint(textureSize(x_u32x4)); }
 #else
-layout(std430, binding = 1) readonly restrict buffer X { vec4 x4[]; };
-vec4 load_x4(uint i) { return x4[i]; }
-uint x_vec4s() { return uint(x4.length()); }
+layout(std430, binding = 1) readonly restrict buffer X { uvec4 x_words[]; };
+uvec4 load_xq(uint i) { return x_words[i]; }
+uint x_vec4s() { return uint(x_words.length()); }
 #endif
+vec4 load_x4(uint i) { return uintBitsToFloat(load_xq(i)); }
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+
+#ifdef MMQ
+#ifdef BLOCK_PLAIN
+#error "plain types have no int8 path"
+#endif
+// A Q8_1 block: 2 * X_PLANES + 1 uvec4 (the quants of each plane, then d, s0, s1, d_r).
+const uint XQ_BLOCK = 2u * X_PLANES + 1u;
+#else
+const uint XQ_BLOCK = 8u;  // (vec4s of x per chunk)
+#endif
 
 const uint WG_SIZE = gl_WorkGroupSize.x;  // (BM / TM) * (BN / TN), set by the host
 const uint CHUNKS_PER_BLOCK = QK / 32u;
@@ -107,6 +127,7 @@ uint row0, col0, tr, tc, nchunks, ncols;
 // The row of W for the invocation's i-th row (past the end: the last row).
 uint w_row(uint i) { return min(row0 + tr + i * ROW_THREADS, p.nrows - 1u); }
 
+#ifndef MMQ
 // SHARED_TILES: the step at chunk c0, through shared memory.
 void step_shared(uint c0) {
     [[unroll]] for (uint n = 0u; n < W_ITEMS; n++) {
@@ -158,6 +179,7 @@ void step_shared(uint c0) {
     }
     barrier();
 }
+#endif
 
 // Not SHARED_TILES: the step at chunk c0, from registers and memory.
 void step_registers(uint c0) {
@@ -176,6 +198,37 @@ void step_registers(uint c0) {
         }
         // (with whole units, c0 is a multiple of 8 and j a constant)
         const uint sb = WHOLE_UNITS ? j % CHUNKS_PER_BLOCK : c % CHUNKS_PER_BLOCK;
+#ifdef MMQ
+        Quants q[TM];
+        vec4 so[TM];
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            const uint ib = w_row(i) * p.nblocks + c / CHUNKS_PER_BLOCK;
+#ifdef META_QUANTS
+            q[i] = WHOLE_UNITS ? meta_quants(meta[i], j) : block_quants(ib, sb);
+#else
+            q[i] = block_quants(ib, sb);
+#endif
+            so[i] = WHOLE_UNITS ? meta_scales(meta[i], j) : block_scales(ib, sb);
+        }
+        [[unroll]] for (uint col = 0u; col < TN; col++) {
+            // One Q8_1 block of the column (past the end: the last column's, not written).
+            const uint b = XQ_BLOCK * (min(col0 + tc * TN + col, ncols - 1u) * p.x_col_stride + c);
+            const uvec4 xq_lo = load_xq(b), xq_hi = load_xq(b + 1u);
+            const uvec4 xr_lo = X_PLANES == 2u ? load_xq(b + 2u) : uvec4(0u);
+            const uvec4 xr_hi = X_PLANES == 2u ? load_xq(b + 3u) : uvec4(0u);
+            const vec4 xds = uintBitsToFloat(load_xq(b + XQ_BLOCK - 1u));
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                // As the int8 mat-vec: sum (scale*q + offset) * d*qx = d * (scale*dot(q, qx) + offset*s),
+                // s in units of d; d last, so that nothing before it grows with x.
+                float v = xds.x * (so[i].x * float(dot16x8(q[i].lo, xq_lo)) + so[i].z * float(dot16x8(q[i].hi, xq_hi))
+                                   + so[i].y * xds.y + so[i].w * xds.z);
+                if (X_PLANES == 2u) {
+                    v += xds.w * (so[i].x * float(dot16x8(q[i].lo, xr_lo)) + so[i].z * float(dot16x8(q[i].hi, xr_hi)));
+                }
+                acc[i * TN + col] += v;
+            }
+        }
+#else
         vec4 wv[TM][8];
         [[unroll]] for (uint i = 0u; i < TM; i++) {
             const uint ib = w_row(i) * p.nblocks + c / CHUNKS_PER_BLOCK;
@@ -202,6 +255,7 @@ void step_registers(uint c0) {
                                    + dot(wv[i][6], xv[6]) + dot(wv[i][7], xv[7]);
             }
         }
+#endif
     }
 }
 
@@ -217,17 +271,25 @@ void main() {
     tr = tid % ROW_THREADS;
     tc = TN == BN ? 0u : tid / ROW_THREADS;
     nchunks = p.nblocks * CHUNKS_PER_BLOCK;
+#ifdef MMQ
+    ncols = x_vec4s() / (p.x_col_stride * XQ_BLOCK);  // (x_col_stride in Q8_1 blocks)
+#else
     ncols = x_vec4s() / (p.x_col_stride / 4u);
+#endif
 
     [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
         acc[i] = 0.0;
     }
     for (uint c0 = 0u; c0 < nchunks; c0 += BK_CHUNKS) {
+#ifdef MMQ
+        step_registers(c0);  // (the int8 flavour has no shared-memory tiles: the host refuses them)
+#else
         if (SHARED_TILES) {
             step_shared(c0);
         } else {
             step_registers(c0);
         }
+#endif
     }
 
     [[unroll]] for (uint i = 0u; i < TM; i++) {

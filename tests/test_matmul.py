@@ -2,15 +2,16 @@
 against float64 references, for every block type.
 
 Up to 8 columns matmul is the mat-vec (the same bits as matvec); more run
-the tiled mat-mat (shaders/mul_mm.comp), whose float sums are held to the
-dequantize path's model, float64 W @ X (conftest.assert_matches with
-"dmmv": NMSE_TIGHT against it, ggml's 5e-4 against the exact product; the
-same model whatever the summation order, which only float32 rounding
-separates). Shapes are odd on purpose: rows, K and columns are not multiples
-of any tile, so that every edge (rows repeated past the end, columns read
-as zeros or repeated, a last K step that is partly past the end) is
-exercised. Each launch configuration is one pipeline for every column
-count, so both column counts of a case share its compile.
+the tiled mat-mat (shaders/mul_mm.comp), held to its path's model as the
+mat-vec is (conftest.assert_matches: NMSE_TIGHT against the model, ggml's
+5e-4 against the exact product): the float path's is float64 W @ X, the
+int8 path's W @ (X after Q8_1 quantization); each the same model whatever
+the summation order, which only float32 rounding separates. Shapes are odd
+on purpose: rows, K and columns are not multiples of any tile, so that
+every edge (rows repeated past the end, columns read as zeros or repeated,
+a last K step that is partly past the end) is exercised. Each launch
+configuration is one pipeline for every column count, so both column
+counts of a case share its compile.
 """
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ NCOLS = (9, 37)
 REGISTERS = TileConfig(8, 4, 1, 2, 4, shared_tiles=False, binding="texel")
 UNITS = TileConfig(8, 2, 8, 1, 2, shared_tiles=False, binding="texel")
 SHARED = TileConfig(16, 8, 2, 2, 4, shared_tiles=True, binding="storage")
+# The int8 path (no shared-memory tiles), with the int32 emulation of OpSDot
+# (the dispatcher's choice below takes OpSDot where the device has it).
+REGISTERS_INT8 = TileConfig(8, 4, 1, 2, 4, "mmvq", shared_tiles=False, binding="texel")
+UNITS_INT8 = TileConfig(8, 2, 8, 1, 2, "mmvq", shared_tiles=False, binding="texel")
+INT8_TYPES = tuple(t for t in TYPES if FORMATS[t].has_int8_path)
 # One type per decoder family for the shared-memory tiles in the fast tier
 # (their pipelines take lavapipe seconds to compile); every type under slow.
 FAMILIES = ("Q4_0", "Q5_1", "Q8_0", "Q3_K", "Q6_K", "IQ2_XS", "IQ4_NL", "TQ1_0", "F16", "BF16")
@@ -60,6 +66,13 @@ def case(backend: vkq.Backend, qtype: str, rows: int, k: int):
     return backend.upload(qtype, (rows, k), data), ref.dequantize(qtype, (rows, k), data)
 
 
+def refs_of(w64: np.ndarray, x: np.ndarray, cfg: TileConfig) -> dict[str, np.ndarray]:
+    """conftest.references, the int8 path's model on cfg's activation planes."""
+    refs = references(w64, x)
+    refs["mmvq"] = ref.matvec_model(w64, x, "mmvq", cfg.x_planes)
+    return refs
+
+
 def check(backend, qtype: str, rows: int, k: int, config: TileConfig | None, ncols=NCOLS) -> None:
     w, w64 = case(backend, qtype, rows, k)
     ys = {}
@@ -67,8 +80,8 @@ def check(backend, qtype: str, rows: int, k: int, config: TileConfig | None, nco
         x = random_x(k, n, seed=n)
         y = ys[n] = backend.matmul(w, x, config=config)
         assert y.dtype == np.float32
-        what = f"{qtype} {rows}x{k} n={n} {config.describe() if config else 'default tiles'}"
-        assert_matches(y, references(w64, x), "dmmv", what)
+        cfg = config or backend.matmul_pipeline(w, n)
+        assert_matches(y, refs_of(w64, x, cfg), cfg.path, f"{qtype} {rows}x{k} n={n} {cfg.describe()}")
     # A column's bits do not depend on how many columns share the call.
     small, big = min(ncols), max(ncols)
     x_small, x_big = random_x(k, small, seed=small), random_x(k, big, seed=big)
@@ -86,6 +99,23 @@ def test_every_type_whole_units(backend, qtype):
     check(backend, qtype, ROWS, 768, UNITS)
 
 
+@pytest.mark.parametrize("qtype", INT8_TYPES)
+def test_every_type_int8(backend, qtype):
+    check(backend, qtype, ROWS, odd_k(qtype), REGISTERS_INT8)
+    check(backend, qtype, ROWS, 768, UNITS_INT8)
+
+
+def test_int8_two_planes(backend):
+    """q8_1x2 activations: the rounding residual's plane too."""
+    check(backend, "Q5_K", ROWS, 768, TileConfig(8, 2, 8, 1, 2, "mmvq", shared_tiles=False, binding="texel",
+                                                  x_planes=2))
+    w, w64 = case(backend, "Q5_K", ROWS, 768)
+    x = random_x(768, 20)
+    cfg = backend.matmul_pipeline(w, 20, "mmvq", "q8_1x2")
+    assert (cfg.path, cfg.x_planes) == ("mmvq", 2)
+    assert_matches(backend.matmul(w, x, "mmvq", activations="q8_1x2"), refs_of(w64, x, cfg), "mmvq", "q8_1x2")
+
+
 @pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in FAMILIES else [pytest.mark.slow]) for t in TYPES])
 def test_every_type_shared_tiles(backend, qtype):
     check(backend, qtype, ROWS, odd_k(qtype), SHARED)
@@ -94,7 +124,7 @@ def test_every_type_shared_tiles(backend, qtype):
 @pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in ("Q4_0", "Q4_K") else [pytest.mark.slow])
                                    for t in TYPES])
 def test_every_type_dispatchers_choice(backend, qtype):
-    """The tiles this device's dispatcher picks (vkq.dispatch.tiles), at both K."""
+    """The tiles and path this device's dispatcher picks (vkq.dispatch.tiles), at both K."""
     for k in sorted({odd_k(qtype), 768}):
         check(backend, qtype, ROWS, k, None)
 
@@ -194,6 +224,17 @@ def test_bad_input(backend):
         backend.matmul(w, x, config=TileConfig(256, 256, 8, 16, 4))
     with pytest.raises(ValueError, match="whole units"):  # 18 chunks of K = 576
         backend.matmul(w, x, config=UNITS)
+    with pytest.raises(ValueError, match="not both"):
+        backend.matmul(w, x, "mmvq", config=REGISTERS_INT8)
+    with pytest.raises(ValueError, match="unknown path|path"):
+        backend.matmul(w, x, "int4")
+    plain = backend.upload("F16", (3, 64), np.zeros((3, 64), np.float16))
+    with pytest.raises(ValueError, match="F16 has no int8"):
+        backend.matmul(plain, random_x(64, 12), "mmvq")
+    with pytest.raises(ValueError, match="F16 has no int8"):
+        backend.matmul(plain, random_x(64, 12), config=REGISTERS_INT8)
+    with pytest.raises(ValueError, match="no shared-memory tiles"):
+        TileConfig(8, 4, 1, 2, 4, "mmvq")
     for bad, match in (((64, 64, 1, 3, 8), "must divide"), ((64, 64, 1, 16, 16), "sums per invocation"),
                        ((0, 8, 1, 1, 1), "bm 0")):
         with pytest.raises(ValueError, match=match):

@@ -231,13 +231,16 @@ class Backend:
             y = call.ys[0]._host[:, :rows]
             return y[0].copy() if x.ndim == 1 else y.T.copy()
 
-    def matmul(self, weights: Weights, x: np.ndarray, *, config=None) -> np.ndarray:
+    def matmul(self, weights: Weights, x: np.ndarray, path: str | None = None, *, activations: str | None = None,
+               config=None) -> np.ndarray:
         """y = W @ x for any number of columns: x float32 (K,) -> (rows,), or
         (K, n) -> (rows, n) for n >= 1, as numpy's W @ x.
 
-        Up to MAX_COLS (8) columns this is `matvec(weights, x)` (the same
-        pipeline, the same bits); more run the tiled mat-mat on the tiles the
-        dispatcher picks (`matmul_pipeline` says which), or `config`, a
+        Up to MAX_COLS (8) columns this is `matvec(weights, x, path,
+        activations=...)` (the same pipeline, the same bits); more run the
+        tiled mat-mat on the tiles the dispatcher picks for `path` ("dmmv":
+        float; "mmvq": int8 with Q8_1 activations; None: its choice) and
+        `activations` (`matmul_pipeline` says which), or `config`, a
         vkq.dispatch.tiles.TileConfig held to the device's limits (mat-mat only)."""
         w = check_weights(self, weights, expert_stack=False)
         x = _check_x(x, w.layout.k, "x", MAX_MATMUL_COLS, "matmul")
@@ -246,31 +249,32 @@ class Backend:
             if config is not None:
                 raise ValueError(f"config: x has {n} column(s), which the mat-vec takes; give a mat-vec's config "
                                  "to matvec()")
-            return self.matvec(w, x)
+            return self.matvec(w, x, path, activations=activations)
         check_tile_config_type(config)  # (before it is hashed into the call's key)
-        call = self._matmul_call(w, n, config)
+        call = self._matmul_call(w, n, path, activations, config)
         k, rows = w.layout.k, w.layout.rows
         with self._lock:
             call.xs[0]._host[:, :k] = x.T
             call.graph.run()
             return call.ys[0]._host[:, :rows].T.copy()
 
-    def matmul_pipeline(self, weights: Weights, n: int):
+    def matmul_pipeline(self, weights: Weights, n: int, path: str | None = None, activations: str | None = None):
         """What matmul runs for n columns (vkq.resolve.plan): the mat-vec's
         PipelineConfig up to 8, else the mat-mat's TileConfig; `source` says
         what the choice rests on."""
-        return plan(self, weights, n)
+        return plan(self, weights, n, path, activations)
 
-    def _matmul_call(self, w: Weights, n: int, config) -> _Call:
+    def _matmul_call(self, w: Weights, n: int, path, activations, config) -> _Call:
         """The cached graph of a mat-mat of n columns (made on first use)."""
-        key = ("matmul", n, config)
+        key = ("matmul", n, path, activations, config, env_path() if path is None or path == "auto" else None,
+               int_dot_disabled_by_env())
         call = w._calls.get(key)
         if call is not None:
             return call
         with self._lock:
             g = Graph(self)
             x = g.input(self.tensor(w.layout.k, n, name="x"))
-            y = g.output(g.matmul(w, x, config=config))
+            y = g.output(g.matmul(w, x, path, activations=activations, config=config))
             call = w._calls_by_config[key] = w._calls[key] = _Call(g, [x], [y])  # (freed with w)
         return call
 

@@ -345,14 +345,16 @@ class Graph:
         return self._add_matvec(w, x, cfg, ids=ids, out=out, label=label)
 
     @_locked
-    def matmul(self, weights, x: Tensor, *, config=None, out: Tensor | None = None,
-               label: str | None = None) -> Tensor:
+    def matmul(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
+               config=None, out: Tensor | None = None, label: str | None = None) -> Tensor:
         """y = W @ x for each of x's vectors, any number of them: up to
-        MAX_COLS the mat-vec (`matvec` with the dispatcher's choice, its
-        bits), more the tiled mat-mat (shaders/mul_mm.comp) on the tiles
-        vkq.resolve.resolve_tiles picks, or `config` (a
-        vkq.dispatch.tiles.TileConfig; mat-mat only). vkq.resolve.plan says
-        which a column count gets. label: as matvec's."""
+        MAX_COLS the mat-vec (`matvec(weights, x, path, activations=...)`,
+        its bits), more the tiled mat-mat (shaders/mul_mm.comp) on the tiles
+        vkq.resolve.resolve_tiles picks for `path` and `activations` (as
+        matvec's), or `config` (a vkq.dispatch.tiles.TileConfig; mat-mat
+        only). On the int8 path x is quantized to Q8_1 once per value of x,
+        as for the mat-vecs. vkq.resolve.plan says which a column count
+        gets. label: as matvec's."""
         self._open()
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_MATMUL_COLS, "x")
@@ -360,13 +362,14 @@ class Graph:
             if config is not None:
                 raise ValueError(f"config: x holds {x.n} vector(s), which the mat-vec takes; "
                                  f"give a mat-vec's config to matvec()")
-            return self.matvec(w, x, out=out, label=label)
-        cfg = resolve_tiles(self.backend, w, x.n, config)
+            return self.matvec(w, x, path, activations=activations, out=out, label=label)
+        cfg = resolve_tiles(self.backend, w, x.n, path, config, activations)
         y = self._out(out, x, w.layout.rows, x.n, "y")
-        op = MatMul(self.backend.device, w, cfg, x.kp, y.kp, ncols=x.n, y_stride=y.stride)
+        xin = self._x_for(x, cfg)
+        op = MatMul(self.backend.device, w, cfg, xin.kp, y.kp, ncols=x.n, y_stride=y.stride)
         collector = _Collector()
         op.record(collector)
-        self._node(collector.ops, [x], [y], keep=op, label=f"{label or 'mat-mat'} {w.qtype} {cfg.kernel}")
+        self._node(collector.ops, [xin], [y], keep=op, label=f"{label or 'mat-mat'} {w.qtype} {cfg.kernel}")
         self._weights[id(w)] = w
         self.counts["matmul"] += 1
         return y

@@ -175,8 +175,9 @@ class MatVec:
 
 class MatMul:
     """y = W @ x for many columns (shaders/mul_mm.comp), over every weights
-    buffer of one matrix: x_in exactly `ncols` vectors of k_pad floats (the
-    shader counts its columns from x's length), y `ncols` vectors of `rows`
+    buffer of one matrix: x_in exactly `ncols` vectors of k_pad floats, or
+    on the int8 path their Q8_1 blocks (the shader counts its columns from
+    x's length), y `ncols` vectors of `rows`
     floats `y_stride` apart (default `rows`). `cfg` as
     vkq.resolve.resolve_tiles returns it (bindings fitted to these tensors)."""
 
@@ -184,16 +185,18 @@ class MatMul:
                  y_stride: int | None = None):
         lay = weights.layout
         self.cfg = cfg
-        self.variant = MatMulVariant(lay.fmt.name, cfg.binding)
+        mmq = cfg.path == "mmvq"
+        self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot)
         texel = cfg.binding == "texel"
         spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
-                int(cfg.shared_tiles)]
+                int(cfg.shared_tiles), cfg.x_planes]
         # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [W's three texel views].
         kinds = ["storage", "texel_u32x4" if texel else "storage", "storage"]
         kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"] if texel else []
-        if x_in.size() != ncols * lay.k_padded:
-            raise ValueError(f"x must hold exactly {ncols} vectors of {lay.k_padded} floats (the shader counts its "
-                             f"columns from its length), got {x_in.size()} floats")
+        x_words = q8_1_words(ncols, lay.k_padded, cfg.x_planes) if mmq else ncols * lay.k_padded
+        if x_in.size() != x_words:
+            raise ValueError(f"x must hold exactly {ncols} vectors ({x_words} words; the shader counts its columns "
+                             f"from its length), got {x_in.size()}")
         col_groups = -(-ncols // cfg.bn)
         if col_groups > MAX_GROUPS_X:
             raise ValueError(f"{ncols} columns take {col_groups} workgroups of {cfg.bn}; at most {MAX_GROUPS_X}")
@@ -201,7 +204,8 @@ class MatMul:
         for buf in weights.buffers:
             groups = -(-buf.rows.count // cfg.bm)
             gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
-            push = weights_push(buf, lay.nblocks, x_col_stride=lay.k_padded, x_slot_stride=0,
+            push = weights_push(buf, lay.nblocks, x_col_stride=lay.k_padded // CHUNK if mmq else lay.k_padded,
+                                x_slot_stride=0,
                                 y_col_stride=lay.rows if y_stride is None else y_stride, y_slot_stride=0)
             tensors = [buf.tensor, x_in, y] + ([buf.tensor] * 3 if texel else [])
             self.algorithms.append(device.algorithm(tensors, self.variant, (gx, col_groups, gz), spec, push, kinds))

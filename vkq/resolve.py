@@ -27,7 +27,7 @@ from .ops import q8_1_words
 from .weights import Weights
 
 MAX_COLS = 8  # columns of x per mat-vec (batched decode, speculative decoding); more: the tiled mat-mat
-MAX_MATMUL_COLS = 1 << 20  # columns of a mat-mat (a bound on what one call asks of the device)
+MAX_MATMUL_COLS = 65535  # columns of a mat-mat (the Q8_1 quantizer of its int8 path takes one workgroup row per vector)
 
 
 def check_weights(backend, weights, expert_stack: bool) -> Weights:
@@ -105,30 +105,42 @@ def check_tile_config_type(config) -> None:
         raise TypeError(f"config must be a vkq.dispatch.tiles.TileConfig, got {type(config).__name__}")
 
 
-def resolve_tiles(backend, weights: Weights, ncols: int, config: TileConfig | None = None) -> TileConfig:
+def resolve_tiles(backend, weights: Weights, ncols: int, path: str | None = None, config: TileConfig | None = None,
+                  activations: str | None = None) -> TileConfig:
     """The TileConfig a mat-mat of `ncols` columns runs with: the
-    dispatcher's (vkq.dispatch.tiles.choose, remembered per matrix) or the
+    dispatcher's (vkq.dispatch.tiles.choose, on `path` or its own, the int8
+    path on `activations` or the backend's; remembered per matrix) or the
     caller's `config` held to the device's limits; bindings fitted to the
     buffers."""
+    check_tile_config_type(config)
     caps, lay = backend.device.caps, weights.layout
     if config is None:
-        key = ("tiles", lay.k)
+        if path is not None:
+            path = check_request(path)
+            path = None if path == "auto" else path
+        activations = check_activations(activations or backend.activations)
+        key = ("tiles", lay.k, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
         cfg = weights._configs.get(key)
         if cfg is None:
-            cfg = weights._configs[key] = tiles.choose(backend.dispatcher.device_class, caps, lay.k)
+            cfg = weights._configs[key] = tiles.choose(backend.dispatcher.device_class, caps, lay.fmt, lay.k, path,
+                                                       activations)
+    elif path is not None or activations is not None:
+        raise ValueError("give path and activations or config, not both (config.path and config.x_planes set them)")
     else:
-        cfg = tiles.check(config, caps, lay.k)
+        cfg = tiles.check(config, caps, lay.fmt, lay.k)
     if cfg.value_lookup != "table" and not has_value_pairs(lay.fmt.table):
         cfg = replace(cfg, value_lookup="table")  # (ignored by the type: one pipeline, not two the same)
+    x_words = q8_1_words(ncols, lay.k_padded, cfg.x_planes) if cfg.path == "mmvq" else ncols * lay.k_padded
     weights_bytes = 4 * max(buf.tensor.size() for buf in weights.buffers)
-    return tiles.fit_bindings(cfg, caps, 4 * ncols * lay.k_padded, weights_bytes)
+    return tiles.fit_bindings(cfg, caps, 4 * x_words, weights_bytes)
 
 
-def plan(backend, weights: Weights, ncols: int) -> PipelineConfig | TileConfig:
+def plan(backend, weights: Weights, ncols: int, path: str | None = None,
+         activations: str | None = None) -> PipelineConfig | TileConfig:
     """What a product of `ncols` columns runs (Backend.matmul, Graph.matmul):
     up to MAX_COLS the mat-vec's pipeline (the dispatcher's, as matvec's),
     more the tiled mat-mat's. Its `source` says what the choice rests on."""
     check_weights(backend, weights, expert_stack=False)
     if ncols <= MAX_COLS:
-        return resolve(backend, weights, ncols)
-    return resolve_tiles(backend, weights, ncols)
+        return resolve(backend, weights, ncols, path, None, activations)
+    return resolve_tiles(backend, weights, ncols, path, None, activations)

@@ -88,14 +88,19 @@ MATMUL_BINDINGS = ("storage", "texel")
 @dataclass(frozen=True)
 class MatMulVariant:
     """shaders/mul_mm.comp for one block type: the tiled matrix-matrix
-    product, weights dequantized to float; `binding`: one of MATMUL_BINDINGS."""
+    product, weights dequantized to float, or (mmq) dotted as int8 with Q8_1
+    activations, with OpSDot (int_dot) or its int32 emulation; `binding`:
+    one of MATMUL_BINDINGS."""
 
     qtype: str
     binding: str = "storage"
+    mmq: bool = False
+    int_dot: bool = False
 
     @property
     def name(self) -> str:
-        return f"mul_mm_{self.qtype.lower()}_f32{'_tw_tx' if self.binding == 'texel' else ''}"
+        path = ("mmq_dot" if self.int_dot else "mmq_emul") if self.mmq else "f32"
+        return f"mul_mm_{self.qtype.lower()}_{path}{'_tw_tx' if self.binding == 'texel' else ''}"
 
     @property
     def source(self) -> str:
@@ -105,6 +110,10 @@ class MatMulVariant:
         d = block_defines(self.qtype)
         if self.binding == "texel":
             d.update(TEXEL_WEIGHTS="1", TEXEL_X="1")
+        if self.mmq:
+            d["MMQ"] = "1"
+        if self.int_dot:
+            d["INT_DOT"] = "1"
         return d
 
 
@@ -181,7 +190,8 @@ def all_variants() -> list:
             if fmt.has_int8_path:
                 for int_dot in (False, True):
                     out.append(MatVecVariant(name, True, int_dot, subgroup, mul_mat_id, **bindings))
-    out += [MatMulVariant(name, binding) for name in FORMATS for binding in MATMUL_BINDINGS]
+    out += [MatMulVariant(name, binding, mmq, int_dot) for name, fmt in FORMATS.items() for binding in MATMUL_BINDINGS
+            for mmq, int_dot in ((False, False), *(((True, False), (True, True)) if fmt.has_int8_path else ()))]
     out += [*LLAMA_OPS, *(GetRowsVariant(name) for name in FORMATS)]
     return out
 

@@ -4,7 +4,10 @@ A product of a `rows x k` matrix with more columns than a mat-vec takes
 (vkq.resolve.MAX_COLS) runs the tiled kernel: a workgroup computes `bm`
 rows by `bn` columns, walking K in steps of `bk_chunks` 32-element chunks,
 each invocation `tm` rows by `tn` columns of it (so a workgroup has
-(bm / tm) x (bn / tn) invocations). `TileConfig` is the choice; `choose`
+(bm / tm) x (bn / tn) invocations), on the float path (`dmmv`: weights
+dequantized) or the int8 path (`mmvq`: x quantized to Q8_1 on the device,
+the weights' quants dotted with it as the int8 mat-vec does; without shared
+memory only, so far). `TileConfig` is the choice; `choose`
 makes it for a device class from `TILES` (each entry with its basis and
 note, as the mat-vec's vendor tables) and fits it to the device's limits,
 naming every change in `source`; `check` holds a caller's own TileConfig to
@@ -15,12 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..blocks.formats import CHUNK
+from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
+from ..blocks.formats import CHUNK, BlockFormat
 from ..checks import is_int
 from ..device.caps import DeviceCaps
 from ..device.shader_variants import MATMUL_BINDINGS
+from .choose import check_path, env_path, int_dot_disabled_by_env
 from .classify import DeviceClass
-from .config import VALUE_LOOKUPS
+from .config import PATHS, VALUE_LOOKUPS
 
 # Bounds of the shader's parameters: each invocation keeps tm x tn sums and
 # tm + tn vec4s in registers (past 64 sums they spill to scratch memory).
@@ -42,9 +47,12 @@ class TileConfig:
     bk_chunks: int  # 32-element chunks of K per step (shared memory holds one step)
     tm: int  # rows per invocation
     tn: int  # columns per invocation
+    path: str = "dmmv"  # weights dequantized to float; "mmvq": int8 dot products with Q8_1 activations
     shared_tiles: bool = True  # tiles of W and x in shared memory (GPUs); False: registers and memory (CPU drivers)
     binding: str = "storage"  # weights and x both through storage buffers or both through texel views
     value_lookup: str = "table"  # as the mat-vec's (vkq.dispatch.config.VALUE_LOOKUPS)
+    int_dot: bool = False  # mmvq with OpSDot; False: its int32 emulation
+    x_planes: int = 1  # mmvq: int8 planes of the activations (vkq.blocks.activations)
     # Provenance, not part of what runs (as PipelineConfig's).
     source: str = field(default="default", compare=False)
     evidence: frozenset = field(default=frozenset(), compare=False)
@@ -60,7 +68,7 @@ class TileConfig:
 
     @property
     def kernel(self) -> str:
-        return "mul_mm float"
+        return "mul_mm int8" + (" OpSDot" if self.int_dot else " emulated") if self.path == "mmvq" else "mul_mm float"
 
     @property
     def shared_memory_bytes(self) -> int:
@@ -69,8 +77,9 @@ class TileConfig:
         return (self.bm + self.bn) * (self.bk_chunks * CHUNK // 4 + 1) * 16 if self.shared_tiles else 0
 
     def params(self) -> dict:
-        return {"bm": self.bm, "bn": self.bn, "bk_chunks": self.bk_chunks, "tm": self.tm, "tn": self.tn,
-                "shared_tiles": self.shared_tiles, "binding": self.binding, "value_lookup": self.value_lookup}
+        return {"path": self.path, "bm": self.bm, "bn": self.bn, "bk_chunks": self.bk_chunks, "tm": self.tm,
+                "tn": self.tn, "shared_tiles": self.shared_tiles, "binding": self.binding,
+                "value_lookup": self.value_lookup, "int_dot": self.int_dot, "x_planes": self.x_planes}
 
     @property
     def whole_units(self) -> bool:
@@ -79,15 +88,24 @@ class TileConfig:
 
     def describe(self) -> str:
         """The launch in one line."""
-        return (f"tiled mat-mat {self.bm}x{self.bn}, K step {self.bk_chunks * CHUNK}, {self.tm}x{self.tn} per "
-                f"invocation, wg {self.wg_size}, {'shared-memory tiles' if self.shared_tiles else 'no shared memory'}"
-                f", weights and x {self.binding}"
+        memory = "shared-memory tiles" if self.shared_tiles else "no shared memory"
+        return (f"tiled mat-mat ({self.kernel}) {self.bm}x{self.bn}, K step {self.bk_chunks * CHUNK}, "
+                f"{self.tm}x{self.tn} per invocation, wg {self.wg_size}, {memory}, weights and x {self.binding}"
+                + (", 2 activation planes" if self.x_planes == 2 else "")
                 + (", values by selects" if self.value_lookup == "selects" else ""))
 
 
 def param_problems(cfg: TileConfig) -> list[str]:
     """Values the shader does not support, whatever the device."""
     out = []
+    if cfg.path not in PATHS:
+        out.append(f"path {cfg.path!r} not in {PATHS}")
+    elif cfg.path == "mmvq" and cfg.shared_tiles is True:
+        out.append("the int8 path (mmvq) has no shared-memory tiles: shared_tiles must be False")
+    if not isinstance(cfg.int_dot, bool) or (cfg.int_dot and cfg.path != "mmvq"):
+        out.append(f"int_dot {cfg.int_dot!r}: True or False, True on the mmvq path only")
+    if cfg.x_planes not in (1, 2) or isinstance(cfg.x_planes, bool) or (cfg.x_planes != 1 and cfg.path != "mmvq"):
+        out.append(f"x_planes must be 1, or 2 on the mmvq path; got {cfg.x_planes!r} on {cfg.path!r}")
     for name, top in (("bm", MAX_TILE), ("bn", MAX_TILE), ("bk_chunks", MAX_BK_CHUNKS), ("tm", MAX_TILE),
                       ("tn", MAX_TILE)):
         v = getattr(cfg, name)
@@ -111,18 +129,21 @@ def param_problems(cfg: TileConfig) -> list[str]:
 
 
 # The tile entries by device class key ("vendor/arch", then "vendor/*", then
-# "*"), each with the basis of its numbers (vkq.dispatch.tables.BASES).
+# "*"), each with the basis of its numbers (vkq.dispatch.tables.BASES). An
+# entry's "path" is a path, or one per activation format.
 TILES: dict[str, dict] = {
     "software/lavapipe": {
-        "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 4, "tn": 8, "shared_tiles": False, "binding": "texel",
-        "value_lookup": "selects", "basis": "measured",
-        "note": "lavapipe (Mesa 22.3): docs/measurements.md, 'Tiled mat-mat on lavapipe': no shared memory "
-                "(read one lane at a time there: 6x slower); 4x16 per invocation ran as fast as 4x8 but took "
-                "twice as long to compile (13 s); texel views and selects for the mat-vec's reasons",
+        "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 4, "tn": 8,
+        "shared_tiles": False, "binding": "texel", "value_lookup": "selects", "basis": "measured",
+        "note": "lavapipe (Mesa 22.3): docs/measurements.md, 'lavapipe, 2026-11-27: tiled mat-mat': no "
+                "shared memory (read one lane at a time there: 6x slower); 4x16 per invocation ran as fast as "
+                "4x8 but took twice as long to compile (13 s); texel views and selects for the mat-vec's "
+                "reasons; the int8 path 1.2x faster than the float path for q8_1 (Q4_0, Q4_K); q8_1x2, twice "
+                "the int8 dot products, not measured: the float path, as the mat-vec's measured rule gives it",
     },
     "*": {
-        "bm": 64, "bn": 32, "bk_chunks": 1, "tm": 4, "tn": 4, "shared_tiles": True, "binding": "storage",
-        "value_lookup": "table", "basis": "guess",
+        "path": "dmmv", "bm": 64, "bn": 32, "bk_chunks": 1, "tm": 4, "tn": 4, "shared_tiles": True,
+        "binding": "storage", "value_lookup": "table", "basis": "guess",
         "note": "a small GPU tile (128 invocations of 16 sums, 14 KiB of shared memory, under Vulkan's "
                 "guaranteed 16 KiB); not measured on any GPU",
     },
@@ -166,17 +187,46 @@ def limit_problems(cfg: TileConfig, caps: DeviceCaps, k: int) -> list[str]:
     return out
 
 
-def choose(device_class: DeviceClass, caps: DeviceCaps, k: int) -> TileConfig:
+def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int, path: str | None = None,
+           activations: str = DEFAULT_ACTIVATIONS) -> TileConfig:
     """The class's tile entry fitted to the device, each change named in
-    `source`: the K step halved while shared memory or the loop budget does
-    not fit (more steps, each fewer loop iterations: the budget is met by the
-    other order, doubling it), then bn and tn halved while the workgroup is
-    too large. ValueError if nothing fits."""
+    `source`. The path: the caller's `path`, else VKQ_PATH, else the entry's
+    (a type without an int8 path keeps dmmv); the int8 path without shared
+    memory, with OpSDot where the device has it enabled, on `activations`.
+    Then the K step halved where K is not whole units of it (without shared
+    memory, a step of 8), bn halved while the workgroup is too large, the K
+    step and then bn halved while shared memory does not hold the tiles,
+    the K step doubled while the loop budget does not fit. ValueError if
+    nothing fits."""
     key, entry = entry_for(device_class)
-    cfg = TileConfig(**{name: entry[name] for name in TileConfig.__dataclass_fields__
-                        if name in entry}, source=f"tiles {key} [{entry['basis']}]",
-                     evidence=frozenset({entry["basis"]}))
     notes = []
+    if path is not None:
+        path = check_path(path)
+        if path == "mmvq" and not fmt.has_int8_path:
+            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
+        notes.append("path from argument")
+    else:
+        path = env_path()
+        if path == "mmvq" and not fmt.has_int8_path:
+            path = None
+            notes.append(f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path")
+        elif path is not None:
+            notes.append("path from env VKQ_PATH")
+        if path is None:
+            by_format = entry["path"] if isinstance(entry["path"], dict) else {activations: entry["path"]}
+            path = by_format[activations] if fmt.has_int8_path else "dmmv"
+    params = {name: entry[name] for name in TileConfig.__dataclass_fields__ if name in entry and name != "path"}
+    params["path"] = path
+    if path == "mmvq" and params.get("shared_tiles", True):
+        params["shared_tiles"] = False
+        notes.append("shared_tiles True -> False: the int8 path has none")
+    if path == "mmvq":
+        params["x_planes"] = ACTIVATION_PLANES[activations]
+        params["int_dot"] = caps.int_dot and not int_dot_disabled_by_env()
+        if not params["int_dot"]:
+            notes.append("int32 emulation of OpSDot: " + ("VKQ_DISABLE_INT_DOT" if caps.int_dot
+                                                           else "the int-dot feature is not enabled"))
+    cfg = TileConfig(**params, source=f"tiles {key} [{entry['basis']}]", evidence=frozenset({entry["basis"]}))
 
     def change(why: str, **kw) -> None:
         nonlocal cfg
@@ -201,18 +251,24 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, k: int) -> TileConfig:
         cfg = replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}")
     problems = limit_problems(cfg, caps, k)
     if problems:
-        raise ValueError(f"no tiled mat-mat at K={k} fits this device: " + "; ".join(problems))
+        raise ValueError(f"no tiled mat-mat of {fmt.name} at K={k} fits this device: " + "; ".join(problems))
     return cfg
 
 
-def check(cfg: TileConfig, caps: DeviceCaps, k: int) -> TileConfig:
+def check(cfg: TileConfig, caps: DeviceCaps, fmt: BlockFormat, k: int) -> TileConfig:
     """A caller's own TileConfig, refused (ValueError naming every problem)
-    where it would not compute the right numbers on this device."""
+    where it would not compute the right numbers on this device; only the
+    int32 emulation of OpSDot replaces OpSDot where the device lacks it (the
+    same numbers, named in `source`)."""
     if not isinstance(cfg, TileConfig):
         raise TypeError(f"config must be a vkq.dispatch.tiles.TileConfig, got {type(cfg).__name__}")
+    if cfg.path == "mmvq" and not fmt.has_int8_path:
+        raise ValueError(f"{fmt.name} has no int8 (mmvq) path")
     problems = limit_problems(cfg, caps, k)
     if problems:
         raise ValueError("config does not fit this device: " + "; ".join(problems))
+    if cfg.int_dot and not (caps.int_dot and not int_dot_disabled_by_env()):
+        cfg = replace(cfg, int_dot=False, source=f"{cfg.source}; int32 emulation of OpSDot")
     return cfg
 
 
