@@ -168,11 +168,12 @@ def test_data_dimensions_contradict_the_shape(backend, monkeypatch, qtype, shape
 
 
 def test_data_dimensions_that_agree_are_taken(backend):
-    """Stacked rows (2-D), experts (3-D) and flat bytes all agree with their shape."""
+    """Stacked rows (2-D), experts (3-D), a list of blocks (one 18-byte Q4_0
+    block a row, as quantizers return them) and flat bytes all agree with their shape."""
     data = ggml_quant.random_weights(N_EXPERT * ROWS, K, "Q4_0")
     want = ref.dequantize("Q4_0", (N_EXPERT, ROWS, K), data)
     x = random_x(K)
-    for d in (data, data.reshape(N_EXPERT, ROWS, -1), data.reshape(-1), data.tobytes()):
+    for d in (data, data.reshape(N_EXPERT, ROWS, -1), data.reshape(-1, 18), data.reshape(-1), data.tobytes()):
         w = backend.upload("Q4_0", (N_EXPERT, ROWS, K), d)
         assert ref.nmse(backend.matvec_id(w, x, np.array([2], np.int32))[0], want[2] @ x) < NMSE_GGML
         w.free()

@@ -74,11 +74,15 @@ def _parse_shape(shape) -> tuple[int, int, int]:
     return dims if len(dims) == 3 else (1, *dims)
 
 
-def _leading_dims_fit(data: np.ndarray, n_expert: int, rows: int) -> bool:
+def _leading_dims_fit(data: np.ndarray, n_expert: int, rows: int, fmt: BlockFormat) -> bool:
     """Whether 2-D or 3-D data holds the rows (and experts) a shape gives: its
-    dimensions but the last must be (n_expert * rows,) or (n_expert, rows).
-    (1-D data and bytes say nothing of their rows: only their size is checked.)"""
+    dimensions but the last must be (n_expert * rows,) or (n_expert, rows),
+    or the data is a list of a quantized type's blocks, one block a row (as
+    quantizers return them). (1-D data and bytes say nothing of their rows:
+    only their size is checked.)"""
     if data.ndim not in (2, 3):
+        return True
+    if not fmt.is_plain and data.shape[-1] == fmt.block_bytes and data.dtype in (np.uint8, np.int8):
         return True
     return data.shape[:-1] == ((n_expert * rows,) if data.ndim == 2 else (n_expert, rows))
 
@@ -88,12 +92,12 @@ def _check_leading_dims(data, fmt: BlockFormat, shape, n_expert: int, rows: int)
     cannot tell (rows, K) from (K, rows), and the gguf package's
     ReaderTensor.shape lists a matrix K first: passed as is, its rows would be
     read as K and every mat-vec would return garbage."""
-    if not isinstance(data, np.ndarray) or _leading_dims_fit(data, n_expert, rows):
+    if not isinstance(data, np.ndarray) or _leading_dims_fit(data, n_expert, rows, fmt):
         return
     shape = tuple(int(d) for d in shape)  # (numpy integers print as np.uint64(...))
     rev = shape[::-1]
     e2, rows2, k2 = (1, *rev) if len(rev) == 2 else rev
-    fits = (_leading_dims_fit(data, e2, rows2) and (fmt.is_plain or k2 % fmt.block_elems == 0)
+    fits = (_leading_dims_fit(data, e2, rows2, fmt) and (fmt.is_plain or k2 % fmt.block_elems == 0)
             and data.nbytes == MatrixLayout(fmt, e2, rows2, k2).gguf_nbytes)
     want = (n_expert * rows,) if data.ndim == 2 else (n_expert, rows)
     raise ValueError(f"{fmt.name} data of shape {data.shape} contradicts shape {shape} (the data's leading "
