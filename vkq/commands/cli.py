@@ -10,6 +10,7 @@ from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
 from ..llama.config import DEFAULT_CONTEXT
+from ..llama.decoding import SPECULATIVE
 
 
 def positive_int(text: str) -> int:
@@ -78,7 +79,8 @@ def cmd_generate(args) -> int:
         # It runs every engine itself: an option it would ignore is refused, not dropped unsaid.
         ignored = [flag for flag, given in (("--engine", args.engine is not None), ("-c", args.ctx is not None),
                                             ("--timestamps", args.timestamps), ("--profile", args.profile),
-                                            ("--no-spread", args.no_spread), ("--shape", args.shape)) if given]
+                                            ("--no-spread", args.no_spread), ("--shape", args.shape),
+                                            ("--speculative", args.speculative is not None)) if given]
         if ignored:
             raise ValueError(f"--compare-engines sets the engines, their context, timestamps and launches itself: "
                              f"drop {', '.join(ignored)}")
@@ -87,7 +89,7 @@ def cmd_generate(args) -> int:
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine or "graph", path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
-                    spread=not args.no_spread, shape=args.shape)
+                    spread=not args.no_spread, shape=args.shape, speculative=args.speculative)
 
 
 def cmd_model(args) -> int:
@@ -192,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="graph engine: GPU time per kind of op of a decode step (timestamps around every op), "
                         "dispatches and barriers per token, as a table after the text")
+    p.add_argument("--speculative", choices=SPECULATIVE, default=None,
+                   help="lookup: speculative decoding by prompt lookup: each step also verifies up to 7 tokens "
+                        "drafted from the text so far and keeps those greedy chooses (the same text as without, "
+                        "in fewer steps where it repeats its context); prints drafted, accepted, tokens/step")
     p.add_argument("--compare-engines", type=positive_int, metavar="ROUNDS", default=None,
                    help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
                         "between them (EOS ignored; it sets the engine, context and timestamps itself)")

@@ -34,7 +34,7 @@ def _prompt_ids(file: LlamaFile, prompt: str) -> list[int]:
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
-             spread: bool = True, shape: str | None = None) -> int:
+             spread: bool = True, shape: str | None = None, speculative: str | None = None) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: LlamaConfig.default_context, grown to what the prompt
@@ -44,12 +44,17 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     shape: a table of the decode step's launches and serial depths
     (vkq.llama.profile.step_shape), as this device takes them ("device")
     or as a GPU class does (a key of vector_ops.GPU_LAUNCH_CAPS: the step
-    then runs with that class's launches here too)."""
+    then runs with that class's launches here too). speculative: "lookup",
+    speculative greedy decoding (Decoder.greedy's: the same text), its
+    drafted and accepted tokens and tokens per step beside t/s."""
     if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
         raise ValueError(f"--shape {shape}: device, or a GPU class: {', '.join(sorted(GPU_LAUNCH_CAPS))}")
     if shape is not None and (engine == "host" or path == "numpy"):
         raise ValueError("--shape counts the launches of the graph engine's step: it needs --engine graph and a "
                          "device path")
+    if speculative is not None and profile:
+        raise ValueError("--profile times the one-token decode step; --speculative decodes in steps of several: "
+                         "give one of them")
     launches = None if shape in (None, "device") else shape
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
@@ -71,7 +76,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                          device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
                          launches=launches)
     load_s = time.perf_counter() - t0
-    warm = decoder.warm_up(n_prompt)
+    warm = decoder.warm_up(n_prompt, speculative=speculative is not None)
     cfg = file.config
     backend = getattr(decoder, "backend", None)
     dev = "numpy float64 (reference)" if backend is None else backend.device_info.name
@@ -81,7 +86,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
           f"{warm:.1f} s", file=sys.stderr)
     print(prompt, end="", flush=True)
     _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
-                                   on_text=lambda s: print(s, end="", flush=True))
+                                   on_text=lambda s: print(s, end="", flush=True), speculative=speculative)
     print()
     print(stats.summary(), file=sys.stderr)
     if profile:

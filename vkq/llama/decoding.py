@@ -10,7 +10,10 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NonFiniteLogits
+from .lookup import DRAFT_MAX, Drafter, PromptLookup
 from .model import LlamaFile
+
+SPECULATIVE = ("lookup",)  # the drafters greedy(speculative=) takes by name (vkq.llama.lookup)
 
 
 @dataclass
@@ -27,15 +30,19 @@ class GenerationStats:
     prompt_seconds: float = 0.0
     prompt_device_seconds: float = 0.0
     decode_steps: int = 0  # forward passes after the prompt (the first token comes from the prompt's logits)
+    decode_tokens: int = 0  # the tokens they chose: one per step, more where drafts were accepted
     decode_seconds: float = 0.0
     decode_device_seconds: float = 0.0
     decode_submits: int = 0
     dispatches: int | None = None  # compute dispatches and barriers per decode step (where the engine knows)
     barriers: int | None = None
+    speculative: str | None = None  # the drafter (greedy's speculative=), None for plain greedy
+    drafted: int = 0  # drafted tokens verified
+    accepted: int = 0  # of those, the ones greedy chose (and the text kept)
 
     @property
     def tokens_per_second(self) -> float:
-        return self.decode_steps / self.decode_seconds if self.decode_seconds else 0.0
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
 
     @property
     def prompt_tokens_per_second(self) -> float:
@@ -43,15 +50,24 @@ class GenerationStats:
 
     @property
     def ms_per_token(self) -> float:
-        return 1e3 * self.decode_seconds / self.decode_steps if self.decode_steps else 0.0
+        return 1e3 * self.decode_seconds / self.decode_tokens if self.decode_tokens else 0.0
 
     @property
     def device_ms_per_token(self) -> float:
-        return 1e3 * self.decode_device_seconds / self.decode_steps if self.decode_steps else 0.0
+        return 1e3 * self.decode_device_seconds / self.decode_tokens if self.decode_tokens else 0.0
 
     @property
     def submits_per_token(self) -> float:
-        return self.decode_submits / self.decode_steps if self.decode_steps else 0.0
+        return self.decode_submits / self.decode_tokens if self.decode_tokens else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.decode_tokens / self.decode_steps if self.decode_steps else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        """The share of drafted tokens accepted."""
+        return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
     def device_share(self) -> float:
@@ -70,6 +86,9 @@ class GenerationStats:
                 f"decode: {self.n_generated} tokens, {self.decode_steps} steps in {self.decode_seconds:.2f} s: "
                 f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
                 f"{submits_per_token(self.submits_per_token)}{self._dispatch_note()}); {self.engine}")
+            if self.speculative:
+                lines.append(f"speculative ({self.speculative}): drafted {self.drafted}, accepted {self.accepted} "
+                             f"({100 * self.acceptance:.0f}%); {self.tokens_per_step:.2f} tokens/step")
         else:
             lines.append(f"decode: {self.n_generated} tokens, no decode step; {self.engine}")
         return "\n".join(lines)
@@ -81,7 +100,7 @@ class GenerationStats:
 
 def submits_per_token(n: float) -> str:
     """'1 submit/token', '121 submits/token'."""
-    return f"{n:g} submit{'' if n == 1 else 's'}/token"
+    return f"{n:.3g} submit{'' if n == 1 else 's'}/token"
 
 
 def check_choice(token: int, logits: np.ndarray, n_fed: int) -> None:
@@ -106,6 +125,7 @@ class Decoder(ABC):
 
     file: LlamaFile
     ctx: int  # positions the KV cache may hold: the context this decoder was given
+    n_past: int  # positions the KV cache holds now
     device_label = "mat-vec"
 
     def _set_context(self, ctx: int | None) -> None:
@@ -145,6 +165,39 @@ class Decoder(ABC):
         """The tokens join the KV cache. Returns the argmax of the last
         position's logits, and those logits (float32 (n_vocab,)) if asked."""
 
+    @property
+    @abstractmethod
+    def max_row_tokens(self) -> int:
+        """The most tokens feed_rows takes in one step."""
+
+    @abstractmethod
+    def feed_rows(self, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens (1 to max_row_tokens) join the KV cache in one step.
+        Returns every token's next-token argmax (n,) and logits (n, n_vocab);
+        row i has the bits feed() gives after tokens[i] (the engine's
+        n-column step computes each column as the one-column step does)."""
+
+    @property
+    def rows_exact(self) -> bool:
+        """Whether feed_rows's rows are those bits, which speculative decoding's
+        guarantee rests on (vkq's engines: yes, tested; the numpy reference's
+        BLAS promises no such thing)."""
+        return True
+
+    def rewind(self, n_past: int) -> None:
+        """Keep the first n_past positions of the KV cache: the next feed
+        writes at n_past (positions past n_past are never read)."""
+        if not 0 <= n_past <= self.n_past:
+            raise ValueError(f"rewind to {n_past} positions: the cache holds {self.n_past}")
+        self.n_past = n_past
+
+    def _check_rows(self, tokens) -> list[int]:
+        tokens = self.file.check_ids(tokens)
+        if not 1 <= len(tokens) <= self.max_row_tokens:
+            raise ValueError(f"feed_rows takes 1 to {self.max_row_tokens} tokens, got {len(tokens)}")
+        self.check_room(self.n_past, len(tokens))
+        return tokens
+
     def counters(self) -> tuple[float, int]:
         """(device seconds, submits) so far: see GenerationStats."""
         return 0.0, 0
@@ -181,45 +234,118 @@ class Decoder(ABC):
         return np.stack(out)
 
     def greedy(self, prompt_ids, n_tokens: int, *, stop_at_eos: bool = True, keep_logits: bool = False,
-               on_token: Callable[[int], None] | None = None) -> Generation:
-        """Greedy decoding of n_tokens after prompt_ids (from an empty cache)."""
+               on_token: Callable[[int], None] | None = None, speculative: str | Drafter | None = None,
+               draft_max: int = DRAFT_MAX) -> Generation:
+        """Greedy decoding of n_tokens after prompt_ids (from an empty cache).
+        speculative="lookup": each step also verifies up to draft_max tokens
+        drafted by prompt lookup (vkq.llama.lookup) and keeps those greedy
+        agrees with: the same tokens as without, in fewer steps where the
+        text repeats its context (GenerationStats: drafted, accepted). Or
+        a drafter of one's own (vkq.llama.lookup.Drafter): its drafts are
+        cut to draft_max and verified the same way."""
         prompt_ids = self.file.check_ids(prompt_ids)
         if n_tokens < 0:
             raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
         if not prompt_ids:
             raise ValueError("no tokens to feed (empty prompt?)")
+        drafter = None if speculative is None else self._drafter(speculative, draft_max)
         self.check_room(0, len(prompt_ids) + max(n_tokens - 1, 0))
-        stats = GenerationStats(self.label, self.device_label, n_prompt=len(prompt_ids))
+        stats = GenerationStats(self.label, self.device_label, n_prompt=len(prompt_ids),
+                                speculative=None if drafter is None else drafter.name)
         stats.dispatches, stats.barriers = self.step_counts() or (None, None)
         out, kept = [], [] if keep_logits else None
+        eos = self.tokenizer.eos_id if stop_at_eos else None
+
+        def emit(token: int, logits: np.ndarray) -> bool:
+            """A chosen token joins the output; True where the generation ends at it."""
+            out.append(token)
+            if kept is not None:
+                kept.append(logits)
+            if on_token is not None:
+                on_token(token)
+            return len(out) >= n_tokens or token == eos
+
         self.reset()
         t0, (d0, _) = time.perf_counter(), self.counters()
         token, logits = self.feed(prompt_ids, True)
         check_choice(token, logits, len(prompt_ids))
         stats.prompt_seconds, stats.prompt_device_seconds = time.perf_counter() - t0, self.counters()[0] - d0
         t0, (d0, s0) = time.perf_counter(), self.counters()
-        eos = self.tokenizer.eos_id
-        while n_tokens:
-            out.append(token)
-            if kept is not None:
-                kept.append(logits)
-            if on_token is not None:
-                on_token(token)
-            if len(out) >= n_tokens or (stop_at_eos and eos is not None and token == eos):
-                break
-            token, logits = self.feed([token], True)
-            stats.decode_steps += 1
-            check_choice(token, logits, len(prompt_ids) + stats.decode_steps)
+        if n_tokens and not emit(token, logits):
+            if drafter is None:
+                while True:
+                    token, logits = self.feed([token], True)
+                    stats.decode_steps += 1
+                    stats.decode_tokens += 1
+                    check_choice(token, logits, len(prompt_ids) + stats.decode_steps)
+                    if emit(token, logits):
+                        break
+            else:
+                drafter.start(prompt_ids + [token])
+                self._speculative_steps(drafter, draft_max, token, n_tokens - len(out), emit, stats)
         d1, s1 = self.counters()
         stats.decode_seconds, stats.decode_device_seconds = time.perf_counter() - t0, d1 - d0
         stats.decode_submits = s1 - s0
         stats.n_generated = len(out)
         return Generation(out, stats, kept)
 
+    def _drafter(self, speculative: str | Drafter, draft_max: int) -> Drafter:
+        """The drafter speculative= names (or is), once this decoder is found to keep greedy's tokens with it."""
+        if speculative not in SPECULATIVE and not all(hasattr(speculative, m) for m in ("start", "add", "draft",
+                                                                                         "update", "name")):
+            raise ValueError(f"speculative {speculative!r}: one of {', '.join(SPECULATIVE)} (or None: plain greedy)")
+        if not self.rows_exact:
+            raise ValueError(f"speculative decoding keeps greedy's tokens only where a step over several tokens "
+                             f"gives each the bits of one: vkq's engines, not {self.label}")
+        most = self.max_row_tokens - 1
+        if most < 1:
+            raise ValueError(f"speculative decoding verifies drafts in one step of several tokens; this decoder "
+                             f"takes {self.max_row_tokens} per step (prompt_chunk)")
+        if not isinstance(draft_max, int) or not 1 <= draft_max <= most:
+            raise ValueError(f"draft_max {draft_max!r}: 1 to {most} drafted tokens (with the token before them, "
+                             f"one step of at most {self.max_row_tokens})")
+        return PromptLookup(draft_max) if speculative == "lookup" else speculative
+
+    def _speculative_steps(self, drafter: Drafter, draft_max: int, token: int, n_left: int,
+                           emit: Callable[[int, np.ndarray], bool], stats: GenerationStats) -> None:
+        """The decode steps of speculative greedy: `token` (chosen, not yet
+        fed) goes in with the drafts after it; row i of the step's logits is
+        greedy's choice after token and drafts[:i], so the drafts are kept up
+        to the first that greedy did not choose, and greedy's own choice
+        after them follows. The KV entries of the rejected drafts are left
+        behind the rewound position, to be overwritten."""
+        while True:
+            n_fed = self.n_past
+            drafts = list(drafter.draft(n_left - 1))[:min(n_left - 1, draft_max)]  # (a step emits up to
+            # len(drafts) + 1 tokens: no more than are left to generate, nor positions than the context has)
+            if drafts:
+                choices, rows = self.feed_rows([token] + drafts)
+            else:
+                choice, logits = self.feed([token], True)
+                choices, rows = [choice], logits[None]
+            stats.decode_steps += 1
+            stats.drafted += len(drafts)
+            accepted = 0
+            while accepted < len(drafts) and drafts[accepted] == choices[accepted]:
+                accepted += 1
+            drafter.update(len(drafts), accepted)
+            self.rewind(n_fed + 1 + accepted)  # token and the accepted drafts
+            for i in range(accepted + 1):
+                token = int(choices[i])
+                check_choice(token, rows[i], n_fed + i + 1)
+                stats.decode_tokens += 1
+                stats.accepted += i < accepted
+                n_left -= 1
+                if emit(token, rows[i]):
+                    return
+                drafter.add(token)
+
     def generate(self, prompt: str, n_tokens: int, *, stop_at_eos: bool = True,
-                 on_text: Callable[[str], None] | None = None) -> tuple[str, list[int], GenerationStats]:
+                 on_text: Callable[[str], None] | None = None,
+                 speculative: str | None = None) -> tuple[str, list[int], GenerationStats]:
         """Greedy continuation of a text prompt: (text, generated ids, stats).
-        on_text receives the text as it grows, piece by piece."""
+        on_text receives the text as it grows, piece by piece; speculative:
+        as greedy's (the same text)."""
         prompt_ids = self.tokenizer.encode(prompt)
         on_token: Callable[[int], None] | None = None
         if on_text is not None:
@@ -233,5 +359,5 @@ class Decoder(ABC):
                     on_text(text[len(shown[0]):])
                     shown[0] = text
             on_token = show_text
-        gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token)
+        gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token, speculative=speculative)
         return self.tokenizer.decode(gen.tokens, continuation=True), gen.tokens, gen.stats

@@ -45,6 +45,9 @@ bit for bit: every op computes a token's values as the one-token step does
 (the dispatcher keeps one summation order per matrix whatever the column
 count, vkq.dispatch.choose; the attention appends the chunk's keys, then
 attends for each query over the caches, vkq.llama.vector_ops.Attention).
+The step that verifies speculative decoding's drafts (feed_rows) is the
+same step with the output norm and head over all n tokens: each row the
+logits of its token fed alone, so the drafts greedy keeps are its own choices.
 """
 from __future__ import annotations
 
@@ -135,6 +138,7 @@ class GpuLlama(Decoder):
         self.op_samples: dict[int, list[list[tuple[str, float]]]] | None = {} if profile else None
         self._make_state(asked=ctx is not None)
         self._steps: dict[int, _Step] = {}
+        self._row_steps: dict[int, _Step] = {}  # steps that return every token's logits (feed_rows)
         self.step_graph = self._step(1).graph  # the decode step
         self.reset()
 
@@ -218,16 +222,20 @@ class GpuLlama(Decoder):
                                   for i, hn in enumerate(f.head_norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
 
-    def _step(self, n: int) -> "_Step":
-        """The recorded step for n tokens (made on first use)."""
-        if n not in self._steps:
-            self._steps[n] = self._record_step(n)
-        return self._steps[n]
+    def _step(self, n: int, every_row: bool = False) -> "_Step":
+        """The recorded step for n tokens (made on first use); every_row: the
+        one that returns every token's logits, not the last one's only."""
+        steps = self._row_steps if every_row else self._steps
+        if n not in steps:
+            steps[n] = self._record_step(n, every_row)
+        return steps[n]
 
     # -- the recorded step ---------------------------------------------------------
-    def _record_step(self, n: int) -> "_Step":
+    def _record_step(self, n: int, every_row: bool = False) -> "_Step":
         """The graph of one forward pass over n tokens at consecutive positions
-        (n = 1: a decode step); the last token's logits and their argmax come back."""
+        (n = 1: a decode step); the last token's logits and their argmax come
+        back, or with every_row each token's (the output norm and head over
+        n columns: each column the bits of one, as every mat-vec's)."""
         f, cfg, b = self.file, self.config, self.backend
         dev = self.launch_device
         g = b.graph(timestamps=self.timestamps)
@@ -248,7 +256,8 @@ class GpuLlama(Decoder):
             return streams[1] if stream is streams[0] else streams[0]
 
         h = b.tensor(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
-        h_last = b.tensor(cfg.n_embd, name="h of the last token")  # the output norm's: the output head's input
+        n_out = n if every_row else 1  # the tokens whose logits come back: the last ones
+        h_last = b.tensor(cfg.n_embd, n_out, name="h of the output")  # the output norm's: the output head's input
         attn = b.tensor(qd, n, name="attention")
         swiglu = b.tensor(cfg.n_ff, n_slots or n, name="swiglu")
         if cfg.is_moe:
@@ -352,32 +361,36 @@ class GpuLlama(Decoder):
             matvec(layer.down, swiglu, expert_ids)
             residual = Vectors(y[layer.down], cfg.n_embd)
             slots = WeightedSlots(expert_weights, k_used)
-        # Only the last token's logits are wanted: the output norm and head take its vectors alone.
+        # Only the last n_out tokens' logits are wanted: the output norm and head take their vectors alone.
+        first = n - n_out
         per_token = slots.k if slots else 1  # residual vectors per token
-        last_residual = Vectors(residual.tensor, cfg.n_embd, residual.offset + (n - 1) * per_token * residual.step,
+        last_residual = Vectors(residual.tensor, cfg.n_embd, residual.offset + first * per_token * residual.step,
                                 residual.step)
-        last_slots = WeightedSlots(slots.weights, slots.k, (n - 1) * slots.k) if slots else None
-        last = (n - 1) * x.tensor.stride
+        last_slots = WeightedSlots(slots.weights, slots.k, first * slots.k) if slots else None
+        last = first * x.tensor.stride
         x_next = other(x)
         g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
-                      cfg.rms_eps, residual=last_residual, xq=h_last_q, slots=last_slots,
+                      cfg.rms_eps, n_out, residual=last_residual, xq=h_last_q, slots=last_slots,
                       x_out=Vectors(x_next.tensor, cfg.n_embd, last), spread=self.spread),
               label="RMSNorm output_norm")
-        logits = g.output(b.tensor(f.n_vocab, name="logits"))
+        logits = g.output(b.tensor(f.n_vocab, n_out, name="logits"))
         matvec(f.output_group, h_last, out=logits)
-        next_token = g.output(b.tensor(1, dtype=np.int32, name="next token"))
-        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, parts=None if self.spread else 1))
-        return _Step(n, g, tokens, positions, logits, next_token)
+        next_token = g.output(b.tensor(n_out, dtype=np.int32, name="next token"))
+        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1))
+        return _Step(n, g, tokens, positions, logits, next_token, every_row)
 
-    def warm_up(self, n_prompt: int = 0) -> float:
+    def warm_up(self, n_prompt: int = 0, speculative: bool = False) -> float:
         """The first replay of every step a prompt of n_prompt tokens and the
         decode steps use (it records the graph and uploads the constants), on
-        an empty KV cache, left empty. Returns the seconds it took."""
+        an empty KV cache, left empty; speculative: and the steps that verify
+        drafts (feed_rows). Returns the seconds it took."""
         if self.n_past:
             raise RuntimeError("warm_up() needs an empty KV cache (reset() first)")
         t0 = time.perf_counter()
         for n in sorted({1} | set(self._chunks(n_prompt))):
             self._replay(self._step(n), [0] * n, 0)
+        for n in range(2, self.max_row_tokens + 1) if speculative else ():
+            self._replay(self._step(n, every_row=True), [0] * n, 0)
         if self.op_samples is not None:
             self.op_samples.clear()  # a first replay's times are not a step's
         return time.perf_counter() - t0
@@ -393,7 +406,7 @@ class GpuLlama(Decoder):
         step.graph.run()
         self.submits += 1
         self.kernel_seconds += step.graph.kernel_seconds or 0.0
-        if self.op_samples is not None:
+        if self.op_samples is not None and not step.every_row:  # (profiles cover the decode and prompt steps)
             self.op_samples.setdefault(step.n, []).append(step.graph.op_seconds())
         self._last = step
 
@@ -416,6 +429,20 @@ class GpuLlama(Decoder):
         last = self._last
         return int(last.next_token.read()[0]), (last.logits.read() if want_logits else None)
 
+    @property
+    def max_row_tokens(self) -> int:
+        # (the attention's scratch holds the queries of prompt_chunk tokens)
+        return self.prompt_chunk
+
+    def feed_rows(self, tokens):
+        """The tokens join the KV cache in one step that returns every token's logits."""
+        tokens = self._check_rows(tokens)
+        n = len(tokens)
+        step = self._step(n, every_row=True)
+        self._replay(step, tokens, self.n_past)
+        self.n_past += n
+        return step.next_token.read().astype(np.int64), step.logits.read().reshape(n, self.n_vocab)
+
 
 @dataclass(frozen=True)
 class _Step:
@@ -425,5 +452,6 @@ class _Step:
     graph: object
     tokens: object  # int32 (n,): the token ids
     positions: object  # int32 (n,): their positions
-    logits: object  # the last token's
-    next_token: object  # their argmax
+    logits: object  # the last token's (every_row: every token's, one row each)
+    next_token: object  # their argmax (every_row: each row's)
+    every_row: bool = False

@@ -123,15 +123,16 @@ class LlamaModel(Decoder):
         other.reset()
         return other
 
-    def warm_up(self, n_prompt: int = 0) -> float:
+    def warm_up(self, n_prompt: int = 0, speculative: bool = False) -> float:
         """Record the dispatches of every mat-vec for the column counts a prompt
-        of n_prompt tokens and the decode steps use, so that the timings that
+        of n_prompt tokens and the decode steps use (speculative: and the
+        steps that verify drafts, any count), so that the timings that
         follow are steady state (Backend.matvec records a matrix's pipeline on
         its first call with a new column count: ~25 ms each on lavapipe).
         Returns the seconds it took; the KV cache is untouched."""
         if self.backend is None:
             return 0.0
-        sizes = {1}
+        sizes = set(range(1, MAX_COLS + 1)) if speculative else {1}
         if n_prompt:
             sizes.add(min(n_prompt, MAX_COLS))
             if n_prompt % MAX_COLS:
@@ -223,17 +224,22 @@ class LlamaModel(Decoder):
         n, p0 = q.shape[0], self.n_past
         self.k_cache[layer][p0 : p0 + n] = k
         self.v_cache[layer][p0 : p0 + n] = v
-        keys, values = self.k_cache[layer][: p0 + n], self.v_cache[layer][: p0 + n]
         group = cfg.n_head // cfg.n_head_kv  # query head h reads KV head h // group, as ggml broadcasts
         qg = q.reshape(n, cfg.n_head_kv, group, cfg.head_dim)
-        scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(1.0 / np.sqrt(cfg.head_dim))
-        if n > 1:  # causal inside the chunk: query i sees keys up to p0 + i
-            future = np.arange(p0 + n)[None, :] > (p0 + np.arange(n))[:, None]
-            scores[..., future] = -np.inf
+        # Causal: query i sees the keys up to p0 + i. Each query attends on its
+        # own over exactly those, so that a chunk's rows have the bits of its
+        # tokens fed one by one (a masked batch would sum in another order),
+        # which speculative decoding's verifying step rests on.
+        out = [self._attend(qg[i:i + 1], self.k_cache[layer][: p0 + i + 1], self.v_cache[layer][: p0 + i + 1])
+               for i in range(n)]
+        return np.concatenate(out).reshape(n, cfg.n_head * cfg.head_dim)
+
+    def _attend(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Softmax attention of one query (1, n_head_kv, group, hd) over all of keys/values."""
+        scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(1.0 / np.sqrt(self.config.head_dim))
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
-        out = np.einsum("kgnt,tkd->nkgd", scores, values)
-        return out.reshape(n, cfg.n_head * cfg.head_dim)
+        return np.einsum("kgnt,tkd->nkgd", scores, values)
 
     def _ffn(self, layer, h: np.ndarray) -> np.ndarray:
         gate, up = [y for g in layer.gate_up for y in self.matvecs.run(g, h)]
@@ -244,7 +250,9 @@ class LlamaModel(Decoder):
         n_used experts (MUL_MAT_ID), their outputs weighted and added in the
         router's order, as llama.cpp adds them."""
         mv, n_used = self.matvecs, self.config.n_expert_used
-        ids, weights = route(mv.run(layer.router, h)[0], n_used)
+        # Routed row by row: numpy may sum a batch's softmax over the experts in
+        # another order than one row's, and a chunk's rows keep one token's bits.
+        ids, weights = map(np.concatenate, zip(*(route(row[None], n_used) for row in mv.run(layer.router, h)[0])))
         gate, up = [y for g in layer.gate_up for y in mv.run(g, h, ids)]  # (n * n_used, n_ff): slot by slot
         down = mv.run(layer.down, silu(gate) * up, ids.reshape(-1, 1))[0].reshape(h.shape[0], n_used, -1)
         out = down[:, 0] * weights[:, :1]
@@ -291,4 +299,18 @@ class LlamaModel(Decoder):
         for s in range(0, len(tokens), MAX_COLS):
             logits = self.forward(tokens[s : s + MAX_COLS])
         return int(np.argmax(logits)), logits
+
+    @property
+    def max_row_tokens(self) -> int:
+        return MAX_COLS
+
+    @property
+    def rows_exact(self) -> bool:
+        return self.backend is not None  # (the numpy reference: float64 BLAS, whose sums may vary with n)
+
+    def feed_rows(self, tokens):
+        """The tokens join the KV cache in one forward pass that returns every token's logits."""
+        tokens = self._check_rows(tokens)
+        logits = self.forward(tokens, all_logits=True)
+        return np.argmax(logits, axis=-1), logits
 

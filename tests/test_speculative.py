@@ -1,0 +1,206 @@
+"""Speculative greedy decoding: the tokens of plain greedy, token for token.
+
+A step feeds the chosen token and drafts after it (Decoder.feed_rows) and
+keeps the drafts greedy agrees with; its guarantee rests on the n-column
+step giving each row the bits of one token fed alone (tests/test_prompt_chunks.py).
+Drafters made to be right (every draft accepted), wrong (every draft
+rejected) and right then wrong, past an end-of-text token and up to the
+context's end, on both engines and both paths, dense and MoE; prompt lookup
+itself (vkq.llama.lookup) on its own, and on SmolLM2 (slow).
+"""
+from __future__ import annotations
+
+import pytest
+
+from vkq.llama.gpu_step import GpuLlama
+from vkq.llama.host import LlamaModel
+from vkq.llama.lookup import DRAFT_START, PAUSE_MAX, PromptLookup
+
+from conftest import smollm2_or_skip
+from tiny_llama import write_gguf
+
+TEXT = "the theory that the three then- the other thing that the world"
+N = 20
+
+
+@pytest.fixture(scope="module", params=[None, (8, 2)], ids=["dense", "moe"])
+def model_file(request, tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("spec") / "tiny.gguf", experts=request.param)
+
+
+ENGINES = {"graph dmmv": (GpuLlama, "dmmv"), "graph mmvq": (GpuLlama, "mmvq"), "host": (LlamaModel, "auto")}
+
+
+def decoder(backend, engine: str, path, ctx: int = 64):
+    kind, mode = ENGINES[engine]
+    return kind(path, backend, mode, ctx=ctx)
+
+
+class Scripted:
+    """A drafter that drafts from a known sequence (greedy's own tokens),
+    each draft changed from position `wrong_at` on (None: never)."""
+
+    name = "scripted"
+
+    def __init__(self, tokens, wrong_at: int | None = None, n_vocab: int = 260):
+        self.tokens, self.wrong_at, self.n_vocab = tokens, wrong_at, n_vocab
+        self.asked: list[int] = []
+
+    def start(self, context):
+        self.n = 1  # greedy's first token is in the context: drafts start at the second
+
+    def add(self, token):
+        self.n += 1
+
+    def draft(self, room):
+        self.asked.append(room)
+        d = list(self.tokens[self.n:self.n + room])
+        if self.wrong_at is not None:
+            d = d[:self.wrong_at] + [(t + 1) % self.n_vocab for t in d[self.wrong_at:]]
+        return d
+
+    def update(self, drafted, accepted):
+        pass
+
+
+def same(a, b):
+    assert a.tokens == b.tokens
+    assert len(a.logits) == len(b.logits) and all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_drafts_all_accepted_all_rejected_and_half(backend, model_file, engine):
+    d = decoder(backend, engine, model_file)
+    ids = d.tokenizer.encode(TEXT)
+    plain = d.greedy(ids, N, stop_at_eos=False, keep_logits=True)
+    right = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative=Scripted(plain.tokens))
+    same(right, plain)
+    s = right.stats
+    assert s.accepted == s.drafted == 16  # 19 tokens after the prompt's: steps of 8, 8 and 3
+    assert s.decode_steps == 3 and s.decode_tokens == N - 1 and s.tokens_per_step == 19 / 3
+    wrong = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative=Scripted(plain.tokens, wrong_at=0))
+    same(wrong, plain)
+    assert wrong.stats.accepted == 0 and wrong.stats.decode_steps == N - 1
+    assert wrong.stats.drafted == 7 * 12 + 6 + 5 + 4 + 3 + 2 + 1  # as many as the tokens still to come allow
+    half = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative=Scripted(plain.tokens, wrong_at=3))
+    same(half, plain)
+    assert half.stats.accepted == 3 * 4 + 2 and half.stats.decode_steps == 5  # 4 tokens a step, then 3
+    assert half.stats.speculative == "scripted" and plain.stats.speculative is None
+
+
+def test_a_draft_across_the_end_of_text_stops_there(backend, tmp_path):
+    """With an end-of-text token greedy chooses mid-way, drafts that run
+    past it stop where plain greedy stops, at that token."""
+    d = GpuLlama(write_gguf(tmp_path / "tiny.gguf"), backend, "auto", ctx=64)
+    ids = d.tokenizer.encode(TEXT)
+    free = d.greedy(ids, N, stop_at_eos=False).tokens
+    at = next(i for i in range(3, N) if free[i] not in free[:i])
+    eos_file = write_gguf(tmp_path / "eos.gguf", metadata={"tokenizer.ggml.eos_token_id": free[at]})
+    e = GpuLlama(eos_file, backend, "auto", ctx=64)
+    plain = e.greedy(ids, N, keep_logits=True)
+    assert plain.tokens == free[:at + 1]
+    for wrong_at in (None, 5):
+        spec = e.greedy(ids, N, keep_logits=True, speculative=Scripted(free, wrong_at))
+        same(spec, plain)
+
+
+@pytest.mark.parametrize("engine", ["graph dmmv", "host"])
+def test_drafts_stop_at_the_context_end(backend, model_file, engine):
+    """A context of exactly the prompt and N - 1 new positions: the drafts
+    are cut to the tokens still to come, so no step passes its end."""
+    probe = decoder(backend, engine, model_file)
+    ids = probe.tokenizer.encode(TEXT)
+    plain = probe.greedy(ids, N, stop_at_eos=False, keep_logits=True)
+    d = decoder(backend, engine, model_file, ctx=len(ids) + N - 1)
+    for wrong_at, asked in ((None, [18, 10, 2]), (0, [18 - i for i in range(19)])):
+        drafter = Scripted(plain.tokens + [1] * 16, wrong_at)  # it would draft past the end
+        spec = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative=drafter)
+        same(spec, plain)
+        assert drafter.asked == asked and d.n_past == d.ctx  # the last step ends at the context's end
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_prompt_lookup_keeps_greedy_tokens(backend, model_file, engine):
+    d = decoder(backend, engine, model_file, ctx=96)
+    for text, repeats in ((TEXT, False), ("abcdefgh abcdefgh abcdefgh abcdefgh abc", True)):
+        ids = d.tokenizer.encode(text)
+        plain = d.greedy(ids, N, stop_at_eos=False, keep_logits=True)
+        spec = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative="lookup")
+        same(spec, plain)
+        assert spec.stats.speculative == "lookup" and spec.stats.n_generated == N
+        assert spec.stats.drafted > 0 or not repeats  # (the random model does not copy: its drafts are rejected)
+
+
+def test_prompt_lookup_drafts():
+    p = PromptLookup(draft_max=7)
+    p.start([1, 2, 3, 4, 5, 9, 2, 3])
+    assert p.match(7) == [4, 5, 9, 2, 3, 4, 5]  # after "2 3": what followed it before, read on into the draft
+    p.add(7)
+    assert p.match(3) == []  # 7 never occurred before
+    p.start([5, 5, 5])
+    assert p.match(4) == [5, 5, 5, 5]  # a period of one token
+    p.start([1, 2, 3, 9, 2, 3, 4, 1, 2, 3])
+    assert p.match(2) == [9, 2]  # the latest occurrence of the longest n-gram that has one: "1 2 3"
+    p.start([2, 3, 9, 1, 2, 3, 4, 8, 3])
+    assert p.match(2) == []  # one token ("3") is not enough
+    one = PromptLookup(ngram_min=1)
+    one.start([2, 3, 9, 1, 2, 3, 4, 8, 3])
+    assert one.match(2) == [4, 8]
+
+
+def test_prompt_lookup_backs_off():
+    p = PromptLookup(draft_max=7)
+    p.start([1, 2, 3, 1, 2])
+    assert len(p.draft(10)) == DRAFT_START == 3
+    p.update(3, 3)
+    assert len(p.draft(10)) == 6  # all accepted: doubled
+    p.update(6, 6)
+    assert len(p.draft(10)) == 7  # up to draft_max
+    p.update(7, 2)
+    assert len(p.draft(10)) == 3  # one more than were accepted
+    pauses = []
+    for _ in range(7):
+        p.update(1, 0)  # rejected outright: lookups pause, longer each time
+        n = 0
+        while not p.draft(10):
+            n += 1
+        pauses.append(n)
+    assert pauses == [1, 2, 4, 8, PAUSE_MAX, PAUSE_MAX, PAUSE_MAX]
+    p.update(1, 1)
+    p.update(1, 0)
+    assert p.draft(10) == [] and p.draft(10) != []  # an acceptance resets the pauses
+    assert len(p.draft(2)) == 1  # and the limit fell to one
+
+
+def test_refusals(backend, model_file):
+    g = GpuLlama(model_file, backend, "auto", ctx=32)
+    ids = g.tokenizer.encode(TEXT)[:5]
+    with pytest.raises(ValueError, match="speculative 'model'"):
+        g.greedy(ids, 4, speculative="model")
+    with pytest.raises(ValueError, match="draft_max 8: 1 to 7"):
+        g.greedy(ids, 4, speculative="lookup", draft_max=8)
+    one = GpuLlama(None, backend, "auto", ctx=32, file=g.file, prompt_chunk=1)
+    with pytest.raises(ValueError, match="takes 1 per step"):
+        one.greedy(ids, 4, speculative="lookup")
+    ref = LlamaModel(None, None, "numpy", ctx=32, file=g.file)
+    with pytest.raises(ValueError, match="vkq's engines, not engine numpy"):
+        ref.greedy(ids, 4, speculative="lookup")
+    g.reset()
+    g.feed(ids, False)
+    with pytest.raises(ValueError, match="rewind to 6 positions: the cache holds 5"):
+        g.rewind(6)
+    with pytest.raises(ValueError, match="feed_rows takes 1 to 8 tokens, got 9"):
+        g.feed_rows([1] * 9)
+
+
+@pytest.mark.slow
+def test_smollm2_repeating_prompt(backend):
+    """SmolLM2 asked to write out code again: most drafts accepted, greedy's tokens."""
+    d = GpuLlama(smollm2_or_skip(), backend, "auto", ctx=256)
+    code = "def area(width, height):\n    return width * height\n\n"
+    ids = d.tokenizer.encode(f"{code}Copy the function above exactly:\n\n")
+    plain = d.greedy(ids, 24, stop_at_eos=False, keep_logits=True)
+    spec = d.greedy(ids, 24, stop_at_eos=False, keep_logits=True, speculative="lookup")
+    same(spec, plain)
+    print(spec.stats.summary())
+    assert spec.stats.accepted >= 8 and spec.stats.decode_steps < plain.stats.decode_steps
