@@ -59,11 +59,22 @@ def odd_k(qtype: str) -> int:
     return 536 if fmt.is_plain else 544 if fmt.block_elems == 32 else 768
 
 
+# Distinct rows of a case: its rows are drawn at random from this many
+# quantized rows (ggml's i-quant quantizers take seconds per few rows on two
+# cores); a kernel reading the wrong row still reads other values but with
+# probability 1/POOL_ROWS.
+POOL_ROWS = 16
+
+
 @functools.lru_cache(maxsize=2)
 def case(backend: vkq.Backend, qtype: str, rows: int, k: int):
     """(Weights, float64 dequantized values) of a rows x K matrix made by ggml's quantizer."""
-    data = ggml_quant.random_weights(rows, k, qtype, seed=rows + k)
-    return backend.upload(qtype, (rows, k), data), ref.dequantize(qtype, (rows, k), data)
+    pool_rows = min(rows, POOL_ROWS)
+    pool = ggml_quant.random_weights(pool_rows, k, qtype, seed=rows + k)
+    pick = np.random.default_rng(rows + k).integers(0, pool_rows, rows)
+    pick[:pool_rows] = np.arange(pool_rows)  # every pool row used
+    data = pool[pick]
+    return backend.upload(qtype, (rows, k), data), ref.dequantize(qtype, (pool_rows, k), pool)[pick]
 
 
 def refs_of(w64: np.ndarray, x: np.ndarray, cfg: TileConfig) -> dict[str, np.ndarray]:
