@@ -193,6 +193,35 @@ def test_refusals(backend, model_file):
         g.feed_rows([1] * 9)
 
 
+@pytest.mark.parametrize("engine", ["graph", "host"])
+def test_cli_speculative(model_file, capsys, engine):
+    """vkq generate --speculative lookup: the text of plain greedy, drafted and accepted beside t/s."""
+    from vkq.commands.cli import main
+
+    args = ["generate", str(model_file), "-p", "abcdefgh abcdefgh abcdefgh abc", "-n", "12", "--ignore-eos",
+            "--engine", engine]
+    assert main(args) == 0
+    plain = capsys.readouterr()
+    assert main(args + ["--speculative", "lookup"]) == 0
+    spec = capsys.readouterr()
+    assert spec.out == plain.out
+    assert "speculative (lookup): drafted " in spec.err and "tokens/step" in spec.err
+    assert "speculative" not in plain.err
+
+
+def test_cli_speculative_refusals(model_file, capsys):
+    from vkq.commands.cli import main
+
+    base = ["generate", str(model_file), "-p", "the three", "-n", "4", "--speculative", "lookup"]
+    assert main(base + ["--profile"]) == 2
+    assert "--profile times the one-token decode step" in capsys.readouterr().err
+    assert main(base + ["--compare-engines", "2"]) == 2
+    assert "drop --speculative" in capsys.readouterr().err
+    assert main(base + ["--path", "numpy"]) == 2
+    out = capsys.readouterr()
+    assert "vkq's engines, not engine numpy" in out.err and out.out == ""
+
+
 @pytest.mark.slow
 def test_smollm2_repeating_prompt(backend):
     """SmolLM2 asked to write out code again: most drafts accepted, greedy's tokens."""

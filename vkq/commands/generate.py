@@ -75,6 +75,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     decoder = load_model(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse,
                          device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
                          launches=launches)
+    if speculative is not None:
+        decoder.drafter(speculative)  # refused before any text is printed
     load_s = time.perf_counter() - t0
     warm = decoder.warm_up(n_prompt, speculative=speculative is not None)
     cfg = file.config

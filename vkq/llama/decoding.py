@@ -248,7 +248,7 @@ class Decoder(ABC):
             raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
         if not prompt_ids:
             raise ValueError("no tokens to feed (empty prompt?)")
-        drafter = None if speculative is None else self._drafter(speculative, draft_max)
+        drafter = None if speculative is None else self.drafter(speculative, draft_max)
         self.check_room(0, len(prompt_ids) + max(n_tokens - 1, 0))
         stats = GenerationStats(self.label, self.device_label, n_prompt=len(prompt_ids),
                                 speculative=None if drafter is None else drafter.name)
@@ -289,8 +289,9 @@ class Decoder(ABC):
         stats.n_generated = len(out)
         return Generation(out, stats, kept)
 
-    def _drafter(self, speculative: str | Drafter, draft_max: int) -> Drafter:
-        """The drafter speculative= names (or is), once this decoder is found to keep greedy's tokens with it."""
+    def drafter(self, speculative: str | Drafter, draft_max: int = DRAFT_MAX) -> Drafter:
+        """The drafter speculative= names (or is), once this decoder is found
+        to keep greedy's tokens with it (refused in one line where not)."""
         if speculative not in SPECULATIVE and not all(hasattr(speculative, m) for m in ("start", "add", "draft",
                                                                                          "update", "name")):
             raise ValueError(f"speculative {speculative!r}: one of {', '.join(SPECULATIVE)} (or None: plain greedy)")
