@@ -1,5 +1,7 @@
-"""The token loop: greedy decoding, teacher-forced scoring and their timings,
-on any engine that can feed tokens into its KV cache (`Decoder.feed`)."""
+"""The token loop: greedy decoding (plain, or speculative: drafted tokens
+verified in one step, the same tokens), teacher-forced scoring and their
+timings, on any engine that can feed tokens into its KV cache
+(`Decoder.feed`, `Decoder.feed_rows`)."""
 from __future__ import annotations
 
 import time
