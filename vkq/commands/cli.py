@@ -10,7 +10,7 @@ from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
 from ..llama.config import DEFAULT_CONTEXT
-from ..llama.decoding import SPECULATIVE
+from ..llama.lookup import SPECULATIVE
 
 
 def positive_int(text: str) -> int:

@@ -12,10 +12,9 @@ from typing import Callable
 import numpy as np
 
 from ..errors import NonFiniteLogits
-from .lookup import DRAFT_MAX, Drafter, PromptLookup
+from .lookup import DRAFT_MAX, SPECULATIVE, Drafter, PromptLookup
 from .model import LlamaFile
 
-SPECULATIVE = ("lookup",)  # the drafters greedy(speculative=) takes by name (vkq.llama.lookup)
 
 
 @dataclass

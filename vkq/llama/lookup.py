@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+# The drafters greedy(speculative=) takes by name. Here, not in decoding.py,
+# so that the command line lists them without importing Kompute.
+SPECULATIVE = ("lookup",)
 DRAFT_MAX = 7  # drafts per step: with the token before them, one step of MAX_COLS (8) columns
 NGRAM_MAX = 3
 NGRAM_MIN = 2
