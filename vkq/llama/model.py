@@ -43,7 +43,7 @@ class LayerGroups:
 
 
 class LlamaFile:
-    """A GGUF file of an architecture vkq generate runs (llama, qwen2, qwen3). `fuse`: matrices
+    """A GGUF file of an architecture vkq generate runs (llama, qwen2, qwen3, qwen3moe). `fuse`: matrices
     of one stage and block type stacked into one mat-vec (Q/K/V, gate/up)."""
 
     def __init__(self, path: str | Path, fuse: bool = True):
