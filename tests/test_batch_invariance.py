@@ -42,7 +42,14 @@ def k_for(qtype: str) -> int:
     return 512 if FORMATS[qtype].block_elems <= 256 else FORMATS[qtype].block_elems * 2
 
 
-@pytest.mark.parametrize("qtype, path", [(t, p) for t in FORMATS for p in FORMATS[t].paths])
+# One block type of each decoder family in the default suite; every other type
+# in make test-slow (each column count is a pipeline of its own to build on
+# lavapipe: 5-15 s a type).
+FAMILIES = ("F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ2_XXS", "IQ4_NL", "MXFP4")
+
+
+@pytest.mark.parametrize("qtype, path", [pytest.param(t, p, marks=() if t in FAMILIES else pytest.mark.slow)
+                                         for t in FORMATS for p in FORMATS[t].paths])
 def test_columns_alone_and_together(backend, qtype, path):
     rows, k = 37, k_for(qtype)
     w = backend.upload(qtype, (rows, k), random_weights(FORMATS[qtype], rows, k, np.random.default_rng(5)))
