@@ -10,6 +10,8 @@ below check the tokenizer.ggml.* values every kind shares.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from ..checks import is_int
 from .gguf_io import GGUFFile, metadata
 
@@ -49,7 +51,7 @@ def flag(file: GGUFFile, key: str, default: bool) -> bool:
     return value
 
 
-class Tokenizer:
+class Tokenizer(ABC):
     """What every tokenizer kind gives: n_vocab, bos_id and eos_id (None when
     the file has none), add_bos and add_eos (the file's add flags), encode and
     decode. A kind sets those attributes and implements _encode and decode."""
@@ -81,11 +83,12 @@ class Tokenizer:
             ids = ids + [self.eos_id]
         return ids
 
+    @abstractmethod
     def _encode(self, text: str) -> list[int]:
-        raise NotImplementedError
+        """The ids of text, without BOS/EOS."""
 
+    @abstractmethod
     def decode(self, ids, skip_special: bool = True, continuation: bool = False) -> str:
         """The text of ids; skip_special leaves out control tokens (BOS, EOS).
         continuation: ids that follow others (a generation after its prompt),
         so a kind that drops the space it prefixed to a text's start keeps it."""
-        raise NotImplementedError
