@@ -269,3 +269,19 @@ def test_graph_bad_input(backend):
     with pytest.raises(ValueError, match="which the mat-vec takes"):
         g.matmul(w, backend.tensor(576, 2), config=REGISTERS)
     g.destroy()
+
+
+def test_dropped_weights_free_their_matmul_graphs_at_once(backend):
+    """A matmul's cached graph refers to its weights weakly: dropping the
+    weights frees both by reference counting alone, the cycle collector off."""
+    import gc
+
+    before = backend.device.memory.in_use
+    w = backend.upload("Q4_0", (64, 256), ggml_quant.random_weights(64, 256, "Q4_0"))
+    backend.matmul(w, random_x(256, 12))
+    gc.disable()
+    try:
+        del w
+        assert backend.device.memory.in_use == before
+    finally:
+        gc.enable()

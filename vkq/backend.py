@@ -279,6 +279,7 @@ class Backend:
             g = Graph(self)
             x = g.input(self.tensor(w.layout.k, n, name="x"))
             y = g.output(g.matmul(w, x, path, activations=activations, config=config))
+            g._held_by(w)  # (w keeps the call: no reference cycle)
             call = w._calls_by_config[key] = w._calls[key] = _Call(g, [x], [y])  # (freed with w)
         return call
 
