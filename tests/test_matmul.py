@@ -285,3 +285,28 @@ def test_dropped_weights_free_their_matmul_graphs_at_once(backend):
         assert backend.device.memory.in_use == before
     finally:
         gc.enable()
+
+
+def test_graph_matmul_tiled_takes_few_columns_on_the_tiled_kernel(backend):
+    """tiled=True: the mat-mat kernel at any column count, and a column's
+    bits are those of the same column in a product of many columns."""
+    import gguf
+    from gguf.quants import quantize
+
+    rng = np.random.default_rng(7)
+    k, rows = 512, 37
+    w = backend.upload("Q5_0", (rows, k), quantize(rng.standard_normal((rows, k)).astype(np.float32),
+                                                   gguf.GGMLQuantizationType.Q5_0))
+    xs = rng.standard_normal((20, k)).astype(np.float32)
+    g = backend.graph()
+    few = g.input(backend.tensor(k, 3, name="few"))
+    many = g.input(backend.tensor(k, 20, name="many"))
+    y_few = g.output(g.matmul(w, few, tiled=True))
+    y_many = g.output(g.matmul(w, many))
+    few.write(xs[5:8])
+    many.write(xs)
+    g.run()
+    assert g.counts["matmul"] == 2 and g.counts["matvec"] == 0
+    np.testing.assert_array_equal(y_few.read(), y_many.read()[5:8])
+    with pytest.raises(TypeError, match="tiled must be True or False"):
+        backend.graph().matmul(w, few, tiled="yes")

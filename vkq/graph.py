@@ -346,19 +346,24 @@ class Graph:
 
     @_locked
     def matmul(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
-               config=None, out: Tensor | None = None, label: str | None = None) -> Tensor:
+               config=None, out: Tensor | None = None, label: str | None = None, tiled: bool = False) -> Tensor:
         """y = W @ x for each of x's vectors, any number of them: up to
         MAX_COLS the mat-vec (`matvec(weights, x, path, activations=...)`,
         its bits), more the tiled mat-mat (shaders/mul_mm.comp) on the tiles
         vkq.resolve.resolve_tiles picks for `path` and `activations` (as
         matvec's), or `config` (a vkq.dispatch.tiles.TileConfig; mat-mat
-        only). On the int8 path x is quantized to Q8_1 once per value of x,
+        only). tiled: the tiled mat-mat at any column count, so that
+        products of every size sum in one order (a prompt's chunks: a
+        column's bits then do not depend on how many columns its chunk has).
+        On the int8 path x is quantized to Q8_1 once per value of x,
         as for the mat-vecs. vkq.resolve.plan says which a column count
         gets. label: as matvec's."""
         self._open()
+        if not isinstance(tiled, (bool, np.bool_)):
+            raise TypeError(f"tiled must be True or False, got {tiled!r}")
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_MATMUL_COLS, "x")
-        if x.n <= MAX_COLS:
+        if x.n <= MAX_COLS and not tiled:
             if config is not None:
                 raise ValueError(f"config: x holds {x.n} vector(s), which the mat-vec takes; "
                                  f"give a mat-vec's config to matvec()")
