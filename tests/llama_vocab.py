@@ -9,6 +9,7 @@ tests/llama_quant.py uses it) loads the file's vocabulary alone
                                              (what llama-server does with a prompt)
         v.detokenize(ids, special=False)     llama_detokenize (remove_special false)
         v.piece(id)                          llama_token_to_piece, no space stripped
+        v.end_of_generation()                the ids llama_vocab_is_eog is true of
 
 The struct `llama_model_params` below is the layout of llama.h at the wheel's
 llama.cpp (commit 7e4c0a9: its llama_model_default_params writes 70 bytes,
@@ -68,6 +69,10 @@ def _library():
         lib.llama_token_to_piece.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32,
                                              ctypes.c_int32, ctypes.c_bool]
         lib.llama_token_to_piece.restype = ctypes.c_int32
+        lib.llama_vocab_n_tokens.argtypes = [ctypes.c_void_p]
+        lib.llama_vocab_n_tokens.restype = ctypes.c_int32
+        lib.llama_vocab_is_eog.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.llama_vocab_is_eog.restype = ctypes.c_bool
         lib._log = _LOG_CALLBACK(lambda level, text, _: None)  # its load log would flood the test output
         lib.llama_log_set(lib._log, None)
         lib.llama_backend_init()
@@ -129,3 +134,8 @@ class LlamaVocab:
         got = self.lib.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
         assert got >= 0, f"token {token}'s piece is over 256 bytes"
         return buf.raw[:got]
+
+    def end_of_generation(self) -> set[int]:
+        """The ids that end a generation in llama.cpp (llama_vocab_is_eog)."""
+        n = self.lib.llama_vocab_n_tokens(self.vocab)
+        return {i for i in range(n) if self.lib.llama_vocab_is_eog(self.vocab, i)}

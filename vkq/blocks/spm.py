@@ -19,7 +19,8 @@ import re
 
 from ..checks import is_int
 from .gguf_io import GGUFFile, metadata
-from .vocab import BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Tokenizer, flag, token_id, token_strings, token_types
+from .vocab import (BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Tokenizer, end_of_generation, flag, token_id,
+                    token_strings, token_types)
 
 SPACE = "\u2581"  # '▁', SentencePiece's space
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -52,6 +53,7 @@ class SpmTokenizer(Tokenizer):
         # llama.cpp's defaults for an SPM vocabulary: <unk> 0, <s> 1, </s> 2, BOS added, EOS not.
         self.bos_id = token_id(file, "tokenizer.ggml.bos_token_id", n, default=1)
         self.eos_id = token_id(file, "tokenizer.ggml.eos_token_id", n, default=2)
+        self.eog_ids = end_of_generation(file, tokens, self.eos_id)
         self.add_bos = flag(file, "tokenizer.ggml.add_bos_token", True)
         self.add_eos = flag(file, "tokenizer.ggml.add_eos_token", False)
         self.add_space_prefix = flag(file, "tokenizer.ggml.add_space_prefix", True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .gguf_io import GGUFFile, metadata
 from .spm import SpmTokenizer
-from .vocab import CONTROL, USER_DEFINED, Tokenizer, flag, token_id, token_strings, token_types
+from .vocab import CONTROL, USER_DEFINED, Tokenizer, end_of_generation, flag, token_id, token_strings, token_types
 
 # tokenizer.ggml.pre values whose pre-tokenizer is GPT-2's regex after splitting
 # digits one by one (llama.cpp's LLAMA_VOCAB_PRE_TYPE_STARCODER group).
@@ -81,6 +81,7 @@ class BpeTokenizer(Tokenizer):
         self.n_vocab = len(tokens)
         self.bos_id, self.eos_id = (token_id(file, f"tokenizer.ggml.{which}_token_id", self.n_vocab)
                                     for which in ("bos", "eos"))
+        self.eog_ids = end_of_generation(file, tokens, self.eos_id)
         self.add_bos = flag(file, "tokenizer.ggml.add_bos_token", False) and self.bos_id is not None
         self.add_eos = flag(file, "tokenizer.ggml.add_eos_token", False) and self.eos_id is not None
 

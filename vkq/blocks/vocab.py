@@ -44,6 +44,52 @@ def token_id(file: GGUFFile, key: str, n_vocab: int, default: int | None = None)
     return value
 
 
+# The texts that make a token end a generation whatever its type or id, as
+# llama.cpp's vocabulary loader lists them (llama_vocab_is_eog): chat turns'
+# and texts' ends of the common model families.
+EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+             "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+             "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>")
+# Fill-in-the-middle tokens that end a generation too: the pad, repository and
+# file-separator tokens, from their tokenizer.ggml.fim_*_token_id, else the
+# first token (by id) with one of these texts.
+_FIM_EOG = {"pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+            "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+            "sep": ("<|file_sep|>",)}
+
+
+def end_of_generation(file: GGUFFile, tokens: list[str], eos_id: int | None) -> frozenset[int]:
+    """The ids that end a generation, as llama.cpp's llama_vocab_is_eog
+    takes them: eos_id, the file's tokenizer.ggml.eot_token_id and
+    eom_token_id, the fill-in-the-middle pad/repository/separator tokens,
+    and every token whose text is one of EOG_TEXTS. Two families' texts
+    mean otherwise, as llama.cpp has them: with <|return|> and <|call|> (or
+    <|calls|> and <|flush|>) in the vocabulary, <|end|> ends a message, not
+    the generation; with <|tool_response>, </s> is no end."""
+    n = len(tokens)
+    by_text = {t: i for i, t in enumerate(tokens)}  # a text twice: its last id, as llama.cpp's map keeps it
+    eog = {by_text[t] for t in EOG_TEXTS if t in by_text}
+    for which in ("eot", "eom"):
+        ident = token_id(file, f"tokenizer.ggml.{which}_token_id", n)
+        if ident is not None:
+            eog.add(ident)
+    for which, texts in _FIM_EOG.items():
+        ident = token_id(file, f"tokenizer.ggml.fim_{which}_token_id", n)
+        if ident is None:
+            ident = min((by_text[t] for t in texts if t in by_text), default=None)
+        if ident is not None:
+            eog.add(ident)
+    if eos_id is not None:
+        eog.add(eos_id)
+    ends = {tokens[i] for i in eog}
+    calls = "<|call|>" in ends or "<|calls|>" in ends
+    if "<|end|>" in ends and calls and ("<|return|>" in ends or "<|flush|>" in ends):
+        eog.discard(by_text["<|end|>"])
+    if "</s>" in ends and "<|tool_response>" in ends:
+        eog.discard(by_text["</s>"])
+    return frozenset(eog)
+
+
 def flag(file: GGUFFile, key: str, default: bool) -> bool:
     value = metadata(file, key, default)
     if not isinstance(value, bool):
@@ -53,12 +99,14 @@ def flag(file: GGUFFile, key: str, default: bool) -> bool:
 
 class Tokenizer(ABC):
     """What every tokenizer kind gives: n_vocab, bos_id and eos_id (None when
-    the file has none), add_bos and add_eos (the file's add flags), encode and
-    decode. A kind sets those attributes and implements _encode and decode."""
+    the file has none), eog_ids (every token that ends a generation:
+    end_of_generation's), add_bos and add_eos (the file's add flags), encode
+    and decode. A kind sets those attributes and implements _encode and decode."""
 
     n_vocab: int
     bos_id: int | None
     eos_id: int | None
+    eog_ids: frozenset[int]
     add_bos: bool
     add_eos: bool
 

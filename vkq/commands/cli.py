@@ -191,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
                    help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}: two int8 planes, logits "
                         "within 1e-3 of float; q8_1: ggml's, faster on CPU drivers)")
-    p.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-text token")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="keep generating after an end-of-generation token (EOS, end of turn, ...)")
     p.add_argument("--timestamps", action="store_true",
                    help="graph engine: time its kernels with GPU timestamps and print their share of the step "
                         "(slows the step down on lavapipe)")

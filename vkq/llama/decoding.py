@@ -237,7 +237,9 @@ class Decoder(ABC):
     def greedy(self, prompt_ids, n_tokens: int, *, stop_at_eos: bool = True, keep_logits: bool = False,
                on_token: Callable[[int], None] | None = None, speculative: str | Drafter | None = None,
                draft_max: int = DRAFT_MAX) -> Generation:
-        """Greedy decoding of n_tokens after prompt_ids (from an empty cache).
+        """Greedy decoding of n_tokens after prompt_ids (from an empty cache),
+        ended early by a token that ends a generation (the tokenizer's
+        eog_ids: EOS, end of turn, ...) unless stop_at_eos is false.
         speculative="lookup": each step also verifies up to draft_max tokens
         drafted by prompt lookup (vkq.llama.lookup) and keeps those greedy
         agrees with: the same tokens as without, in fewer steps where the
@@ -255,7 +257,7 @@ class Decoder(ABC):
                                 speculative=None if drafter is None else drafter.name)
         stats.dispatches, stats.barriers = self.step_counts() or (None, None)
         out, kept = [], [] if keep_logits else None
-        eos = self.tokenizer.eos_id if stop_at_eos else None
+        ends = self.tokenizer.eog_ids if stop_at_eos else frozenset()  # EOS, end of turn, ...
 
         def emit(token: int, logits: np.ndarray) -> bool:
             """A chosen token joins the output; True where the generation ends at it."""
@@ -264,7 +266,7 @@ class Decoder(ABC):
                 kept.append(logits)
             if on_token is not None:
                 on_token(token)
-            return len(out) >= n_tokens or token == eos
+            return len(out) >= n_tokens or token in ends
 
         self.reset()
         t0, (d0, _) = time.perf_counter(), self.counters()
