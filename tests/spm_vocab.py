@@ -8,6 +8,9 @@ SentencePiece vocabulary (convert_hf_to_gguf's sentencepiece vocab): every
 piece with its score and type (UNKNOWN, CONTROL, BYTE or NORMAL; a
 user-defined symbol USER_DEFINED, as the converter marks added tokens),
 the model "llama", and the BOS/EOS/UNK ids; tiny_llama.write_gguf takes it.
+`whole_characters(metadata)` leaves out the byte tokens past ASCII, so that
+every token is whole UTF-8 (llama-server answers 500 where the text a random
+model generates is not).
 
 `MISTRAL_MODELS` are real vocabularies: Mistral's SentencePiece models that
 the `mistral-common` package ships (v1: Mistral 7B v0.1's 32000 pieces, made
@@ -92,3 +95,24 @@ def gguf_tokenizer(sp) -> dict:
         "tokenizer.ggml.bos_token_id": (sp.bos_id(), V.UINT32), "tokenizer.ggml.eos_token_id": (sp.eos_id(), V.UINT32),
         "tokenizer.ggml.unknown_token_id": (sp.unk_id(), V.UINT32),
     }
+
+
+def whole_characters(metadata: dict) -> dict:
+    """metadata (gguf_tokenizer's) without the byte tokens <0x80>..<0xFF>:
+    every token's text whole UTF-8 on its own, as llama-server's /completion
+    needs of the text it returns (a byte of a character alone is not). The
+    ids after them move down; ASCII outside the vocabulary still falls back
+    to its byte token."""
+    tokens, scores, types = (metadata[f"tokenizer.ggml.{k}"][0] for k in ("tokens", "scores", "token_type"))
+    keep = [i for i, (t, ty) in enumerate(zip(tokens, types))
+            if not (ty == gguf.TokenType.BYTE and int(t[3:5], 16) >= 0x80)]
+    ids = {old: new for new, old in enumerate(keep)}
+    V = gguf.GGUFValueType
+    out = dict(metadata)
+    for key, values, kind in (("tokens", tokens, V.STRING), ("scores", scores, V.FLOAT32),
+                              ("token_type", types, V.INT32)):
+        out[f"tokenizer.ggml.{key}"] = ([values[i] for i in keep], V.ARRAY, kind)
+    for which in ("bos", "eos", "unknown"):
+        key = f"tokenizer.ggml.{which}_token_id"
+        out[key] = (ids[metadata[key][0]], V.UINT32)
+    return out

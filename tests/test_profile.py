@@ -91,7 +91,7 @@ def test_prompt_chunks_have_their_own_profile(backend, tiny):
     assert model.profiled_steps(8) == 2 and model.profiled_steps(3) == 1  # 19 = 8 + 8 + 3
     assert model.profiled_steps(1) == gen.stats.decode_steps
     chunk = model.profile(2, 8)
-    dispatches, barriers = model._step(8).graph.dispatch_counts()
+    dispatches, barriers = model._step("decode", 8).graph.dispatch_counts()
     assert (chunk.dispatches, chunk.barriers, chunk.tokens) == (dispatches, barriers, 8)
     assert {r.label for r in chunk.rows} == {r.label for r in model.profile(1).rows}
     assert "per step of 8 tokens" in chunk.summary()

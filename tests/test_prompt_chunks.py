@@ -1,11 +1,13 @@
-"""Prompts in chunks on the graph engine: the same logits as token by token, bit for bit.
+"""Prompts in chunks on the graph engine.
 
-A prompt goes through the step recorded for n tokens (up to MAX_COLS), one
-submit per chunk; its logits, and every token decoded after it, must be
-those of the prompt fed one token per step. Checked at chunk boundaries and
-odd lengths, on the dense and the mixture-of-experts tiny models, both
-paths; with a context long enough that lavapipe splits the attention over
-workgroups; and on SmolLM2.
+Through the mat-vecs (prompt_kernels "matvec"), a prompt goes through the
+step recorded for n tokens (up to MAX_COLS), one submit per chunk; its
+logits, and every token decoded after it, must be those of the prompt fed
+one token per step. Checked at chunk boundaries and odd lengths, on the
+dense and the mixture-of-experts tiny models, both paths; with a context
+long enough that lavapipe splits the attention over workgroups; and on
+SmolLM2. Through the mat-mats ("matmul"), a prompt's logits are the same
+bits however it is cut, and the tokens after it those of token by token.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.vector_ops import GPU_ATTENTION_SPLIT, AttentionShape, attention_split
+from vkq.llama.config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
 from vkq.resolve import MAX_COLS
 
 from conftest import smollm2_or_skip
@@ -28,10 +31,10 @@ def model_file(request, tmp_path_factory):
 
 
 def pair(backend, path, model_file, ctx=48, chunk=MAX_COLS):
-    """The chunked decoder and a token-by-token one on the same uploaded weights."""
-    chunked = GpuLlama(model_file, backend, path, ctx=ctx, prompt_chunk=chunk)
+    """The chunked decoder (mat-vec chunks) and a token-by-token one on the same uploaded weights."""
+    chunked = GpuLlama(model_file, backend, path, ctx=ctx, prompt_chunk=chunk, prompt_kernels="matvec")
     single = GpuLlama(None, backend, path, ctx=ctx, prompt_chunk=1, file=chunked.file,
-                      weights=_matvecs_of(chunked))
+                      weights=_matvecs_of(chunked), prompt_kernels="matvec")
     return chunked, single
 
 
@@ -140,15 +143,22 @@ def test_attention_split_per_device(device_type, budget, capacity, expected):
 
 
 def test_prompt_chunk_is_checked(backend, model_file):
-    for bad in (0, MAX_COLS + 1, 2.0):
+    for bad in (0, MAX_COLS + 1, 2.0, True):
         with pytest.raises(ValueError, match="prompt_chunk"):
-            GpuLlama(model_file, backend, "auto", ctx=8, prompt_chunk=bad)
+            GpuLlama(model_file, backend, "auto", ctx=8, prompt_chunk=bad, prompt_kernels="matvec")
+    for bad in (0, PROMPT_CHUNK + 1):
+        with pytest.raises(ValueError, match="prompt_chunk"):
+            GpuLlama(model_file, backend, "auto", ctx=8, prompt_chunk=bad, prompt_kernels="matmul")
+    with pytest.raises(ValueError, match="prompt_kernels 'tiled': one of matmul, matvec"):
+        GpuLlama(model_file, backend, "auto", ctx=8, prompt_kernels="tiled")
+    assert PROMPT_CHUNK_MATVEC == MAX_COLS  # (the command line's copy, which needs no Kompute)
 
 
 def test_smollm2_chunked_prompt(backend):
     smol = smollm2_or_skip()
-    chunked = GpuLlama(smol, backend, "auto", ctx=40)
-    single = GpuLlama(None, backend, "auto", ctx=40, prompt_chunk=1, file=chunked.file, weights=_matvecs_of(chunked))
+    chunked = GpuLlama(smol, backend, "auto", ctx=40, prompt_kernels="matvec")
+    single = GpuLlama(None, backend, "auto", ctx=40, prompt_chunk=1, file=chunked.file, weights=_matvecs_of(chunked),
+                      prompt_kernels="matvec")
     ids = chunked.tokenizer.encode("The history of the printing press begins in the fifteenth century, when a "
                                    "goldsmith in Mainz set out to print books with movable metal type")
     assert len(ids) > 2 * MAX_COLS
@@ -180,3 +190,55 @@ def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, 
     assert all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
     for x, y in zip(a.logits, c.logits):
         assert np.mean((x - y) ** 2) / np.mean(y.astype(np.float64) ** 2) < 1e-7  # rounding, through Q8_1 inputs
+
+
+@pytest.mark.parametrize("path", ["dmmv", pytest.param("mmvq", marks=pytest.mark.slow)])
+def test_matmul_prompt_gives_the_same_bits_however_it_is_cut(backend, model_file, path):
+    """Through the mat-mats every chunk size (41 at once, 16, 7, and 1: a
+    remainder of one token too) gives the same logits, bit for bit, and the
+    tokens decoded after it are those of the prompt fed token by token (the
+    logits within rounding: the mat-mat sums in another order)."""
+    whole = GpuLlama(model_file, backend, path, ctx=64, prompt_kernels="matmul")
+    ids = whole.tokenizer.encode(TEXT + " " + TEXT)[:41]
+    assert len(ids) == 41 and whole.prompt_chunk == PROMPT_CHUNK
+    want = whole.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+    for chunk in (16, 7, 1):
+        cut = GpuLlama(None, backend, path, ctx=64, file=whole.file, weights=_matvecs_of(whole), prompt_chunk=chunk,
+                       prompt_kernels="matmul")
+        got = cut.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+        assert got.tokens == want.tokens and got.logits[0].tobytes() == want.logits[0].tobytes(), chunk
+        assert cut.submits == -(-41 // chunk) + 5
+    single = GpuLlama(None, backend, path, ctx=64, file=whole.file, weights=_matvecs_of(whole), prompt_chunk=1,
+                      prompt_kernels="matvec")
+    by_token = single.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+    assert by_token.tokens == want.tokens
+    a, b = want.logits[0], by_token.logits[0].astype(np.float64)
+    assert 0 < np.mean((a - b) ** 2) / np.mean(b ** 2) < 1e-9 or a.tobytes() == by_token.logits[0].tobytes()
+    tiled = whole._steps[("prompt", 41)].graph
+    assert tiled.counts["matmul"] > 0 and whole.step_graph.counts["matmul"] == 0
+
+
+def test_matmul_prompt_keeps_few_steps(backend, model_file):
+    """A prompt's remainders take every size: the engine keeps the full
+    chunk's step and the last PROMPT_STEPS_KEPT - 1 others, not one per size."""
+    from vkq.llama.context_fit import PROMPT_STEPS_KEPT
+
+    d = GpuLlama(model_file, backend, "dmmv", ctx=64, prompt_chunk=8, prompt_kernels="matmul")
+    ids = d.tokenizer.encode(TEXT + " " + TEXT)
+    for n in (8 + 1, 8 + 2, 8 + 3, 8 + 4):
+        d.logits(ids[:n])
+    prompt_steps = sorted(n for kind, n in d._steps if kind == "prompt")
+    assert prompt_steps == [3, 4, 8] and len(prompt_steps) == PROMPT_STEPS_KEPT
+
+
+def test_the_prompt_kernels_are_the_devices_by_default(backend, model_file):
+    from vkq.dispatch.classify import DeviceClass
+    from vkq.dispatch.tiles import prompt_kernels
+
+    d = GpuLlama(model_file, backend, "auto", ctx=16)
+    assert (d.prompt_kernels, d.prompt_kernels_source) == prompt_kernels(backend.dispatcher.device_class)
+    assert d.prompt_chunk == (MAX_COLS if d.prompt_kernels == "matvec" else PROMPT_CHUNK)
+    if backend.device.caps.max_loop_iterations is not None:  # lavapipe: measured, the mat-vecs
+        assert d.prompt_kernels == "matvec" and "[measured]" in d.prompt_kernels_source
+    gpu = DeviceClass(vendor="nvidia", arch="turing+", driver="proprietary")
+    assert prompt_kernels(gpu)[0] == "matmul"

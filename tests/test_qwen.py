@@ -76,7 +76,7 @@ def reference_run(path) -> Run:
 def check_decoder(model, want: Run, expect_tokens: list[int]) -> None:
     """model's greedy tokens are expect_tokens up to the reference's first near-tie;
     its logits, teacher-forced on the reference's tokens, within LOGITS_NMSE."""
-    got = model.greedy(want.ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
+    got = model.greedy(want.ids, len(want.tokens), stop_at_eos=False, keep_logits=True)
     n = want.compared
     assert got.tokens[:n] == expect_tokens[:n], f"{model.label}: {got.tokens} vs {expect_tokens}"
     forced = got.logits if got.tokens == want.tokens else model.score(want.ids, want.tokens)

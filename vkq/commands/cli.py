@@ -9,7 +9,8 @@ import sys
 from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
-from ..llama.config import DEFAULT_CONTEXT
+from ..dispatch.tiles import PROMPT_KERNELS
+from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
 from ..llama.lookup import SPECULATIVE
 
 
@@ -89,7 +90,8 @@ def cmd_generate(args) -> int:
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine or "graph", path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
-                    spread=not args.no_spread, shape=args.shape, speculative=args.speculative)
+                    spread=not args.no_spread, shape=args.shape, speculative=args.speculative,
+                    ubatch=args.ubatch, prompt_kernels=args.prompt_kernels)
 
 
 def cmd_model(args) -> int:
@@ -216,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph engine: each op's launch (workgroups, invocations) and serial depth (loop "
                         "iterations with global loads one invocation runs in a row) in a decode step, as a table "
                         "after the text; --shape nvidia: the step launched as on an NVIDIA GPU, here too")
+    p.add_argument("-ub", "--ubatch", type=positive_int, default=None, metavar="N",
+                   help=f"graph engine: prompt tokens per submit (default and most: {PROMPT_CHUNK} through the "
+                        f"mat-mat kernels, {PROMPT_CHUNK_MATVEC} through the mat-vecs; 1: token by token)")
+    p.add_argument("--prompt-kernels", choices=PROMPT_KERNELS, default=None,
+                   help="graph engine: the kernels of the prompt's chunks: matmul (tiled mat-mat, each weight read "
+                        "once per chunk; the same logits however the prompt is cut) or matvec (the decode step's, "
+                        "chunks of up to 8; the logits of feeding it token by token). Default: the device's "
+                        "(vkq info; matvec on CPU drivers, where it measured faster)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_generate)
 

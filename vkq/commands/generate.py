@@ -31,10 +31,20 @@ def _prompt_ids(file: LlamaFile, prompt: str) -> list[int]:
     return ids
 
 
+def _prompt_kernels_text(decoder) -> str:
+    """How the graph engine takes a prompt, for the load line ("" for the host engine)."""
+    kernels = getattr(decoder, "prompt_kernels", None)
+    if kernels is None:
+        return ""
+    what = "mat-mat" if kernels == "matmul" else "mat-vec"
+    return f"; prompt in chunks of up to {decoder.prompt_chunk} tokens through the {what} kernels"
+
+
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
-             spread: bool = True, shape: str | None = None, speculative: str | None = None) -> int:
+             spread: bool = True, shape: str | None = None, speculative: str | None = None,
+             ubatch: int | None = None, prompt_kernels: str | None = None) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: LlamaConfig.default_context, grown to what the prompt
@@ -46,7 +56,9 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     or as a GPU class does (a key of vector_ops.GPU_LAUNCH_CAPS: the step
     then runs with that class's launches here too). speculative: "lookup",
     speculative greedy decoding (Decoder.greedy's: the same text), its
-    drafted and accepted tokens and tokens per step beside t/s."""
+    drafted and accepted tokens and tokens per step beside t/s. ubatch: the
+    graph engine's prompt tokens per submit; prompt_kernels: the kernels of
+    its prompt chunks, "matmul" or "matvec" (default: the device's)."""
     if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
         raise ValueError(f"--shape {shape}: device, or a GPU class: {', '.join(sorted(GPU_LAUNCH_CAPS))}")
     if shape is not None and (engine == "host" or path == "numpy"):
@@ -74,7 +86,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                          f"the context is {min(ctx, file.config.n_ctx_train)}")
     decoder = load_model(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse,
                          device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
-                         launches=launches)
+                         launches=launches, prompt_chunk=ubatch, prompt_kernels=prompt_kernels)
     if speculative is not None:
         decoder.drafter(speculative)  # refused before any text is printed
     load_s = time.perf_counter() - t0
@@ -85,7 +97,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     experts = f", {cfg.n_expert} experts ({cfg.n_expert_used} used)" if cfg.is_moe else ""
     print(f"{file.path.name}: {cfg.arch}, {cfg.n_layer} layers, {cfg.n_embd} wide, {cfg.n_head}/{cfg.n_head_kv} "
           f"heads{experts}, vocab {file.n_vocab}; loaded in {load_s:.1f} s on {dev}, pipelines recorded in "
-          f"{warm:.1f} s", file=sys.stderr)
+          f"{warm:.1f} s{_prompt_kernels_text(decoder)}", file=sys.stderr)
     print(prompt, end="", flush=True)
     _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
                                    on_text=lambda s: print(s, end="", flush=True), speculative=speculative)
@@ -115,7 +127,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
 def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, rounds: int = 3, path: str = "auto",
                     activations: str = GENERATE_ACTIVATIONS, fuse: bool = True, device: int | None = None) -> int:
     """Prompt and decode speed of vkq's engines side by side in one run: the
-    graph engine (prompt in chunks of MAX_COLS tokens), the graph engine fed
+    graph engine (prompt in chunks, on the device's prompt kernels), the graph engine fed
     the prompt token by token, and the host engine; the same uploaded
     weights, prompt and tokens, rounds alternating between them (so that load
     from other processes falls on all alike), then one round of the graph
@@ -141,7 +153,8 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     def graph(**kw) -> GpuLlama:  # on the host engine's uploads
         return GpuLlama(None, backend, path, activations=activations, ctx=ctx, file=file, weights=host.matvecs, **kw)
 
-    engines = {"graph": graph(), "graph, prompt token by token": graph(prompt_chunk=1), "host": host,
+    engines = {"graph": graph(), "graph, prompt token by token": graph(prompt_chunk=1, prompt_kernels="matvec"),
+               "host": host,
                "graph, timed": graph(timestamps=True)}
     for d in engines.values():
         d.warm_up(len(ids))
@@ -166,7 +179,8 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
     timed = stats["graph, timed"]
     print(f"{file.path.name}, {len(ids)} prompt tokens, {n_tokens} new tokens, {rounds} rounds on "
           f"{backend.device_info.name} (medians):")
-    print(f"  prompt (pp): graph {pp_med['graph']:.2f} t/s in chunks of {engines['graph'].prompt_chunk}, "
+    print(f"  prompt (pp): graph {pp_med['graph']:.2f} t/s in chunks of {engines['graph'].prompt_chunk} "
+          f"({engines['graph'].prompt_kernels}), "
           f"{pp_med['graph, prompt token by token']:.2f} t/s token by token "
           f"({pp_med['graph'] / pp_med['graph, prompt token by token']:.2f}x); host {pp_med['host']:.2f} t/s")
     graph_submits, host_submits = (submits_per_token(stats[e].submits_per_token) for e in ("graph", "host"))

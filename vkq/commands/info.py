@@ -7,7 +7,7 @@ import textwrap
 
 from ..blocks.formats import FORMATS
 from ..device.device_info import device_index_from_env, enumerate_devices
-from ..dispatch import tables
+from ..dispatch import tables, tiles
 from ..errors import DeviceNotFound
 from ..dispatch.config import describe
 from ..dispatch.tuning_store import tuning_path
@@ -60,7 +60,18 @@ def backend_lines(backend) -> list[str]:
         f"                  mmvq (int8 dot products): quantized types, {mmvq}",
         f"  device class    {disp.device_class.key} ({'; '.join(disp.device_class.reasons)})",
         f"  tuning file     {tuning_path(backend.device_info)} ({'loaded' if disp.tuned else 'none'})",
-    ]
+    ] + matmul_lines(backend)
+
+
+def matmul_lines(backend) -> list[str]:
+    """The tiled mat-mat's launch (more than MAX_COLS columns) for a Q4_0
+    4096 x 4096 matrix, and the kernels a model's prompt chunks take, each
+    with what it rests on."""
+    disp, caps = backend.dispatcher, backend.device.caps
+    cfg = tiles.choose(disp.device_class, caps, FORMATS["Q4_0"], 4096)
+    kernels, why = tiles.prompt_kernels(disp.device_class)
+    return [f"  mat-mat         {cfg.describe()} (Q4_0, K 4096) <- {cfg.source}",
+            f"  prompts         {kernels} (vkq generate's chunks) <- {why}"]
 
 
 def choice_lines(backend, shape: tuple[int, int] = (4096, 4096), verbose: bool = False) -> list[str]:

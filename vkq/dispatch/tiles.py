@@ -128,13 +128,23 @@ def param_problems(cfg: TileConfig) -> list[str]:
     return out
 
 
+# The kernels a model's prompt chunks take (vkq.llama.gpu_step): "matmul",
+# this tiled mat-mat over chunks of up to 512 tokens; "matvec", the decode
+# step's mat-vecs over chunks of up to 8 (vkq.resolve.MAX_COLS).
+PROMPT_KERNELS = ("matmul", "matvec")
+
 # The tile entries by device class key ("vendor/arch", then "vendor/*", then
 # "*"), each with the basis of its numbers (vkq.dispatch.tables.BASES). An
-# entry's "path" is a path, or one per activation format.
+# entry's "path" is a path, or one per activation format; "prompt" the
+# kernels of a prompt's chunks (PROMPT_KERNELS), with its own basis.
 TILES: dict[str, dict] = {
     "software/lavapipe": {
         "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 4, "tn": 8,
         "shared_tiles": False, "binding": "texel", "value_lookup": "selects", "basis": "measured",
+        "prompt": "matvec", "prompt_basis": "measured",
+        "prompt_note": "docs/measurements.md, 'lavapipe, 2026-11-27: prompts through the mat-mat': SmolLM2's "
+                       "256-token prompt at 13-17 t/s in one chunk of mat-mats against 18-19 in chunks of 8 "
+                       "mat-vecs; a CPU driver is bound by multiply-adds, which the tiles do not save",
         "note": "lavapipe (Mesa 22.3): docs/measurements.md, 'lavapipe, 2026-11-27: tiled mat-mat': no "
                 "shared memory (read one lane at a time there: 6x slower); 4x16 per invocation ran as fast as "
                 "4x8 but took twice as long to compile (13 s); texel views and selects for the mat-vec's "
@@ -144,6 +154,9 @@ TILES: dict[str, dict] = {
     "*": {
         "path": "dmmv", "bm": 64, "bn": 32, "bk_chunks": 1, "tm": 4, "tn": 4, "shared_tiles": True,
         "binding": "storage", "value_lookup": "table", "basis": "guess",
+        "prompt": "matmul", "prompt_basis": "measured",
+        "prompt_note": "NVIDIA H200, docs/measurements.md (2026-11-26): prompts in chunks of 8 mat-vecs ran at "
+                       "0.05x llama.cpp's tiled mat-mats, each weight read once per 8 tokens against once per 512",
         "note": "a small GPU tile (128 invocations of 16 sums, 14 KiB of shared memory, under Vulkan's "
                 "guaranteed 16 KiB); not measured on any GPU",
     },
@@ -155,6 +168,13 @@ def entry_for(device_class: DeviceClass) -> tuple[str, dict]:
         if key in TILES:
             return key, TILES[key]
     raise AssertionError("TILES has a '*' entry")
+
+
+def prompt_kernels(device_class: DeviceClass) -> tuple[str, str]:
+    """The kernels (PROMPT_KERNELS) a model's prompt chunks take on this
+    device class by default, and what that rests on."""
+    key, entry = entry_for(device_class)
+    return entry["prompt"], f"tiles {key} [{entry['prompt_basis']}]: {entry['prompt_note']}"
 
 
 def loop_iterations(cfg: TileConfig, k: int) -> int:

@@ -34,6 +34,13 @@ MAX_EXPERTS_USED = 64
 # would cost memory, and on some devices the attention's split (more
 # dispatches per token), for positions most generations never reach.
 DEFAULT_CONTEXT = 512
+# Prompt tokens per submit of the graph engine by default (llama.cpp's -ub):
+# each weight is then read once per 512 prompt tokens, through the tiled
+# mat-mat kernels.
+PROMPT_CHUNK = 512
+# ... and through the mat-vec kernels: vkq.resolve.MAX_COLS, the columns a
+# mat-vec takes (here too so that the command line needs no Kompute; a test holds the two equal).
+PROMPT_CHUNK_MATVEC = 8
 
 
 def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:

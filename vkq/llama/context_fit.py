@@ -25,6 +25,7 @@ import numpy as np
 
 from ..device.memory import DeviceMemoryError, buffer_limit, size_text, total_limit
 from ..tensor import padded_stride
+from ..resolve import MAX_COLS
 from .vector_ops import MAX_KV_CAPACITY, AttentionShape, attention_scratch_size, attention_split
 
 F32 = np.dtype(np.float32)
@@ -64,17 +65,23 @@ def context_buffers(device, cfg, ctx: int, spread: bool, queries: int) -> Contex
                           rope=f32_bytes(ctx * max(cfg.n_rot, 2)), n_layer=cfg.n_layer)
 
 
-def step_vectors_bytes(file, queries: int) -> int:
+# The mat-mat prompt steps a graph engine keeps at once: the full chunk's and
+# the last ones of other sizes (a prompt's remainders; vkq.llama.gpu_step).
+PROMPT_STEPS_KEPT = 3
+
+
+def step_vectors_bytes(file, queries: int, prompt_chunk: int = 0) -> int:
     """More than the step graphs' own vectors take (made after the context's
-    tensors, and small beside them): each step size, a decode step's and a
-    prompt's chunks' of 2 .. queries tokens, has its own, per token every
+    tensors, and small beside them): each step size, a decode step's and the
+    mat-vec steps' of 2 .. queries tokens, and PROMPT_STEPS_KEPT mat-mat
+    steps of up to prompt_chunk tokens, has its own, per token every
     mat-vec group's output, the residual streams, the norm, attention and
     SwiGLU outputs, twice over for padding and Q8_1 copies."""
     cfg = file.config
     k = max(cfg.n_expert_used, 1)
     rows = sum(sum(gr.rows) * (k if gr.n_expert else 1) for gr in file.groups)
     per_token = rows + 4 * cfg.n_embd + cfg.n_head * cfg.head_dim + cfg.n_ff * k + 2 * k + 2
-    tokens = queries * (queries + 1) // 2
+    tokens = queries * (queries + 1) // 2 + PROMPT_STEPS_KEPT * prompt_chunk
     return 2 * F32.itemsize * (per_token * tokens + file.n_vocab * queries)
 
 
@@ -113,16 +120,18 @@ def largest_context(fits, upto: int) -> int:
 
 
 def fit_context(device, file, ctx: int, spread: bool, queries: int, asked: bool, memory: bool = True,
-                stacklevel: int = 2) -> int:
+                stacklevel: int = 2, prompt_chunk: int = 0) -> int:
     """ctx if its tensors fit on the device; else, where no context was asked
     for (ctx is the model's context length), the largest that fits, with a
     warning (at the caller `stacklevel` frames up); else DeviceMemoryError.
     memory: check the memory left too (off: one buffer's limit alone, which
-    needs no weights uploaded to check)."""
+    needs no weights uploaded to check). queries: the most queries one
+    replay's attention keeps scores of; prompt_chunk: the mat-mat prompt
+    steps' tokens (0: none; step_vectors_bytes)."""
     cfg, model = file.config, file.path.name
     room = device.memory.room() if memory else None
     if room is not None:
-        room = max(room - step_vectors_bytes(file, queries), 0)
+        room = max(room - step_vectors_bytes(file, min(queries, MAX_COLS), prompt_chunk), 0)
 
     def problem(c: int) -> str | None:
         return context_problem(device, cfg, c, spread, queries, room)

@@ -38,16 +38,27 @@ fused SwiGLU's output the graph quantizes). The KV
 cache is float32, on the device, (n_head_kv, ctx, head_dim) per layer; the
 RoPE table covers ctx positions.
 
-A prompt goes in chunks of up to MAX_COLS tokens, one submit each: the same
-step recorded for n tokens (mat-vecs of n columns, the vector ops over n
-vectors, the output head on the last token only). Its logits equal those of the prompt fed token by token,
-bit for bit: every op computes a token's values as the one-token step does
-(the dispatcher keeps one summation order per matrix whatever the column
-count, vkq.dispatch.choose; the attention appends the chunk's keys, then
-attends for each query over the caches, vkq.llama.vector_ops.Attention).
+A prompt goes in chunks of up to prompt_chunk tokens (default 512), one
+submit each: the step recorded for n tokens, the vector ops over n vectors,
+the output head on the last token only. Its weight products take one of two
+kinds of kernel (prompt_kernels):
+- "matmul" (default): the tiled mat-mat (Graph.matmul(tiled=True),
+  MUL_MAT_ID's for the experts), which reads each weight once per chunk,
+  for every chunk whatever its size, with SwiGLU an op of its own. Every op
+  computes a token's values in one order whatever its chunk, so a prompt's
+  logits are the same bits however it is cut; they differ from the decode
+  step's by rounding (the mat-mat sums in another order than the mat-vec).
+- "matvec": the decode step's mat-vecs over chunks of up to MAX_COLS
+  tokens: the logits equal those of the prompt fed token by token, bit for
+  bit (the dispatcher keeps one summation order per matrix whatever the
+  column count, vkq.dispatch.choose).
+Either way the attention appends the chunk's keys, then attends for each
+query over the caches (vkq.llama.vector_ops.Attention), in a query's
+decode-step order.
 The step that verifies speculative decoding's drafts (feed_rows) is the
-same step with the output norm and head over all n tokens: each row the
-logits of its token fed alone, so the drafts greedy keeps are its own choices.
+decode step for n <= MAX_COLS tokens with the output norm and head over all
+of them: each row the logits of its token fed alone, so the drafts greedy
+keeps are its own choices.
 """
 from __future__ import annotations
 
@@ -60,9 +71,12 @@ import numpy as np
 from ..backend import Backend
 from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..dispatch.paths import check_request, resolve_path
+from ..dispatch.tiles import PROMPT_KERNELS
+from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..ops import fused_swiglu_fits, q8_1_words
-from ..resolve import MAX_COLS
-from .context_fit import fit_context
+from ..resolve import MAX_COLS, resolve_tiles
+from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
+from .context_fit import PROMPT_STEPS_KEPT, fit_context
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
@@ -103,29 +117,42 @@ class GpuLlama(Decoder):
     loop budget still splits long attention). launches: a GPU class (a key
     of vector_ops.GPU_LAUNCH_CAPS) whose launches the vector ops take on
     this device (vector_ops.LaunchesOf: the launches `step_shape` measures,
-    run here)."""
+    run here). prompt_kernels: "matmul" or "matvec", the kernels of a
+    prompt's chunks (the module's note; default: the device class's,
+    vkq.dispatch.tiles.prompt_kernels, `prompt_kernels_source` says why);
+    prompt_chunk: a prompt's tokens per submit (default and most: 512 with
+    "matmul", MAX_COLS with "matvec"; 1: token by token)."""
 
     def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
-                 timestamps: bool = False, profile: bool = False, prompt_chunk: int = MAX_COLS,
-                 spread: bool = True, launches: str | None = None):
+                 timestamps: bool = False, profile: bool = False, prompt_chunk: int | None = None,
+                 prompt_kernels: str | None = None, spread: bool = True, launches: str | None = None):
         mode = check_request(path_mode or "auto")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
-        if not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= MAX_COLS:
-            raise ValueError(f"prompt_chunk {prompt_chunk!r}: 1 (token by token) to {MAX_COLS} tokens per submit")
-        self.prompt_chunk = prompt_chunk
+        if prompt_kernels is not None and prompt_kernels not in PROMPT_KERNELS:
+            raise ValueError(f"prompt_kernels {prompt_kernels!r}: one of {', '.join(PROMPT_KERNELS)}")
         self.spread = spread
         self.file = f = file if file is not None else LlamaFile(model_file, fuse)
         check_graph_engine(f)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
+        self.prompt_kernels, self.prompt_kernels_source = (
+            (prompt_kernels, "from argument") if prompt_kernels is not None
+            else default_prompt_kernels(self.backend.dispatcher.device_class))
+        most = PROMPT_CHUNK_MATVEC if self.prompt_kernels == "matvec" else PROMPT_CHUNK
+        if prompt_chunk is None:
+            prompt_chunk = most
+        if isinstance(prompt_chunk, bool) or not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= most:
+            raise ValueError(f"prompt_chunk {prompt_chunk!r}: 1 to {most} tokens per submit with prompt_kernels "
+                             f"{self.prompt_kernels!r}")
+        self.prompt_chunk = prompt_chunk
         self.launches = launches
         self.launch_device = launches_of(self.backend.device, launches)  # the vector ops' device
         # (one buffer's limit before the upload, the memory the weights leave after it)
-        self.ctx = fit_context(self.launch_device, f, self.ctx, spread, prompt_chunk, ctx is not None, memory=False,
-                               stacklevel=2)
+        self.ctx = fit_context(self.launch_device, f, self.ctx, spread, self.attention_queries, ctx is not None,
+                               memory=False, stacklevel=2, prompt_chunk=self._tiled_chunk)
         if weights is not None and (weights.backend is not self.backend or set(weights.weights) != set(
                 gr.names for gr in f.groups)):
             raise ValueError("weights: the mat-vecs of a host engine of this file, on this backend")
@@ -137,9 +164,11 @@ class GpuLlama(Decoder):
         # per step size (1: decode steps; n: a prompt's chunks of n), each replay's op times
         self.op_samples: dict[int, list[list[tuple[str, float]]]] | None = {} if profile else None
         self._make_state(asked=ctx is not None)
-        self._steps: dict[int, _Step] = {}
-        self._row_steps: dict[int, _Step] = {}  # steps that return every token's logits (feed_rows)
-        self.step_graph = self._step(1).graph  # the decode step
+        # The recorded steps by (kind, tokens): "decode" (1 token, or up to
+        # MAX_COLS: the prompt's chunks with prompt_kernels "matvec"), "rows"
+        # (feed_rows: every token's logits), "prompt" (the mat-mat chunks).
+        self._steps: dict[tuple[str, int], _Step] = {}
+        self.step_graph = self._step("decode", 1).graph  # the decode step
         self.reset()
 
     @property
@@ -151,6 +180,26 @@ class GpuLlama(Decoder):
     def graph(self):
         """The decode step's graph."""
         return self.step_graph
+
+    @property
+    def tiled_prompt(self) -> bool:
+        """A prompt's chunks take the mat-mat kernels (prompt_kernels "matmul")."""
+        return self.prompt_kernels == "matmul"
+
+    @property
+    def _tiled_chunk(self) -> int:
+        """The mat-mat prompt steps' tokens (0: the prompt takes the decode step's)."""
+        return self.prompt_chunk if self.tiled_prompt else 0
+
+    @property
+    def attention_queries(self) -> int:
+        """The most queries one replay's attention keeps scores of: a prompt's
+        chunk's, or (with the mat-mat prompt steps) feed_rows' MAX_COLS."""
+        return max(MAX_COLS, self.prompt_chunk) if self.tiled_prompt else self.prompt_chunk
+
+    def _chunk_key(self, n: int) -> tuple[str, int]:
+        """The step a prompt's chunk of n tokens takes."""
+        return ("prompt" if self.tiled_prompt else "decode", n)
 
     def counters(self) -> tuple[float, int]:
         return self.kernel_seconds, self.submits
@@ -168,13 +217,14 @@ class GpuLlama(Decoder):
         if not 1 <= steps <= len(run):
             what = "decode steps" if n == 1 else f"steps of {n} tokens"
             raise ValueError(f"{steps} {what} to profile; {len(run)} were run")
-        return Profile.of_replays(run[-steps:], *self._steps[n].graph.dispatch_counts(), tokens=n)
+        step = self._steps[("decode", 1) if n == 1 else self._chunk_key(n)]
+        return Profile.of_replays(run[-steps:], *step.graph.dispatch_counts(), tokens=n)
 
     def step_launches(self, n: int = 1):
         """The launches of the step for n tokens (1: a decode step), per op
         (vkq.llama.profile.step_shape: workgroups, invocations, serial depth),
         as this decoder's vector ops take them (`launches`)."""
-        return step_shape(self._step(n).graph)
+        return step_shape(self._step(*(("decode", 1) if n == 1 else self._chunk_key(n))).graph)
 
     def profiled_steps(self, n: int = 1) -> int:
         """Replays of the step for n tokens that a profile can cover."""
@@ -200,13 +250,14 @@ class GpuLlama(Decoder):
         else:
             t = f.tensors["token_embd.weight"]
             self._embd = b.upload(t.qtype, t.shape, t.data)
-        self.ctx = fit_context(self.launch_device, f, self.ctx, self.spread, self.prompt_chunk, asked, stacklevel=3)
+        self.ctx = fit_context(self.launch_device, f, self.ctx, self.spread, self.attention_queries, asked,
+                               stacklevel=3, prompt_chunk=self._tiled_chunk)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx,
                                             neox=cfg.architecture.neox)
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
-        self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.prompt_chunk),
+        self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.attention_queries),
                                name="attention scratch")
         self.k_cache = [b.tensor(shape.cache_size, name=f"K cache {i}") for i in range(cfg.n_layer)]
         self.v_cache = [b.tensor(shape.cache_size, name=f"V cache {i}") for i in range(cfg.n_layer)]
@@ -222,20 +273,29 @@ class GpuLlama(Decoder):
                                   for i, hn in enumerate(f.head_norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
 
-    def _step(self, n: int, every_row: bool = False) -> "_Step":
-        """The recorded step for n tokens (made on first use); every_row: the
-        one that returns every token's logits, not the last one's only."""
-        steps = self._row_steps if every_row else self._steps
-        if n not in steps:
-            steps[n] = self._record_step(n, every_row)
-        return steps[n]
+    def _step(self, kind: str, n: int) -> "_Step":
+        """The recorded step of a kind ("decode", "rows", "prompt": see
+        __init__) for n tokens, made on first use. Of the mat-mat prompt
+        steps the full chunk's and the last PROMPT_STEPS_KEPT - 1 others are
+        kept (a prompt's remainders take every size)."""
+        key = (kind, n)
+        step = self._steps.pop(key, None)
+        if step is None:
+            step = self._record_step(n, every_row=kind == "rows", tiled=kind == "prompt")
+        self._steps[key] = step  # (last: the most recently used)
+        rests = [k for k in self._steps if k[0] == "prompt" and k[1] != self.prompt_chunk]
+        for k in rests[:max(len(rests) - (PROMPT_STEPS_KEPT - 1), 0)]:
+            del self._steps[k]
+        return step
 
     # -- the recorded step ---------------------------------------------------------
-    def _record_step(self, n: int, every_row: bool = False) -> "_Step":
+    def _record_step(self, n: int, every_row: bool = False, tiled: bool = False) -> "_Step":
         """The graph of one forward pass over n tokens at consecutive positions
         (n = 1: a decode step); the last token's logits and their argmax come
         back, or with every_row each token's (the output norm and head over
-        n columns: each column the bits of one, as every mat-vec's)."""
+        n columns: each column the bits of one, as every mat-vec's). tiled:
+        the weight products but the output head's (one column, the mat-vec)
+        on the mat-mat kernels."""
         f, cfg, b = self.file, self.config, self.backend
         dev = self.launch_device
         g = b.graph(timestamps=self.timestamps)
@@ -273,23 +333,35 @@ class GpuLlama(Decoder):
         def path(names) -> str | None:
             return resolve_path(self.weights[names].layout.fmt, self.path_mode)
 
+        def tiled_product(names) -> bool:
+            """The group's product takes the mat-mat kernel (the output head's, one column, never)."""
+            return tiled and names != f.output_group
+
         def matvec(names, x_in, ids=None, out=None, glu=False) -> None:
-            """The group's mat-vec (MUL_MAT_ID with ids; glu: SwiGLU fused), labelled by its
-            matrices' roles for profiles."""
+            """The group's mat-vec (MUL_MAT_ID with ids; glu: SwiGLU fused), or
+            mat-mat, labelled by its matrices' roles for profiles."""
             role = "output" if names == f.output_group else "+".join(nm.split(".")[-2] for nm in names)
             kw = dict(activations=self.activations, out=y[names] if out is None else out,
                       label=role + ("+swiglu" if glu else ""))
-            if ids is None:
-                g.matvec(self.weights[names], x_in, path(names), glu=glu, **kw)
-            else:
+            if ids is not None:
                 g.matvec_id(self.weights[names], x_in, ids, path(names), **kw)
+            elif tiled_product(names):
+                g.matmul(self.weights[names], x_in, path(names), tiled=True, **kw)
+            else:
+                g.matvec(self.weights[names], x_in, path(names), glu=glu, **kw)
+
+        def reads_q8_1(names) -> bool:
+            """The group's product takes the int8 path (the mat-vec's path of one
+            column: every column count keeps it, vkq.dispatch.choose)."""
+            w = self.weights[names]
+            if tiled_product(names) and not w.layout.n_expert:
+                return resolve_tiles(b, w, n, path(names), None, self.activations).path == "mmvq"
+            return b.pipeline(w, 1, path(names), self.activations).path == "mmvq"
 
         def q8_1(t, readers) -> Q8_1Output | None:
-            """A tensor for t's Q8_1 blocks, when a mat-vec that reads t takes the int8
-            path (the path of one column: every column count keeps it, vkq.dispatch.choose)."""
+            """A tensor for t's Q8_1 blocks, when a product that reads t takes the int8 path."""
             planes = ACTIVATION_PLANES[self.activations]
-            if all(b.pipeline(self.weights[names], 1, path(names), self.activations).path != "mmvq"
-                   for names in readers):
+            if not any(reads_q8_1(names) for names in readers):
                 return None
             return Q8_1Output(b.tensor(q8_1_words(1, t.stride, planes), t.n, dtype=np.uint32, name=f"{t.name} Q8_1"),
                               planes)
@@ -305,7 +377,7 @@ class GpuLlama(Decoder):
             """A dense layer's gate and up stacked in one matrix (gate first) that
             takes SwiGLU fused into its mat-vec."""
             gu = layer.gate_up
-            return (layer.router is None and len(gu) == 1 and len(gu[0]) == 2
+            return (not tiled and layer.router is None and len(gu) == 1 and len(gu[0]) == 2
                     and gu[0][0].endswith("ffn_gate.weight") and gu[0][1].endswith("ffn_up.weight")
                     and fused_swiglu_fits(self.weights[gu[0]]))
 
@@ -377,7 +449,7 @@ class GpuLlama(Decoder):
         matvec(f.output_group, h_last, out=logits)
         next_token = g.output(b.tensor(n_out, dtype=np.int32, name="next token"))
         g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1))
-        return _Step(n, g, tokens, positions, logits, next_token, every_row)
+        return _Step(n, g, tokens, positions, logits, next_token, every_row, tiled)
 
     def warm_up(self, n_prompt: int = 0, speculative: bool = False) -> float:
         """The first replay of every step a prompt of n_prompt tokens and the
@@ -387,10 +459,11 @@ class GpuLlama(Decoder):
         if self.n_past:
             raise RuntimeError("warm_up() needs an empty KV cache (reset() first)")
         t0 = time.perf_counter()
-        for n in sorted({1} | set(self._chunks(n_prompt))):
-            self._replay(self._step(n), [0] * n, 0)
+        self._replay(self._step("decode", 1), [0], 0)
+        for n in sorted(set(self._chunks(n_prompt))):
+            self._replay(self._step(*self._chunk_key(n)), [0] * n, 0)
         for n in range(2, self.max_row_tokens + 1) if speculative else ():
-            self._replay(self._step(n, every_row=True), [0] * n, 0)
+            self._replay(self._step("rows", n), [0] * n, 0)
         if self.op_samples is not None:
             self.op_samples.clear()  # a first replay's times are not a step's
         return time.perf_counter() - t0
@@ -406,7 +479,8 @@ class GpuLlama(Decoder):
         step.graph.run()
         self.submits += 1
         self.kernel_seconds += step.graph.kernel_seconds or 0.0
-        if self.op_samples is not None and not step.every_row:  # (profiles cover the decode and prompt steps)
+        if self.op_samples is not None and not step.every_row and (step.n > 1 or not step.tiled):
+            # (profiles cover the decode steps, n = 1, and the prompt's chunks of n > 1)
             self.op_samples.setdefault(step.n, []).append(step.graph.op_seconds())
         self._last = step
 
@@ -423,7 +497,7 @@ class GpuLlama(Decoder):
         self.check_room(self.n_past, len(tokens))
         done = 0
         for n in self._chunks(len(tokens)):
-            self._replay(self._step(n), tokens[done:done + n], self.n_past)
+            self._replay(self._step(*self._chunk_key(n)), tokens[done:done + n], self.n_past)
             self.n_past += n
             done += n
         last = self._last
@@ -431,14 +505,14 @@ class GpuLlama(Decoder):
 
     @property
     def max_row_tokens(self) -> int:
-        # (the attention's scratch holds the queries of prompt_chunk tokens)
-        return self.prompt_chunk
+        # (the decode step's mat-vecs take up to MAX_COLS columns; the attention's scratch holds attention_queries)
+        return min(MAX_COLS, self.attention_queries)
 
     def feed_rows(self, tokens):
         """The tokens join the KV cache in one step that returns every token's logits."""
         tokens = self._check_rows(tokens)
         n = len(tokens)
-        step = self._step(n, every_row=True)
+        step = self._step("rows", n)
         self._replay(step, tokens, self.n_past)
         self.n_past += n
         return step.next_token.read().astype(np.int64), step.logits.read().reshape(n, self.n_vocab)
@@ -455,3 +529,4 @@ class _Step:
     logits: object  # the last token's (every_row: every token's, one row each)
     next_token: object  # their argmax (every_row: each row's)
     every_row: bool = False
+    tiled: bool = False  # the weight products on the mat-mat kernels (a prompt's chunks)

@@ -27,7 +27,8 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
                activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, fuse: bool = True,
                backend: Backend | None = None, device: int | None = None, file: LlamaFile | None = None,
                timestamps: bool = False, profile: bool = False, spread: bool = True,
-               launches: str | None = None) -> Decoder:
+               launches: str | None = None, prompt_chunk: int | None = None,
+               prompt_kernels: str | None = None) -> Decoder:
     """A llama GGUF model (a path) ready to generate text, greedily:
 
         import vkq
@@ -51,7 +52,9 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     file: the model already parsed (vkq.llama.model.LlamaFile).
     For the graph engine only: timestamps (time its kernels), profile (and
     keep every op's time), spread (its one-workgroup ops spread over a GPU)
-    and launches (a GPU class's launches: vkq.llama.gpu_step.GpuLlama)."""
+    launches (a GPU class's launches), prompt_chunk (a prompt's tokens per
+    submit) and prompt_kernels ("matmul" or "matvec": the kernels of a
+    prompt's chunks; default the device's): vkq.llama.gpu_step.GpuLlama."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     if path not in PATH_MODES:
@@ -59,7 +62,8 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     if profile and (engine == "host" or path == "numpy"):
         raise ValueError("a profile times the ops of the graph engine's step: --profile needs --engine graph "
                          "and a device path")
-    for flag, given in (("--no-spread", not spread), ("--shape", launches is not None)):
+    for flag, given in (("--no-spread", not spread), ("--shape", launches is not None),
+                        ("-ub", prompt_chunk is not None), ("--prompt-kernels", prompt_kernels is not None)):
         if given and (engine == "host" or path == "numpy"):
             raise ValueError(f"{flag} sets the launches of the graph engine's step: it needs --engine graph "
                              "and a device path")
@@ -70,4 +74,5 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     if engine == "host" or path == "numpy":
         return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file)
     return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
-                    timestamps=timestamps, profile=profile, spread=spread, launches=launches)
+                    timestamps=timestamps, profile=profile, spread=spread, launches=launches,
+                    prompt_chunk=prompt_chunk, prompt_kernels=prompt_kernels)
