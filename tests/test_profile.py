@@ -129,7 +129,7 @@ def test_cli_no_spread(tiny, capsys):
     for args in (["--engine", "host"], ["--path", "numpy"]):
         assert main(["generate", str(tiny), "-p", "the", "--no-spread", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "--no-spread sets the launches of the graph engine's step" in err[0], err
+        assert len(err) == 1 and "--no-spread sets how the graph engine runs its step" in err[0], err
 
 
 # -- the step's launches and serial depths (vkq.llama.profile.step_shape) --------------------

@@ -145,7 +145,7 @@ class GpuLlama(Decoder):
         if prompt_chunk is None:
             prompt_chunk = most
         if isinstance(prompt_chunk, bool) or not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= most:
-            raise ValueError(f"prompt_chunk {prompt_chunk!r}: 1 to {most} tokens per submit with prompt_kernels "
+            raise ValueError(f"prompt_chunk (-ub) {prompt_chunk!r}: 1 to {most} tokens per submit with prompt_kernels "
                              f"{self.prompt_kernels!r}")
         self.prompt_chunk = prompt_chunk
         self.launches = launches

@@ -65,7 +65,7 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     for flag, given in (("--no-spread", not spread), ("--shape", launches is not None),
                         ("-ub", prompt_chunk is not None), ("--prompt-kernels", prompt_kernels is not None)):
         if given and (engine == "host" or path == "numpy"):
-            raise ValueError(f"{flag} sets the launches of the graph engine's step: it needs --engine graph "
+            raise ValueError(f"{flag} sets how the graph engine runs its step: it needs --engine graph "
                              "and a device path")
     if file is None:
         file = LlamaFile(model, fuse)
