@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from vkq.llama.draft import DraftModel, check_same_vocabulary
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 from vkq.llama.lookup import DRAFT_START, PAUSE_MAX, PromptLookup
@@ -107,12 +108,13 @@ def test_a_draft_across_the_end_of_text_stops_there(backend, tmp_path):
 @pytest.mark.parametrize("engine", ["graph dmmv", "host"])
 def test_drafts_stop_at_the_context_end(backend, model_file, engine):
     """A context of exactly the prompt and N - 1 new positions: the drafts
-    are cut to the tokens still to come, so no step passes its end."""
+    asked for are cut to the tokens still to come (and to draft_max, 7),
+    so no step passes its end."""
     probe = decoder(backend, engine, model_file)
     ids = probe.tokenizer.encode(TEXT)
     plain = probe.greedy(ids, N, stop_at_eos=False, keep_logits=True)
     d = decoder(backend, engine, model_file, ctx=len(ids) + N - 1)
-    for wrong_at, asked in ((None, [18, 10, 2]), (0, [18 - i for i in range(19)])):
+    for wrong_at, asked in ((None, [7, 7, 2]), (0, [min(7, 18 - i) for i in range(19)])):
         drafter = Scripted(plain.tokens + [1] * 16, wrong_at)  # it would draft past the end
         spec = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative=drafter)
         same(spec, plain)
@@ -233,3 +235,124 @@ def test_smollm2_repeating_prompt(backend):
     same(spec, plain)
     print(spec.stats.summary())
     assert spec.stats.accepted >= 8 and spec.stats.decode_steps < plain.stats.decode_steps
+
+
+# -- a draft model (vkq.llama.draft) ------------------------------------------------
+Q4_0_COPY = {r: "Q4_0" for r in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "output")}
+
+
+@pytest.fixture(scope="module")
+def dense_pair(tmp_path_factory):
+    """The dense tiny model and a copy of it with every matrix in Q4_0 (the same weights, coarser)."""
+    where = tmp_path_factory.mktemp("draft")
+    return write_gguf(where / "tiny.gguf"), write_gguf(where / "tiny-q4_0.gguf", expert_types=Q4_0_COPY)
+
+
+class Recorded(DraftModel):
+    """A DraftModel that keeps every draft with the text it continued."""
+
+    def draft(self, room):
+        drafts = super().draft(room)
+        self.seen = getattr(self, "seen", []) + [(list(self.tokens), drafts)]
+        return drafts
+
+
+@pytest.mark.parametrize("engine", ["graph dmmv", "host"])
+def test_draft_model_keeps_greedy_tokens(backend, dense_pair, engine):
+    """The same file as its own draft: every draft accepted; a Q4_0 copy:
+    some rejected; the tokens of plain greedy both ways. Each draft is the
+    draft model's own greedy continuation of the text, from an empty cache:
+    its KV cache follows the text through the rejections."""
+    target_file, q4_file = dense_pair
+    d = decoder(backend, engine, target_file)
+    ids = d.tokenizer.encode(TEXT)
+    plain = d.greedy(ids, N, stop_at_eos=False, keep_logits=True)
+    itself = DraftModel(d, decoder(backend, engine, target_file), p_min=0)
+    spec = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative=itself)
+    same(spec, plain)
+    s = spec.stats
+    assert s.speculative == "draft tiny.gguf" and s.accepted == s.drafted == 16 and s.decode_steps == 3
+    draft = decoder(backend, engine, q4_file)
+    q4 = Recorded(d, draft, p_min=0)
+    spec = d.greedy(ids, N, stop_at_eos=False, keep_logits=True, speculative=q4, draft_max=4)
+    same(spec, plain)
+    s = spec.stats
+    assert 0 < s.accepted < s.drafted and s.decode_steps < N - 1
+    for text, drafts in q4.seen[1:4]:
+        assert draft.greedy(text, len(drafts), stop_at_eos=False).tokens == drafts
+
+
+def test_draft_model_stops_at_p_min_and_its_context(backend, dense_pair):
+    """p_min 1: no draft is that sure, every step a plain one; a draft's
+    context shorter than the text: it drafts up to its end, then nothing."""
+    target_file, q4_file = dense_pair
+    d = GpuLlama(target_file, backend, "auto", ctx=64)
+    ids = d.tokenizer.encode(TEXT)
+    plain = d.greedy(ids, N, stop_at_eos=False)
+    sure = Recorded(d, GpuLlama(q4_file, backend, "auto", ctx=64), p_min=1.0)  # (never that sure)
+    spec = d.greedy(ids, N, stop_at_eos=False, speculative=sure)
+    assert spec.tokens == plain.tokens and spec.stats.drafted == 0 and spec.stats.decode_steps == N - 1
+    ctx = len(ids) + 4
+    short = Recorded(d, GpuLlama(q4_file, backend, "auto", ctx=ctx), p_min=0)  # a draft of a shorter context
+    spec = d.greedy(ids, N, stop_at_eos=False, speculative=short)
+    assert spec.tokens == plain.tokens
+    sizes = [(len(text), len(drafts)) for text, drafts in short.seen]
+    assert sizes[0] == (len(ids) + 1, 4) and sizes[-1][1] == 0  # (its last draft fills its context, unfed)
+    assert all(n <= max(0, ctx - t + 1) for t, n in sizes)
+
+
+def vocabulary_file(path, change):
+    """The tiny model with its vocabulary changed: change(tokens, types)."""
+    import gguf
+
+    from tiny_llama import byte_level_vocab
+
+    tokens, merges, types = byte_level_vocab()
+    change(tokens, types)
+    V = gguf.GGUFValueType
+    return write_gguf(path, tokenizer={"tokenizer.ggml.model": "gpt2",
+                                       "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
+                                       "tokenizer.ggml.merges": (merges, V.ARRAY, V.STRING),
+                                       "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32),
+                                       "tokenizer.ggml.eos_token_id": 0})
+
+
+def test_draft_model_refuses_another_vocabulary(backend, dense_pair, tmp_path):
+    from vkq.llama.draft import VocabularyMismatch
+    from vkq.llama.model import LlamaFile
+
+    target = LlamaFile(dense_pair[0])
+    bigger = vocabulary_file(tmp_path / "bigger.gguf", lambda tokens, types: (tokens.append("Ġa"), types.append(1)))
+    renamed = vocabulary_file(tmp_path / "renamed.gguf", lambda tokens, types: tokens.__setitem__(0, "<|end|>"))
+    with pytest.raises(VocabularyMismatch, match=r"^draft bigger.gguf and target tiny.gguf do not share a "
+                                                 r"vocabulary: 261 tokens against 260$"):
+        check_same_vocabulary(target, LlamaFile(bigger))
+    with pytest.raises(VocabularyMismatch, match=r"^draft renamed.gguf and target tiny.gguf .*: token 0 is "
+                                                 r"'<\|end\|>' in the draft, '<\|endoftext\|>' in the target$"):
+        check_same_vocabulary(target, LlamaFile(renamed))
+    check_same_vocabulary(target, LlamaFile(dense_pair[1]))  # the same vocabulary, other weights
+
+
+def test_cli_draft(dense_pair, capsys, tmp_path):
+    """vkq generate --draft: the text of plain greedy, drafted and accepted beside t/s; refusals in one line."""
+    from vkq.commands.cli import main
+
+    target, q4 = map(str, dense_pair)
+    args = ["generate", target, "-p", TEXT, "-n", "12", "--ignore-eos"]
+    assert main(args) == 0
+    plain = capsys.readouterr()
+    assert main(args + ["--draft", q4, "--draft-max", "3", "--draft-p-min", "0"]) == 0
+    spec = capsys.readouterr()
+    assert spec.out == plain.out
+    assert "speculative (draft tiny-q4_0.gguf): drafted " in spec.err and "tokens/step" in spec.err
+    other = vocabulary_file(tmp_path / "other.gguf", lambda tokens, types: (tokens.append("Ġa"), types.append(1)))
+    for extra, said in ((["--draft", str(other)], "draft other.gguf and target tiny.gguf do not share a vocabulary"),
+                        (["--draft", q4, "--speculative", "lookup"], "give one of them"),
+                        (["--draft", q4, "--draft-max", "8"], "draft_max 8: 1 to 7"),
+                        (["--draft-max", "3"], "it needs --draft or --speculative"),
+                        (["--draft-p-min", "0.5"], "it needs --draft"),
+                        (["--draft", q4, "--compare-engines", "2"], "drop --draft"),
+                        (["--draft", q4, "--path", "numpy"], "vkq's engines, not engine numpy")):
+        assert main(args + extra) == 2
+        out = capsys.readouterr()
+        assert said in out.err and len(out.err.strip().splitlines()) == 1 and out.out == "", extra

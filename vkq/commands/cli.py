@@ -11,7 +11,7 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERAT
 from ..errors import VkqError, from_import_error
 from ..dispatch.tiles import PROMPT_KERNELS
 from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
-from ..llama.lookup import SPECULATIVE
+from ..llama.lookup import DRAFT_MAX, P_MIN, SPECULATIVE
 
 
 def positive_int(text: str) -> int:
@@ -22,6 +22,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    """An argparse type: a number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a probability is 0 to 1, got {value}")
     return value
 
 
@@ -81,7 +92,9 @@ def cmd_generate(args) -> int:
         ignored = [flag for flag, given in (("--engine", args.engine is not None), ("-c", args.ctx is not None),
                                             ("--timestamps", args.timestamps), ("--profile", args.profile),
                                             ("--no-spread", args.no_spread), ("--shape", args.shape),
-                                            ("--speculative", args.speculative is not None)) if given]
+                                            ("--speculative", args.speculative is not None),
+                                            ("--draft", args.draft is not None),
+                                            ("--draft-max", args.draft_max is not None)) if given]
         if ignored:
             raise ValueError(f"--compare-engines sets the engines, their context, timestamps and launches itself: "
                              f"drop {', '.join(ignored)}")
@@ -91,7 +104,8 @@ def cmd_generate(args) -> int:
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
                     spread=not args.no_spread, shape=args.shape, speculative=args.speculative,
-                    ubatch=args.ubatch, prompt_kernels=args.prompt_kernels)
+                    ubatch=args.ubatch, prompt_kernels=args.prompt_kernels, draft=args.draft,
+                    draft_max=args.draft_max, draft_p_min=args.draft_p_min)
 
 
 def cmd_model(args) -> int:
@@ -202,9 +216,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph engine: GPU time per kind of op of a decode step (timestamps around every op), "
                         "dispatches and barriers per token, as a table after the text")
     p.add_argument("--speculative", choices=SPECULATIVE, default=None,
-                   help="lookup: speculative decoding by prompt lookup: each step also verifies up to 7 tokens "
-                        "drafted from the text so far and keeps those greedy chooses (the same text as without, "
-                        "in fewer steps where it repeats its context); prints drafted, accepted, tokens/step")
+                   help="lookup: speculative decoding by prompt lookup: each step also verifies up to --draft-max "
+                        "tokens drafted from the text so far and keeps those greedy chooses (the same text as "
+                        "without, in fewer steps where it repeats its context); prints drafted, accepted, "
+                        "tokens/step")
+    p.add_argument("--draft", metavar="DRAFT.gguf", default=None,
+                   help="speculative decoding with a draft model: a smaller GGUF of the same vocabulary drafts up "
+                        "to --draft-max tokens by its own greedy choices, the model verifies them in one step and "
+                        "keeps those greedy chooses (the same text as without); prints drafted, accepted, "
+                        "tokens/step")
+    p.add_argument("--draft-max", type=positive_int, metavar="N", default=None,
+                   help=f"the most drafted tokens a step verifies (--draft, --speculative; default {DRAFT_MAX}, as "
+                        "llama.cpp's, cut to what the engine's verifying step takes with the token before them)")
+    p.add_argument("--draft-p-min", type=probability, metavar="P", default=None,
+                   help=f"--draft: stop drafting at a token the draft gives less than probability P (default "
+                        f"{P_MIN}, llama.cpp's; 0: always draft --draft-max)")
     p.add_argument("--compare-engines", type=positive_int, metavar="ROUNDS", default=None,
                    help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
                         "between them (EOS ignored; it sets the engine, context and timestamps itself)")

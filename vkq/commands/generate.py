@@ -14,6 +14,8 @@ from pathlib import Path
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS
 from ..llama.decoding import submits_per_token
+from ..llama.draft import DraftModel, check_same_vocabulary
+from ..llama.lookup import P_MIN
 from ..llama.host import LlamaModel
 from ..llama.loading import load_model
 from ..llama.model import LlamaFile
@@ -44,7 +46,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
              spread: bool = True, shape: str | None = None, speculative: str | None = None,
-             ubatch: int | None = None, prompt_kernels: str | None = None) -> int:
+             ubatch: int | None = None, prompt_kernels: str | None = None, draft: str | Path | None = None,
+             draft_max: int | None = None, draft_p_min: float | None = None) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: LlamaConfig.default_context, grown to what the prompt
@@ -56,7 +59,11 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     or as a GPU class does (a key of vector_ops.GPU_LAUNCH_CAPS: the step
     then runs with that class's launches here too). speculative: "lookup",
     speculative greedy decoding (Decoder.greedy's: the same text), its
-    drafted and accepted tokens and tokens per step beside t/s. ubatch: the
+    drafted and accepted tokens and tokens per step beside t/s; draft: a
+    GGUF file of the model's vocabulary drafts instead, on the same engine
+    (vkq.llama.draft.DraftModel; draft_p_min its p_min, default
+    vkq.llama.lookup.P_MIN); draft_max: the most drafted tokens a step
+    verifies (default Decoder.draft_limit's). ubatch: the
     graph engine's prompt tokens per submit; prompt_kernels: the kernels of
     its prompt chunks, "matmul" or "matvec" (default: the device's)."""
     if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
@@ -64,9 +71,16 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if shape is not None and (engine == "host" or path == "numpy"):
         raise ValueError("--shape counts the launches of the graph engine's step: it needs --engine graph and a "
                          "device path")
-    if speculative is not None and profile:
-        raise ValueError("--profile times the one-token decode step; --speculative decodes in steps of several: "
-                         "give one of them")
+    if speculative is not None and draft is not None:
+        raise ValueError("--speculative lookup and --draft are two ways to draft tokens: give one of them")
+    if draft_max is not None and speculative is None and draft is None:
+        raise ValueError("--draft-max sets how many drafted tokens a step verifies: it needs --draft or "
+                         "--speculative")
+    if draft_p_min is not None and draft is None:
+        raise ValueError("--draft-p-min sets when the draft model stops drafting: it needs --draft")
+    if (speculative is not None or draft is not None) and profile:
+        raise ValueError("--profile times the one-token decode step; speculative decoding (--speculative, --draft) "
+                         "decodes in steps of several: give one of them")
     launches = None if shape in (None, "device") else shape
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
@@ -84,13 +98,25 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if need > ctx or need > file.config.n_ctx_train:
         raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
                          f"the context is {min(ctx, file.config.n_ctx_train)}")
+    draft_file = None if draft is None else LlamaFile(draft, fuse)
+    if draft_file is not None:
+        check_same_vocabulary(file, draft_file)  # refused before anything is uploaded
     decoder = load_model(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse,
                          device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
                          launches=launches, prompt_chunk=ubatch, prompt_kernels=prompt_kernels)
-    if speculative is not None:
-        decoder.drafter(speculative)  # refused before any text is printed
+    drafter = speculative
+    if draft_file is not None:  # on the target's engine and device, its context where the draft's allows
+        decoder.draft_limit(draft_max)  # (refused before the draft loads)
+        drafter = DraftModel(decoder, load_model(draft, engine=engine, path=path, activations=activations,
+                                                 ctx=min(decoder.ctx, draft_file.config.n_ctx_train), fuse=fuse,
+                                                 backend=getattr(decoder, "backend", None), file=draft_file),
+                             P_MIN if draft_p_min is None else draft_p_min)
+    if drafter is not None:
+        decoder.drafter(drafter, draft_max)  # refused before any text is printed
     load_s = time.perf_counter() - t0
-    warm = decoder.warm_up(n_prompt, speculative=speculative is not None)
+    warm = decoder.warm_up(n_prompt, speculative=drafter is not None)
+    if isinstance(drafter, DraftModel):
+        warm += drafter.warm_up(n_prompt)
     cfg = file.config
     backend = getattr(decoder, "backend", None)
     dev = "numpy float64 (reference)" if backend is None else backend.device_info.name
@@ -100,7 +126,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
           f"{warm:.1f} s{_prompt_kernels_text(decoder)}", file=sys.stderr)
     print(prompt, end="", flush=True)
     _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
-                                   on_text=lambda s: print(s, end="", flush=True), speculative=speculative)
+                                   on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
+                                   draft_max=draft_max)
     print()
     print(stats.summary(), file=sys.stderr)
     if profile:

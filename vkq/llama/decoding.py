@@ -236,7 +236,7 @@ class Decoder(ABC):
 
     def greedy(self, prompt_ids, n_tokens: int, *, stop_at_eos: bool = True, keep_logits: bool = False,
                on_token: Callable[[int], None] | None = None, speculative: str | Drafter | None = None,
-               draft_max: int = DRAFT_MAX) -> Generation:
+               draft_max: int | None = None) -> Generation:
         """Greedy decoding of n_tokens after prompt_ids (from an empty cache),
         ended early by a token that ends a generation (the tokenizer's
         eog_ids: EOS, end of turn, ...) unless stop_at_eos is false.
@@ -244,13 +244,17 @@ class Decoder(ABC):
         drafted by prompt lookup (vkq.llama.lookup) and keeps those greedy
         agrees with: the same tokens as without, in fewer steps where the
         text repeats its context (GenerationStats: drafted, accepted). Or
-        a drafter of one's own (vkq.llama.lookup.Drafter): its drafts are
-        cut to draft_max and verified the same way."""
+        another drafter (vkq.llama.lookup.Drafter), such as a draft model
+        (vkq.llama.draft.DraftModel): asked for up to draft_max tokens a
+        step, verified the same way. draft_max: default
+        vkq.llama.lookup.DRAFT_MAX, cut to what one step takes."""
         prompt_ids = self.file.check_ids(prompt_ids)
         if n_tokens < 0:
             raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
         if not prompt_ids:
             raise ValueError("no tokens to feed (empty prompt?)")
+        if speculative is not None:
+            draft_max = self.draft_limit(draft_max)
         drafter = None if speculative is None else self.drafter(speculative, draft_max)
         self.check_room(0, len(prompt_ids) + max(n_tokens - 1, 0))
         stats = GenerationStats(self.label, self.device_label, n_prompt=len(prompt_ids),
@@ -292,12 +296,20 @@ class Decoder(ABC):
         stats.n_generated = len(out)
         return Generation(out, stats, kept)
 
-    def drafter(self, speculative: str | Drafter, draft_max: int = DRAFT_MAX) -> Drafter:
+    def drafter(self, speculative: str | Drafter, draft_max: int | None = None) -> Drafter:
         """The drafter speculative= names (or is), once this decoder is found
         to keep greedy's tokens with it (refused in one line where not)."""
         if speculative not in SPECULATIVE and not all(hasattr(speculative, m) for m in ("start", "add", "draft",
                                                                                          "update", "name")):
             raise ValueError(f"speculative {speculative!r}: one of {', '.join(SPECULATIVE)} (or None: plain greedy)")
+        draft_max = self.draft_limit(draft_max)
+        return PromptLookup(draft_max) if speculative == "lookup" else speculative
+
+    def draft_limit(self, draft_max: int | None = None) -> int:
+        """The most drafted tokens a step verifies: draft_max (refused past
+        what one step takes with the token before them, feed_rows's
+        max_row_tokens), or by default DRAFT_MAX cut to that; refused where
+        this decoder cannot keep greedy's tokens with drafts."""
         if not self.rows_exact:
             raise ValueError(f"speculative decoding keeps greedy's tokens only where a step over several tokens "
                              f"gives each the bits of one: vkq's engines, not {self.label}")
@@ -305,10 +317,12 @@ class Decoder(ABC):
         if most < 1:
             raise ValueError(f"speculative decoding verifies drafts in one step of several tokens; this decoder "
                              f"takes {self.max_row_tokens} per step (prompt_chunk)")
-        if not isinstance(draft_max, int) or not 1 <= draft_max <= most:
+        if draft_max is None:
+            return min(DRAFT_MAX, most)
+        if isinstance(draft_max, bool) or not isinstance(draft_max, int) or not 1 <= draft_max <= most:
             raise ValueError(f"draft_max {draft_max!r}: 1 to {most} drafted tokens (with the token before them, "
                              f"one step of at most {self.max_row_tokens})")
-        return PromptLookup(draft_max) if speculative == "lookup" else speculative
+        return draft_max
 
     def _speculative_steps(self, drafter: Drafter, draft_max: int, token: int, n_left: int,
                            emit: Callable[[int, np.ndarray], bool], stats: GenerationStats) -> None:
@@ -320,8 +334,9 @@ class Decoder(ABC):
         behind the rewound position, to be overwritten."""
         while True:
             n_fed = self.n_past
-            drafts = list(drafter.draft(n_left - 1))[:min(n_left - 1, draft_max)]  # (a step emits up to
-            # len(drafts) + 1 tokens: no more than are left to generate, nor positions than the context has)
+            room = min(n_left - 1, draft_max)  # (a step emits up to len(drafts) + 1 tokens: no more than are
+            # left to generate, nor positions than the context has)
+            drafts = list(drafter.draft(room))[:room]
             if drafts:
                 choices, rows = self.feed_rows([token] + drafts)
             else:
@@ -346,10 +361,11 @@ class Decoder(ABC):
 
     def generate(self, prompt: str, n_tokens: int, *, stop_at_eos: bool = True,
                  on_text: Callable[[str], None] | None = None,
-                 speculative: str | None = None) -> tuple[str, list[int], GenerationStats]:
+                 speculative: str | Drafter | None = None,
+                 draft_max: int | None = None) -> tuple[str, list[int], GenerationStats]:
         """Greedy continuation of a text prompt: (text, generated ids, stats).
-        on_text receives the text as it grows, piece by piece; speculative:
-        as greedy's (the same text)."""
+        on_text receives the text as it grows, piece by piece; speculative
+        and draft_max: as greedy's (the same text)."""
         prompt_ids = self.tokenizer.encode(prompt)
         on_token: Callable[[int], None] | None = None
         if on_text is not None:
@@ -363,5 +379,6 @@ class Decoder(ABC):
                     on_text(text[len(shown[0]):])
                     shown[0] = text
             on_token = show_text
-        gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token, speculative=speculative)
+        gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token, speculative=speculative,
+                          draft_max=draft_max)
         return self.tokenizer.decode(gen.tokens, continuation=True), gen.tokens, gen.stats

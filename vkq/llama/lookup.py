@@ -20,10 +20,19 @@ from __future__ import annotations
 
 from typing import Protocol
 
-# The drafters greedy(speculative=) takes by name. Here, not in decoding.py,
-# so that the command line lists them without importing Kompute.
+# The drafters greedy(speculative=) takes by name, and the drafts' defaults.
+# Here, not in decoding.py, so that the command line lists them without
+# importing Kompute.
 SPECULATIVE = ("lookup",)
-DRAFT_MAX = 7  # drafts per step: with the token before them, one step of MAX_COLS (8) columns
+# Drafted tokens a step verifies, by default (llama.cpp's, common_speculative_params.n_draft); a
+# decoder cuts it to what one step takes with the token before them (Decoder.draft_limit: 7 where
+# a step is MAX_COLS, 8, columns)
+DRAFT_MAX = 16
+# A draft model (vkq.llama.draft) stops drafting at a token it gives less
+# than this probability (its softmax's largest): a step that verifies a
+# likely-rejected draft costs more than it saves. llama.cpp's default
+# (common_speculative_params.p_min).
+P_MIN = 0.75
 NGRAM_MAX = 3
 NGRAM_MIN = 2
 DRAFT_START = 3  # the first limit: doubled while every draft is accepted
@@ -42,7 +51,8 @@ class Drafter(Protocol):
         """A token greedy chose joins the text."""
 
     def draft(self, room: int) -> list[int]:
-        """Up to `room` tokens to verify after the text so far ([]: a plain step)."""
+        """Up to `room` tokens to verify after the text so far ([]: a plain
+        step); room is at least 0, at most the decoder's draft_max."""
 
     def update(self, drafted: int, accepted: int) -> None:
         """How many of the last drafts greedy accepted."""
