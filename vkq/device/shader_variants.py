@@ -176,7 +176,7 @@ class VectorOpVariant:
 
 REDUCING_OPS = ("rms_norm", "attention", "expert_routing", "head_norm")  # the ops with workgroup reductions
 LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)) + tuple(
-    VectorOpVariant(op) for op in ("swiglu", "argmax"))
+    VectorOpVariant(op) for op in ("swiglu", "argmax", "attention_tiled"))
 
 
 def all_variants() -> list:

@@ -1,0 +1,174 @@
+"""Attention of a prompt's chunk of queries, tiled (shaders/attention_tiled.comp).
+
+TiledAttention takes a chunk of n tokens as vkq.llama.vector_ops.Attention
+does (RoPE, the keys and values appended to the caches, causal grouped-query
+attention over them), but each workgroup takes a tile of queries and walks
+the keys in tiles: each key and value is read once per tile of queries, not
+once per query, and there is no scores scratch (an online softmax per query
+and head, in registers). A query's result depends only on its position and
+the caches, never on the chunk it came in (the key tiles are aligned to
+absolute positions): a prompt gives the same bits in chunks of any size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..device.shader_variants import VectorOpVariant
+from .vector_ops import (MAX_HEAD_DIM, AttentionShape, Vectors, _ceil, _f32_bits, _groups, _Op, _size,
+                         attention_depth, attention_heads, reducing_variant)
+
+# Queries per workgroup on a CPU driver: one 8-lane subgroup of lavapipe per
+# query head (its rows are query-major within a head).
+CPU_QUERY_TILE = 8
+# Keys per tile on a CPU driver. Measured on lavapipe (2 cores, SmolLM2's
+# shape, a 512-token chunk): see docs/measurements.md's tiled attention rows.
+CPU_KEY_TILE = 16
+# On a GPU: queries per workgroup, and the most keys per tile; the K and V
+# tiles in shared memory stay within GPU_SHARED_BYTES (Vulkan's guaranteed
+# minimum), so a tile is smaller for a wide head. Not measured on a GPU yet.
+GPU_QUERY_TILE = 16
+GPU_KEY_TILE = 32
+GPU_SHARED_BYTES = 16384
+
+
+@dataclass(frozen=True)
+class AttentionTiles:
+    """A TiledAttention's launch: queries (bq) and query heads (heads) per
+    workgroup, keys per tile (bkv), whether the K/V tiles go through shared
+    memory, and the workgroup's invocations (one per row: bq * heads)."""
+
+    bq: int
+    bkv: int
+    heads: int
+    shared_kv: bool
+
+    @property
+    def wg_size(self) -> int:
+        return self.bq * self.heads
+
+    def shared_bytes(self, head_dim: int) -> int:
+        return 2 * self.bkv * _ceil(head_dim, 4) * 16 if self.shared_kv else 0
+
+
+def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
+    """The tiles for this device and shape: a function of nothing else (not
+    of the chunk), since the key tile fixes a query's order of the sums."""
+    heads = attention_heads(shape)
+    caps = device.caps
+    if caps.device_type == "cpu":
+        return AttentionTiles(CPU_QUERY_TILE, CPU_KEY_TILE, heads, False)
+    limit = min(GPU_SHARED_BYTES, caps.max_shared_memory)
+    bkv = GPU_KEY_TILE
+    while bkv > 1 and AttentionTiles(1, bkv, 1, True).shared_bytes(shape.head_dim) > limit:
+        bkv //= 2
+    bq = GPU_QUERY_TILE
+    while bq > 1 and bq * heads > caps.max_workgroup_invocations:
+        bq //= 2
+    return AttentionTiles(bq, bkv, heads, True)
+
+
+def tiled_attention_loop_iterations(positions: int, bkv: int) -> int:
+    """An upper bound of the loop iterations one invocation of
+    shaders/attention_tiled.comp takes when its queries' largest position is
+    positions - 1, on a driver that unrolls the loops [[unroll]] marks
+    (lavapipe does; a test at 8192 positions checks it): one per key tile,
+    and two per key (its score, its value)."""
+    return _ceil(positions, bkv) + 2 * positions
+
+
+def max_tiled_attention_positions(device, bkv: int) -> int | None:
+    """The most positions a cache may hold for shaders/attention_tiled.comp
+    on this device (None: no loop budget)."""
+    budget = device.caps.max_loop_iterations
+    if budget is None:
+        return None
+    lo, hi = 0, budget  # the largest within the budget, by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tiled_attention_loop_iterations(mid, bkv) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def tiled_attention_depth(shape: AttentionShape, tiles: AttentionTiles) -> int:
+    """Serial depth (Launch) of the tiled attend at a full cache: RoPE of the
+    row's query (unrolled), then a step per key tile (with shared memory,
+    its loads unrolled), or (without) two per key, reading the caches."""
+    tiles_ = _ceil(shape.capacity, tiles.bkv)
+    return 1 + tiles_ + (0 if tiles.shared_kv else 2 * shape.capacity)
+
+
+class TiledAttention(_Op):
+    """Attention of n queries at positions pos[0..n-1] (a prompt's chunk;
+    `positions`: an int32 tensor): RoPE of q and k as
+    vkq.llama.vector_ops.Attention's (shape.neox picks the mode), every k and
+    v appended to the caches at its position (attention.comp's PASS 1), then
+    out = softmax(q . K^T / sqrt(head_dim)) V per query head over the cached
+    positions 0 .. pos[i] (shaders/attention_tiled.comp). q, k, v: the new
+    vectors, unrolled, as Attention takes them; rope: rope_table(inv_freq,
+    shape.capacity). The caller keeps the positions below the capacity.
+    tiles: default attention_tiles(device, shape)."""
+
+    def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
+                 rope, positions, out: Vectors, n: int, tiles: AttentionTiles | None = None):
+        super().__init__(device)
+        s = shape
+        qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"TiledAttention: {n!r} queries; at least 1")
+        for vec, length, what in ((q, qd, "q"), (k, kvd, "k"), (v, kvd, "v"), (out, qd, "out")):
+            if vec.length != length:
+                raise ValueError(f"TiledAttention {what}: {vec.length} values; {s} needs {length}")
+            vec.check(n, f"TiledAttention {what}")
+        if s.head_dim > MAX_HEAD_DIM:
+            raise ValueError(f"TiledAttention: head_dim {s.head_dim}; at most {MAX_HEAD_DIM}")
+        tiles = attention_tiles(device, s) if tiles is None else tiles
+        group = s.n_head // s.n_head_kv
+        caps = device.caps
+        if group % tiles.heads or min(tiles.bq, tiles.bkv, tiles.heads) < 1:
+            raise ValueError(f"TiledAttention: {tiles}: heads must divide the {group} query heads of a K/V head")
+        if tiles.wg_size > min(caps.max_workgroup_invocations, caps.max_workgroup_size_x):
+            raise ValueError(f"TiledAttention: {tiles.wg_size} invocations per workgroup; the device takes "
+                             f"{min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)}")
+        if tiles.shared_bytes(s.head_dim) > caps.max_shared_memory:
+            raise ValueError(f"TiledAttention: K/V tiles of {tiles.shared_bytes(s.head_dim)} bytes; the device's "
+                             f"shared memory is {caps.max_shared_memory}")
+        most = max_tiled_attention_positions(device, tiles.bkv)
+        if most is not None and s.capacity > most:
+            raise ValueError(f"TiledAttention: a cache of {s.capacity} positions; at most {most} on this device, whose "
+                             f"driver cuts an invocation's loops short after {caps.max_loop_iterations} iterations")
+        for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
+            if _size(cache) < s.cache_size:
+                raise ValueError(f"TiledAttention: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
+        if _size(rope) < s.capacity * s.n_rot:
+            raise ValueError(f"TiledAttention: the RoPE table holds {_size(rope)} values, {s.capacity * s.n_rot} "
+                             "needed")
+        if positions.dtype != np.int32 or _size(positions) < n:
+            raise ValueError(f"TiledAttention: {n} queries need an int32 positions tensor of {n}, got {positions!r}")
+        self.tiles = tiles
+        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions)
+        self.writes = (k_cache, v_cache, out.tensor)
+        scale = _f32_bits(1.0 / np.sqrt(s.head_dim))
+
+        # The append: attention.comp's PASS 1 (bindings 7 to 9, scores and
+        # Q8_1 output, are not read there: out's tensor fills them).
+        variant, wg = reducing_variant(device, "attention")
+        push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
+                scale, q.step, k.step, v.step, out.step, 0, 0]
+        tensors = [t.kp for t in (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions, out.tensor,
+                                  out.tensor, out.tensor)]
+        self._dispatch(tensors, variant, (s.n_head_kv, 1, n), [wg, 0, 0, 0, 1, 1, int(s.neox)], push,
+                       attention_depth(s, wg, 0, 1, append=True))
+
+        # The attend (_Op.record puts a barrier before it).
+        push = [q.offset, q.step, out.offset, out.step, n, s.n_head, s.n_head_kv, s.capacity, scale]
+        tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)]
+        groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), 1)
+        spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
+                s.n_rot]
+        self._dispatch(tensors, VectorOpVariant("attention_tiled"), groups, spec, push,
+                       tiled_attention_depth(s, tiles))
