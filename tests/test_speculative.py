@@ -331,6 +331,9 @@ def test_draft_model_refuses_another_vocabulary(backend, dense_pair, tmp_path):
                                                  r"'<\|end\|>' in the draft, '<\|endoftext\|>' in the target$"):
         check_same_vocabulary(target, LlamaFile(renamed))
     check_same_vocabulary(target, LlamaFile(dense_pair[1]))  # the same vocabulary, other weights
+    d = GpuLlama(None, backend, "auto", ctx=32, file=target)
+    with pytest.raises(ValueError, match="needs a decoder of its own"):
+        DraftModel(d, d)
 
 
 def test_cli_draft(dense_pair, capsys, tmp_path):

@@ -59,6 +59,9 @@ class DraftModel:
     target's: it drafts nothing past its own end."""
 
     def __init__(self, target: Decoder, draft: Decoder, p_min: float = P_MIN):
+        if draft is target:
+            raise ValueError("the draft model needs a decoder of its own (its own KV cache), not the target's: "
+                             "load the file again")
         check_same_vocabulary(target.file, draft.file)
         if not 0.0 <= p_min <= 1.0:
             raise ValueError(f"draft p_min {p_min!r}: a probability, 0 to 1")
