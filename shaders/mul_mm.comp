@@ -15,9 +15,12 @@
 //                    are dotted with them as the int8 mat-vec does (the same
 //                    arithmetic per chunk); without shared memory only
 //   INT_DOT          MMQ with OpSDot (else the same arithmetic in int32)
+//   MUL_MAT_ID       W is a stack of experts and ids (binding 3) holds one
+//                    expert per used-expert slot: ggml's MUL_MAT_ID over
+//                    many tokens (see "Experts" below)
 //
-// Bindings: 0 W, 1 x, 2 y, then the three texel views of W (TEXEL_WEIGHTS;
-// binding 0 is then not read). Push constants: common.glsl's Params, of which
+// Bindings: 0 W, 1 x, 2 y, then 3 ids (MUL_MAT_ID), then the three texel
+// views of W (TEXEL_WEIGHTS; binding 0 is then not read). Push constants: common.glsl's Params, of which
 // this shader reads nrows (rows in this buffer), nblocks, field0..3,
 // x_col_stride and y_col_stride (floats between columns of x and of y, each a
 // multiple of 4; with MMQ x's in Q8_1 blocks) and y_row_offset (the
@@ -37,6 +40,21 @@
 // written to y. A column's bits depend on the tile configuration, not on
 // the number of columns nor on the other columns.
 //
+// Experts (MUL_MAT_ID): the columns are used-expert slots, as many as ids
+// holds (its length); slot s reads expert ids[s], x vector s / SLOTS_PER_X
+// (a token's slots share its vector, or each slot has its own) and writes
+// y's vector s. Workgroup z is an expert e: its invocations first scan ids
+// in slot order (each a contiguous run of slots: count the run's slots of
+// e, add up the counts of the runs before it, then note its slots' ranks)
+// and keep in shared memory the slots of ranks y * BN .. y * BN + BN - 1,
+// the workgroup's columns; then the tiles run over those as over columns of
+// x, each weight of e dequantized once per BN of its slots. The host
+// dispatches ceil(slots / BN) column groups per expert (as if every slot
+// chose it); a group past its expert's slots ends after the scan. A slot's
+// bits depend on its x, its expert and the tiles only: its sums are those
+// of a column of the plain kernel, wherever it falls in a tile. An id out
+// of [0, n_expert) matches no workgroup (nothing reads past W; its slot is
+// not written): the host refuses such ids before they get here.//
 // Two ways of feeding the invocations (SHARED_TILES):
 // - true (GPUs): per step the workgroup dequantizes the BM x BK weights into
 //   shared memory (each invocation whole chunks, with the type's decoder) and
@@ -75,8 +93,15 @@ layout(constant_id = 7) const bool SHARED_TILES = true;
 // MMQ: int8 planes per activation block (1: Q8_1 as ggml; 2: plus the
 // rounding residual, q8_1.glsl).
 layout(constant_id = 8) const uint X_PLANES = 1;
+// MUL_MAT_ID: consecutive slots that read one vector of x (a token's used
+// experts: n_used; or 1, a vector per slot).
+layout(constant_id = 9) const uint SLOTS_PER_X = 1;
 
+#ifdef MUL_MAT_ID
+#define W_TEXEL_BINDING 4
+#else
 #define W_TEXEL_BINDING 3
+#endif
 
 #include "common.glsl"
 #include "dequant.glsl"
@@ -92,6 +117,9 @@ uint x_vec4s() { return uint(x_words.length()); }
 #endif
 vec4 load_x4(uint i) { return uintBitsToFloat(load_xq(i)); }
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+#ifdef MUL_MAT_ID
+layout(std430, binding = 3) readonly restrict buffer Ids { int ids[]; };
+#endif
 
 #ifdef MMQ
 #ifdef BLOCK_PLAIN
@@ -122,10 +150,59 @@ shared vec4 w_tile[SHARED_TILES ? BM * STRIDE4 : 1u];
 shared vec4 x_tile[SHARED_TILES ? BN * STRIDE4 : 1u];
 
 float acc[TM * TN];
-uint row0, col0, tr, tc, nchunks, ncols;
+// tile_cols: the columns of this workgroup's tile that exist (1..BN);
+// block0: the first block of the expert (MUL_MAT_ID), else 0.
+uint row0, col0, tr, tc, nchunks, tile_cols, block0;
 
 // The row of W for the invocation's i-th row (past the end: the last row).
 uint w_row(uint i) { return min(row0 + tr + i * ROW_THREADS, p.nrows - 1u); }
+// The first block of row `row` of W (of the expert).
+uint w_block(uint row) { return block0 + row * p.nblocks; }
+
+#ifdef MUL_MAT_ID
+shared uint tile_slots[BN];  // the slots of the workgroup's columns, in slot order
+shared uint run_counts[WG_SIZE];  // per invocation: its run's slots of the expert
+
+// Scans ids for the slots of expert e (see "Experts"); returns the
+// workgroup's column count (0: none; uniform across the workgroup).
+uint gather_slots(uint e) {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint n_slots = uint(ids.length());
+    const uint run = (n_slots + WG_SIZE - 1u) / WG_SIZE;
+    const uint s0 = min(tid * run, n_slots), s1 = min(s0 + run, n_slots);
+    uint mine = 0u;
+    for (uint s = s0; s < s1; s++) {
+        mine += uint(ids[s]) == e ? 1u : 0u;
+    }
+    run_counts[tid] = mine;
+    barrier();
+    uint before = 0u, total = 0u;
+    for (uint t = 0u; t < WG_SIZE; t++) {
+        const uint n = run_counts[t];
+        before += t < tid ? n : 0u;
+        total += n;
+    }
+    if (total > col0) {  // (uniform)
+        uint rank = before;
+        for (uint s = s0; s < s1 && rank < col0 + BN; s++) {
+            if (uint(ids[s]) == e) {
+                if (rank >= col0) {
+                    tile_slots[rank - col0] = s;
+                }
+                rank++;
+            }
+        }
+    }
+    barrier();
+    return total > col0 ? min(total - col0, BN) : 0u;
+}
+// Column c of the tile (c < tile_cols): its vector of x, its vector of y.
+uint x_column(uint c) { return tile_slots[c] / SLOTS_PER_X; }
+uint y_column(uint c) { return tile_slots[c]; }
+#else
+uint x_column(uint c) { return col0 + c; }
+uint y_column(uint c) { return col0 + c; }
+#endif
 
 #ifndef MMQ
 // SHARED_TILES: the step at chunk c0, through shared memory.
@@ -141,7 +218,7 @@ void step_shared(uint c0) {
         vec4 v[8];
         if (c < nchunks) {
             const uint row = min(row0 + r, p.nrows - 1u);
-            dequant_chunk(row * p.nblocks + c / CHUNKS_PER_BLOCK, c % CHUNKS_PER_BLOCK, v);
+            dequant_chunk(w_block(row) + c / CHUNKS_PER_BLOCK, c % CHUNKS_PER_BLOCK, v);
         } else {
             [[unroll]] for (uint q = 0u; q < 8u; q++) {
                 v[q] = vec4(0.0);
@@ -159,8 +236,8 @@ void step_shared(uint c0) {
         // Neighbouring invocations on neighbouring values of a column.
         const uint col = i / BK4, q = i % BK4;
         const uint k4 = c0 * 8u + q;
-        x_tile[col * STRIDE4 + q] = col0 + col < ncols && k4 < nchunks * 8u
-            ? load_x4((col0 + col) * (p.x_col_stride / 4u) + k4) : vec4(0.0);
+        x_tile[col * STRIDE4 + q] = col < tile_cols && k4 < nchunks * 8u
+            ? load_x4(x_column(col) * (p.x_col_stride / 4u) + k4) : vec4(0.0);
     }
     barrier();
     [[unroll]] for (uint q = 0u; q < BK4; q++) {
@@ -187,7 +264,7 @@ void step_registers(uint c0) {
     UnitMeta meta[TM];
     if (WHOLE_UNITS) {
         [[unroll]] for (uint i = 0u; i < TM; i++) {
-            meta[i] = unit_meta(w_row(i) * p.nblocks + c0 / CHUNKS_PER_BLOCK);
+            meta[i] = unit_meta(w_block(w_row(i)) + c0 / CHUNKS_PER_BLOCK);
         }
     }
 #endif
@@ -202,7 +279,7 @@ void step_registers(uint c0) {
         Quants q[TM];
         vec4 so[TM];
         [[unroll]] for (uint i = 0u; i < TM; i++) {
-            const uint ib = w_row(i) * p.nblocks + c / CHUNKS_PER_BLOCK;
+            const uint ib = w_block(w_row(i)) + c / CHUNKS_PER_BLOCK;
 #ifdef META_QUANTS
             q[i] = WHOLE_UNITS ? meta_quants(meta[i], j) : block_quants(ib, sb);
 #else
@@ -212,7 +289,7 @@ void step_registers(uint c0) {
         }
         [[unroll]] for (uint col = 0u; col < TN; col++) {
             // One Q8_1 block of the column (past the end: the last column's, not written).
-            const uint b = XQ_BLOCK * (min(col0 + tc * TN + col, ncols - 1u) * p.x_col_stride + c);
+            const uint b = XQ_BLOCK * (x_column(min(tc * TN + col, tile_cols - 1u)) * p.x_col_stride + c);
             const uvec4 xq_lo = load_xq(b), xq_hi = load_xq(b + 1u);
             const uvec4 xr_lo = X_PLANES == 2u ? load_xq(b + 2u) : uvec4(0u);
             const uvec4 xr_hi = X_PLANES == 2u ? load_xq(b + 3u) : uvec4(0u);
@@ -231,7 +308,7 @@ void step_registers(uint c0) {
 #else
         vec4 wv[TM][8];
         [[unroll]] for (uint i = 0u; i < TM; i++) {
-            const uint ib = w_row(i) * p.nblocks + c / CHUNKS_PER_BLOCK;
+            const uint ib = w_block(w_row(i)) + c / CHUNKS_PER_BLOCK;
 #ifdef BLOCK_PLAIN
             dequant_chunk(ib, sb, wv[i]);
 #else
@@ -244,7 +321,7 @@ void step_registers(uint c0) {
         }
         [[unroll]] for (uint col = 0u; col < TN; col++) {
             // (a column past the end repeats the last one; it is not written)
-            const uint x4 = min(col0 + tc * TN + col, ncols - 1u) * (p.x_col_stride / 4u) + c * 8u;
+            const uint x4 = x_column(min(tc * TN + col, tile_cols - 1u)) * (p.x_col_stride / 4u) + c * 8u;
             vec4 xv[8];
             [[unroll]] for (uint q = 0u; q < 8u; q++) {
                 xv[q] = load_x4(x4 + q);
@@ -261,7 +338,14 @@ void step_registers(uint c0) {
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
+#ifdef MUL_MAT_ID
+    // (z is the expert: the host keeps the row groups within one dimension)
+    row0 = gl_WorkGroupID.x * BM;
+    block0 = gl_WorkGroupID.z * p.nrows * p.nblocks;
+#else
     row0 = (gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x) * BM;
+    block0 = 0u;
+#endif
     if (row0 >= p.nrows) {
         return;  // uniform across the workgroup: no barrier is skipped by part of it
     }
@@ -271,10 +355,18 @@ void main() {
     tr = tid % ROW_THREADS;
     tc = TN == BN ? 0u : tid / ROW_THREADS;
     nchunks = p.nblocks * CHUNKS_PER_BLOCK;
-#ifdef MMQ
-    ncols = x_vec4s() / (p.x_col_stride * XQ_BLOCK);  // (x_col_stride in Q8_1 blocks)
+#ifdef MUL_MAT_ID
+    tile_cols = gather_slots(gl_WorkGroupID.z);
+    if (tile_cols == 0u) {
+        return;  // (uniform, after the scan's barriers)
+    }
 #else
-    ncols = x_vec4s() / (p.x_col_stride / 4u);
+#ifdef MMQ
+    const uint ncols = x_vec4s() / (p.x_col_stride * XQ_BLOCK);  // (x_col_stride in Q8_1 blocks)
+#else
+    const uint ncols = x_vec4s() / (p.x_col_stride / 4u);
+#endif
+    tile_cols = min(ncols - col0, BN);
 #endif
 
     [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
@@ -295,9 +387,9 @@ void main() {
     [[unroll]] for (uint i = 0u; i < TM; i++) {
         const uint row = row0 + tr + i * ROW_THREADS;
         [[unroll]] for (uint j = 0u; j < TN; j++) {
-            const uint col = col0 + tc * TN + j;
-            if (row < p.nrows && col < ncols) {
-                y[p.y_row_offset + col * p.y_col_stride + row] = acc[i * TN + j];
+            const uint col = tc * TN + j;
+            if (row < p.nrows && col < tile_cols) {
+                y[p.y_row_offset + y_column(col) * p.y_col_stride + row] = acc[i * TN + j];
             }
         }
     }

@@ -5,6 +5,7 @@
     y = backend.matvec(w, x)                      # x: float32 (k,) or (k, n<=8)
     Y = backend.matmul(w, X)                      # X: float32 (k, n), any n (tiled past 8)
     y = backend.matvec_id(experts, x, ids)        # mixture of experts (MUL_MAT_ID)
+    Y = backend.matmul_id(experts, X, ids)        # ... over many tokens: ids (n_tokens, n_used)
 
 The int8 path multiplies by quantized activations (vkq.blocks.activations: "q8_1",
 ggml's, by default, or the more precise "q8_1x2"), set per backend or per call.
@@ -310,6 +311,56 @@ class Backend:
             call.graph.run()
             return call.ys[0]._host[:, : lay.rows].copy()
 
+    def matmul_id(self, experts: Weights, x: np.ndarray, ids: np.ndarray, path: str | None = None, *,
+                  activations: str | None = None, config=None) -> np.ndarray:
+        """MUL_MAT_ID over many tokens: y[t, j] = experts[ids[t, j]] @ x[t]
+        (or @ x[t, j]); returns (n_tokens, n_used, rows).
+
+        ids: int32 (n_tokens, n_used) expert indices; x: float32 (n_tokens, K),
+        one activation per token shared by its experts, or (n_tokens, n_used,
+        K), one per used expert (other integer ids and float16 / float64 x
+        converted, as matvec_id's). Always the tiled mat-mat kernel (Graph.matmul_id),
+        for any n_tokens: the device groups the tokens by expert, so each
+        expert's weights are read once per bn of its slots, and a token's
+        results are the same bits whatever other tokens share the call.
+        path, activations, config: as matmul's (config a TileConfig)."""
+        w = check_weights(self, experts, expert_stack=True)
+        lay = w.layout
+        ids = _check_ids(ids, lay.n_expert, ndim=2)
+        n_tokens, n_used = ids.shape
+        x = host_values(x, np.float32, "x")
+        if x.shape == (n_tokens, lay.k):
+            shared = True
+        elif x.shape == (n_tokens, n_used, lay.k):
+            shared = False
+        else:
+            raise ValueError(f"x must have shape ({n_tokens}, {lay.k}) or ({n_tokens}, {n_used}, {lay.k}) for ids "
+                             f"of shape {ids.shape}, got {x.shape}")
+        check_tile_config_type(config)  # (before it is hashed into the call's key)
+        call = self._matmul_id_call(w, n_tokens, n_used, shared, path, activations, config)
+        with self._lock:
+            call.xs[0]._host[:, : lay.k] = x.reshape(-1, lay.k)
+            call.ids._host[:] = ids
+            call.graph.run()
+            return call.ys[0]._host[:, : lay.rows].reshape(n_tokens, n_used, lay.rows).copy()
+
+    def _matmul_id_call(self, w: Weights, n_tokens: int, n_used: int, shared: bool, path, activations,
+                        config) -> _Call:
+        """The cached graph of a matmul_id call shape (made on first use)."""
+        key = ("matmul_id", n_tokens, n_used, shared, path, activations, config,
+               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
+        call = w._calls.get(key)
+        if call is not None:
+            return call
+        with self._lock:
+            g = Graph(self)
+            x = g.input(self.tensor(w.layout.k, n_tokens * (1 if shared else n_used), name="x"))
+            ids = g.input(self.tensor(n_used, n_tokens, dtype=np.int32, name="ids"))
+            y = g.output(g.matmul_id(w, x, ids, path, activations=activations, config=config))
+            g._held_by(w)  # (w keeps the call: no reference cycle)
+            call = w._calls_by_config[key] = w._calls[key] = _Call(g, [x], [y], ids)  # (freed with w)
+        return call
+
     def matvec_many(self, products, path: str | None = None, *,
                     activations: str | None = None) -> list[np.ndarray]:
         """[W @ x for (W, x) in products] in one submit; x as in matvec.
@@ -364,12 +415,17 @@ class Backend:
             return out
 
 
-def _check_ids(ids, n_expert: int) -> np.ndarray:
-    """ids checked, as int32 (ids of another integer dtype that are in range fit it)."""
+def _check_ids(ids, n_expert: int, ndim: int = 1) -> np.ndarray:
+    """ids checked, as int32 (ids of another integer dtype that are in range
+    fit it): matvec_id's (n_used,), or with ndim 2 matmul_id's (n_tokens, n_used)."""
     if not isinstance(ids, np.ndarray) or ids.dtype.kind not in "iu":
         raise TypeError(f"ids must be a numpy int32 array (or another integer dtype, converted), got "
                         f"{getattr(ids, 'dtype', type(ids).__name__)}")
-    if ids.ndim != 1 or not 1 <= ids.size <= MAX_GROUPS_X:
+    if ndim == 2:
+        if ids.ndim != 2 or not 1 <= ids.size <= MAX_MATMUL_COLS:
+            raise ValueError(f"ids must have shape (n_tokens, n_used) with 1 <= n_tokens * n_used <= "
+                             f"{MAX_MATMUL_COLS}, got {ids.shape}")
+    elif ids.ndim != 1 or not 1 <= ids.size <= MAX_GROUPS_X:
         raise ValueError(f"ids must have shape (n_used,) with 1 <= n_used <= {MAX_GROUPS_X}, got {ids.shape}")
     bad = ids[(ids < 0) | (ids >= n_expert)]
     if bad.size:

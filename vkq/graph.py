@@ -379,6 +379,54 @@ class Graph:
         self.counts["matmul"] += 1
         return y
 
+    @_locked
+    def matmul_id(self, experts, x: Tensor, ids: Tensor, path: str | None = None, *,
+                  activations: str | None = None, config=None, out: Tensor | None = None,
+                  label: str | None = None) -> Tensor:
+        """MUL_MAT_ID over many tokens on the tiled mat-mat kernel, at any
+        count: y[s] = experts[ids[s]] @ x[s // (n_slots / x.n)] for every
+        used-expert slot s (token-major: slot = token * n_used + j). ids:
+        an int32 tensor of n_slots = n_tokens * n_used values, one vector
+        (as the router's ExpertRouting writes it) or n_tokens vectors of
+        n_used; in [0, n_expert), checked as matvec_id's. x: n_tokens
+        vectors (each shared by its token's slots) or n_slots (one per
+        slot). y: n_slots vectors of `rows`, matvec_id's layout. The device
+        groups the slots by expert, so each expert's weights are read once
+        per bn of its slots, not once per slot; a slot's bits depend only on
+        its x, its expert and the tiles (vkq.resolve.resolve_tiles: `path`,
+        `activations` or `config` as matmul's), not on the other tokens."""
+        self._open()
+        w = check_weights(self.backend, experts, expert_stack=True)
+        n_expert = w.layout.n_expert
+        ids = self._own(ids, "ids")
+        if ids.dtype != np.int32:
+            raise TypeError(f"ids {ids!r} must hold int32 expert indices")
+        n_slots = ids.n * ids.length
+        if n_slots > MAX_MATMUL_COLS:
+            raise ValueError(f"ids {ids!r} holds {n_slots} used-expert slots; a MUL_MAT_ID takes at most "
+                             f"{MAX_MATMUL_COLS}")
+        if not _ids_safe(ids, n_expert):
+            raise ValueError(f"ids {ids!r} are written on the device by an op that does not keep them in "
+                             f"[0, {n_expert}), where nothing can check them")
+        x = self._check_x(x, w.layout.k, n_slots, "x")
+        if n_slots % x.n or (ids.n > 1 and x.n not in (ids.n, n_slots)):
+            want = (f"{ids.n} (one per token) or {n_slots} (one per slot)" if ids.n > 1
+                    else f"a divisor of {n_slots}: n_tokens (each shared by its token's slots) or {n_slots}")
+            raise ValueError(f"x {x!r} holds {x.n} vectors for ids {ids!r}; it must hold {want}")
+        cfg = resolve_tiles(self.backend, w, x.n, path, config, activations, n_slots=n_slots)
+        y = self._out(out, x, w.layout.rows, n_slots, "y")
+        xin = self._x_for(x, cfg)
+        op = MatMul(self.backend.device, w, cfg, xin.kp, y.kp, ncols=x.n, y_stride=y.stride, ids=ids.kp,
+                    n_slots=n_slots, slots_per_x=n_slots // x.n)
+        collector = _Collector()
+        op.record(collector)
+        self._node(collector.ops, [xin, ids], [y], keep=op,
+                   label=f"{label or 'MUL_MAT_ID mat-mat'} {w.qtype} {cfg.kernel}")
+        self._weights[id(w)] = w
+        self._ids_checks.append((ids, n_expert))
+        self.counts["matmul"] += 1
+        return y
+
     def _add_matvec(self, w, x: Tensor, cfg, *, ids: Tensor | None = None, out: Tensor | None = None,
                     label: str | None = None) -> Tensor:
         """A mat-vec (MUL_MAT_ID with ids) of checked weights, x and ids on a
@@ -488,7 +536,7 @@ class Graph:
             if not _ids_safe(ids, n_expert):
                 raise RuntimeError(f"{ids!r} holds a MUL_MAT_ID's ids and another graph writes it on the device "
                                    f"with an op that does not keep them in [0, {n_expert})")
-            values = ids._host[0, : ids.length]
+            values = ids._host[:, : ids.length]
             bad = values[(values < 0) | (values >= n_expert)]
             if bad.size:
                 raise ValueError(f"ids {ids!r} out of range: {bad[:4].tolist()} not in [0, {n_expert})")

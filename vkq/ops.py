@@ -179,36 +179,61 @@ class MatMul:
     on the int8 path their Q8_1 blocks (the shader counts its columns from
     x's length), y `ncols` vectors of `rows`
     floats `y_stride` apart (default `rows`). `cfg` as
-    vkq.resolve.resolve_tiles returns it (bindings fitted to these tensors)."""
+    vkq.resolve.resolve_tiles returns it (bindings fitted to these tensors).
+
+    MUL_MAT_ID (`ids`: an int32 tensor of exactly `n_slots` expert ids, in
+    range: the caller checks them): W is an expert stack, slot s multiplies
+    expert ids[s] by x vector s // slots_per_x (ncols * slots_per_x ==
+    n_slots) and y holds n_slots vectors; the shader groups the slots by
+    expert (its "Experts" note), workgroup z being the expert."""
 
     def __init__(self, device: Device, weights, cfg: TileConfig, x_in, y, *, ncols: int,
-                 y_stride: int | None = None):
+                 y_stride: int | None = None, ids=None, n_slots: int = 0, slots_per_x: int = 1):
         lay = weights.layout
         self.cfg = cfg
         mmq = cfg.path == "mmvq"
-        self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot)
+        mul_mat_id = ids is not None
+        if mul_mat_id != weights.is_expert_stack:
+            raise ValueError(f"MUL_MAT_ID takes an expert stack and ids, a plain product a matrix: got {weights!r} "
+                             f"with{'' if mul_mat_id else 'out'} ids")
+        if mul_mat_id and (n_slots != ncols * slots_per_x or ids.size() != n_slots):
+            raise ValueError(f"MUL_MAT_ID: {n_slots} slots, ids of {ids.size()}, {ncols} vectors of x read by "
+                             f"{slots_per_x} slots each: the counts must agree")
+        self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot, mul_mat_id)
         texel = cfg.binding == "texel"
         spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
-                int(cfg.shared_tiles), cfg.x_planes]
-        # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [W's three texel views].
+                int(cfg.shared_tiles), cfg.x_planes, slots_per_x]
+        # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [ids], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if texel else "storage", "storage"]
+        kinds += ["storage"] if mul_mat_id else []
         kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"] if texel else []
         x_words = q8_1_words(ncols, lay.k_padded, cfg.x_planes) if mmq else ncols * lay.k_padded
         if x_in.size() != x_words:
             raise ValueError(f"x must hold exactly {ncols} vectors ({x_words} words; the shader counts its columns "
                              f"from its length), got {x_in.size()}")
-        col_groups = -(-ncols // cfg.bn)
+        # (MUL_MAT_ID: as many column groups per expert as if every slot chose it)
+        col_groups = -(-(n_slots if mul_mat_id else ncols) // cfg.bn)
         if col_groups > MAX_GROUPS_X:
-            raise ValueError(f"{ncols} columns take {col_groups} workgroups of {cfg.bn}; at most {MAX_GROUPS_X}")
+            raise ValueError(f"{n_slots if mul_mat_id else ncols} columns take {col_groups} workgroups of "
+                             f"{cfg.bn}; at most {MAX_GROUPS_X}")
+        if mul_mat_id and lay.n_expert > MAX_GROUPS_X:
+            raise ValueError(f"MUL_MAT_ID takes a workgroup per expert: {lay.n_expert} experts; at most {MAX_GROUPS_X}")
+        row_groups = -(-max(buf.rows.count for buf in weights.buffers) // cfg.bm)
+        if mul_mat_id and row_groups > MAX_GROUPS_X:  # (z is the expert: the row groups must fit in x)
+            raise ValueError(f"MUL_MAT_ID: {lay.rows} rows per expert take {row_groups} workgroups of {cfg.bm} rows; "
+                             f"at most {MAX_GROUPS_X}")
         self.algorithms = []
         for buf in weights.buffers:
             groups = -(-buf.rows.count // cfg.bm)
-            gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
+            if mul_mat_id:
+                dims = (groups, col_groups, lay.n_expert)
+            else:
+                dims = (min(groups, MAX_GROUPS_X), col_groups, -(-groups // MAX_GROUPS_X))
             push = weights_push(buf, lay.nblocks, x_col_stride=lay.k_padded // CHUNK if mmq else lay.k_padded,
                                 x_slot_stride=0,
                                 y_col_stride=lay.rows if y_stride is None else y_stride, y_slot_stride=0)
-            tensors = [buf.tensor, x_in, y] + ([buf.tensor] * 3 if texel else [])
-            self.algorithms.append(device.algorithm(tensors, self.variant, (gx, col_groups, gz), spec, push, kinds))
+            tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else []) + ([buf.tensor] * 3 if texel else [])
+            self.algorithms.append(device.algorithm(tensors, self.variant, dims, spec, push, kinds))
         self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
 
     def record(self, seq) -> None:

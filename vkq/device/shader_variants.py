@@ -90,17 +90,20 @@ class MatMulVariant:
     """shaders/mul_mm.comp for one block type: the tiled matrix-matrix
     product, weights dequantized to float, or (mmq) dotted as int8 with Q8_1
     activations, with OpSDot (int_dot) or its int32 emulation; `binding`:
-    one of MATMUL_BINDINGS."""
+    one of MATMUL_BINDINGS; mul_mat_id: over an expert stack, a column per
+    used-expert slot (MUL_MAT_ID)."""
 
     qtype: str
     binding: str = "storage"
     mmq: bool = False
     int_dot: bool = False
+    mul_mat_id: bool = False
 
     @property
     def name(self) -> str:
         path = ("mmq_dot" if self.int_dot else "mmq_emul") if self.mmq else "f32"
-        return f"mul_mm_{self.qtype.lower()}_{path}{'_tw_tx' if self.binding == 'texel' else ''}"
+        return (f"mul_mm{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_{path}"
+                f"{'_tw_tx' if self.binding == 'texel' else ''}")
 
     @property
     def source(self) -> str:
@@ -114,6 +117,8 @@ class MatMulVariant:
             d["MMQ"] = "1"
         if self.int_dot:
             d["INT_DOT"] = "1"
+        if self.mul_mat_id:
+            d["MUL_MAT_ID"] = "1"
         return d
 
 
@@ -190,7 +195,8 @@ def all_variants() -> list:
             if fmt.has_int8_path:
                 for int_dot in (False, True):
                     out.append(MatVecVariant(name, True, int_dot, subgroup, mul_mat_id, **bindings))
-    out += [MatMulVariant(name, binding, mmq, int_dot) for name, fmt in FORMATS.items() for binding in MATMUL_BINDINGS
+    out += [MatMulVariant(name, binding, mmq, int_dot, mul_mat_id) for name, fmt in FORMATS.items()
+            for binding in MATMUL_BINDINGS for mul_mat_id in (False, True)
             for mmq, int_dot in ((False, False), *(((True, False), (True, True)) if fmt.has_int8_path else ()))]
     out += [*LLAMA_OPS, *(GetRowsVariant(name) for name in FORMATS)]
     return out
