@@ -15,7 +15,7 @@ from conftest import ROOT
 SCRIPT = ROOT / "tools" / "gpu_campaign.sh"
 # The script's variables, as a run would set them.
 VALUES = {"$F": "/tmp/f", "$f": "/tmp/f/x.gguf", "$N_PROMPT": "16", "$N_GEN": "8", "$KERNEL_TYPES": "Q4_0,Q2_K",
-          "$TUNE_TYPES": "Q4_0", '"${MODELS[@]}"': "-m a.gguf -m b.gguf", '"${SERVER[@]}"': "--llama-server",
+          "$TUNE_TYPES": "Q4_0", "$kernels": "matmul", '"$PROMPT_LONG"': "text", '"${MODELS[@]}"': "-m a.gguf -m b.gguf", '"${SERVER[@]}"': "--llama-server",
           '"${GGML[@]}"': "--ggml /bin/true", '"${flag[@]}"': "--no-fuse"}
 
 

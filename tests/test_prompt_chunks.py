@@ -242,3 +242,14 @@ def test_the_prompt_kernels_are_the_devices_by_default(backend, model_file):
         assert d.prompt_kernels == "matvec" and "[measured]" in d.prompt_kernels_source
     gpu = DeviceClass(vendor="nvidia", arch="turing+", driver="proprietary")
     assert prompt_kernels(gpu)[0] == "matmul"
+
+
+def test_decode_steps_take_the_mat_vec_step_after_a_matmul_prompt(backend, model_file):
+    """The tokens after a mat-mat prompt go through the one-token decode step
+    (the mat-vecs), not a one-column mat-mat step: profiled as decode steps."""
+    d = GpuLlama(model_file, backend, "dmmv", ctx=48, prompt_kernels="matmul", profile=True)
+    ids = d.tokenizer.encode(TEXT)[:13]
+    gen = d.greedy(ids, 5, stop_at_eos=False)
+    assert sorted(d._steps) == [("decode", 1), ("prompt", 13)]
+    assert d.profiled_steps(1) == gen.stats.decode_steps == 4 and d.profiled_steps(13) == 1
+    assert d.profile(4).table()

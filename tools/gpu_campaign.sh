@@ -1,6 +1,7 @@
 #!/bin/bash
 # vkq's measurements on a GPU in one run: whole models beside llama.cpp's Vulkan backend, the
-# decode step's profile, the kernels still behind ggml-vulkan, vkq tune (docs/gpu-campaign.md).
+# decode step's profile, a prompt through the mat-mats and the mat-vecs, the kernels still behind
+# ggml-vulkan, vkq tune (docs/gpu-campaign.md).
 #
 #   tools/gpu_campaign.sh OUT [gpu|small]
 #
@@ -81,6 +82,16 @@ for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
     flag=(); [ $launches != spread ] && flag=(--$launches)
     [ -f "$f" ] && part "profile-$(basename "$f" .gguf)-$launches" 120 "${VKQ[@]}" generate "$f" \
       -p "The history of the printing press" -n 64 --ignore-eos --profile --shape "${flag[@]}"
+  done
+done
+
+# 3b. A prompt of about 500 tokens through the tiled mat-mats (one chunk) and through the
+#     mat-vecs (chunks of 8), each with its chunks' profile: the prompt kernels' table entry.
+PROMPT_LONG=$(for i in $(seq 40); do printf 'The history of the printing press begins in Mainz. '; done)
+for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
+  for kernels in matmul matvec; do
+    [ -f "$f" ] && part "prompt-$(basename "$f" .gguf)-$kernels" 180 "${VKQ[@]}" generate "$f" \
+      -p "$PROMPT_LONG" -n 8 --ignore-eos --profile --prompt-kernels $kernels
   done
 done
 

@@ -137,8 +137,9 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         prof = decoder.profile(stats.decode_steps)
         prof = replace(prof, wall_seconds=stats.ms_per_token / 1e3)
         print(f"\nprofile of a decode step ({prof.summary()}):\n{prof.table()}", file=sys.stderr)
-        chunk = decoder.prompt_chunk
-        if chunk > 1 and decoder.profiled_steps(chunk):
+        # (the prompt's largest chunk: a prompt shorter than prompt_chunk is one chunk of its own size)
+        chunk = max((n for n in range(2, decoder.prompt_chunk + 1) if decoder.profiled_steps(n)), default=0)
+        if chunk:
             prof = decoder.profile(decoder.profiled_steps(chunk), chunk)
             print(f"\nprofile of the prompt's chunks of {chunk} tokens ({prof.summary()}):\n{prof.table()}",
                   file=sys.stderr)

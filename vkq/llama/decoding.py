@@ -166,6 +166,12 @@ class Decoder(ABC):
         """The tokens join the KV cache. Returns the argmax of the last
         position's logits, and those logits (float32 (n_vocab,)) if asked."""
 
+    def feed_one(self, token: int) -> tuple[int, np.ndarray]:
+        """A decode step: the token joins the KV cache through the engine's
+        one-token step (a prompt's chunks may take other kernels: the graph
+        engine's mat-mat). Returns feed's (argmax, logits)."""
+        return self.feed([token], True)
+
     @property
     @abstractmethod
     def max_row_tokens(self) -> int:
@@ -216,7 +222,7 @@ class Decoder(ABC):
     # -- the token loop ----------------------------------------------------------
     def step(self, token: int) -> np.ndarray:
         """One decode step: feed one token, get the logits of the next."""
-        return self.feed([token], True)[1]
+        return self.feed_one(token)[1]
 
     def logits(self, tokens) -> np.ndarray:
         """The next-token logits after `tokens`, from an empty cache."""
@@ -281,7 +287,7 @@ class Decoder(ABC):
         if n_tokens and not emit(token, logits):
             if drafter is None:
                 while True:
-                    token, logits = self.feed([token], True)
+                    token, logits = self.feed_one(token)
                     stats.decode_steps += 1
                     stats.decode_tokens += 1
                     check_choice(token, logits, len(prompt_ids) + stats.decode_steps)
@@ -340,7 +346,7 @@ class Decoder(ABC):
             if drafts:
                 choices, rows = self.feed_rows([token] + drafts)
             else:
-                choice, logits = self.feed([token], True)
+                choice, logits = self.feed_one(token)
                 choices, rows = [choice], logits[None]
             stats.decode_steps += 1
             stats.drafted += len(drafts)

@@ -503,6 +503,15 @@ class GpuLlama(Decoder):
         last = self._last
         return int(last.next_token.read()[0]), (last.logits.read() if want_logits else None)
 
+    def feed_one(self, token: int):
+        """A decode step: the token through the one-token step (whatever the prompt's kernels)."""
+        tokens = self.file.check_ids([token])
+        self.check_room(self.n_past, 1)
+        step = self._step("decode", 1)
+        self._replay(step, tokens, self.n_past)
+        self.n_past += 1
+        return int(step.next_token.read()[0]), step.logits.read()
+
     @property
     def max_row_tokens(self) -> int:
         # (the decode step's mat-vecs take up to MAX_COLS columns; the attention's scratch holds attention_queries)
