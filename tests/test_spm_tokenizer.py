@@ -123,7 +123,7 @@ REAL_TEXTS = {
 def test_real_vocabularies_equal_llama_cpp(tmp_path, name):
     """Mistral's own SentencePiece vocabularies (Mistral 7B v0.1's is made as Llama 2's):
     ids and text as llama.cpp's, at every text above and a few of instructions, control
-    tokens, scripts and code."""
+    tokens, scripts and code; the tokens that end a generation as llama.cpp's."""
     from llama_vocab import LlamaVocab
 
     model = spm_vocab.mistral_models().get(name)
@@ -132,6 +132,7 @@ def test_real_vocabularies_equal_llama_cpp(tmp_path, name):
     path = write_gguf(tmp_path / "real.gguf", tokenizer=spm_vocab.gguf_tokenizer(spm_vocab.load(model)))
     tok = spm(path)
     with LlamaVocab(path) as ref:
+        assert tok.eog_ids == ref.end_of_generation()
         for what, text in (TEXTS | REAL_TEXTS).items():
             ids = ref.tokenize(text)
             same(tok.encode(text), ids, what)
