@@ -97,6 +97,22 @@ def test_what_ends_a_generation(tmp_path):
     assert ends("gemma") == {"<|endoftext|>", "<|tool_response>", "<eos>"}
 
 
+@needs_libllama
+def test_smollm2_ends_as_in_llama_cpp():
+    """A real byte-level BPE vocabulary (SmolLM2's: <|endoftext|>, <|im_end|>, its
+    fill-in-the-middle tokens) gives llama.cpp's set."""
+    from conftest import SMOLLM2_MISSING, smollm2_path
+    from llama_vocab import LlamaVocab
+
+    path = smollm2_path()
+    if path is None:
+        pytest.skip(SMOLLM2_MISSING)
+    tok = open_tokenizer(open_gguf(path))
+    with LlamaVocab(path) as witness:
+        assert tok.eog_ids == witness.end_of_generation()
+    assert {tok.decode([i], skip_special=False) for i in tok.eog_ids} >= {"<|endoftext|>", "<|im_end|>"}
+
+
 def test_a_sentencepiece_vocabulary_ends_at_its_eos(tmp_path):
     """</s> (EOS, id 2) and an added <|im_end|>: both end, <s> does not."""
     meta = spm_vocab.gguf_tokenizer(spm_vocab.train())
