@@ -51,8 +51,9 @@ EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<
              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>")
 # Fill-in-the-middle tokens that end a generation too: the pad, repository and
-# file-separator tokens, from their tokenizer.ggml.fim_*_token_id, else the
-# first token (by id) with one of these texts.
+# file-separator tokens, from their tokenizer.ggml.fim_*_token_id, else a token
+# with one of these texts: the lowest id here (llama.cpp takes the one its hash
+# map meets first, so a vocabulary with two of one kind is ambiguous there).
 _FIM_EOG = {"pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
             "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
             "sep": ("<|file_sep|>",)}
