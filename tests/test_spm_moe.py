@@ -11,16 +11,20 @@ tests/moe_model.py makes SmolLM2's: expert 0 the dense FFN, the others
 noisy copies, a seeded router. Near copies, as in a trained model's
 experts' effect: independent random experts make every routing near-tie
 (dozens per run) a jump of the logits that llama.cpp's float32/float16
-roundings can take either way. llama.cpp's quantizer writes it as Q4_0
-(tests/llama_quant.py). Then, slow (llama-server's start on lavapipe):
+roundings can take either way. llama.cpp's quantizer writes it as Q4_0 and
+Q4_K_M (tests/llama_quant.py; at these widths Q4_K_M's expert stacks are its
+fallbacks, Q5_0 and Q8_0). Then, on each file, slow (llama-server's start on
+lavapipe):
 
-- the file reads as SentencePiece and Mixtral-layout MoE, its experts Q4_0;
+- the file reads as SentencePiece and Mixtral-layout MoE, its expert stacks
+  in the types llama.cpp writes;
 - llama-server (its Vulkan backend) decodes the float64 reference's greedy
   tokens up to the reference's first near-tie;
 - vkq does too on both engines and both paths, its logits, teacher-forced on
   the reference's tokens, within NMSE 1e-3 of the reference's;
 - routing each token to its next-best experts instead would move the logits
-  by far more than that (the experts differ enough for the test to see it).
+  by far more than that (the experts differ enough for the test to see it;
+  checked on the Q4_0 file).
 
 The quantized file, the reference's run and llama.cpp's tokens are made once
 and kept by content (tests/file_cache.py).
@@ -48,12 +52,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(llama_quant.bin_dir() is None
 
 EXPERTS = (8, 2)  # Mixtral 8x7B's
 # The matrices' scale and the prompt: no near-tie in the reference's 10 tokens, the
-# smallest top-1 margin 0.41 logits (llama-server's own top-2 log-probabilities give
-# margins within 0.07 of the reference's on this file, 2026-11-27).
+# smallest top-1 margin 0.41 logits in the Q4_0 file, 0.13 in the Q4_K_M one
+# (llama-server's own top-2 log-probabilities give margins within 0.07 of the
+# reference's on the Q4_0 file, 2026-11-27).
 SCALE = 3.0
 PROMPT = "Farmers moved their animals to the ridge"
 N_TOKENS = 10
-FILE_TYPE = "Q4_0"
+# llama.cpp's file type -> the block types of the expert stacks it writes
+FILE_TYPES = {"Q4_0": {"Q4_0"}, "Q4_K_M": {"Q5_0", "Q8_0"}}
 
 
 def write_source(where):
@@ -64,10 +70,16 @@ def write_source(where):
 
 
 @pytest.fixture(scope="module")
-def quantized(tmp_path_factory):
-    source = write_source(tmp_path_factory.mktemp("spm-moe"))
-    return cached_file(f"spm-moe-{FILE_TYPE}", f"{llama_quant.WHEEL} {file_digest(source)} {FILE_TYPE}",
-                       lambda part: llama_quant.quantize(source, part, FILE_TYPE))
+def source(tmp_path_factory):
+    return write_source(tmp_path_factory.mktemp("spm-moe"))
+
+
+@pytest.fixture(scope="module", params=list(FILE_TYPES))
+def quantized(request, source):
+    """(llama.cpp's file type, the file it wrote)."""
+    ftype = request.param
+    return ftype, cached_file(f"spm-moe-{ftype}", f"{llama_quant.WHEEL} {file_digest(source)} {ftype}",
+                              lambda part: llama_quant.quantize(source, part, ftype))
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +87,7 @@ def runs(quantized):
     """(the float64 reference's run, llama.cpp's greedy tokens), kept by the file's content."""
     from vkq.commands.llama_server import LlamaServer
 
+    quantized = quantized[1]
     key = f"{file_digest(quantized)} {PROMPT!r} {N_TOKENS}"
 
     def reference_run():
@@ -101,13 +114,14 @@ def runs(quantized):
 
 
 def test_the_file_is_sentencepiece_and_mixtral_moe(quantized):
-    model = LlamaModel(quantized, path_mode="numpy")
+    ftype, path = quantized
+    model = LlamaModel(path, path_mode="numpy")
     assert isinstance(model.tokenizer, SpmTokenizer)
     cfg = model.file.config
     assert (cfg.arch, cfg.n_expert, cfg.n_expert_used) == ("llama", *EXPERTS)
-    tensors = open_gguf(quantized).tensors
-    assert {tensors[f"blk.0.{r}_exps.weight"].qtype for r in ("ffn_gate", "ffn_up", "ffn_down")} == {"Q4_0"}
-    assert tensors["blk.0.ffn_gate_inp.weight"].qtype == "F32"
+    tensors = open_gguf(path).tensors
+    assert {t.qtype for name, t in tensors.items() if name.endswith("_exps.weight")} == FILE_TYPES[ftype]
+    assert {t.qtype for name, t in tensors.items() if name.endswith("ffn_gate_inp.weight")} == {"F32"}
 
 
 def test_llama_cpp_decodes_the_reference_tokens(runs):
@@ -119,14 +133,16 @@ def test_llama_cpp_decodes_the_reference_tokens(runs):
 def test_vkq_matches_llama_cpp(backend, quantized, runs, engine, path):
     want, llama_cpp = runs
     decoder = GpuLlama if engine == "graph" else LlamaModel
-    check_decoder(decoder(quantized, backend, path), want, llama_cpp)
+    check_decoder(decoder(quantized[1], backend, path), want, llama_cpp)
 
 
 def test_a_wrong_expert_choice_would_be_seen(quantized, runs, monkeypatch):
     """Each token routed to its next-best experts: the logits move by far more
     than the tests allow."""
+    if quantized[0] != "Q4_0":
+        pytest.skip("once is enough")
     want, _ = runs
-    reference = LlamaModel(quantized, path_mode="numpy")
+    reference = LlamaModel(quantized[1], path_mode="numpy")
     right = host.route
 
     def next_best(logits, n_used):
