@@ -1,4 +1,4 @@
-"""`vkq bench` (model presets, GGUF files, the recorded decode step) and `vkq compare`.
+"""`vkq bench` (model presets, GGUF files, the recorded decode and prompt steps) and `vkq compare`.
 
 The bench runs on test-only tiny presets, on SmolLM2-135M (a real GGUF) and
 on a small MoE-shaped GGUF written here; the presets' shapes are checked
@@ -27,7 +27,7 @@ from conftest import finish_gguf, smollm2_or_skip
 import vkq
 import vkq.backend
 from vkq.commands import bench, presets
-from vkq.commands.bench_step import DecodeStep
+from vkq.commands.bench_step import DecodeStep, PromptStep
 from vkq.commands.cli import main
 
 import ggml_quant
@@ -248,38 +248,87 @@ def test_step_ids_change_per_token(backend):
     assert len(drawn) > 1
 
 
+@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
+def test_prompt_step_computes_each_matmul(backend, path):
+    """A replayed prompt step leaves, in each output tensor, what
+    Backend.matmul of the same synthetic input gives on the same tiles (the
+    last layer's products: earlier layers' are rewritten by it), and the
+    output head's logits of the last token only, a mat-vec."""
+    model = presets.resolve("tiny-llama:Q4_0")
+    rng = np.random.default_rng(0)
+    weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
+    step = PromptStep(backend, model, weights, path, n_prompt=16)
+    assert step.n_tokens == 16
+    step.run()
+    step.run()
+    backend.device.manager.sequence().eval(kp.OpTensorSyncLocal([t.kp for t in step.outputs.values()]))
+    last = {}  # output tensor -> the matrix that wrote it last
+    for m in model.matrices:
+        last[id(step.outputs[m.name])] = m
+    head = model.matrices[-1]
+    assert len(last) < len(model.matrices) and last[id(step.outputs[head.name])] is head  # outputs are reused
+    for m in last.values():
+        w, cfg = weights[m.name], step.configs[m.name]
+        n = 1 if m is head else 16
+        assert type(cfg).__name__ == ("PipelineConfig" if m is head else "TileConfig"), m.name
+        assert cfg.path == path, m.name
+        x = step.inputs[n, m.shape[-1]].read()
+        got = step.outputs[m.name].read()
+        want = backend.matvec(w, x, config=cfg) if m is head else backend.matmul(w, x.T, config=cfg).T
+        assert np.array_equal(got, want), m.name
+    assert step.logits is step.outputs[head.name]
+
+
+def test_prompt_step_refuses_moe(backend):
+    model = presets.resolve("tiny-moe:Q8_0")
+    with pytest.raises(ValueError, match="tiny-moe:Q8_0: a prompt of a mixture-of-experts model needs MUL_MAT_ID"):
+        PromptStep(backend, model, {}, "auto", n_prompt=16)
+
+
 # -- vkq bench output ------------------------------------------------------------
 
-BENCH = ("bench", "-m", "tiny-llama:Q4_0,tiny-moe:Q4_K_M", "-n", "2", "-r", "2")
-FIELDS = ("model", "model_size", "model_n_params", "backend", "device", "path", "test", "n_gen",
+BENCH = ("bench", "-m", "tiny-llama:Q4_0,tiny-moe:Q4_K_M", "-p", "16", "-n", "2", "-r", "2")
+FIELDS = ("model", "model_size", "model_n_params", "backend", "device", "path", "test", "n_prompt", "n_gen",
           "samples_ts", "avg_ts", "stddev_ts", "kernel_samples_ts", "kernel_avg_ts", "kernel_stddev_ts",
           "bytes_per_token", "gbps", "membw_gbps", "bw_pct")
 
 
-def check_row(row: dict) -> None:
+def check_row(row: dict, pp: int = 16, tg: int = 2, repetitions: int = 2) -> None:
+    """A row of BENCH's (json, or csv with the lists split): pp rows have no GB/s."""
     assert set(FIELDS) <= set(row)
     samples = [float(s) for s in row["samples_ts"]]
-    assert len(samples) == 2 and all(s > 0 for s in samples)
+    assert len(samples) == repetitions and all(0 < s < float("inf") for s in samples)
+    if row["test"].startswith("pp"):
+        assert row["test"] == f"pp{pp}" and (int(row["n_prompt"]), int(row["n_gen"])) == (pp, 0)
+        assert all(row[key] in (None, "") for key in ("bytes_per_token", "gbps", "bw_pct")), row
+        kernel = [float(s) for s in row["kernel_samples_ts"]]
+        assert len(kernel) == repetitions and all(0 < k < float("inf") for k in kernel)
+        assert float(row["avg_ts"]) == pytest.approx(statistics.mean(samples))
+        return
+    assert (int(row["n_prompt"]), int(row["n_gen"])) == (0, tg)
     avg = float(row["avg_ts"])
     assert avg == pytest.approx(statistics.mean(samples))
     assert float(row["stddev_ts"]) == pytest.approx(statistics.stdev(samples))
     # lavapipe has timestamps: a kernel figure per repetition (from a timed copy
     # of the step; test_step_kernel_seconds holds kernel < wall within one replay).
     kernel = [float(s) for s in row["kernel_samples_ts"]]
-    assert len(kernel) == 2 and all(0 < k < float("inf") for k in kernel)
+    assert len(kernel) == repetitions and all(0 < k < float("inf") for k in kernel)
     kernel_avg = float(row["kernel_avg_ts"])
     assert kernel_avg == pytest.approx(statistics.mean(kernel))
     assert float(row["gbps"]) == pytest.approx(int(row["bytes_per_token"]) * kernel_avg / 1e9)
     assert float(row["bw_pct"]) == pytest.approx(100 * float(row["gbps"]) / float(row["membw_gbps"]))
-    assert float(row["membw_gbps"]) > 0 and row["test"] == "tg2" and row["backend"] == "Vulkan (vkq)"
+    assert float(row["membw_gbps"]) > 0 and row["test"] == f"tg{tg}" and row["backend"] == "Vulkan (vkq)"
 
 
 def test_bench_json(capsys):
     status, out, err = run_cli(capsys, *BENCH, "--path", "auto,dmmv,mmvq", "-o", "json")
     assert status == 0 and "synthetic activations" in err
     rows = json.loads(out)
-    assert [(r["model"], r["path"]) for r in rows] == [
-        (m, p) for m in ("tiny-llama:Q4_0", "tiny-moe:Q4_K_M") for p in ("auto", "dmmv", "mmvq")]
+    # llama-bench's order: per model and path, pp then tg; the MoE model has no prompt step (yet)
+    assert [(r["model"], r["path"], r["test"]) for r in rows] == [
+        ("tiny-llama:Q4_0", p, t) for p in ("auto", "dmmv", "mmvq") for t in ("pp16", "tg2")] + [
+        ("tiny-moe:Q4_K_M", p, "tg2") for p in ("auto", "dmmv", "mmvq")]
+    assert "tiny-moe:Q4_K_M: no pp test: a prompt of a mixture-of-experts model needs MUL_MAT_ID" in err
     for row in rows:
         check_row(row)
         model = presets.resolve(row["model"])
@@ -288,8 +337,17 @@ def test_bench_json(capsys):
         assert [m["name"] for m in row["matrices"]] == [m.name for m in model.matrices]
         ran = [m["path"] for m in row["matrices"]]
         assert {p: ran.count(p) for p in set(ran)} == row["paths_used"]
-        assert all(m["wg_size"] >= 1 and m["rows_per_wg"] >= 1 and m["source"] for m in row["matrices"])
-        assert row["over_bandwidth"] == (row["bw_pct"] > 100)
+        assert all(m["launch"] and m["source"] for m in row["matrices"])
+        kernels = [m["kernel"] for m in row["matrices"]]
+        if row["test"] == "pp16":  # the tiles of every matrix but the head: the last token's mat-vec
+            assert kernels == ["mat-mat"] * (len(kernels) - 1) + ["mat-vec"]
+            assert all(m["bm"] >= 1 and m["bn"] >= 1 for m in row["matrices"][:-1])
+            assert row["matrices"][0]["launch"].startswith("tiled mat-mat (mul_mm ")
+            assert not row["over_bandwidth"]
+        else:
+            assert set(kernels) == {"mat-vec"}
+            assert all(m["wg_size"] >= 1 and m["rows_per_wg"] >= 1 for m in row["matrices"])
+            assert row["over_bandwidth"] == (row["bw_pct"] > 100)
     moe = [r for r in rows if r["model"] == "tiny-moe:Q4_K_M"]
     # MoE: a token reads only the used experts' bytes; the F32 router takes dmmv under mmvq.
     spec = presets.resolve("tiny-moe:Q4_K_M")
@@ -302,7 +360,7 @@ def test_bench_json(capsys):
 def test_bench_csv(capsys):
     status, out, _ = run_cli(capsys, *BENCH, "-o", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert status == 0 and len(rows) == 2
+    assert status == 0 and [r["test"] for r in rows] == ["pp16", "tg2", "tg2"]
     for row in rows:
         row["samples_ts"] = row["samples_ts"].split()
         row["kernel_samples_ts"] = row["kernel_samples_ts"].split()
@@ -316,35 +374,83 @@ def test_bench_markdown(capsys):
     assert header == ["model", "size", "params", "backend", "device", "path", "test", "t/s", "kernel t/s", "GB/s",
                       "% bw"]
     assert set(lines[1]) <= set("|-: ")
-    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:4]]
-    assert [r[0] for r in table] == ["tiny-llama:Q4_0", "tiny-moe:Q4_K_M"]
-    assert table[0][5] == "mmvq" and table[1][5] == "mmvq¹"  # the router's footnote
-    assert all(len(r) == 11 and r[6] == "tg2" and " ± " in r[7] and " ± " in r[8] for r in table)
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:5]]
+    assert [(r[0], r[6]) for r in table] == [("tiny-llama:Q4_0", "pp16"), ("tiny-llama:Q4_0", "tg2"),
+                                             ("tiny-moe:Q4_K_M", "tg2")]
+    assert table[1][5] == "mmvq" and table[2][5] == "mmvq¹"  # the router's footnote
+    assert all(len(r) == 11 and " ± " in r[7] and " ± " in r[8] for r in table)
+    assert table[0][9:] == ["-", "-"]  # a prompt has no GB/s, nor a share of bandwidth
     # Tiny models sit in the CPU's cache: faster than its memory, so no % is printed.
-    assert all(r[10] == bench.OVER or float(r[10]) <= 100 for r in table)
+    assert all(r[10] == bench.OVER or float(r[10]) <= 100 for r in table[1:])
     assert "synthetic activations" in out and "¹ mmvq falls back to dmmv" in out
-    assert "int8 path activations: q8_1 " in out
+    assert "int8 path activations: q8_1 " in out and "pp: no GB/s or % bw" in out
 
 
 def test_bench_verbose_shows_each_matrix_config(capsys):
-    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-moe:Q4_K_M", "-n", "1", "-r", "1", "--path", "mmvq",
-                             "--verbose")
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-moe:Q4_K_M", "-p", "0", "-n", "1", "-r", "1", "--path",
+                             "mmvq", "--verbose")
     assert status == 0
     detail = out.split("\n\n")[-1].splitlines()
-    assert detail[0].split("|")[1:4] == [" model           ", " bench path ", " type "]
+    assert [c.strip() for c in detail[0].split("|")[1:5]] == ["model", "test", "bench path", "type"]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in detail[2:]]
-    assert {r[4].split()[0] for r in rows} == {"mmvq", "dmmv"}  # the F32 router falls back
+    assert {r[5].split()[0] for r in rows} == {"mmvq", "dmmv"}  # the F32 router falls back
+    assert {r[1] for r in rows} == {"tg1"}
     assert sum(int(r[-1].split()[0]) for r in rows) == len(presets.resolve("tiny-moe:Q4_K_M").matrices)
 
 
+def test_bench_verbose_shows_each_prompt_tile_config(capsys):
+    """pp: the mat-mats' tiles in a table of their own (TileConfig.describe),
+    the output head's mat-vec with the mat-vecs. (Also: -p takes several
+    counts, -n 0 drops the tg test.)"""
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "-p", "9,16", "-n", "0", "-r", "1",
+                             "--path", "dmmv", "--verbose")
+    assert status == 0
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in out.split("\n\n")[0].splitlines()[2:]]
+    assert [r[6] for r in table] == ["pp9", "pp16"] and all(" ± " in r[7] for r in table)
+    matvecs, matmuls = (t.splitlines() for t in out.split("\n\n")[-2:])
+    assert [c.strip() for c in matmuls[0].strip("|").split("|")] == [
+        "model", "test", "bench path", "type", "shape", "ran", "tiled mat-mat", "matrices"]
+    tiled = [[c.strip() for c in line.strip("|").split("|")] for line in matmuls[2:]]
+    assert all(r[6].startswith("tiled mat-mat (mul_mm float) ") for r in tiled)
+    heads = [[c.strip() for c in line.strip("|").split("|")] for line in matvecs[2:]]
+    assert [h[1] for h in heads] == ["pp9", "pp16"] and all(h[-1] == "1 (token_embd.weight)" for h in heads)
+    model = presets.resolve("tiny-llama:Q8_0")
+    for test in ("pp9", "pp16"):
+        assert sum(int(r[-1].split()[0]) for r in tiled if r[1] == test) == len(model.matrices) - 1
+
+
 def test_bench_activations(capsys):
-    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q4_0", "-n", "2", "-r", "1", "--path", "mmvq",
-                             "--activations", "q8_1x2", "-o", "json")
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q4_0", "-p", "0", "-n", "2", "-r", "1", "--path",
+                             "mmvq", "--activations", "q8_1x2", "-o", "json")
     assert status == 0 and json.loads(out)[0]["activations"] == "q8_1x2"
 
 
+def test_bench_token_counts(capsys):
+    """-p and -n as llama-bench's: comma-separated counts, 0 drops the test
+    (-n 0 and several -p: test_bench_verbose_shows_each_prompt_tile_config)."""
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q4_0", "-p", "0", "-n", "1,2", "-r", "1",
+                             "-o", "csv")
+    assert status == 0 and [r["test"] for r in csv.DictReader(io.StringIO(out))] == ["tg1", "tg2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("-p", "-1"), "-p: -1 tokens; a test takes 0 (none) to 65535"),
+    (("-n", "1.5"), "-n: '1.5' is not a whole number of tokens"),
+    (("-p", "x,16"), "-p: 'x' is not a whole number of tokens"),
+    (("-n", ","), "-n: no token count given"),
+    (("-p", "70000"), "-p: 70000 tokens; a test takes 0 (none) to 65535"),
+    (("-p", "0", "-n", "0"), "-p 0 and -n 0: no test left to run"),
+    (("-m", "tiny-moe:Q8_0", "-n", "0"), "tiny-moe:Q8_0: no test left to run: -n 0, and no pp test: a prompt of a "
+                                         "mixture-of-experts model needs MUL_MAT_ID"),
+])
+def test_bench_bad_token_counts(capsys, argv, message):
+    """One line, exit 2, before any work (no device is opened)."""
+    status, out, err = run_cli(capsys, "bench", "-m", "tiny-llama:Q4_0", "-r", "1", *argv)
+    assert status == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
 def fake_row(path: str, samples: list[float], kernel: list[float] | None = None, membw: float = 10.0) -> bench.Row:
-    return bench.Row("m", 2**30, 10**9, bench.BACKEND, "dev", path, "tg4", 4, samples, kernel, 10**9, membw,
+    return bench.Row("m", 2**30, 10**9, bench.BACKEND, "dev", path, "tg4", 0, 4, samples, kernel, 10**9, membw,
                      {path: 1})
 
 
@@ -356,12 +462,12 @@ def test_bench_takes_the_better_of_two_bandwidth_probes(monkeypatch, capsys):
     monkeypatch.setattr(bench, "_seconds_per_pass", lambda device, algo: next(passes))
     monkeypatch.setattr(bench, "_BANDWIDTH", {})
     backend = vkq.Backend()
-    rows = bench.bench(backend, [presets.resolve("tiny-llama:Q4_0")], ["auto"], 2, 1)
+    rows = bench.bench(backend, [presets.resolve("tiny-llama:Q4_0")], ["auto"], 2, 1)  # (tg only: report's call)
     best = bench.memory_bandwidth(backend.device)
     # stderr is no terminal here: a line per finished step, with an ETA (was nothing until the table)
     err = capsys.readouterr().err.splitlines()
     assert [line.split(":")[0] for line in err] == ["vkq bench"] * 4, err
-    assert "tiny-llama:Q4_0 auto: " in err[2] and "t/s (ETA " in err[2] and err[3].endswith("(done)"), err
+    assert "tiny-llama:Q4_0 auto tg2: " in err[2] and "t/s (ETA " in err[2] and err[3].endswith("(done)"), err
     assert rows[0].membw_gbps == best / 1e9 and next(passes, None) is None  # both probes ran
     assert rows[0].bw_pct == pytest.approx(100 * rows[0].gbps / rows[0].membw_gbps)
     monkeypatch.setattr(bench, "_BANDWIDTH", {})
@@ -396,12 +502,14 @@ def test_compare_diff_from_rows():
 
 
 def test_bench_compare(capsys):
-    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "-n", "2", "-r", "2",
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "-p", "16", "-n", "2", "-r", "2",
                              "--compare", "dmmv,mmvq", "-o", "json")
-    (c,) = json.loads(out)
-    assert status == 0 and (c["path_a"], c["path_b"]) == ("dmmv", "mmvq")
-    assert c["diff_pct"] == pytest.approx(100 * (c["avg_ts_b"] / c["avg_ts_a"] - 1))
-    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "-n", "2", "-r", "2",
+    comparisons = json.loads(out)
+    assert status == 0 and [c["test"] for c in comparisons] == ["pp16", "tg2"]
+    for c in comparisons:
+        assert (c["path_a"], c["path_b"]) == ("dmmv", "mmvq")
+        assert c["diff_pct"] == pytest.approx(100 * (c["avg_ts_b"] / c["avg_ts_a"] - 1))
+    status, out, _ = run_cli(capsys, "bench", "-m", "tiny-llama:Q8_0", "-p", "0", "-n", "2", "-r", "2",
                              "--compare", "dmmv,mmvq", "-o", "csv")
     (row,) = csv.DictReader(io.StringIO(out))
     assert float(row["diff_pct"]) == pytest.approx(100 * (float(row["avg_ts_b"]) / float(row["avg_ts_a"]) - 1))
@@ -500,16 +608,18 @@ def test_gguf_unsupported_type(tmp_path, capsys):
 
 def test_bench_gguf_files(capsys, moe_gguf):
     path = smollm2()
-    status, out, _ = run_cli(capsys, "bench", "-m", f"{path},{moe_gguf}", "-n", "2", "-r", "2",
+    status, out, _ = run_cli(capsys, "bench", "-m", f"{path},{moe_gguf}", "-p", "16", "-n", "2", "-r", "2",
                              "--path", "mmvq", "-o", "json")
     assert status == 0
     rows = json.loads(out)
-    assert [r["model"] for r in rows] == ["SmolLM2-135M-Instruct.Q4_1", "tiny-moe"]
+    assert [(r["model"], r["test"]) for r in rows] == [
+        ("SmolLM2-135M-Instruct.Q4_1", "pp16"), ("SmolLM2-135M-Instruct.Q4_1", "tg2"), ("tiny-moe", "tg2")]
     for row in rows:
         check_row(row)
     file_bytes = sum(t.data.nbytes for t in vkq.load_gguf(path).values() if len(t.shape) == 2)
     assert rows[0]["model_size"] == file_bytes  # every matrix; token_embd is the (tied) head
-    assert rows[0]["paths_used"] == {"mmvq": 211} and rows[1]["paths_used"] == {"dmmv": 2, "mmvq": 15}
+    assert rows[0]["paths_used"] == rows[1]["paths_used"] == {"mmvq": 211}
+    assert rows[2]["paths_used"] == {"dmmv": 2, "mmvq": 15}
 
 
 # -- vkq compare -----------------------------------------------------------------

@@ -144,7 +144,6 @@ def test_type_error_is_a_bug_not_a_message(monkeypatch):
 @pytest.mark.parametrize("argv", [
     ["bench", "-r", "0"],
     ["bench", "--matvec", "-r", "0"],
-    ["bench", "-n", "0"],
     ["bench", "-r", "-2"],
 ])
 def test_zero_repetitions_are_refused(capsys, argv):

@@ -1,15 +1,20 @@
-"""`vkq bench`: llama-bench's table for the mat-vec share of decoding.
+"""`vkq bench`: llama-bench's table for the weight products of a model.
 
-For each model (preset or GGUF file) and path, the decode step (vkq/commands/bench_step.py)
-is recorded once and replayed: after the clocks are warmed up (vkq/device/timing.py),
-each repetition times n tokens by wall clock (ids drawn, submitted, waited
-for, logits read back) and, where the device has GPU timestamps, by kernel
-time alone; the table shows both as t/s, mean ± standard deviation over the
-repetitions, like llama-bench's `tg` tests: the difference is what the
-submission costs. Effective GB/s is the weight bytes one token reads per
-second of kernel time, and "% bw" relates it to this device's memory read
-bandwidth as vkq measures it (`memory_bandwidth`, shaders/membw.comp: the
-best of a probe before the runs and one after).
+For each model (preset or GGUF file), path and test, a step
+(vkq/commands/bench_step.py) is recorded once and replayed: `tg N` is the
+decode step (every weight matrix of one token, a mat-vec each) replayed N
+times; `pp N` is one prompt of N tokens (every weight matrix multiplied by
+N columns through the tiled mat-mat, the output head by the last one). After
+the clocks are warmed up (vkq/device/timing.py), each repetition times its
+tokens by wall clock (submitted, waited for, logits read back) and, where
+the device has GPU timestamps, by kernel time alone; the table shows both as
+t/s, mean ± standard deviation over the repetitions, like llama-bench's:
+the difference is what the submission costs. For tg, effective GB/s is the
+weight bytes one token reads per second of kernel time, and "% bw" relates
+it to this device's memory read bandwidth as vkq measures it
+(`memory_bandwidth`, shaders/membw.comp: the best of a probe before the runs
+and one after); a prompt's mat-mats are bound by arithmetic, so pp rows
+have neither.
 
 `vkq bench --matvec` times one matrix per block type and path instead
 (`bench_matvec`), against numpy on the dequantized weights.
@@ -37,16 +42,23 @@ from ..blocks.synthetic import random_weights
 from ..device.runtime import Device
 from ..device.shader_variants import MEMBW, MEMBW_TEXEL
 from ..device.timing import ROTATION_BYTES, WARM_SECONDS, calibrate, timestamp_span, wall_samples, warm_up
+from ..dispatch.config import describe as describe_launch
 from ..dispatch.config import path_label
+from ..dispatch.tiles import TileConfig
 from ..markdown import markdown
-from .bench_step import STEP_PATHS, DecodeStep
+from ..resolve import MAX_MATMUL_COLS
+from .bench_step import STEP_PATHS, DecodeStep, PromptStep, prompt_unsupported
 from .console import Progress
 from .presets import Model, presets_by_model, resolve
 
 BACKEND = "Vulkan (vkq)"
 DEFAULT_MODEL = "llama-3.2-1b:Q4_0"  # `vkq bench`'s model when none is given
-NOTE = ("vkq bench measures the mat-vec share of decoding: every weight matrix of one token, in "
-        "dependency order, on synthetic activations (no attention, norms or sampling).")
+DEFAULT_N_PROMPT = 512  # -p: llama-bench's pp512
+DEFAULT_N_GEN = 128  # -n: llama-bench's tg128
+NOTE = ("vkq bench measures the weight products of a model on synthetic activations (no attention, norms or "
+        "sampling), in dependency order: tgN, the mat-vec share of decoding N tokens (every weight matrix of "
+        "one token, a mat-vec each); ppN, the mat-mat share of a prompt of N tokens (every weight matrix by N "
+        "columns through the tiled mat-mat, the output head by the last token only).")
 
 # -- device memory bandwidth ------------------------------------------------
 
@@ -143,11 +155,12 @@ class Row:
     backend: str
     device: str
     path: str
-    test: str
-    n_gen: int
+    test: str  # "pp512", "tg128", as llama-bench names them
+    n_prompt: int  # prompt tokens of a pp test, else 0 (llama-bench's fields)
+    n_gen: int  # tokens of a tg test, else 0
     samples_ts: list[float]  # tokens per second of each repetition, wall clock
     kernel_samples_ts: list[float] | None  # the same by GPU time of the kernels (None: no timestamps)
-    bytes_per_token: int  # weight bytes one token reads (MoE: the used experts)
+    bytes_per_token: int | None  # weight bytes one decoded token reads (MoE: the used experts); None for pp
     membw_gbps: float  # the device's memory read bandwidth (memory_bandwidth: the best probe)
     paths_used: dict[str, int]  # how many matrices took each path
     activations: str = "q8_1"  # the int8 path's activation format (vkq.blocks.activations)
@@ -156,21 +169,23 @@ class Row:
     stddev_ts: float = field(init=False)
     kernel_avg_ts: float | None = field(init=False)
     kernel_stddev_ts: float | None = field(init=False)
-    gbps: float = field(init=False)  # weight bytes read per second of kernel time (wall without timestamps)
-    bw_pct: float = field(init=False)  # gbps as a share of membw
+    gbps: float | None = field(init=False)  # tg: weight bytes read per second of kernel time (wall without timestamps)
+    bw_pct: float | None = field(init=False)  # gbps as a share of membw
 
     def __post_init__(self):
         self.avg_ts, self.stddev_ts = _mean_sd(self.samples_ts)
         self.kernel_avg_ts, self.kernel_stddev_ts = (_mean_sd(self.kernel_samples_ts) if self.kernel_samples_ts
                                                      else (None, None))
-        self.gbps = self.bytes_per_token * (self.kernel_avg_ts or self.avg_ts) / 1e9
-        self.bw_pct = 100 * self.gbps / self.membw_gbps
+        self.gbps = self.bw_pct = None
+        if self.bytes_per_token is not None:
+            self.gbps = self.bytes_per_token * (self.kernel_avg_ts or self.avg_ts) / 1e9
+            self.bw_pct = 100 * self.gbps / self.membw_gbps
 
     @property
     def over_bandwidth(self) -> bool:
         """Faster than the device's memory reads: the weights came from a cache
         (a model that fits in it), or the probe measured low."""
-        return self.bw_pct > 100
+        return self.bw_pct is not None and self.bw_pct > 100
 
 
 def _mean_sd(samples: list[float]) -> tuple[float, float]:
@@ -219,73 +234,101 @@ def upload(backend: Backend, model: Model, progress: Progress) -> dict:
     return weights
 
 
-def measure(step: DecodeStep, timed: DecodeStep | None, n_gen: int,
-            repetitions: int) -> tuple[list[float], list[float] | None]:
-    """t/s of each repetition: by wall clock (`step`), and by kernel time
-    (`timed`, the same step recorded with GPU timestamps, over a quarter as
-    many tokens; None without timestamps). Two steps, because Kompute writes
-    a timestamp after every op, and that costs time of its own (on lavapipe
-    it makes a replay 10-40% slower: kernel t/s reads low there)."""
+def measure(step, timed, runs: int, repetitions: int) -> tuple[list[float], list[float] | None]:
+    """t/s of each repetition of `runs` replays of a step (step.n_tokens
+    tokens each: a DecodeStep or PromptStep): by wall clock (`step`), and by
+    kernel time (`timed`, the same step recorded with GPU timestamps, over a
+    quarter as many replays, at least one; None without timestamps). Two
+    steps, because Kompute writes a timestamp after every op, and that costs
+    time of its own (on lavapipe it makes a decode step's replay 10-40%
+    slower: kernel t/s reads low there)."""
     warm_up(step.run, WARM_SECONDS)  # also: the driver compiles pipelines on first use
     if timed is not None:
         timed.run()
     wall, kernel = [], []
     for _ in range(repetitions):
-        wall.append(n_gen / sum(wall_samples(step.run, n_gen, warm=False)))
+        wall.append(runs * step.n_tokens / sum(wall_samples(step.run, runs, warm=False)))
         if timed is not None:
-            n = max(1, n_gen // 4)
+            n = max(1, runs // 4)
             seconds = 0.0
             for _ in range(n):
                 timed.run()
                 seconds += timed.kernel_seconds()
-            kernel.append(n / seconds)
+            kernel.append(n * timed.n_tokens / seconds)
     return wall, (kernel if timed is not None else None)
 
 
 def _matrix_record(name: str, w, cfg) -> dict:
-    return {"name": name, "type": w.qtype, "shape": list(w.shape), **cfg.params(), "int_dot": cfg.int_dot,
-            "source": cfg.source}
+    """One matrix of a row: its mat-vec's launch parameters (PipelineConfig), or
+    its mat-mat's tiles (TileConfig), with the launch in one line either way."""
+    if isinstance(cfg, TileConfig):
+        kind, launch = "mat-mat", cfg.describe()
+    else:
+        kind, launch = "mat-vec", describe_launch(cfg.params())
+    return {"name": name, "type": w.qtype, "shape": list(w.shape), "kernel": kind, **cfg.params(),
+            "int_dot": cfg.int_dot, "launch": launch, "source": cfg.source}
 
 
-def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int, repetitions: int,
-          probe_after: bool = True, progress: bool = True) -> list[Row]:
-    """The rows of every model and path. Their % bw is of the best bandwidth
-    probe of the process: one before the runs (unless one was made already)
-    and, with `probe_after`, one after them (a probe that other work slowed
-    reads low, and would put a mat-vec above 100%). progress: each step on
-    stderr as it finishes (vkq.commands.console.Progress)."""
-    bar = Progress(1 + len(models) * (1 + len(paths)) + probe_after, progress, label="vkq bench")
+def tests_of(model: Model, n_prompt: list[int], n_gen: list[int]) -> list[tuple[str, int]]:
+    """The tests to run on a model, llama-bench's order: ("pp", n) of each
+    prompt length it can take, then ("tg", n) of each generation length."""
+    return ([] if prompt_unsupported(model) else [("pp", n) for n in n_prompt]) + [("tg", n) for n in n_gen]
+
+
+def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | list[int], repetitions: int,
+          probe_after: bool = True, progress: bool = True, n_prompt: list[int] = ()) -> list[Row]:
+    """The rows of every model, path and test: pp of each of `n_prompt` (a
+    model without a prompt step has none: bench_step.prompt_unsupported),
+    then tg of each of `n_gen`. Their % bw is of the best bandwidth probe of
+    the process: one before the runs (unless one was made already) and, with
+    `probe_after`, one after them (a probe that other work slowed reads low,
+    and would put a mat-vec above 100%). progress: each step on stderr as it
+    finishes (vkq.commands.console.Progress)."""
+    n_gen = [n_gen] if isinstance(n_gen, int) else list(n_gen)
+    tests = {m.name: tests_of(m, list(n_prompt), n_gen) for m in models}
+    bar = Progress(1 + sum(1 + len(paths) * len(tests[m.name]) for m in models) + probe_after, progress,
+                   label="vkq bench")
     bar.step("measuring the device's memory bandwidth")
     bar.finish(1, f"vkq bench: {backend.device_info.name}, memory read bandwidth "
                   f"{memory_bandwidth(backend.device) / 1e9:.1f} GB/s")
+    timestamps = backend.device_info.timestamps_supported
     measured = []
     for model in models:
         weights = upload(backend, model, bar)
         bar.finish(1, f"vkq bench: {model.name}: {len(model.matrices)} matrices uploaded ({_size(model.nbytes)})")
         for path in paths:
-            bar.step(f"{model.name}: {path}: record, warm up, {repetitions} x {n_gen} tokens")
-            step = DecodeStep(backend, model, weights, path)
-            timed = DecodeStep(backend, model, weights, path, timestamps=True) \
-                if backend.device_info.timestamps_supported else None
-            wall, kernel = measure(step, timed, n_gen, repetitions)
-            used = [cfg.path for cfg in step.configs.values()]
-            matrices = [_matrix_record(m.name, weights[m.name], step.configs[m.name]) for m in model.matrices]
-            measured.append((model, path, wall, kernel, {p: used.count(p) for p in sorted(set(used))}, matrices))
-            del step, timed
-            bar.finish(1, f"vkq bench: {model.name} {path}: {statistics.mean(wall):.2f} t/s")
+            for kind, n in tests[model.name]:
+                bar.step(f"{model.name}: {path}: {kind}{n}: record, warm up, {repetitions} x "
+                         + (f"{n} tokens" if kind == "tg" else f"a prompt of {n} tokens"))
+                if kind == "pp":  # a repetition: one prompt of n tokens
+                    step = PromptStep(backend, model, weights, path, n)
+                    timed = PromptStep(backend, model, weights, path, n, timestamps=True) if timestamps else None
+                else:  # a repetition: n tokens, one decode step each
+                    step = DecodeStep(backend, model, weights, path)
+                    timed = DecodeStep(backend, model, weights, path, timestamps=True) if timestamps else None
+                runs = 1 if kind == "pp" else n
+                wall, kernel = measure(step, timed, runs, repetitions)
+                used = [cfg.path for cfg in step.configs.values()]
+                matrices = [_matrix_record(m.name, weights[m.name], step.configs[m.name]) for m in model.matrices]
+                measured.append((model, path, kind, n, wall, kernel, {p: used.count(p) for p in sorted(set(used))},
+                                 matrices))
+                del step, timed
+                bar.finish(1, f"vkq bench: {model.name} {path} {kind}{n}: {statistics.mean(wall):.2f} t/s")
         del weights  # free the device memory before the next model
     if probe_after:
         bar.step("measuring the device's memory bandwidth again")
         bar.finish(1, f"vkq bench: memory read bandwidth {probe_bandwidth(backend.device) / 1e9:.1f} GB/s after "
                       "the runs")
     membw_gbps = memory_bandwidth(backend.device) / 1e9
-    return [Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path, f"tg{n_gen}",
-                n_gen, wall, kernel, model.bytes_per_token, membw_gbps, paths_used, backend.activations, matrices)
-            for model, path, wall, kernel, paths_used, matrices in measured]
+    return [Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path, f"{kind}{n}",
+                n if kind == "pp" else 0, n if kind == "tg" else 0, wall, kernel,
+                model.bytes_per_token if kind == "tg" else None, membw_gbps, paths_used, backend.activations,
+                matrices)
+            for model, path, kind, n, wall, kernel, paths_used, matrices in measured]
 
 
 def compare(a: Row, b: Row) -> dict:
-    """Two measured rows of one model side by side; diff = how much faster b is than a."""
+    """Two measured rows of one model and test side by side; diff = how much faster b is than a."""
     return {
         "model": a.model, "model_size": a.model_size, "model_n_params": a.model_n_params,
         "backend": a.backend, "device": a.device, "test": a.test,
@@ -332,20 +375,21 @@ def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = F
         header = ["model", "size", "params", "backend", "device", "path", "test", "t/s", "kernel t/s", "GB/s", "% bw"]
         cells = [[r.model, _size(r.model_size), _params(r.model_n_params), r.backend, r.device,
                   path_label(r.path) if r.paths_used.get("dmmv") else r.path, r.test,
-                  _ts(r.avg_ts, r.stddev_ts), _ts(r.kernel_avg_ts, r.kernel_stddev_ts), f"{r.gbps:.2f}",
-                  OVER if r.over_bandwidth else f"{r.bw_pct:.1f}"] for r in rows]
+                  _ts(r.avg_ts, r.stddev_ts), _ts(r.kernel_avg_ts, r.kernel_stddev_ts),
+                  "-" if r.gbps is None else f"{r.gbps:.2f}",
+                  "-" if r.bw_pct is None else OVER if r.over_bandwidth else f"{r.bw_pct:.1f}"] for r in rows]
         right = {"size", "params", "test", "t/s", "kernel t/s", "GB/s", "% bw"}
     r0 = rows[0]
-    notes = [NOTE, f"t/s: mean ± std over {len(r0.samples_ts)} repetition(s) of {r0.n_gen} tokens after "
-                   f"{WARM_SECONDS:g} s of warm-up, wall clock per token (submit to logits read back); "
-                   "kernel t/s: the same by GPU timestamps of the mat-vec kernels alone, on a timed copy of the "
-                   "step (- where the device has none). The difference is what submitting and waiting cost; "
-                   "Kompute writes a timestamp after every op, which slows a CPU driver's replay, so there "
-                   "kernel t/s can read below t/s."]
+    notes = [NOTE, f"t/s: mean ± std over {len(r0.samples_ts)} repetition(s) (tgN: N tokens, one submit each; "
+                   f"ppN: one prompt of N tokens, one submit) after {WARM_SECONDS:g} s of warm-up (at least one "
+                   "run), wall clock (submit to logits read back); kernel t/s: the same by GPU timestamps of the "
+                   "kernels alone, on a timed copy of the step (- where the device has none). The difference is "
+                   "what submitting and waiting cost; Kompute writes a timestamp after every op, which slows a "
+                   "CPU driver's replay, so there kernel t/s can read below t/s."]
     if comparisons:
         notes.append("diff: t/s of the second path relative to the first.")
-    else:
-        notes.append("GB/s: weight bytes read per token (MoE: the used experts only) per second of kernel time; "
+    elif any(r.gbps is not None for r in rows):
+        notes.append("GB/s (tg): weight bytes read per token (MoE: the used experts only) per second of kernel time; "
                      f"% bw: of {r0.membw_gbps:.1f} GB/s, this device's memory read bandwidth as vkq measures it "
                      f"({ROTATION_BYTES >> 20} MiB read back to back, warm, GPU timestamps: shaders/membw.comp; "
                      "the better of a probe before the runs and one after).")
@@ -353,6 +397,8 @@ def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = F
             notes.append(f"% bw {OVER}: faster than the device's memory as measured: the weights were read from a "
                          "cache (a model that fits in it), or the bandwidth probe read low; the figure is not a "
                          "share of memory bandwidth, so it is not printed (-o json has it).")
+    if not comparisons and any(r.n_prompt for r in rows):
+        notes.append("pp: no GB/s or % bw: a prompt's mat-mats are bound by arithmetic, not by reading the weights.")
     autos = {f"{r.model}: {', '.join(f'{p} {n}' for p, n in r.paths_used.items())}" for r in rows if r.path == "auto"}
     if autos:
         notes.append("auto = the dispatcher's choice per matrix (matrices per path): " + "; ".join(sorted(autos)))
@@ -363,7 +409,8 @@ def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = F
         notes.append("¹ mmvq falls back to dmmv for F32/F16 matrices (e.g. an MoE router): "
                      "they have no int8 path.")
     if not verbose:
-        notes.append("--verbose (or -o json) shows which path and launch parameters each matrix ran with.")
+        notes.append("--verbose (or -o json) shows which path and launch parameters (pp: tiles) each matrix ran "
+                     "with.")
     out = markdown(header, cells, right) + "\n\n" + "\n".join(notes)
     if verbose:
         out += "\n\n" + render_matrices(rows)
@@ -372,19 +419,35 @@ def render_md(rows: list[Row], comparisons: list[dict] | None, verbose: bool = F
 
 def render_matrices(rows: list[Row]) -> str:
     """Which path and launch parameters the matrices ran with: one line per
-    model, bench path, block type, shape and configuration, with a count."""
-    groups: dict[tuple, list[str]] = {}
+    model, test, bench path, block type, shape and configuration, with a
+    count; the mat-vecs in one table, the mat-mats (their tiles) in another."""
+    matvecs: dict[tuple, list[str]] = {}
+    matmuls: dict[tuple, list[str]] = {}
     for r in rows:
         for m in r.matrices:
-            key = (r.model, r.path, m["type"], "x".join(map(str, m["shape"])), path_label(m["path"], m["int_dot"]),
-                m["wg_size"], m["rows_per_wg"], m["chunks_per_thread"], m["reduction"],
-                "split K" if m["split_k"] else "rows per thread", m["weights_binding"], m["x_binding"])
-            groups.setdefault(key, []).append(m["name"])
-    header = ["model", "bench path", "type", "shape", "ran", "wg", "rows/wg", "chunks/thread", "reduction",
-              "work split", "weights", "x", "matrices"]
-    cells = [[*map(str, key), f"{len(names)} ({names[0]}{', ...' if len(names) > 1 else ''})"]
-             for key, names in groups.items()]
-    return markdown(header, cells, {"wg", "rows/wg", "chunks/thread"})
+            head = (r.model, r.test, r.path, m["type"], "x".join(map(str, m["shape"])),
+                    path_label(m["path"], m["int_dot"]))
+            if m["kernel"] == "mat-mat":
+                matmuls.setdefault((*head, m["launch"]), []).append(m["name"])
+            else:
+                matvecs.setdefault((*head, m["wg_size"], m["rows_per_wg"], m["chunks_per_thread"], m["reduction"],
+                                    "split K" if m["split_k"] else "rows per thread", m["weights_binding"],
+                                    m["x_binding"]), []).append(m["name"])
+
+    def count(names: list[str]) -> str:
+        return f"{len(names)} ({names[0]}{', ...' if len(names) > 1 else ''})"
+
+    head = ["model", "test", "bench path", "type", "shape", "ran"]
+    tables = []
+    if matvecs:
+        tables.append(markdown(head + ["wg", "rows/wg", "chunks/thread", "reduction", "work split", "weights", "x",
+                                       "matrices"],
+                               [[*map(str, key), count(names)] for key, names in matvecs.items()],
+                               {"wg", "rows/wg", "chunks/thread"}))
+    if matmuls:
+        tables.append(markdown(head + ["tiled mat-mat", "matrices"],
+                               [[*map(str, key), count(names)] for key, names in matmuls.items()], set()))
+    return "\n\n".join(tables)
 
 
 def _csv_record(row: Row) -> dict:
@@ -431,12 +494,36 @@ def _paths(text: str, what: str, allowed=STEP_PATHS) -> list[str]:
     return paths
 
 
-def run_bench(model: str, n_gen: int = 64, repetitions: int = 3, path: str | None = None,
+def token_counts(text: str, flag: str) -> list[int]:
+    """-p / -n: comma-separated token counts, each >= 0 (0: no such test, as
+    llama-bench's), at most MAX_MATMUL_COLS (a prompt's columns)."""
+    counts = []
+    for item in _split(str(text)):
+        try:
+            n = int(item)
+        except ValueError:
+            raise ValueError(f"{flag}: {item!r} is not a whole number of tokens (comma-separated counts, e.g. "
+                             f"{flag} 128,512; 0 drops the test)") from None
+        if n < 0 or n > MAX_MATMUL_COLS:
+            raise ValueError(f"{flag}: {n} tokens; a test takes 0 (none) to {MAX_MATMUL_COLS}")
+        counts.append(n)
+    if not counts:
+        raise ValueError(f"{flag}: no token count given ({text!r}); e.g. {flag} 128, or {flag} 0 for no such test")
+    return list(dict.fromkeys(n for n in counts if n))  # each test once, llama-bench's order
+
+
+def run_bench(model: str, n_gen: str | int | None = None, repetitions: int = 3, path: str | None = None,
               compare_paths: str | None = None, activations: str = DEFAULT_ACTIVATIONS, output: str = "md",
-              verbose: bool = False, device: int | None = None) -> int:
-    """`vkq bench`: the table for the models (comma-separated presets or .gguf files)."""
-    if n_gen < 1 or repetitions < 1:
-        raise ValueError("-n and -r must be at least 1")
+              verbose: bool = False, device: int | None = None, n_prompt: str | int | None = None) -> int:
+    """`vkq bench`: the table for the models (comma-separated presets or .gguf
+    files): pp of each of `n_prompt` and tg of each of `n_gen` (comma-separated
+    token counts, or one int; 0: no such test; None: DEFAULT_N_PROMPT, DEFAULT_N_GEN)."""
+    prompts = token_counts(DEFAULT_N_PROMPT if n_prompt is None else n_prompt, "-p")
+    gens = token_counts(DEFAULT_N_GEN if n_gen is None else n_gen, "-n")
+    if repetitions < 1:
+        raise ValueError("-r must be at least 1")
+    if not prompts and not gens:
+        raise ValueError("-p 0 and -n 0: no test left to run")
     models = [resolve(m) for m in _split(model)]  # every name checked before any work
     if not models:
         raise ValueError(f"-m: no model given ({model!r}); a preset NAME:MIX (vkq bench --list) or a .gguf file")
@@ -444,6 +531,11 @@ def run_bench(model: str, n_gen: int = 64, repetitions: int = 3, path: str | Non
         if m.ignored:
             print(f"vkq bench: {m.name}: left out {len(m.ignored)} weight matrices the decode step does "
                   f"not model: {', '.join(m.ignored[:4])}" + (" ..." if len(m.ignored) > 4 else ""), file=sys.stderr)
+        why = prompt_unsupported(m) if prompts else None
+        if why and not gens:
+            raise ValueError(f"{m.name}: no test left to run: -n 0, and no pp test: {why}")
+        if why:
+            print(f"vkq bench: {m.name}: no pp test: {why}", file=sys.stderr)
     if compare_paths:
         paths = _paths(compare_paths, "--compare")
         if len(paths) != 2 or paths[0] == paths[1]:
@@ -453,11 +545,12 @@ def run_bench(model: str, n_gen: int = 64, repetitions: int = 3, path: str | Non
     backend = Backend(device, activations=activations)
     for m in models:
         check_host_memory(m, backend.device_info.device_type)
-    rows = bench(backend, models, paths, n_gen, repetitions)
+    rows = bench(backend, models, paths, gens, repetitions, n_prompt=prompts)
     comparisons = None
     if compare_paths:
-        by_key = {(r.model, r.path): r for r in rows}
-        comparisons = [compare(by_key[m.name, paths[0]], by_key[m.name, paths[1]]) for m in models]
+        by_key = {(r.model, r.test, r.path): r for r in rows}
+        comparisons = [compare(by_key[m.name, test, paths[0]], by_key[m.name, test, paths[1]])
+                       for m in models for test in dict.fromkeys(r.test for r in rows if r.model == m.name)]
     if output != "md":
         print(NOTE, file=sys.stderr)
     print(render(rows, output, comparisons, verbose))

@@ -64,7 +64,7 @@ def cmd_bench(args) -> int:
                                   output=args.output, device=args.device)
     return bench.run_bench(args.model, n_gen=args.n_gen, repetitions=args.repetitions or 3, path=args.path,
                            compare_paths=args.compare, activations=args.activations, output=args.output,
-                           verbose=args.verbose, device=args.device)
+                           verbose=args.verbose, device=args.device, n_prompt=args.n_prompt)
 
 
 def cmd_compare(args) -> int:
@@ -134,13 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
-        "bench", help="tokens/s of a model's decode-step mat-vecs, like llama-bench (--matvec: per block type)",
-        description="Tokens per second of the mat-vec share of decoding (every weight matrix of one token, "
-                    "synthetic activations), llama-bench style. With --matvec: one matrix per block type.")
+        "bench", help="tokens/s of a model's weight products, pp and tg like llama-bench (--matvec: per block type)",
+        description="Tokens per second of a model's weight products on synthetic activations, llama-bench "
+                    "style: ppN, a prompt of N tokens (every weight matrix by N columns, the tiled mat-mat); "
+                    "tgN, decoding N tokens (every weight matrix of a token, a mat-vec each). With --matvec: one "
+                    "matrix per block type.")
     p.add_argument("-m", "--model", default="llama-3.2-1b:Q4_0",
                    help="preset NAME:MIX (see --list) or a .gguf file; several comma-separated "
                         "(default llama-3.2-1b:Q4_0)")
-    p.add_argument("-n", "--n-gen", type=positive_int, default=64, help="tokens per test (default 64: test tg64)")
+    p.add_argument("-p", "--n-prompt", default=None,
+                   help="prompt tokens of the pp test, several comma-separated; 0: no pp test (default 512: pp512)")
+    p.add_argument("-n", "--n-gen", default=None,
+                   help="tokens of the tg test, several comma-separated; 0: no tg test (default 128: tg128)")
     p.add_argument("-r", "--repetitions", type=positive_int, default=None,
                    help="repetitions per test (default 3; --matvec 5)")
     p.add_argument("--path", default=None,
