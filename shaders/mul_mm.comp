@@ -15,12 +15,13 @@
 //                    are dotted with them as the int8 mat-vec does (the same
 //                    arithmetic per chunk); without shared memory only
 //   INT_DOT          MMQ with OpSDot (else the same arithmetic in int32)
-//   MUL_MAT_ID       W is a stack of experts and ids (binding 3) holds one
-//                    expert per used-expert slot: ggml's MUL_MAT_ID over
-//                    many tokens (see "Experts" below)
+//   MUL_MAT_ID       W is a stack of experts, a column per used-expert slot
+//                    of ggml's MUL_MAT_ID over many tokens, the slots
+//                    grouped by expert in binding 3 (see "Experts" below)
 //
-// Bindings: 0 W, 1 x, 2 y, then 3 ids (MUL_MAT_ID), then the three texel
-// views of W (TEXEL_WEIGHTS; binding 0 is then not read). Push constants: common.glsl's Params, of which
+// Bindings: 0 W, 1 x, 2 y, then 3 the expert groups (MUL_MAT_ID), then the
+// three texel views of W (TEXEL_WEIGHTS; binding 0 is then not read).
+// Push constants: common.glsl's Params, of which
 // this shader reads nrows (rows in this buffer), nblocks, field0..3,
 // x_col_stride and y_col_stride (floats between columns of x and of y, each a
 // multiple of 4; with MMQ x's in Q8_1 blocks) and y_row_offset (the
@@ -40,21 +41,21 @@
 // written to y. A column's bits depend on the tile configuration, not on
 // the number of columns nor on the other columns.
 //
-// Experts (MUL_MAT_ID): the columns are used-expert slots, as many as ids
-// holds (its length); slot s reads expert ids[s], x vector s / SLOTS_PER_X
-// (a token's slots share its vector, or each slot has its own) and writes
-// y's vector s. Workgroup z is an expert e: its invocations first scan ids
-// in slot order (each a contiguous run of slots: count the run's slots of
-// e, add up the counts of the runs before it, then note its slots' ranks)
-// and keep in shared memory the slots of ranks y * BN .. y * BN + BN - 1,
-// the workgroup's columns; then the tiles run over those as over columns of
-// x, each weight of e dequantized once per BN of its slots. The host
-// dispatches ceil(slots / BN) column groups per expert (as if every slot
-// chose it); a group past its expert's slots ends after the scan. A slot's
-// bits depend on its x, its expert and the tiles only: its sums are those
-// of a column of the plain kernel, wherever it falls in a tile. An id out
-// of [0, n_expert) matches no workgroup (nothing reads past W; its slot is
-// not written): the host refuses such ids before they get here.//
+// Experts (MUL_MAT_ID): the columns are used-expert slots. Slot s reads
+// expert ids[s] and x vector s / SLOTS_PER_X (a token's slots share its
+// vector, or each slot has its own) and writes y's vector s. A dispatch of
+// group_by_expert.comp before this one sorted the slots by expert (binding
+// 3: N_EXPERT counts, then the slots, each expert's in slot order).
+// Workgroup y is the y-th tile of columns of that order: the tiles of
+// expert 0's slots (BN each, the last one partial), then expert 1's, and so
+// on; its invocations walk the counts to find their expert and its slots
+// (the same loads in all of them), then run the tiles over those as over
+// columns of x, each weight of the expert dequantized once per BN of its
+// slots. The host dispatches as many tiles as the slots could need, the
+// workgroups past the last tile end after the walk. A slot's bits depend
+// on its x, its expert and the tiles only: its sums are those of a column
+// of the plain kernel, wherever it falls in a tile.
+//
 // Two ways of feeding the invocations (SHARED_TILES):
 // - true (GPUs): per step the workgroup dequantizes the BM x BK weights into
 //   shared memory (each invocation whole chunks, with the type's decoder) and
@@ -96,6 +97,7 @@ layout(constant_id = 8) const uint X_PLANES = 1;
 // MUL_MAT_ID: consecutive slots that read one vector of x (a token's used
 // experts: n_used; or 1, a vector per slot).
 layout(constant_id = 9) const uint SLOTS_PER_X = 1;
+layout(constant_id = 10) const uint N_EXPERT = 1;  // MUL_MAT_ID: experts in the stack
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4
@@ -118,7 +120,7 @@ uint x_vec4s() { return uint(x_words.length()); }
 vec4 load_x4(uint i) { return uintBitsToFloat(load_xq(i)); }
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 #ifdef MUL_MAT_ID
-layout(std430, binding = 3) readonly restrict buffer Ids { int ids[]; };
+layout(std430, binding = 3) readonly restrict buffer Groups { uint groups[]; };  // (group_by_expert.comp's)
 #endif
 
 #ifdef MMQ
@@ -160,45 +162,29 @@ uint w_row(uint i) { return min(row0 + tr + i * ROW_THREADS, p.nrows - 1u); }
 uint w_block(uint row) { return block0 + row * p.nblocks; }
 
 #ifdef MUL_MAT_ID
-shared uint tile_slots[BN];  // the slots of the workgroup's columns, in slot order
-shared uint run_counts[WG_SIZE];  // per invocation: its run's slots of the expert
+uint first_slot;  // where the tile's expert's slots start in the sorted slots
 
-// Scans ids for the slots of expert e (see "Experts"); returns the
-// workgroup's column count (0: none; uniform across the workgroup).
-uint gather_slots(uint e) {
-    const uint tid = gl_LocalInvocationID.x;
-    const uint n_slots = uint(ids.length());
-    const uint run = (n_slots + WG_SIZE - 1u) / WG_SIZE;
-    const uint s0 = min(tid * run, n_slots), s1 = min(s0 + run, n_slots);
-    uint mine = 0u;
-    for (uint s = s0; s < s1; s++) {
-        mine += uint(ids[s]) == e ? 1u : 0u;
-    }
-    run_counts[tid] = mine;
-    barrier();
-    uint before = 0u, total = 0u;
-    for (uint t = 0u; t < WG_SIZE; t++) {
-        const uint n = run_counts[t];
-        before += t < tid ? n : 0u;
-        total += n;
-    }
-    if (total > col0) {  // (uniform)
-        uint rank = before;
-        for (uint s = s0; s < s1 && rank < col0 + BN; s++) {
-            if (uint(ids[s]) == e) {
-                if (rank >= col0) {
-                    tile_slots[rank - col0] = s;
-                }
-                rank++;
-            }
+// Finds tile `tile` of the sorted slots: sets block0, col0 and first_slot,
+// returns its column count (0: past the last tile; uniform).
+uint find_tile(uint tile) {
+    uint start = N_EXPERT;
+    for (uint e = 0u; e < N_EXPERT; e++) {
+        const uint n = groups[e];
+        const uint tiles = (n + BN - 1u) / BN;
+        if (tile < tiles) {
+            block0 = e * p.nrows * p.nblocks;
+            col0 = tile * BN;
+            first_slot = start;
+            return min(n - col0, BN);
         }
+        tile -= tiles;
+        start += n;
     }
-    barrier();
-    return total > col0 ? min(total - col0, BN) : 0u;
+    return 0u;
 }
 // Column c of the tile (c < tile_cols): its vector of x, its vector of y.
-uint x_column(uint c) { return tile_slots[c] / SLOTS_PER_X; }
-uint y_column(uint c) { return tile_slots[c]; }
+uint y_column(uint c) { return groups[first_slot + col0 + c]; }
+uint x_column(uint c) { return y_column(c) / SLOTS_PER_X; }
 #else
 uint x_column(uint c) { return col0 + c; }
 uint y_column(uint c) { return col0 + c; }
@@ -338,17 +324,11 @@ void step_registers(uint c0) {
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
-#ifdef MUL_MAT_ID
-    // (z is the expert: the host keeps the row groups within one dimension)
-    row0 = gl_WorkGroupID.x * BM;
-    block0 = gl_WorkGroupID.z * p.nrows * p.nblocks;
-#else
     row0 = (gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x) * BM;
-    block0 = 0u;
-#endif
     if (row0 >= p.nrows) {
         return;  // uniform across the workgroup: no barrier is skipped by part of it
     }
+    block0 = 0u;
     col0 = gl_WorkGroupID.y * BN;
     // (tc a constant where the workgroup has one column group, so that the
     // compiler sees the same x addresses in all its invocations)
@@ -356,9 +336,9 @@ void main() {
     tc = TN == BN ? 0u : tid / ROW_THREADS;
     nchunks = p.nblocks * CHUNKS_PER_BLOCK;
 #ifdef MUL_MAT_ID
-    tile_cols = gather_slots(gl_WorkGroupID.z);
+    tile_cols = find_tile(gl_WorkGroupID.y);
     if (tile_cols == 0u) {
-        return;  // (uniform, after the scan's barriers)
+        return;  // (uniform)
     }
 #else
 #ifdef MMQ

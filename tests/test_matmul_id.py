@@ -25,7 +25,7 @@ from vkq.dispatch.config import PipelineConfig
 from vkq.dispatch.tiles import TileConfig
 
 import ggml_quant
-from conftest import TYPES, assert_matches, random_x
+from conftest import TYPES, assert_matches, force_split
 from test_matmul import POOL_ROWS, REGISTERS, REGISTERS_INT8, SHARED, UNITS_INT8, odd_k, refs_of
 
 N_EXPERT = 4
@@ -113,7 +113,7 @@ def test_whole_units(backend, qtype):
 def test_dispatchers_choice(backend, path):
     """The tiles vkq.dispatch.tiles picks on this device, K in whole units."""
     w, w64, _ = experts(backend, "Q4_0", 768)
-    cfg = vkq.resolve.resolve_tiles(backend, w, 30, path, n_slots=30 * N_USED)
+    cfg = vkq.resolve.resolve_tiles(backend, w, 30, path, mul_mat_id=True)
     assert cfg.path == path and cfg.source.startswith("tiles ")
     ids, x = random_ids(30, seed=5), token_x(30, 768, False, seed=5)
     assert_slots_match(backend.matmul_id(w, x, ids, path), w64, x, ids, cfg, f"Q4_0 {path} {cfg.describe()}")
@@ -295,30 +295,47 @@ def test_graph_bad_input(backend):
     g.destroy()
 
 
-def test_dispatch_limits(backend):
-    """An expert's row groups stay in one dimension (z is the expert), and
-    the experts in one: refused before the driver."""
-    zeros = FORMATS["Q4_0"].block_bytes
+def test_split_buffers(backend, monkeypatch):
+    """An expert stack over several buffers (rows 0-14, 15-29, 30-36 of
+    every expert): one sort, then a mat-mat per buffer writing its rows."""
+    k = odd_k("Q4_K")
+    _, w64, data = experts(backend, "Q4_K", k)
+    force_split(monkeypatch, "Q4_K", N_EXPERT, 15, k)
+    w = backend.upload("Q4_K", (N_EXPERT, ROWS, k), data)
+    assert len(w.buffers) == 3
+    ids, x = random_ids(20, seed=8), token_x(20, k, False, seed=8)
+    assert_slots_match(backend.matmul_id(w, x, ids, config=REGISTERS), w64, x, ids, REGISTERS, "3 buffers")
+
+
+def test_rows_past_one_dispatch_dimension(backend):
+    """An expert of more row tiles than one dispatch dimension holds: they continue in z."""
+    rows, k = 65536 + 5, 32
+    data = ggml_quant.random_weights(2 * rows, k, "Q4_0", seed=3).reshape(2, rows, -1)
+    w = backend.upload("Q4_0", (2, rows, k), data)
+    ids, x = np.array([[1], [0], [1]], np.int32), token_x(3, k, False, seed=3)
     one_row = TileConfig(1, 1, 1, 1, 1, shared_tiles=False, binding="storage")
-    tall = backend.upload("Q4_0", (1, 65536, 32), np.zeros(65536 * zeros, np.uint8))
-    with pytest.raises(ValueError, match="65536 rows per expert take 65536 workgroups of 1 rows; at most 65535"):
-        backend.matmul_id(tall, np.zeros((1, 32), np.float32), np.zeros((1, 1), np.int32), config=one_row)
-    tall.free()
-    many = backend.upload("Q4_0", (65536, 1, 32), np.zeros(65536 * zeros, np.uint8))
-    with pytest.raises(ValueError, match="65536 experts; at most 65535"):
-        backend.matmul_id(many, np.zeros((1, 32), np.float32), np.zeros((1, 1), np.int32), config=one_row)
+    w64 = ref.dequantize("Q4_0", (2, rows, k), data)
+    assert_slots_match(backend.matmul_id(w, x, ids, config=one_row), w64, x, ids, one_row, "65541 rows")
 
 
-def test_lavapipes_loop_budget_counts_the_scan(backend):
-    """The scan of the ids takes 2 x slots / invocations + invocations loop
-    iterations: past lavapipe's budget the call is refused, not cut short."""
+def test_limits(backend):
+    """The sort takes a workgroup per expert, and on lavapipe every
+    invocation's walk over the experts counts against the loop budget:
+    refused before the driver, not cut short."""
+    zeros, k = FORMATS["Q4_0"].block_bytes, 32
+    cfg = TileConfig(8, 1, 1, 8, 1, shared_tiles=False, binding="storage")
+    many = backend.upload("Q4_0", (65536, 1, k), np.zeros(65536 * zeros, np.uint8))
+    with pytest.raises(ValueError, match="65536 experts"):
+        backend.matmul_id(many, np.zeros((1, k), np.float32), np.zeros((1, 1), np.int32), config=cfg)
+    many.free()
     budget = backend.device.caps.max_loop_iterations
     if budget is None:
-        pytest.skip("this device's loops have no known budget")
-    w, _, _ = experts(backend, "Q4_0", odd_k("Q4_0"))
-    n_used, n_slots = 16, budget // 2 // 16 * 16  # one invocation per workgroup: 2 x n_slots iterations
+        return  # (no known loop budget on this device)
+    n_expert = budget - 40  # (the K loop takes 82 iterations at K=32)
+    many = backend.upload("Q4_0", (n_expert, 1, k), np.zeros(n_expert * zeros, np.uint8))
     g = backend.graph()
-    with pytest.raises(ValueError, match=f"loop iterations at K=544 and {n_slots} used-expert slots"):
-        g.matmul_id(w, backend.tensor(odd_k("Q4_0"), n_slots // n_used), backend.tensor(n_slots, dtype=np.int32),
-                    config=TileConfig(8, 1, 1, 8, 1, shared_tiles=False, binding="storage"))
+    with pytest.raises(ValueError, match=f"loop iterations at K=32 over {n_expert} experts; this driver cuts"):
+        g.matmul_id(many, backend.tensor(k, 1), backend.tensor(1, dtype=np.int32), config=cfg)
+    with pytest.raises(ValueError, match=f"no MUL_MAT_ID over {n_expert} experts on tiled mat-mat"):
+        g.matmul_id(many, backend.tensor(k, 1), backend.tensor(1, dtype=np.int32))
     g.destroy()

@@ -391,10 +391,11 @@ class Graph:
         n_used; in [0, n_expert), checked as matvec_id's. x: n_tokens
         vectors (each shared by its token's slots) or n_slots (one per
         slot). y: n_slots vectors of `rows`, matvec_id's layout. The device
-        groups the slots by expert, so each expert's weights are read once
-        per bn of its slots, not once per slot; a slot's bits depend only on
-        its x, its expert and the tiles (vkq.resolve.resolve_tiles: `path`,
-        `activations` or `config` as matmul's), not on the other tokens."""
+        sorts the slots by expert, then reads each expert's weights once per
+        bn of its slots, not once per slot (vkq.ops.MatMul); a slot's bits
+        depend only on its x, its expert and the tiles
+        (vkq.resolve.resolve_tiles: `path`, `activations` or `config` as
+        matmul's), not on the other tokens."""
         self._open()
         w = check_weights(self.backend, experts, expert_stack=True)
         n_expert = w.layout.n_expert
@@ -413,14 +414,15 @@ class Graph:
             want = (f"{ids.n} (one per token) or {n_slots} (one per slot)" if ids.n > 1
                     else f"a divisor of {n_slots}: n_tokens (each shared by its token's slots) or {n_slots}")
             raise ValueError(f"x {x!r} holds {x.n} vectors for ids {ids!r}; it must hold {want}")
-        cfg = resolve_tiles(self.backend, w, x.n, path, config, activations, n_slots=n_slots)
+        cfg = resolve_tiles(self.backend, w, x.n, path, config, activations, mul_mat_id=True)
         y = self._out(out, x, w.layout.rows, n_slots, "y")
         xin = self._x_for(x, cfg)
+        groups = Tensor(self.backend, n_expert + n_slots, 1, np.uint32, "slots by expert")
         op = MatMul(self.backend.device, w, cfg, xin.kp, y.kp, ncols=x.n, y_stride=y.stride, ids=ids.kp,
-                    n_slots=n_slots, slots_per_x=n_slots // x.n)
+                    groups=groups.kp, n_slots=n_slots, slots_per_x=n_slots // x.n)
         collector = _Collector()
         op.record(collector)
-        self._node(collector.ops, [xin, ids], [y], keep=op,
+        self._node(collector.ops, [xin, ids], [y, groups], keep=(op, groups),
                    label=f"{label or 'MUL_MAT_ID mat-mat'} {w.qtype} {cfg.kernel}")
         self._weights[id(w)] = w
         self._ids_checks.append((ids, n_expert))

@@ -15,7 +15,7 @@ import numpy as np
 
 from .blocks.formats import CHUNK
 from .device.runtime import Device
-from .device.shader_variants import QUANTIZE_Q8_1, MatMulVariant, MatVecVariant
+from .device.shader_variants import GROUP_BY_EXPERT, QUANTIZE_Q8_1, MatMulVariant, MatVecVariant
 from .dispatch.config import PipelineConfig
 from .dispatch.tiles import TileConfig
 
@@ -173,6 +173,20 @@ class MatVec:
             algo.destroy()
 
 
+# Invocations of a group_by_expert workgroup (one workgroup per expert): each
+# scans a run of slots/GROUP_WG ids twice and the workgroup's counts once,
+# at most 2 * 1024 + 64 loop iterations for MAX_MATMUL_COLS slots (within
+# lavapipe's budget, vkq.dispatch.README "Limits").
+GROUP_WG = 64
+
+
+def id_tiles(n_slots: int, n_expert: int, bn: int) -> int:
+    """Column tiles the MUL_MAT_ID kernel dispatches: the most that n_slots
+    slots sorted by expert can fill, bn a tile, each expert's last tile
+    partial (at most min(n_expert, n_slots) experts have slots)."""
+    return (n_slots + min(n_expert, n_slots) * (bn - 1)) // bn
+
+
 class MatMul:
     """y = W @ x for many columns (shaders/mul_mm.comp), over every weights
     buffer of one matrix: x_in exactly `ncols` vectors of k_pad floats, or
@@ -182,28 +196,33 @@ class MatMul:
     vkq.resolve.resolve_tiles returns it (bindings fitted to these tensors).
 
     MUL_MAT_ID (`ids`: an int32 tensor of exactly `n_slots` expert ids, in
-    range: the caller checks them): W is an expert stack, slot s multiplies
-    expert ids[s] by x vector s // slots_per_x (ncols * slots_per_x ==
-    n_slots) and y holds n_slots vectors; the shader groups the slots by
-    expert (its "Experts" note), workgroup z being the expert."""
+    range: the caller checks them; `groups`: a uint32 tensor of n_expert +
+    n_slots values for the op's own use): W is an expert stack, slot s
+    multiplies expert ids[s] by x vector s // slots_per_x (ncols *
+    slots_per_x == n_slots) and y holds n_slots vectors. A first dispatch
+    sorts the slots by expert into `groups` (shaders/group_by_expert.comp),
+    the mat-mat then runs a column tile per bn slots of an expert (its
+    "Experts" note): each expert's weights are read once per tile."""
 
     def __init__(self, device: Device, weights, cfg: TileConfig, x_in, y, *, ncols: int,
-                 y_stride: int | None = None, ids=None, n_slots: int = 0, slots_per_x: int = 1):
+                 y_stride: int | None = None, ids=None, groups=None, n_slots: int = 0, slots_per_x: int = 1):
         lay = weights.layout
         self.cfg = cfg
         mmq = cfg.path == "mmvq"
         mul_mat_id = ids is not None
-        if mul_mat_id != weights.is_expert_stack:
-            raise ValueError(f"MUL_MAT_ID takes an expert stack and ids, a plain product a matrix: got {weights!r} "
-                             f"with{'' if mul_mat_id else 'out'} ids")
-        if mul_mat_id and (n_slots != ncols * slots_per_x or ids.size() != n_slots):
+        if mul_mat_id != weights.is_expert_stack or mul_mat_id != (groups is not None):
+            raise ValueError(f"MUL_MAT_ID takes an expert stack, ids and groups, a plain product a matrix: got "
+                             f"{weights!r} with{'' if mul_mat_id else 'out'} ids")
+        if mul_mat_id and (n_slots != ncols * slots_per_x or ids.size() != n_slots
+                           or groups.size() != lay.n_expert + n_slots):
             raise ValueError(f"MUL_MAT_ID: {n_slots} slots, ids of {ids.size()}, {ncols} vectors of x read by "
-                             f"{slots_per_x} slots each: the counts must agree")
+                             f"{slots_per_x} slots each, groups of {groups.size()} for {lay.n_expert} experts: "
+                             f"the counts must agree")
         self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot, mul_mat_id)
         texel = cfg.binding == "texel"
         spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
-                int(cfg.shared_tiles), cfg.x_planes, slots_per_x]
-        # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [ids], [W's three texel views].
+                int(cfg.shared_tiles), cfg.x_planes, slots_per_x, lay.n_expert]
+        # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [groups], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if texel else "storage", "storage"]
         kinds += ["storage"] if mul_mat_id else []
         kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"] if texel else []
@@ -211,35 +230,34 @@ class MatMul:
         if x_in.size() != x_words:
             raise ValueError(f"x must hold exactly {ncols} vectors ({x_words} words; the shader counts its columns "
                              f"from its length), got {x_in.size()}")
-        # (MUL_MAT_ID: as many column groups per expert as if every slot chose it)
-        col_groups = -(-(n_slots if mul_mat_id else ncols) // cfg.bn)
+        col_groups = id_tiles(n_slots, lay.n_expert, cfg.bn) if mul_mat_id else -(-ncols // cfg.bn)
         if col_groups > MAX_GROUPS_X:
             raise ValueError(f"{n_slots if mul_mat_id else ncols} columns take {col_groups} workgroups of "
                              f"{cfg.bn}; at most {MAX_GROUPS_X}")
         if mul_mat_id and lay.n_expert > MAX_GROUPS_X:
-            raise ValueError(f"MUL_MAT_ID takes a workgroup per expert: {lay.n_expert} experts; at most {MAX_GROUPS_X}")
-        row_groups = -(-max(buf.rows.count for buf in weights.buffers) // cfg.bm)
-        if mul_mat_id and row_groups > MAX_GROUPS_X:  # (z is the expert: the row groups must fit in x)
-            raise ValueError(f"MUL_MAT_ID: {lay.rows} rows per expert take {row_groups} workgroups of {cfg.bm} rows; "
-                             f"at most {MAX_GROUPS_X}")
+            raise ValueError(f"MUL_MAT_ID sorts the slots with a workgroup per expert: {lay.n_expert} experts; at "
+                             f"most {MAX_GROUPS_X}")
         self.algorithms = []
+        if mul_mat_id:
+            self.algorithms.append(device.algorithm([ids, groups], GROUP_BY_EXPERT, (lay.n_expert, 1, 1),
+                                                    [GROUP_WG, lay.n_expert], []))
         for buf in weights.buffers:
-            groups = -(-buf.rows.count // cfg.bm)
-            if mul_mat_id:
-                dims = (groups, col_groups, lay.n_expert)
-            else:
-                dims = (min(groups, MAX_GROUPS_X), col_groups, -(-groups // MAX_GROUPS_X))
+            groups_x = -(-buf.rows.count // cfg.bm)
             push = weights_push(buf, lay.nblocks, x_col_stride=lay.k_padded // CHUNK if mmq else lay.k_padded,
                                 x_slot_stride=0,
                                 y_col_stride=lay.rows if y_stride is None else y_stride, y_slot_stride=0)
-            tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else []) + ([buf.tensor] * 3 if texel else [])
-            self.algorithms.append(device.algorithm(tensors, self.variant, dims, spec, push, kinds))
+            tensors = [buf.tensor, x_in, y] + ([groups] if mul_mat_id else []) + ([buf.tensor] * 3 if texel else [])
+            self.algorithms.append(device.algorithm(tensors, self.variant, (min(groups_x, MAX_GROUPS_X), col_groups,
+                                                                            -(-groups_x // MAX_GROUPS_X)),
+                                                    spec, push, kinds))
         self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
 
     def record(self, seq) -> None:
         for i, algo in enumerate(self.algorithms):
             if i and self._barrier:
-                seq.record(self._barrier())  # (disjoint rows of y; for the validation layer, as MatVec)
+                # After MUL_MAT_ID's sort: its output; between buffers: disjoint
+                # rows of y, for the validation layer (as MatVec).
+                seq.record(self._barrier())
             seq.record(kp.OpAlgoDispatch(algo))
 
     def destroy(self) -> None:

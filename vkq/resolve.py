@@ -106,36 +106,36 @@ def check_tile_config_type(config) -> None:
 
 
 def resolve_tiles(backend, weights: Weights, ncols: int, path: str | None = None, config: TileConfig | None = None,
-                  activations: str | None = None, *, n_slots: int | None = None) -> TileConfig:
+                  activations: str | None = None, *, mul_mat_id: bool = False) -> TileConfig:
     """The TileConfig a mat-mat of `ncols` columns runs with: the
     dispatcher's (vkq.dispatch.tiles.choose, on `path` or its own, the int8
     path on `activations` or the backend's; remembered per matrix) or the
     caller's `config` held to the device's limits; bindings fitted to the
-    buffers. n_slots: MUL_MAT_ID's kernel over that many used-expert slots,
-    reading `ncols` vectors of x (the same tiles for every slot count; its
-    scan of the ids held to the device's limits too)."""
+    buffers. mul_mat_id: for MUL_MAT_ID's kernel over `weights`, an expert
+    stack, reading `ncols` vectors of x (the same tiles as a matrix of the
+    stack's shape gets, whatever the slot count; the kernel's walk over the
+    experts held to the device's limits too)."""
     check_tile_config_type(config)
     caps, lay = backend.device.caps, weights.layout
-    mul_mat_id = n_slots is not None
+    n_expert = lay.n_expert if mul_mat_id else None
     if config is None:
         if path is not None:
             path = check_request(path)
             path = None if path == "auto" else path
         activations = check_activations(activations or backend.activations)
-        key = ("tiles", lay.k, path, activations, env_path() if path is None else None, int_dot_disabled_by_env(),
-               mul_mat_id)
+        key = ("tiles", lay.k, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
         cfg = weights._configs.get(key)
         if cfg is None:
             cfg = weights._configs[key] = tiles.choose(backend.dispatcher.device_class, caps, lay.fmt, lay.k, path,
-                                                       activations, mul_mat_id)
-        problems = tiles.limit_problems(cfg, caps, lay.k, n_slots) if mul_mat_id else []
+                                                       activations)
+        problems = tiles.limit_problems(cfg, caps, lay.k, n_expert) if mul_mat_id else []
         if problems:
-            raise ValueError(f"no MUL_MAT_ID of {n_slots} used-expert slots on {cfg.describe()} fits this device: "
+            raise ValueError(f"no MUL_MAT_ID over {n_expert} experts on {cfg.describe()} fits this device: "
                              + "; ".join(problems))
     elif path is not None or activations is not None:
         raise ValueError("give path and activations or config, not both (config.path and config.x_planes set them)")
     else:
-        cfg = tiles.check(config, caps, lay.fmt, lay.k, n_slots)
+        cfg = tiles.check(config, caps, lay.fmt, lay.k, n_expert)
     if cfg.value_lookup != "table" and not has_value_pairs(lay.fmt.table):
         cfg = replace(cfg, value_lookup="table")  # (ignored by the type: one pipeline, not two the same)
     x_words = q8_1_words(ncols, lay.k_padded, cfg.x_planes) if cfg.path == "mmvq" else ncols * lay.k_padded

@@ -135,6 +135,8 @@ class SimpleVariant:
 
 
 QUANTIZE_Q8_1 = SimpleVariant("quantize_q8_1", "quantize_q8_1.comp")
+# MUL_MAT_ID's slots sorted by expert for the tiled mat-mat (shaders/group_by_expert.comp).
+GROUP_BY_EXPERT = SimpleVariant("group_by_expert", "group_by_expert.comp")
 # Device memory read bandwidth, the reference of `vkq bench`'s "% bw" column:
 # through storage buffers, and through texel views (the faster on lavapipe).
 MEMBW = SimpleVariant("membw", "membw.comp")
@@ -185,7 +187,7 @@ LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (Fals
 
 
 def all_variants() -> list:
-    out: list = [QUANTIZE_Q8_1, MEMBW, MEMBW_TEXEL]
+    out: list = [QUANTIZE_Q8_1, GROUP_BY_EXPERT, MEMBW, MEMBW_TEXEL]
     for name, fmt in FORMATS.items():
         assert len(fmt.fields) <= MAX_FIELDS, name
         for mul_mat_id, subgroup, weights_binding, x_binding in itertools.product(

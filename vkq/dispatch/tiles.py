@@ -141,10 +141,12 @@ TILES: dict[str, dict] = {
     "software/lavapipe": {
         "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 4, "tn": 8,
         "shared_tiles": False, "binding": "texel", "value_lookup": "selects", "basis": "measured",
-        "prompt": "matvec", "prompt_basis": "measured",
-        "prompt_note": "docs/measurements.md, 'lavapipe, 2026-11-27: prompts through the mat-mat': SmolLM2's "
-                       "256-token prompt at 13-17 t/s in one chunk of mat-mats against 18-19 in chunks of 8 "
-                       "mat-vecs; a CPU driver is bound by multiply-adds, which the tiles do not save",
+        "prompt": "matmul", "prompt_basis": "measured",
+        "prompt_note": "docs/measurements.md, 'lavapipe, 2026-11-27: prompts through the mat-mat': SmolLM2 "
+                       "(Q4_1), a 441-token prompt at 26.3 t/s through the mat-mats and the tiled attention "
+                       "against 16.5 in chunks of 8 mat-vecs (1.59x), 32 tokens at 31.6 against 25.2 (1.26x); "
+                       "the gain is the attention's (each key read once per tile of queries), the mat-mats "
+                       "themselves no faster than the mat-vecs on a CPU",
         "note": "lavapipe (Mesa 22.3): docs/measurements.md, 'lavapipe, 2026-11-27: tiled mat-mat': no "
                 "shared memory (read one lane at a time there: 6x slower); 4x16 per invocation ran as fast as "
                 "4x8 but took twice as long to compile (13 s); texel views and selects for the mat-vec's "
@@ -190,26 +192,11 @@ def loop_iterations(cfg: TileConfig, k: int) -> int:
     return steps * (1 + chunks * DEQUANT_LOOP_ITERATIONS)
 
 
-def id_scan_bytes(cfg: TileConfig) -> int:
-    """Shared memory of the MUL_MAT_ID kernel's scan of ids (shaders/mul_mm.comp,
-    "Experts"): a workgroup's bn slots and a count per invocation."""
-    return 4 * (cfg.bn + cfg.wg_size)
-
-
-def id_scan_iterations(cfg: TileConfig, n_slots: int) -> int:
-    """Loop iterations of that scan per invocation, over `n_slots` ids: its
-    run of slots twice and the counts of the workgroup's invocations once."""
-    return 2 * -(-n_slots // cfg.wg_size) + cfg.wg_size
-
-
-def shared_memory_bytes(cfg: TileConfig, mul_mat_id: bool = False) -> int:
-    """What a workgroup of the kernel (MUL_MAT_ID's, with mul_mat_id) holds in shared memory."""
-    return cfg.shared_memory_bytes + (id_scan_bytes(cfg) if mul_mat_id else 0)
-
-
-def limit_problems(cfg: TileConfig, caps: DeviceCaps, k: int, n_slots: int | None = None) -> list[str]:
+def limit_problems(cfg: TileConfig, caps: DeviceCaps, k: int, n_expert: int | None = None) -> list[str]:
     """Why this launch would not compute the right numbers on this device at
-    K; with n_slots, the MUL_MAT_ID kernel's over that many used-expert slots."""
+    K; with n_expert, the MUL_MAT_ID kernel's over a stack of that many
+    experts (its invocations walk the experts' slot counts first: a loop of
+    n_expert iterations)."""
     out = []
     if cfg.whole_units and -(-k // CHUNK) % UNIT_CHUNKS:
         out.append(f"a K step of {UNIT_CHUNKS} chunks without shared memory takes whole units: it does not divide "
@@ -217,20 +204,18 @@ def limit_problems(cfg: TileConfig, caps: DeviceCaps, k: int, n_slots: int | Non
     max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
     if cfg.wg_size > max_wg:
         out.append(f"{cfg.wg_size} invocations per workgroup > the device's {max_wg}")
-    mul_mat_id = n_slots is not None
-    shared = shared_memory_bytes(cfg, mul_mat_id)
-    if shared > caps.max_shared_memory:
-        out.append(f"{shared} bytes of shared memory > the device's {caps.max_shared_memory}")
-    loops = loop_iterations(cfg, k) + (id_scan_iterations(cfg, n_slots) if mul_mat_id else 0)
+    if cfg.shared_memory_bytes > caps.max_shared_memory:
+        out.append(f"{cfg.shared_memory_bytes} bytes of shared memory > the device's {caps.max_shared_memory}")
+    loops = loop_iterations(cfg, k) + (n_expert or 0)
     if caps.max_loop_iterations is not None and loops > caps.max_loop_iterations:
-        slots = f" and {n_slots} used-expert slots" if mul_mat_id else ""
-        out.append(f"an invocation would take up to {loops} loop iterations at K={k}{slots}; this "
+        experts = f" over {n_expert} experts" if n_expert is not None else ""
+        out.append(f"an invocation would take up to {loops} loop iterations at K={k}{experts}; this "
                    f"driver cuts its loops short after {caps.max_loop_iterations}")
     return out
 
 
 def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int, path: str | None = None,
-           activations: str = DEFAULT_ACTIVATIONS, mul_mat_id: bool = False) -> TileConfig:
+           activations: str = DEFAULT_ACTIVATIONS) -> TileConfig:
     """The class's tile entry fitted to the device, each change named in
     `source`. The path: the caller's `path`, else VKQ_PATH, else the entry's
     (a type without an int8 path keeps dmmv); the int8 path without shared
@@ -238,11 +223,8 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
     Then the K step halved where K is not whole units of it (without shared
     memory, a step of 8), bn halved while the workgroup is too large, the K
     step and then bn halved while shared memory does not hold the tiles,
-    the K step doubled while the loop budget does not fit. mul_mat_id: for
-    the MUL_MAT_ID kernel (its scan's shared memory counted; the scan's loop
-    iterations depend on the slots, which the caller checks with
-    limit_problems: the choice does not, so that a slot's tiles and bits
-    are the same for every token count). ValueError if nothing fits."""
+    the K step doubled while the loop budget does not fit. ValueError if
+    nothing fits."""
     key, entry = entry_for(device_class)
     notes = []
     if path is not None:
@@ -283,34 +265,34 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
     max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
     while cfg.wg_size > max_wg and cfg.bn > cfg.tn:
         change(f"the device's maximum workgroup is {max_wg}", bn=cfg.bn // 2)
-    while shared_memory_bytes(cfg, mul_mat_id) > caps.max_shared_memory and cfg.bk_chunks > 1:
+    while cfg.shared_memory_bytes > caps.max_shared_memory and cfg.bk_chunks > 1:
         change(f"shared memory ({caps.max_shared_memory} bytes)", bk_chunks=cfg.bk_chunks // 2)
-    while shared_memory_bytes(cfg, mul_mat_id) > caps.max_shared_memory and cfg.bn > cfg.tn:
+    while cfg.shared_memory_bytes > caps.max_shared_memory and cfg.bn > cfg.tn:
         change(f"shared memory ({caps.max_shared_memory} bytes)", bn=cfg.bn // 2)
     budget = caps.max_loop_iterations
     while budget is not None and loop_iterations(cfg, k) > budget and cfg.bk_chunks < MAX_BK_CHUNKS \
             and not replace(cfg, bk_chunks=2 * cfg.bk_chunks).whole_units \
-            and shared_memory_bytes(replace(cfg, bk_chunks=2 * cfg.bk_chunks), mul_mat_id) <= caps.max_shared_memory:
+            and replace(cfg, bk_chunks=2 * cfg.bk_chunks).shared_memory_bytes <= caps.max_shared_memory:
         change(f"loop budget of this driver ({budget} iterations) at K={k}", bk_chunks=2 * cfg.bk_chunks)
     if notes:
         cfg = replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}")
-    problems = limit_problems(cfg, caps, k, 0 if mul_mat_id else None)
+    problems = limit_problems(cfg, caps, k)
     if problems:
         raise ValueError(f"no tiled mat-mat of {fmt.name} at K={k} fits this device: " + "; ".join(problems))
     return cfg
 
 
-def check(cfg: TileConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, n_slots: int | None = None) -> TileConfig:
+def check(cfg: TileConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, n_expert: int | None = None) -> TileConfig:
     """A caller's own TileConfig, refused (ValueError naming every problem)
     where it would not compute the right numbers on this device (with
-    n_slots: in the MUL_MAT_ID kernel over that many slots); only the
+    n_expert: in the MUL_MAT_ID kernel over that many experts); only the
     int32 emulation of OpSDot replaces OpSDot where the device lacks it (the
     same numbers, named in `source`)."""
     if not isinstance(cfg, TileConfig):
         raise TypeError(f"config must be a vkq.dispatch.tiles.TileConfig, got {type(cfg).__name__}")
     if cfg.path == "mmvq" and not fmt.has_int8_path:
         raise ValueError(f"{fmt.name} has no int8 (mmvq) path")
-    problems = limit_problems(cfg, caps, k, n_slots)
+    problems = limit_problems(cfg, caps, k, n_expert)
     if problems:
         raise ValueError("config does not fit this device: " + "; ".join(problems))
     if cfg.int_dot and not (caps.int_dot and not int_dot_disabled_by_env()):
