@@ -248,17 +248,20 @@ def test_step_ids_change_per_token(backend):
     assert len(drawn) > 1
 
 
-@pytest.mark.parametrize("path", ["dmmv", "mmvq"])
-def test_prompt_step_computes_each_matmul(backend, path):
+@pytest.mark.parametrize("name, path", [("tiny-llama:Q4_0", "dmmv"), ("tiny-llama:Q4_0", "mmvq"),
+                                        ("tiny-moe:Q4_K_M", "mmvq"), ("tiny-moe:Q4_K_M", "dmmv")])
+def test_prompt_step_computes_each_matmul(backend, name, path):
     """A replayed prompt step leaves, in each output tensor, what
-    Backend.matmul of the same synthetic input gives on the same tiles (the
-    last layer's products: earlier layers' are rewritten by it), and the
-    output head's logits of the last token only, a mat-vec."""
-    model = presets.resolve("tiny-llama:Q4_0")
+    Backend.matmul (expert stacks: matmul_id, with the step's ids) of the
+    same synthetic input gives on the same tiles (the last layer's products:
+    earlier layers' are rewritten by it), and the output head's logits of
+    the last token only, a mat-vec."""
+    model = presets.resolve(name)
     rng = np.random.default_rng(0)
     weights = {m.name: backend.upload(m.qtype, m.shape, model.data(m, rng)) for m in model.matrices}
-    step = PromptStep(backend, model, weights, path, n_prompt=16)
-    assert step.n_tokens == 16
+    n, n_used = 9, model.n_expert_used
+    step = PromptStep(backend, model, weights, path, n_prompt=n)
+    assert step.n_tokens == n
     step.run()
     step.run()
     backend.device.manager.sequence().eval(kp.OpTensorSyncLocal([t.kp for t in step.outputs.values()]))
@@ -269,20 +272,24 @@ def test_prompt_step_computes_each_matmul(backend, path):
     assert len(last) < len(model.matrices) and last[id(step.outputs[head.name])] is head  # outputs are reused
     for m in last.values():
         w, cfg = weights[m.name], step.configs[m.name]
-        n = 1 if m is head else 16
         assert type(cfg).__name__ == ("PipelineConfig" if m is head else "TileConfig"), m.name
-        assert cfg.path == path, m.name
-        x = step.inputs[n, m.shape[-1]].read()
+        assert cfg.path == (path if presets.FORMATS[m.qtype].has_int8_path else "dmmv"), m.name
         got = step.outputs[m.name].read()
-        want = backend.matvec(w, x, config=cfg) if m is head else backend.matmul(w, x.T, config=cfg).T
+        if m is head:
+            want = backend.matvec(w, step.inputs[1, m.shape[-1]].read(), config=cfg)
+        elif m.is_expert_stack:
+            ids = step.ids[m.layer].read()
+            assert ids.shape == (n, n_used) and 0 <= ids.min() and ids.max() < m.shape[0]
+            assert all(len(set(row)) == n_used for row in ids.tolist())  # distinct experts per token
+            x = step.inputs[n * n_used, m.shape[-1]].read().reshape(n, n_used, -1) if m.per_expert_input \
+                else step.inputs[n, m.shape[-1]].read()
+            want = backend.matmul_id(w, x, ids, config=cfg).reshape(n * n_used, -1)
+        else:
+            want = backend.matmul(w, step.inputs[n, m.shape[-1]].read().T, config=cfg).T
         assert np.array_equal(got, want), m.name
     assert step.logits is step.outputs[head.name]
-
-
-def test_prompt_step_refuses_moe(backend):
-    model = presets.resolve("tiny-moe:Q8_0")
-    with pytest.raises(ValueError, match="tiny-moe:Q8_0: a prompt of a mixture-of-experts model needs MUL_MAT_ID"):
-        PromptStep(backend, model, {}, "auto", n_prompt=16)
+    if n_used:  # (here ffn_down_exps rewrites gate's output: the same size, a stage later)
+        assert {m.role for m in last.values()} >= {"ffn_up_exps", "ffn_down_exps"}
 
 
 # -- vkq bench output ------------------------------------------------------------
@@ -324,11 +331,10 @@ def test_bench_json(capsys):
     status, out, err = run_cli(capsys, *BENCH, "--path", "auto,dmmv,mmvq", "-o", "json")
     assert status == 0 and "synthetic activations" in err
     rows = json.loads(out)
-    # llama-bench's order: per model and path, pp then tg; the MoE model has no prompt step (yet)
+    # llama-bench's order: per model and path, pp then tg
     assert [(r["model"], r["path"], r["test"]) for r in rows] == [
-        ("tiny-llama:Q4_0", p, t) for p in ("auto", "dmmv", "mmvq") for t in ("pp16", "tg2")] + [
-        ("tiny-moe:Q4_K_M", p, "tg2") for p in ("auto", "dmmv", "mmvq")]
-    assert "tiny-moe:Q4_K_M: no pp test: a prompt of a mixture-of-experts model needs MUL_MAT_ID" in err
+        (m, p, t) for m in ("tiny-llama:Q4_0", "tiny-moe:Q4_K_M") for p in ("auto", "dmmv", "mmvq")
+        for t in ("pp16", "tg2")]
     for row in rows:
         check_row(row)
         model = presets.resolve(row["model"])
@@ -353,14 +359,14 @@ def test_bench_json(capsys):
     spec = presets.resolve("tiny-moe:Q4_K_M")
     used = sum(m.nbytes * spec.n_expert_used // m.shape[0] if m.is_expert_stack else m.nbytes for m in spec.matrices)
     unused = sum(m.nbytes - m.nbytes * spec.n_expert_used // m.shape[0] for m in spec.matrices if m.is_expert_stack)
-    assert moe[0]["bytes_per_token"] == used and moe[0]["model_size"] - used == unused > 0
-    assert moe[2]["paths_used"] == {"dmmv": 2, "mmvq": 15}
+    assert moe[1]["bytes_per_token"] == used and moe[1]["model_size"] - used == unused > 0
+    assert moe[4]["paths_used"] == moe[5]["paths_used"] == {"dmmv": 2, "mmvq": 15}
 
 
 def test_bench_csv(capsys):
     status, out, _ = run_cli(capsys, *BENCH, "-o", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert status == 0 and [r["test"] for r in rows] == ["pp16", "tg2", "tg2"]
+    assert status == 0 and [r["test"] for r in rows] == ["pp16", "tg2"] * 2
     for row in rows:
         row["samples_ts"] = row["samples_ts"].split()
         row["kernel_samples_ts"] = row["kernel_samples_ts"].split()
@@ -374,14 +380,14 @@ def test_bench_markdown(capsys):
     assert header == ["model", "size", "params", "backend", "device", "path", "test", "t/s", "kernel t/s", "GB/s",
                       "% bw"]
     assert set(lines[1]) <= set("|-: ")
-    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:5]]
-    assert [(r[0], r[6]) for r in table] == [("tiny-llama:Q4_0", "pp16"), ("tiny-llama:Q4_0", "tg2"),
-                                             ("tiny-moe:Q4_K_M", "tg2")]
-    assert table[1][5] == "mmvq" and table[2][5] == "mmvq¹"  # the router's footnote
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:6]]
+    assert [(r[0], r[6]) for r in table] == [(m, t) for m in ("tiny-llama:Q4_0", "tiny-moe:Q4_K_M")
+                                             for t in ("pp16", "tg2")]
+    assert [r[5] for r in table] == ["mmvq", "mmvq", "mmvq¹", "mmvq¹"]  # the router's footnote
     assert all(len(r) == 11 and " ± " in r[7] and " ± " in r[8] for r in table)
-    assert table[0][9:] == ["-", "-"]  # a prompt has no GB/s, nor a share of bandwidth
+    assert table[0][9:] == table[2][9:] == ["-", "-"]  # a prompt has no GB/s, nor a share of bandwidth
     # Tiny models sit in the CPU's cache: faster than its memory, so no % is printed.
-    assert all(r[10] == bench.OVER or float(r[10]) <= 100 for r in table[1:])
+    assert all(r[10] == bench.OVER or float(r[10]) <= 100 for r in (table[1], table[3]))
     assert "synthetic activations" in out and "¹ mmvq falls back to dmmv" in out
     assert "int8 path activations: q8_1 " in out and "pp: no GB/s or % bw" in out
 
@@ -440,8 +446,6 @@ def test_bench_token_counts(capsys):
     (("-n", ","), "-n: no token count given"),
     (("-p", "70000"), "-p: 70000 tokens; a test takes 0 (none) to 65535"),
     (("-p", "0", "-n", "0"), "-p 0 and -n 0: no test left to run"),
-    (("-m", "tiny-moe:Q8_0", "-n", "0"), "tiny-moe:Q8_0: no test left to run: -n 0, and no pp test: a prompt of a "
-                                         "mixture-of-experts model needs MUL_MAT_ID"),
 ])
 def test_bench_bad_token_counts(capsys, argv, message):
     """One line, exit 2, before any work (no device is opened)."""
@@ -593,7 +597,7 @@ def test_gguf_unknown_matrix_is_reported(tmp_path, capsys):
     tensors["blk.0.attn_qkv.weight"] = tensors["blk.0.attn_q.weight"]  # a role the step does not model
     path = write_gguf(tmp_path / "qkv.gguf", tensors)
     assert presets.from_gguf(path).ignored == ("blk.0.attn_qkv.weight",)
-    status, _, err = run_cli(capsys, "bench", "-m", str(path), "-n", "1", "-r", "1", "-o", "csv")
+    status, _, err = run_cli(capsys, "bench", "-m", str(path), "-p", "0", "-n", "1", "-r", "1", "-o", "csv")
     assert status == 0 and "left out 1 weight matrices" in err and "blk.0.attn_qkv.weight" in err
 
 
@@ -613,13 +617,13 @@ def test_bench_gguf_files(capsys, moe_gguf):
     assert status == 0
     rows = json.loads(out)
     assert [(r["model"], r["test"]) for r in rows] == [
-        ("SmolLM2-135M-Instruct.Q4_1", "pp16"), ("SmolLM2-135M-Instruct.Q4_1", "tg2"), ("tiny-moe", "tg2")]
+        (m, t) for m in ("SmolLM2-135M-Instruct.Q4_1", "tiny-moe") for t in ("pp16", "tg2")]
     for row in rows:
         check_row(row)
     file_bytes = sum(t.data.nbytes for t in vkq.load_gguf(path).values() if len(t.shape) == 2)
     assert rows[0]["model_size"] == file_bytes  # every matrix; token_embd is the (tied) head
     assert rows[0]["paths_used"] == rows[1]["paths_used"] == {"mmvq": 211}
-    assert rows[2]["paths_used"] == {"dmmv": 2, "mmvq": 15}
+    assert rows[2]["paths_used"] == rows[3]["paths_used"] == {"dmmv": 2, "mmvq": 15}
 
 
 # -- vkq compare -----------------------------------------------------------------

@@ -47,7 +47,7 @@ from ..dispatch.config import path_label
 from ..dispatch.tiles import TileConfig
 from ..markdown import markdown
 from ..resolve import MAX_MATMUL_COLS
-from .bench_step import STEP_PATHS, DecodeStep, PromptStep, prompt_unsupported
+from .bench_step import STEP_PATHS, DecodeStep, PromptStep
 from .console import Progress
 from .presets import Model, presets_by_model, resolve
 
@@ -269,25 +269,16 @@ def _matrix_record(name: str, w, cfg) -> dict:
             "int_dot": cfg.int_dot, "launch": launch, "source": cfg.source}
 
 
-def tests_of(model: Model, n_prompt: list[int], n_gen: list[int]) -> list[tuple[str, int]]:
-    """The tests to run on a model, llama-bench's order: ("pp", n) of each
-    prompt length it can take, then ("tg", n) of each generation length."""
-    return ([] if prompt_unsupported(model) else [("pp", n) for n in n_prompt]) + [("tg", n) for n in n_gen]
-
-
 def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | list[int], repetitions: int,
           probe_after: bool = True, progress: bool = True, n_prompt: list[int] = ()) -> list[Row]:
-    """The rows of every model, path and test: pp of each of `n_prompt` (a
-    model without a prompt step has none: bench_step.prompt_unsupported),
-    then tg of each of `n_gen`. Their % bw is of the best bandwidth probe of
-    the process: one before the runs (unless one was made already) and, with
-    `probe_after`, one after them (a probe that other work slowed reads low,
-    and would put a mat-vec above 100%). progress: each step on stderr as it
-    finishes (vkq.commands.console.Progress)."""
-    n_gen = [n_gen] if isinstance(n_gen, int) else list(n_gen)
-    tests = {m.name: tests_of(m, list(n_prompt), n_gen) for m in models}
-    bar = Progress(1 + sum(1 + len(paths) * len(tests[m.name]) for m in models) + probe_after, progress,
-                   label="vkq bench")
+    """The rows of every model, path and test, llama-bench's order: pp of
+    each of `n_prompt`, then tg of each of `n_gen`. Their % bw is of the best
+    bandwidth probe of the process: one before the runs (unless one was made
+    already) and, with `probe_after`, one after them (a probe that other
+    work slowed reads low, and would put a mat-vec above 100%). progress:
+    each step on stderr as it finishes (vkq.commands.console.Progress)."""
+    tests = [("pp", n) for n in n_prompt] + [("tg", n) for n in ([n_gen] if isinstance(n_gen, int) else n_gen)]
+    bar = Progress(1 + len(models) * (1 + len(paths) * len(tests)) + probe_after, progress, label="vkq bench")
     bar.step("measuring the device's memory bandwidth")
     bar.finish(1, f"vkq bench: {backend.device_info.name}, memory read bandwidth "
                   f"{memory_bandwidth(backend.device) / 1e9:.1f} GB/s")
@@ -297,7 +288,7 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | 
         weights = upload(backend, model, bar)
         bar.finish(1, f"vkq bench: {model.name}: {len(model.matrices)} matrices uploaded ({_size(model.nbytes)})")
         for path in paths:
-            for kind, n in tests[model.name]:
+            for kind, n in tests:
                 bar.step(f"{model.name}: {path}: {kind}{n}: record, warm up, {repetitions} x "
                          + (f"{n} tokens" if kind == "tg" else f"a prompt of {n} tokens"))
                 if kind == "pp":  # a repetition: one prompt of n tokens
@@ -531,11 +522,6 @@ def run_bench(model: str, n_gen: str | int | None = None, repetitions: int = 3, 
         if m.ignored:
             print(f"vkq bench: {m.name}: left out {len(m.ignored)} weight matrices the decode step does "
                   f"not model: {', '.join(m.ignored[:4])}" + (" ..." if len(m.ignored) > 4 else ""), file=sys.stderr)
-        why = prompt_unsupported(m) if prompts else None
-        if why and not gens:
-            raise ValueError(f"{m.name}: no test left to run: -n 0, and no pp test: {why}")
-        if why:
-            print(f"vkq bench: {m.name}: no pp test: {why}", file=sys.stderr)
     if compare_paths:
         paths = _paths(compare_paths, "--compare")
         if len(paths) != 2 or paths[0] == paths[1]:

@@ -14,11 +14,11 @@ back, as a decoder would.
   quantization of its input (the graph shares it).
 - `PromptStep` (pp): one prompt of n tokens. Every matrix multiplies n
   columns through the tiled mat-mat (`Graph.matmul(tiled=True)`,
-  shaders/mul_mm.comp), the kernel a prompt's chunks run on, except the
+  shaders/mul_mm.comp), the kernel a prompt's chunks run on, and every
+  expert stack the n tokens' used experts (`Graph.matmul_id`), except the
   output head: a prompt needs only its last token's logits (llama.cpp's
   prompt does the same), so the head is a mat-vec of one column. As in
   DecodeStep, the int8 path quantizes each input to Q8_1 once per step.
-  A mixture-of-experts model has no prompt step yet (`prompt_unsupported`).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..dispatch.paths import PATH_REQUESTS, resolve_path
+from ..dispatch.tiles import TileConfig
 from ..tensor import Tensor
 from ..weights import Weights
 from .presets import OUTPUT, Matrix, Model
@@ -114,13 +115,11 @@ class DecodeStep(_Step):
         super().run()
 
 
-def prompt_unsupported(model: Model) -> str | None:
-    """Why `PromptStep` cannot record this model, or None."""
-    stacks = [m.name for m in model.matrices if m.is_expert_stack]
-    if stacks:
-        return (f"a prompt of a mixture-of-experts model needs MUL_MAT_ID over many tokens, which vkq.Graph "
-                f"does not have yet ({stacks[0]} is an expert stack)")
-    return None
+def _tiles_of_last_node(graph) -> TileConfig:
+    """The TileConfig the graph's last node (a mat-mat) runs: its op's `cfg`."""
+    keep = graph.nodes[-1][1]
+    return next(node.cfg for node in (keep if isinstance(keep, tuple) else (keep,))
+                if isinstance(getattr(node, "cfg", None), TileConfig))
 
 
 class PromptStep(_Step):
@@ -128,35 +127,47 @@ class PromptStep(_Step):
     path (as DecodeStep's); `run()` is the whole prompt, one submit.
 
     The inputs go to the device once (a prompt's activations are made on the
-    device, not uploaded). Each matrix's output is one tensor per stage
-    position and size, rewritten layer after layer: a step keeps one layer's
-    outputs, not the whole model's (n_prompt columns each)."""
+    device, not uploaded), and so do the experts each token uses: drawn once,
+    top-k distinct of n_expert per token at random (over a prompt's many
+    tokens every expert gets its share of them, as a router spreads them;
+    drawing them anew for each run would put host work into the timing).
+    Each matrix's output is one tensor per stage position and size,
+    rewritten layer after layer: a step keeps one layer's outputs, not the
+    whole model's (n_prompt columns each)."""
 
     def __init__(self, backend: Backend, model: Model, weights: dict[str, Weights], path: str = "auto",
-                 n_prompt: int = 512, timestamps: bool = False):
-        why = prompt_unsupported(model)
-        if why:
-            raise ValueError(f"{model.name}: {why}")
+                 n_prompt: int = 512, seed: int = 0, timestamps: bool = False):
         super().__init__(backend, timestamps)
         self.model, self.n_tokens = model, n_prompt
-        g = self.graph
-        scratch: dict[tuple[int, int, int], Tensor] = {}  # (position in stage, rows, columns) -> y
+        g, n_used = self.graph, model.n_expert_used
+        rng = np.random.default_rng(seed)
+        self.ids: dict[int, Tensor] = {}  # MoE layer -> the experts of each token, (n_prompt, n_used)
+        for m in model.matrices:
+            if m.is_expert_stack and m.layer not in self.ids:
+                t = self.ids[m.layer] = backend.tensor(n_used, n_prompt, dtype=np.int32, name=f"ids.{m.layer}")
+                experts = np.tile(np.arange(m.shape[0], dtype=np.int32), (n_prompt, 1))
+                t.write(rng.permuted(experts, axis=1)[:, :n_used])
+        scratch: dict[tuple[int, int, int], Tensor] = {}  # (position in stage, rows, vectors) -> y
         for i, stage in enumerate(model.stages()):
             if i:
                 g.barrier()
             for j, m in enumerate(stage):
                 w = weights[m.name]
                 head = m.role == OUTPUT
-                n = 1 if head else n_prompt
-                x = self._input(backend, n, w.layout.k, every_run=False)
-                key = (j, w.layout.rows, n)
+                n_x = 1 if head else n_prompt * n_used if m.per_expert_input else n_prompt
+                n_y = n_prompt * n_used if m.is_expert_stack else n_x
+                x = self._input(backend, n_x, w.layout.k, every_run=False)
+                key = (j, w.layout.rows, n_y)
                 if key not in scratch:
-                    scratch[key] = backend.tensor(w.layout.rows, n, name=f"y{j}.{w.layout.rows}")
+                    scratch[key] = backend.tensor(w.layout.rows, n_y, name=f"y{j}.{w.layout.rows}")
                 p = resolve_path(w.layout.fmt, path)
                 if head:
                     self.outputs[m.name] = g.matvec(w, x, p, out=scratch[key])
                     self.configs[m.name] = g.matvecs[-1][1]
+                    continue
+                if m.is_expert_stack:
+                    self.outputs[m.name] = g.matmul_id(w, x, self.ids[m.layer], p, out=scratch[key])
                 else:
                     self.outputs[m.name] = g.matmul(w, x, p, out=scratch[key], tiled=True)
-                    self.configs[m.name] = g.nodes[-1][1].cfg  # the TileConfig its MatMul runs
+                self.configs[m.name] = _tiles_of_last_node(g)
         self.logits = g.output(self.outputs[model.matrices[-1].name])
