@@ -149,7 +149,7 @@ def long_file(tmp_path_factory):
 
 
 def test_tiny_cache_size_is_what_the_limits_assume(backend, long_file):
-    model = GpuLlama(long_file, backend, "dmmv", ctx=96, prompt_chunk=1)
+    model = GpuLlama(long_file, backend, "dmmv", ctx=96, prompt_chunk=1, prompt_kernels="matvec")
     assert model.k_cache[0].nbytes == 96 * CACHE_BYTES_PER_POSITION
     # (prompt_chunk 1: the attention scratch, per query, is smaller than a cache, which sets the limit)
     assert model.scores.nbytes < model.k_cache[0].nbytes
@@ -162,12 +162,12 @@ def test_a_kv_cache_beyond_one_buffer_is_refused(backend, monkeypatch, long_file
     dev = limit_device(monkeypatch, backend.device, **{field: largest * CACHE_BYTES_PER_POSITION})
     before = settled_in_use(dev)
     with pytest.raises(DeviceMemoryError) as e:
-        GpuLlama(long_file, backend, "dmmv", ctx=largest + 1, prompt_chunk=1)
+        GpuLlama(long_file, backend, "dmmv", ctx=largest + 1, prompt_chunk=1, prompt_kernels="matvec")
     msg = str(e.value)
     assert "long.gguf" in msg and f"a context of {largest + 1} positions" in msg and name in msg, msg
     assert f"the largest that fits is {largest} positions" in msg and "K cache" in msg, msg
     assert settled_in_use(dev) == before  # refused before the upload
-    model = GpuLlama(long_file, backend, "dmmv", ctx=largest, prompt_chunk=1)
+    model = GpuLlama(long_file, backend, "dmmv", ctx=largest, prompt_chunk=1, prompt_kernels="matvec")
     assert model.k_cache[0].nbytes == largest * CACHE_BYTES_PER_POSITION
 
 
@@ -176,7 +176,7 @@ def test_the_models_own_context_is_capped_to_what_fits(backend, monkeypatch, lon
     want = GpuLlama(long_file, backend, "dmmv", ctx=16).greedy(ids, 6, stop_at_eos=False).tokens
     limit_device(monkeypatch, backend.device, max_storage_buffer_range=300 * CACHE_BYTES_PER_POSITION)
     with pytest.warns(UserWarning, match="the model's context of 4096 positions does not fit .*using 300 positions"):
-        model = GpuLlama(long_file, backend, "dmmv", prompt_chunk=1)
+        model = GpuLlama(long_file, backend, "dmmv", prompt_chunk=1, prompt_kernels="matvec")
     assert model.ctx == 300
     assert model.greedy(ids, 6, stop_at_eos=False).tokens == want
 
@@ -185,7 +185,7 @@ def test_kv_caches_beyond_the_device_memory_are_refused(backend, monkeypatch, lo
     dev = backend.device
     small, chunk = 64, 1
     before = settled_in_use(dev)
-    model = GpuLlama(long_file, backend, "dmmv", ctx=small, prompt_chunk=chunk)
+    model = GpuLlama(long_file, backend, "dmmv", ctx=small, prompt_chunk=chunk, prompt_kernels="matvec")
     used = dev.memory.in_use - before  # weights, caches, the decode step's tensors
     del model
     # Room for that and the margin the check keeps for the step graphs' vectors, not for 4096 positions.
@@ -193,7 +193,7 @@ def test_kv_caches_beyond_the_device_memory_are_refused(backend, monkeypatch, lo
     limit_device(monkeypatch, dev, device_type="discrete-gpu", device_local_memory=heap)
     assert settled_in_use(dev) == before
     with pytest.raises(DeviceMemoryError) as e:
-        GpuLlama(long_file, backend, "dmmv", ctx=4096, prompt_chunk=chunk)
+        GpuLlama(long_file, backend, "dmmv", ctx=4096, prompt_chunk=chunk, prompt_kernels="matvec")
     msg = str(e.value)
     assert "a context of 4096 positions" in msg and "device-local heap" in msg, msg
     largest = int(msg.split("the largest that fits is ")[1].split()[0])
@@ -202,7 +202,7 @@ def test_kv_caches_beyond_the_device_memory_are_refused(backend, monkeypatch, lo
     assert settled_in_use(dev) == before  # the refused decoder's weights, once collected
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        capped = GpuLlama(long_file, backend, "dmmv", prompt_chunk=chunk)
+        capped = GpuLlama(long_file, backend, "dmmv", prompt_chunk=chunk, prompt_kernels="matvec")
     assert capped.ctx == largest and any("using" in str(w.message) for w in caught)
     assert dev.memory.in_use <= heap
 

@@ -348,7 +348,7 @@ def test_cli_compare_engines(tiny_file, capsys, path):
     assert out.count("engine graph") == 5 and out.count("engine host") == 2 and out.count(", timed") == 1
     assert out.count("prompt token by token: pp") == 2
     assert "1 submit/token" in out and "11 submits/token" in out and "same tokens on every engine: yes" in out
-    assert re.search(r"prompt \(pp\): graph [\d.]+ t/s in chunks of 8, [\d.]+ t/s token by token \([\d.]+x\)", out)
+    assert re.search(r"prompt \(pp\): graph [\d.]+ t/s in chunks of \d+ \(mat\w+\), [\d.]+ t/s token by token \([\d.]+x\)", out)
     assert re.search(r"kernels \d+% of the step in a timed round", out)
 
 

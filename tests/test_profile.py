@@ -17,6 +17,7 @@ import pytest
 
 from vkq.commands.cli import main
 from vkq.llama.gpu_step import GpuLlama
+from vkq.llama.model import LlamaFile
 from vkq.llama.profile import Profile
 
 from tiny_llama import write_gguf
@@ -74,8 +75,8 @@ def test_profile_needs_profiling_and_steps(backend, tiny):
     model = GpuLlama(tiny, backend, "auto", ctx=8)
     with pytest.raises(RuntimeError, match="make it with profile=True"):
         model.profile(1)
-    model = GpuLlama(tiny, backend, "auto", ctx=8, profile=True)
-    model.logits([5])  # one replay
+    model = GpuLlama(tiny, backend, "auto", ctx=8, profile=True, prompt_kernels="matvec")
+    model.logits([5])  # one replay of the decode step
     with pytest.raises(ValueError, match="3 decode steps to profile; 1 were run"):
         model.profile(3)
     with pytest.raises(ValueError, match="1 steps of 8 tokens to profile; 0 were run"):
@@ -83,7 +84,7 @@ def test_profile_needs_profiling_and_steps(backend, tiny):
 
 
 def test_prompt_chunks_have_their_own_profile(backend, tiny):
-    model = GpuLlama(tiny, backend, "auto", ctx=40, profile=True)
+    model = GpuLlama(tiny, backend, "auto", ctx=40, profile=True, prompt_kernels="matvec")
     model.warm_up(19)
     assert model.profiled_steps(1) == model.profiled_steps(8) == 0, "warm-up replays are not profiled"
     gen = model.greedy(model.tokenizer.encode("the theory of the theory of the theory of the theory")[:19], 4,
@@ -104,10 +105,14 @@ def test_cli_profile(tiny, capsys):
     assert main(["generate", str(tiny), "-p", "the", "-n", "4", "--ignore-eos", "--profile"]) == 0
     err = capsys.readouterr().err
     assert "profile of a decode step" in err and "| op " in err and "wall clock per token" in err
-    assert "prompt's chunks" not in err  # a one-token prompt fills no chunk
     prompt = "the theory of the theory of the theory"
-    assert main(["generate", str(tiny), "-p", prompt, "-n", "3", "--ignore-eos", "--profile"]) == 0
+    n = len(LlamaFile(tiny).tokenizer.encode(prompt))
+    assert main(["generate", str(tiny), "-p", prompt, "-n", "3", "--ignore-eos", "--profile", "--prompt-kernels",
+                 "matvec"]) == 0
     assert "profile of the prompt's chunks of 8 tokens" in capsys.readouterr().err
+    assert main(["generate", str(tiny), "-p", prompt, "-n", "3", "--ignore-eos", "--profile", "--prompt-kernels",
+                 "matmul"]) == 0
+    assert f"profile of the prompt's chunks of {n} tokens" in capsys.readouterr().err  # (one chunk of them all)
 
 
 @pytest.mark.parametrize("args, match", [
@@ -162,7 +167,7 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
       each: 3; then the 2 parts picked from: 1.
     A chunk of 3 tokens: the same per vector, 3 rows of workgroups, and the
     chunk's append pass (RoPE's loop: 1)."""
-    model = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia")
+    model = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia", prompt_kernels="matvec")
     got = launches_by_label(model.step_launches())
     n_layer = model.config.n_layer
     assert got["EmbedRows"] == [((1, 1, 1), 64, 1, 1)]

@@ -213,9 +213,9 @@ def test_matmul_prompt_gives_the_same_bits_however_it_is_cut(backend, model_file
     by_token = single.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
     assert by_token.tokens == want.tokens
     a, b = want.logits[0], by_token.logits[0].astype(np.float64)
-    assert 0 < np.mean((a - b) ** 2) / np.mean(b ** 2) < 1e-9 or a.tobytes() == by_token.logits[0].tobytes()
+    assert np.mean((a - b) ** 2) / np.mean(b ** 2) < 1e-6  # rounding (1e-13 float, 1e-9 through Q8_1 inputs)
     tiled = whole._steps[("prompt", 41)].graph
-    assert tiled.counts["matmul"] > 0 and whole.step_graph.counts["matmul"] == 0
+    assert tiled.counts["matvec"] == 1 and whole.step_graph.counts["matmul"] == 0  # (the output head: one column)
 
 
 def test_matmul_prompt_keeps_few_steps(backend, model_file):
@@ -238,8 +238,8 @@ def test_the_prompt_kernels_are_the_devices_by_default(backend, model_file):
     d = GpuLlama(model_file, backend, "auto", ctx=16)
     assert (d.prompt_kernels, d.prompt_kernels_source) == prompt_kernels(backend.dispatcher.device_class)
     assert d.prompt_chunk == (MAX_COLS if d.prompt_kernels == "matvec" else PROMPT_CHUNK)
-    if backend.device.caps.max_loop_iterations is not None:  # lavapipe: measured, the mat-vecs
-        assert d.prompt_kernels == "matvec" and "[measured]" in d.prompt_kernels_source
+    if backend.device.caps.max_loop_iterations is not None:  # lavapipe: measured, the mat-mats
+        assert d.prompt_kernels == "matmul" and "[measured]" in d.prompt_kernels_source
     gpu = DeviceClass(vendor="nvidia", arch="turing+", driver="proprietary")
     assert prompt_kernels(gpu)[0] == "matmul"
 

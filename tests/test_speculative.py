@@ -181,7 +181,7 @@ def test_refusals(backend, model_file):
         g.greedy(ids, 4, speculative="model")
     with pytest.raises(ValueError, match="draft_max 8: 1 to 7"):
         g.greedy(ids, 4, speculative="lookup", draft_max=8)
-    one = GpuLlama(None, backend, "auto", ctx=32, file=g.file, prompt_chunk=1)
+    one = GpuLlama(None, backend, "auto", ctx=32, file=g.file, prompt_chunk=1, prompt_kernels="matvec")
     with pytest.raises(ValueError, match="takes 1 per step"):
         one.greedy(ids, 4, speculative="lookup")
     ref = LlamaModel(None, None, "numpy", ctx=32, file=g.file)

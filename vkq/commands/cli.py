@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph engine: the kernels of the prompt's chunks: matmul (tiled mat-mat, each weight read "
                         "once per chunk; the same logits however the prompt is cut) or matvec (the decode step's, "
                         "chunks of up to 8; the logits of feeding it token by token). Default: the device's "
-                        "(vkq info; matvec on CPU drivers, where it measured faster)")
+                        "(vkq info)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_generate)
 

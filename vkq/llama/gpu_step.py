@@ -42,8 +42,8 @@ A prompt goes in chunks of up to prompt_chunk tokens (default 512), one
 submit each: the step recorded for n tokens, the vector ops over n vectors,
 the output head on the last token only. Its weight products take one of two
 kinds of kernel (prompt_kernels):
-- "matmul" (default): the tiled mat-mat (Graph.matmul(tiled=True),
-  MUL_MAT_ID's for the experts), which reads each weight once per chunk,
+- "matmul": the tiled mat-mat (Graph.matmul(tiled=True), Graph.matmul_id
+  for the experts), which reads each weight once per chunk,
   for every chunk whatever its size, with SwiGLU an op of its own. Every op
   computes a token's values in one order whatever its chunk, so a prompt's
   logits are the same bits however it is cut; they differ from the decode
@@ -52,9 +52,12 @@ kinds of kernel (prompt_kernels):
   tokens: the logits equal those of the prompt fed token by token, bit for
   bit (the dispatcher keeps one summation order per matrix whatever the
   column count, vkq.dispatch.choose).
+The device class picks one (vkq.dispatch.tiles.prompt_kernels).
 Either way the attention appends the chunk's keys, then attends for each
-query over the caches (vkq.llama.vector_ops.Attention), in a query's
-decode-step order.
+query over the caches: through the mat-vecs in a query's decode-step order
+(vkq.llama.vector_ops.Attention), through the mat-mats in tiles of queries
+and keys (vkq.llama.chunk_attention.TiledAttention: each key read once per
+tile of queries, no scores kept; a query's bits do not depend on its chunk).
 The step that verifies speculative decoding's drafts (feed_rows) is the
 decode step for n <= MAX_COLS tokens with the output norm and head over all
 of them: each row the logits of its token fed alone, so the drafts greedy
@@ -76,6 +79,7 @@ from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..ops import fused_swiglu_fits, q8_1_words
 from ..resolve import MAX_COLS, resolve_tiles
 from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
+from .chunk_attention import TiledAttention
 from .context_fit import PROMPT_STEPS_KEPT, fit_context
 from .decoding import Decoder
 from .matvecs import VkqMatvecs
@@ -194,8 +198,9 @@ class GpuLlama(Decoder):
     @property
     def attention_queries(self) -> int:
         """The most queries one replay's attention keeps scores of: a prompt's
-        chunk's, or (with the mat-mat prompt steps) feed_rows' MAX_COLS."""
-        return max(MAX_COLS, self.prompt_chunk) if self.tiled_prompt else self.prompt_chunk
+        chunk's, or with the mat-mat prompt steps (whose tiled attention
+        keeps none) feed_rows' MAX_COLS."""
+        return MAX_COLS if self.tiled_prompt else self.prompt_chunk
 
     def _chunk_key(self, n: int) -> tuple[str, int]:
         """The step a prompt's chunk of n tokens takes."""
@@ -333,6 +338,8 @@ class GpuLlama(Decoder):
         def path(names) -> str | None:
             return resolve_path(self.weights[names].layout.fmt, self.path_mode)
 
+        expert_groups = {gr.names for gr in f.groups if gr.n_expert}
+
         def tiled_product(names) -> bool:
             """The group's product takes the mat-mat kernel (the output head's, one column, never)."""
             return tiled and names != f.output_group
@@ -343,7 +350,9 @@ class GpuLlama(Decoder):
             role = "output" if names == f.output_group else "+".join(nm.split(".")[-2] for nm in names)
             kw = dict(activations=self.activations, out=y[names] if out is None else out,
                       label=role + ("+swiglu" if glu else ""))
-            if ids is not None:
+            if ids is not None and tiled:
+                g.matmul_id(self.weights[names], x_in, ids, path(names), **kw)
+            elif ids is not None:
                 g.matvec_id(self.weights[names], x_in, ids, path(names), **kw)
             elif tiled_product(names):
                 g.matmul(self.weights[names], x_in, path(names), tiled=True, **kw)
@@ -354,8 +363,9 @@ class GpuLlama(Decoder):
             """The group's product takes the int8 path (the mat-vec's path of one
             column: every column count keeps it, vkq.dispatch.choose)."""
             w = self.weights[names]
-            if tiled_product(names) and not w.layout.n_expert:
-                return resolve_tiles(b, w, n, path(names), None, self.activations).path == "mmvq"
+            if tiled_product(names):
+                experts = dict(mul_mat_id=True) if names in expert_groups else {}
+                return resolve_tiles(b, w, n, path(names), None, self.activations, **experts).path == "mmvq"
             return b.pipeline(w, 1, path(names), self.activations).path == "mmvq"
 
         def q8_1(t, readers) -> Q8_1Output | None:
@@ -371,7 +381,10 @@ class GpuLlama(Decoder):
                       + ((layer.router,) if layer.router else ())])
         h_last_q = q8_1(h_last, [f.output_group])
         # (a head's output is whole Q8_1 blocks only when head_dim is a multiple of 32)
-        attn_q = q8_1(attn, [layer.attn_output for layer in f.layers]) if cfg.head_dim % 32 == 0 else None
+        # (a head's output is whole Q8_1 blocks only when head_dim is a multiple of 32; the tiled attention
+        # writes floats alone, which the graph quantizes where attn_output takes the int8 path)
+        attn_q = (q8_1(attn, [layer.attn_output for layer in f.layers])
+                  if cfg.head_dim % 32 == 0 and not tiled else None)
 
         def fused_swiglu(layer) -> bool:
             """A dense layer's gate and up stacked in one matrix (gate first) that
@@ -404,9 +417,13 @@ class GpuLlama(Decoder):
                 g.add(HeadNorm(dev, part(f"{pre}{role}.weight"), cfg.head_dim, n, weight=weight, eps=cfg.rms_eps),
                       label=f"HeadNorm {role}")
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
-            g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
-                            self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
-                            heads=None if self.spread else 1))
+            if tiled:
+                g.add(TiledAttention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope,
+                                     positions, Vectors(attn, qd), n))
+            else:
+                g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
+                                self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
+                                heads=None if self.spread else 1))
             matvec(layer.attn_output, attn)
             x_next = other(x)
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
