@@ -8,39 +8,44 @@
 // and values are in the caches already (shaders/attention.comp's PASS 1,
 // recorded before this by vkq.llama.chunk_attention.TiledAttention).
 //
-// One invocation per row (invocation r: head r / BQ of the workgroup's,
-// query r % BQ of its tile; invocations past the rows, or past the chunk's
-// last query, compute a copy of the last one and write nothing). A row keeps
-// its rotated query and its accumulator (head_dim values each) in registers
-// and an online softmax over the tiles (running max m, sum l):
+// An invocation takes LANE_HEADS heads of LANE_QUERIES queries (rows r = a *
+// LANE_HEADS + b: query lane % QS + a * QS of the tile, QS = BQ /
+// LANE_QUERIES, head b of its group of heads), so that each key and value it
+// reads serves that many rows too (a CPU driver's invocation loads what it
+// reads for itself; a GPU's share the tiles in shared memory). Invocations
+// past the rows, or rows past the chunk's last query, compute a copy of
+// another and write nothing. A row keeps its rotated query and its
+// accumulator (head_dim values each) in registers and an online softmax over
+// the tiles (running max m, sum l):
 //   for each tile T of keys t <= pos:  s_t = (q . k_t) * scale,
 //     m' = max(m, max_T s_t),  l = l e^(m - m') + sum_T e^(s_t - m'),
 //     acc = acc e^(m - m') + sum_T e^(s_t - m') v_t,  m = m'
 //   out = acc / l.
 // The tiles are aligned to absolute positions (0, BKV, 2 BKV, ...), a tile's
-// keys are taken in position order, and keys past pos are skipped (not
-// multiplied by 0: the cache holds anything there). So a row's arithmetic is
-// fixed by its position and the cache: the same bits whichever chunk, chunk
-// size or place in the tile its query came in (a test checks it).
+// keys are taken in position order, keys past pos are skipped (not weighted
+// by 0: the cache holds anything there), and a tile wholly past pos changes
+// nothing (alpha is exactly 1). So a row's arithmetic is fixed by its
+// position, the cache and BKV: the same bits whichever chunk, chunk size,
+// place in the tile or invocation its query came in (tests check it).
 //
 // SHARED_KV (GPUs): the workgroup copies each K and V tile into shared
 // memory, then every row reads it there (one address for every invocation:
 // a broadcast). Without (CPU drivers), every invocation reads the tile from
-// the caches at the same addresses, which lavapipe loads once per subgroup
-// and broadcasts, with no barrier (a barrier costs lavapipe more than the
-// loads; it reads shared memory lane by lane where addresses differ).
+// the caches, with no barrier (a barrier costs lavapipe more than the loads;
+// it reads shared memory lane by lane where addresses differ).
 //
 // head_dim and n_rot are specialization constants (HEAD_DIM, at most
 // MAX_HEAD_DIM; N_ROT), so that the loops over a head's values have constant
-// trip counts and are unrolled ([[unroll]]): lavapipe counts every iteration
-// of a loop that remains against its budget of 65535 per invocation. What
-// remains: the loop over the tiles and, in each, two over its keys (scores,
-// then values): vkq.llama.chunk_attention.tiled_attention_loop_iterations.
-// The loops over a tile's keys stay loops: unrolled too, lavapipe took
-// minutes to compile the shader (16 keys x 32 vec4s at head_dim 128).
+// trip counts and are unrolled ([[unroll]]), and the query's RoPE indexes its
+// registers by constants: lavapipe counts every iteration of a loop that
+// remains against its budget of 65535 per invocation. What remains: the loop
+// over the tiles and, in each, two over its keys (scores, then values):
+// vkq.llama.chunk_attention.tiled_attention_loop_iterations. The loops over
+// a tile's keys stay loops: unrolled too, lavapipe took minutes to compile
+// the shader (16 keys x 32 vec4s at head_dim 128).
 //
 // RoPE of the queries as shaders/attention.comp's (ggml's normal mode, or
-// NEOX), from the same (capacity, n_rot/2) table of (cos, sin); the score's
+// NEOX), from the same (capacity, n_rot/2) table of (cos, sin); a score's
 // sum runs in attention.comp's order.
 //
 // Bindings: 0 q (unrotated), 1 K cache, 2 V cache, 3 RoPE table, 4 pos, 5 out.
@@ -56,20 +61,29 @@ layout(constant_id = 4) const uint BKV = 16;  // keys per tile
 layout(constant_id = 5) const bool NEOX = false;
 layout(constant_id = 6) const bool SHARED_KV = false;
 layout(constant_id = 7) const uint N_ROT = 64;  // RoPE's dimensions of a head (even, at most HEAD_DIM)
+layout(constant_id = 8) const uint LANE_HEADS = 1;  // query heads per invocation (a divisor of HEADS)
+layout(constant_id = 9) const uint LANE_QUERIES = 1;  // queries per invocation (a divisor of BQ)
+// q's and out's heads are whole vec4s (their offsets, strides and head_dim
+// multiples of 4: the host knows): a vec4 load or store, not four.
+layout(constant_id = 10) const bool VEC4_IO = false;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint HD4 = (HEAD_DIM + 3u) / 4u;  // vec4s of a head, zero past HEAD_DIM
 const bool ALIGNED = HEAD_DIM % 4u == 0u;  // a cached head is whole vec4s
 const uint KV_TILE = SHARED_KV ? BKV * HD4 : 1u;
+const uint LANE_ROWS = LANE_QUERIES * LANE_HEADS;
+const uint LANES = BQ * HEADS / LANE_ROWS;  // invocations with rows (WG_SIZE may be more)
 
-layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
 layout(std430, binding = 1) readonly buffer KCache { float k_cache[]; };
 layout(std430, binding = 2) readonly buffer VCache { float v_cache[]; };
 layout(std430, binding = 1) readonly buffer KCache4 { vec4 k_cache4[]; };
 layout(std430, binding = 2) readonly buffer VCache4 { vec4 v_cache4[]; };
 layout(std430, binding = 3) readonly restrict buffer Table { vec2 cos_sin[]; };
 layout(std430, binding = 4) readonly restrict buffer Pos { int pos[]; };
-layout(std430, binding = 5) writeonly restrict buffer Out { float o[]; };
+layout(std430, binding = 5) writeonly buffer Out { float o[]; };
+layout(std430, binding = 5) writeonly buffer Out4 { vec4 o4[]; };
 
 layout(push_constant) uniform Params {
     uint q_off, q_step, out_off, out_step;  // first value of the vectors in their tensors, floats between them
@@ -109,21 +123,34 @@ vec4 cached_value(uint base, uint i) {
     return x;
 }
 
-// Element d of head `qb`'s query rotated for position `at` (attention.comp's
-// rope of the pair d belongs to, written in its order). d is a constant of
-// an unrolled loop, as N_ROT is: which pair and which of its two is known
-// when the shader is specialized.
-float rotated(uint qb, uint d, uint at) {
-    if (d >= N_ROT) {
-        return q[qb + d];
+// Head `qb`'s query rotated for position `at` into x[0 .. HD4-1] (zero past
+// HEAD_DIM): attention.comp's rope of each pair, written in its order. The
+// loops are unrolled and N_ROT is a constant: every index is known when the
+// shader is specialized, so x stays in registers.
+void rotated_query(uint qb, uint at, inout vec4 x[HD4]) {
+    vec4 raw[HD4];
+    [[unroll]] for (uint i = 0u; i < HD4; i++) {
+        if (VEC4_IO) {
+            raw[i] = q4[qb / 4u + i];
+        } else {
+            [[unroll]] for (uint c = 0u; c < 4u; c++) {
+                raw[i][c] = 4u * i + c < HEAD_DIM ? q[qb + 4u * i + c] : 0.0;
+            }
+        }
     }
     const uint half_rot = N_ROT / 2u;
-    const uint j = NEOX ? d % half_rot : d / 2u;
-    const uint first = NEOX ? j : 2u * j;
-    const uint second = NEOX ? j + half_rot : first + 1u;
-    const vec2 x = vec2(q[qb + first], q[qb + second]);
-    const vec2 cs = cos_sin[at * half_rot + j];
-    return d == first ? x.x * cs.x - x.y * cs.y : x.x * cs.y + x.y * cs.x;
+    [[unroll]] for (uint d = 0u; d < 4u * HD4; d++) {
+        float y = raw[d / 4u][d % 4u];
+        if (d < N_ROT) {
+            const uint j = NEOX ? d % half_rot : d / 2u;
+            const uint first = NEOX ? j : 2u * j;
+            const uint second = NEOX ? j + half_rot : first + 1u;
+            const vec2 xy = vec2(raw[first / 4u][first % 4u], raw[second / 4u][second % 4u]);
+            const vec2 cs = cos_sin[at * half_rot + j];
+            y = d == first ? xy.x * cs.x - xy.y * cs.y : xy.x * cs.y + xy.y * cs.x;
+        }
+        x[d / 4u][d % 4u] = y;
+    }
 }
 
 void main() {
@@ -132,30 +159,38 @@ void main() {
     const uint g = gl_WorkGroupID.x / (group_size / HEADS);
     const uint h0 = g * group_size + gl_WorkGroupID.x % (group_size / HEADS) * HEADS;
     const uint q0 = gl_WorkGroupID.y * BQ;  // the tile's first query in the chunk
-    const uint row = min(tid, BQ * HEADS - 1u);
-    const uint h = h0 + row / BQ;
-    const uint qi = min(q0 + row % BQ, p.n - 1u);
-    const bool writes = tid < BQ * HEADS && q0 + row % BQ < p.n;
-    const uint position = uint(pos[qi]);
+    const uint lane = min(tid, LANES - 1u);
+    // The invocation's rows r = a * LANE_HEADS + b: query q0 + lane % QS + a * QS of the tile, head hl + b.
+    const uint QS = BQ / LANE_QUERIES;
+    const uint hl = h0 + lane / QS * LANE_HEADS;
+    uint qi[LANE_QUERIES];
+    uint position[LANE_QUERIES];
+    [[unroll]] for (uint a = 0u; a < LANE_QUERIES; a++) {
+        qi[a] = min(q0 + lane % QS + a * QS, p.n - 1u);
+        position[a] = uint(pos[qi[a]]);
+    }
     uint last = 0u;  // the largest position of the tile's queries: every invocation walks its keys
     [[unroll]] for (uint j = 0u; j < BQ; j++) {
         last = max(last, uint(pos[min(q0 + j, p.n - 1u)]));
     }
     const uint kv0 = g * p.capacity * HEAD_DIM;
 
-    vec4 qv[HD4];
-    const uint qb = p.q_off + qi * p.q_step + h * HEAD_DIM;
-    [[unroll]] for (uint i = 0u; i < HD4; i++) {
-        [[unroll]] for (uint c = 0u; c < 4u; c++) {
-            qv[i][c] = 4u * i + c < HEAD_DIM ? rotated(qb, 4u * i + c, position) : 0.0;
+    // Head hl + r's query at qv[r * HD4 ...], its accumulator at acc[r * HD4 ...].
+    vec4 qv[LANE_ROWS * HD4];
+    vec4 acc[LANE_ROWS * HD4];
+    float m[LANE_ROWS];
+    float l[LANE_ROWS];
+    [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+        const uint a = r / LANE_HEADS;
+        vec4 x[HD4];
+        rotated_query(p.q_off + qi[a] * p.q_step + (hl + r % LANE_HEADS) * HEAD_DIM, position[a], x);
+        [[unroll]] for (uint i = 0u; i < HD4; i++) {
+            qv[r * HD4 + i] = x[i];
+            acc[r * HD4 + i] = vec4(0.0);
         }
+        m[r] = -1.0 / 0.0;
+        l[r] = 0.0;
     }
-    vec4 acc[HD4];
-    [[unroll]] for (uint i = 0u; i < HD4; i++) {
-        acc[i] = vec4(0.0);
-    }
-    float m = -1.0 / 0.0;
-    float l = 0.0;
 
     for (uint t0 = 0u; t0 <= last; t0 += BKV) {
         if (SHARED_KV) {
@@ -170,52 +205,86 @@ void main() {
             }
             barrier();
         }
-        if (t0 <= position) {
-            // The row's keys in this tile: t0 .. t0 + n_t - 1 (not past its position).
-            const uint n_t = min(BKV, position + 1u - t0);
-            float s[BKV];
-            float mt = -1.0 / 0.0;
-            for (uint t = 0u; t < n_t; t++) {
-                const uint base = kv0 + (t0 + t) * HEAD_DIM;
-                float dot = 0.0;
-                [[unroll]] for (uint i = 0u; i < HD4; i++) {
-                    const vec4 kk = SHARED_KV ? k_tile[t * HD4 + i] : cached_key(base, i);
-                    dot += qv[i].x * kk.x;
-                    dot += qv[i].y * kk.y;
-                    dot += qv[i].z * kk.z;
-                    dot += qv[i].w * kk.w;
-                }
-                s[t] = dot * p.scale;
-                mt = max(mt, s[t]);
+        // Keys t0 .. t0 + n_t - 1, the same for every invocation; the row
+        // takes those up to its position. A tile wholly past it changes
+        // nothing: m stays, alpha is 1 (exactly), nothing is added.
+        const uint n_t = min(BKV, last + 1u - t0);
+        float s[LANE_ROWS * BKV];
+        float mt[LANE_ROWS];
+        [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+            mt[r] = -1.0 / 0.0;
+        }
+        for (uint t = 0u; t < n_t; t++) {
+            const uint base = kv0 + (t0 + t) * HEAD_DIM;
+            float dot[LANE_ROWS];
+            [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+                dot[r] = 0.0;
             }
-            const float m_new = max(m, mt);
-            const float alpha = exp(m - m_new);
-            l *= alpha;
             [[unroll]] for (uint i = 0u; i < HD4; i++) {
-                acc[i] *= alpha;
-            }
-            for (uint t = 0u; t < n_t; t++) {
-                const uint base = kv0 + (t0 + t) * HEAD_DIM;
-                const float e = exp(s[t] - m_new);
-                l += e;
-                [[unroll]] for (uint i = 0u; i < HD4; i++) {
-                    acc[i] += e * (SHARED_KV ? v_tile[t * HD4 + i] : cached_value(base, i));
+                const vec4 kk = SHARED_KV ? k_tile[t * HD4 + i] : cached_key(base, i);
+                [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+                    dot[r] += qv[r * HD4 + i].x * kk.x;
+                    dot[r] += qv[r * HD4 + i].y * kk.y;
+                    dot[r] += qv[r * HD4 + i].z * kk.z;
+                    dot[r] += qv[r * HD4 + i].w * kk.w;
                 }
             }
-            m = m_new;
+            [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+                s[r * BKV + t] = dot[r] * p.scale;
+                if (t0 + t <= position[r / LANE_HEADS]) {
+                    mt[r] = max(mt[r], s[r * BKV + t]);
+                }
+            }
+        }
+        [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+            const float m_new = max(m[r], mt[r]);
+            const float alpha = exp(m[r] - m_new);
+            l[r] *= alpha;
+            [[unroll]] for (uint i = 0u; i < HD4; i++) {
+                acc[r * HD4 + i] *= alpha;
+            }
+            m[r] = m_new;
+        }
+        for (uint t = 0u; t < n_t; t++) {
+            // (a key past a row's position is skipped, not weighted by 0: it may be anything)
+            const uint base = kv0 + (t0 + t) * HEAD_DIM;
+            float e[LANE_ROWS];
+            [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+                e[r] = 0.0;
+                if (t0 + t <= position[r / LANE_HEADS]) {
+                    e[r] = exp(s[r * BKV + t] - m[r]);
+                    l[r] += e[r];
+                }
+            }
+            [[unroll]] for (uint i = 0u; i < HD4; i++) {
+                const vec4 vv = SHARED_KV ? v_tile[t * HD4 + i] : cached_value(base, i);
+                [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+                    // (a select, not a branch: cheaper to compile and to run)
+                    const vec4 sum = acc[r * HD4 + i] + e[r] * vv;
+                    acc[r * HD4 + i] = t0 + t <= position[r / LANE_HEADS] ? sum : acc[r * HD4 + i];
+                }
+            }
         }
         if (SHARED_KV) {
             barrier();  // the tiles are overwritten next
         }
     }
 
-    if (writes) {
-        const float inv_l = 1.0 / l;
-        const uint ob = p.out_off + qi * p.out_step + h * HEAD_DIM;
-        [[unroll]] for (uint i = 0u; i < HD4; i++) {
-            [[unroll]] for (uint c = 0u; c < 4u; c++) {
-                if (4u * i + c < HEAD_DIM) {
-                    o[ob + 4u * i + c] = acc[i][c] * inv_l;
+    [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+        const uint a = r / LANE_HEADS;
+        if (tid < LANES && q0 + lane % QS + a * QS < p.n) {
+            const float inv_l = 1.0 / l[r];
+            const uint ob = p.out_off + qi[a] * p.out_step + (hl + r % LANE_HEADS) * HEAD_DIM;
+            [[unroll]] for (uint i = 0u; i < HD4; i++) {
+                const vec4 y = acc[r * HD4 + i] * inv_l;
+                if (VEC4_IO) {
+                    o4[ob / 4u + i] = y;
+                } else {
+                    [[unroll]] for (uint c = 0u; c < 4u; c++) {
+                        if (4u * i + c < HEAD_DIM) {
+                            o[ob + 4u * i + c] = y[c];
+                        }
+                    }
                 }
             }
         }

@@ -149,12 +149,11 @@ def test_tiled_attention_is_close_to_attention(backend):
     assert ref.nmse(got, out.read().reshape(n, 9, 64)) < 1e-10
 
 
-@pytest.mark.parametrize("tiles", [AttentionTiles(4, 8, 1, True), AttentionTiles(2, 16, 3, True)],
-                         ids=["shared-4x8x1", "shared-2x16x3"])
-def test_shared_memory_tiles(backend, tiles):
+def test_tile_shapes_keep_the_bits(backend):
     """The GPU's way (K/V tiles through shared memory, with barriers) on this
-    device, at other tile shapes: float64's results, and the same bits as the
-    direct reads at the same key tile."""
+    device, and other ways of spreading rows over invocations (a row per
+    invocation, several heads and queries per invocation, more queries per
+    workgroup): float64's results, and at one key tile the same bits."""
     shape = AttentionShape(6, 2, 20, 20, capacity=60)
     freqs = inv_freq(20)
     r = np.random.default_rng(11)
@@ -162,7 +161,8 @@ def test_shared_memory_tiles(backend, tiles):
     old = r.standard_normal((p0, 2, 20)).astype(np.float32)
     q, k, v, qkv = step_inputs(r, shape, n)
     outs = []
-    for t in (tiles, AttentionTiles(8, tiles.bkv, 3, False)):
+    for t in (AttentionTiles(4, 8, 1, True), AttentionTiles(2, 8, 3, True), AttentionTiles(8, 8, 3, False),
+              AttentionTiles(16, 8, 3, False, 3, 4), AttentionTiles(8, 8, 3, True, 1, 2)):
         k_c, v_c = caches(backend, shape, old, -old)
         outs.append(run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=t)[0])
     positions = np.arange(p0, p0 + n)
@@ -170,7 +170,7 @@ def test_shared_memory_tiles(backend, tiles):
     values = np.concatenate([-old, v]).astype(np.float64)
     want = attention64(rope64(q, positions, freqs, 20), keys, values, 6, 2, p0)
     assert ref.nmse(outs[0], want) < NMSE_F32
-    assert outs[0].tobytes() == outs[1].tobytes()
+    assert all(o.tobytes() == outs[0].tobytes() for o in outs[1:])
 
 
 def test_tiled_attention_launches(backend):
@@ -185,7 +185,7 @@ def test_tiled_attention_launches(backend):
     assert append.groups == (3, 1, 37)
     tiles = op.tiles
     assert attend.groups == (9 // tiles.heads, -(-37 // tiles.bq), 1)
-    assert attend.invocations == tiles.bq * tiles.heads
+    assert attend.invocations == tiles.bq * tiles.heads // (tiles.lane_heads * tiles.lane_queries)
     assert attend.depth == 1 + -(-100 // tiles.bkv) + (0 if tiles.shared_kv else 200)
     for hd in (64, 128, 256, 37):
         gpu = attention_tiles(launches_of(backend.device, "nvidia"), AttentionShape(8, 2, hd, hd // 2 * 2, 4096))
@@ -210,6 +210,8 @@ def test_tiled_attention_refuses(backend):
         make(n=0)
     with pytest.raises(ValueError, match="heads must divide the 3 query heads"):
         make(tiles=AttentionTiles(8, 16, 2, False))
+    with pytest.raises(ValueError, match="lane_queries divide bq"):
+        make(tiles=AttentionTiles(8, 16, 3, False, 1, 3))
     with pytest.raises(ValueError, match="int32 positions"):
         make(pos=zeros(backend, 4))
     with pytest.raises(ValueError, match=r"the K cache holds \d+ values; .* needs 320"):

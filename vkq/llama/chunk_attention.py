@@ -19,11 +19,19 @@ from ..device.shader_variants import VectorOpVariant
 from .vector_ops import (MAX_HEAD_DIM, AttentionShape, Vectors, _ceil, _f32_bits, _groups, _Op, _size,
                          attention_depth, attention_heads, reducing_variant)
 
-# Queries per workgroup on a CPU driver: one 8-lane subgroup of lavapipe per
-# query head (its rows are query-major within a head).
-CPU_QUERY_TILE = 8
-# Keys per tile on a CPU driver. Measured on lavapipe (2 cores, SmolLM2's
-# shape, a 512-token chunk): see docs/measurements.md's tiled attention rows.
+# On a CPU driver an invocation takes several rows (query heads of one
+# query, then queries), so that each key and value it loads serves them all
+# (lavapipe loads per lane, a gather, wherever an address is not a constant
+# or a push constant, however uniform it is): up to CPU_LANE_VALUES values
+# of queries (and as many of accumulators), CPU_LANES invocations
+# (lavapipe's subgroup) per workgroup, CPU_KEY_TILE keys per tile.
+# Measured on lavapipe (2 busy cores; SmolLM2's shape, a 512-token chunk on
+# an empty cache, the attend's CPU time; 2026-11-27): rows per invocation
+# 1 / 3 / 6 / 12: 126 / 46 / 32 / 26-39 ms, but the first compile of the
+# pipeline grows faster: 0.5 / 1.2 / 3.2 / 12.8 CPU-s; 16 keys per tile
+# against 8 and 32 (12 rows): 26 against 44 and 31 ms.
+CPU_LANES = 8
+CPU_LANE_VALUES = 384
 CPU_KEY_TILE = 16
 # On a GPU: queries per workgroup, and the most keys per tile; the K and V
 # tiles in shared memory stay within GPU_SHARED_BYTES (Vulkan's guaranteed
@@ -43,10 +51,12 @@ class AttentionTiles:
     bkv: int
     heads: int
     shared_kv: bool
+    lane_heads: int = 1  # query heads per invocation (a divisor of heads)
+    lane_queries: int = 1  # queries per invocation (a divisor of bq)
 
     @property
     def wg_size(self) -> int:
-        return self.bq * self.heads
+        return self.bq * self.heads // (self.lane_heads * self.lane_queries)
 
     def shared_bytes(self, head_dim: int) -> int:
         return 2 * self.bkv * _ceil(head_dim, 4) * 16 if self.shared_kv else 0
@@ -58,7 +68,12 @@ def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
     heads = attention_heads(shape)
     caps = device.caps
     if caps.device_type == "cpu":
-        return AttentionTiles(CPU_QUERY_TILE, CPU_KEY_TILE, heads, False)
+        lane_heads = max(d for d in range(1, heads + 1) if heads % d == 0 and d * shape.head_dim <= CPU_LANE_VALUES
+                         or d == 1)
+        lane_queries = 1
+        while lane_heads * lane_queries * 2 * shape.head_dim <= CPU_LANE_VALUES:
+            lane_queries *= 2
+        return AttentionTiles(CPU_LANES * lane_queries, CPU_KEY_TILE, heads, False, lane_heads, lane_queries)
     limit = min(GPU_SHARED_BYTES, caps.max_shared_memory)
     bkv = GPU_KEY_TILE
     while bkv > 1 and AttentionTiles(1, bkv, 1, True).shared_bytes(shape.head_dim) > limit:
@@ -129,8 +144,10 @@ class TiledAttention(_Op):
         tiles = attention_tiles(device, s) if tiles is None else tiles
         group = s.n_head // s.n_head_kv
         caps = device.caps
-        if group % tiles.heads or min(tiles.bq, tiles.bkv, tiles.heads) < 1:
-            raise ValueError(f"TiledAttention: {tiles}: heads must divide the {group} query heads of a K/V head")
+        if min(tiles.bq, tiles.bkv, tiles.heads, tiles.lane_heads, tiles.lane_queries) < 1 or group % tiles.heads \
+                or tiles.heads % tiles.lane_heads or tiles.bq % tiles.lane_queries:
+            raise ValueError(f"TiledAttention: {tiles}: heads must divide the {group} query heads of a K/V head, "
+                             "lane_heads divide heads and lane_queries divide bq")
         if tiles.wg_size > min(caps.max_workgroup_invocations, caps.max_workgroup_size_x):
             raise ValueError(f"TiledAttention: {tiles.wg_size} invocations per workgroup; the device takes "
                              f"{min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)}")
@@ -169,6 +186,7 @@ class TiledAttention(_Op):
         tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)]
         groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), 1)
         spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
-                s.n_rot]
+                s.n_rot, tiles.lane_heads, tiles.lane_queries,
+                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim)))]
         self._dispatch(tensors, VectorOpVariant("attention_tiled"), groups, spec, push,
                        tiled_attention_depth(s, tiles))
