@@ -21,8 +21,8 @@ from .vector_ops import (MAX_HEAD_DIM, AttentionShape, Vectors, _ceil, _f32_bits
 
 # On a CPU driver an invocation takes several rows (query heads of one
 # query, then queries), so that each key and value it loads serves them all
-# (lavapipe loads per lane, a gather, wherever an address is not a constant
-# or a push constant, however uniform it is): up to CPU_LANE_VALUES values
+# (lavapipe loads for each lane, though all lanes read one address there:
+# the more rows a load serves, the faster, as measured): up to CPU_LANE_VALUES values
 # of queries (and as many of accumulators), CPU_LANES invocations
 # (lavapipe's subgroup) per workgroup, CPU_KEY_TILE keys per tile.
 # Measured on lavapipe (2 busy cores; SmolLM2's shape, a 512-token chunk on
@@ -45,7 +45,8 @@ GPU_SHARED_BYTES = 16384
 class AttentionTiles:
     """A TiledAttention's launch: queries (bq) and query heads (heads) per
     workgroup, keys per tile (bkv), whether the K/V tiles go through shared
-    memory, and the workgroup's invocations (one per row: bq * heads)."""
+    memory, and the rows (a query's head) of each invocation: lane_heads
+    heads of lane_queries queries. Only bkv changes a query's bits."""
 
     bq: int
     bkv: int
@@ -126,7 +127,9 @@ class TiledAttention(_Op):
     positions 0 .. pos[i] (shaders/attention_tiled.comp). q, k, v: the new
     vectors, unrolled, as Attention takes them; rope: rope_table(inv_freq,
     shape.capacity). The caller keeps the positions below the capacity.
-    tiles: default attention_tiles(device, shape)."""
+    tiles: default attention_tiles(device, shape). Under a loop budget
+    (lavapipe's) the capacity is at most max_tiled_attention_positions
+    (31,774 positions at 16 keys per tile): a ValueError says so."""
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  rope, positions, out: Vectors, n: int, tiles: AttentionTiles | None = None):
