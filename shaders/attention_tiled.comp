@@ -48,7 +48,8 @@
 // NEOX), from the same (capacity, n_rot/2) table of (cos, sin); a score's
 // sum runs in attention.comp's order.
 //
-// Bindings: 0 q (unrotated), 1 K cache, 2 V cache, 3 RoPE table, 4 pos, 5 out.
+// Bindings: 0 q (unrotated), 1 K cache, 2 V cache, 3 RoPE table, 4 pos, 5 out,
+// 6 partials (SPLIT).
 // The caches are (n_head_kv, capacity, head_dim).
 
 #extension GL_EXT_control_flow_attributes : require
@@ -66,6 +67,13 @@ layout(constant_id = 9) const uint LANE_QUERIES = 1;  // queries per invocation 
 // q's and out's heads are whole vec4s (their offsets, strides and head_dim
 // multiples of 4: the host knows): a vec4 load or store, not four.
 layout(constant_id = 10) const bool VEC4_IO = false;
+// Long contexts under a loop budget: workgroup z = c takes the keys c*SPLIT
+// .. c*SPLIT + SPLIT - 1 only (SPLIT a multiple of BKV; 0: all), and writes
+// each row's m, l and unnormalized acc to the partials; a second dispatch
+// (COMBINE, an invocation per row) adds them up: out = sum_c e_c acc_c /
+// sum_c e_c l_c, e_c = exp(m_c - max m), in split order.
+layout(constant_id = 11) const uint SPLIT = 0;
+layout(constant_id = 12) const bool COMBINE = false;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint HD4 = (HEAD_DIM + 3u) / 4u;  // vec4s of a head, zero past HEAD_DIM
@@ -84,10 +92,13 @@ layout(std430, binding = 3) readonly restrict buffer Table { vec2 cos_sin[]; };
 layout(std430, binding = 4) readonly restrict buffer Pos { int pos[]; };
 layout(std430, binding = 5) writeonly buffer Out { float o[]; };
 layout(std430, binding = 5) writeonly buffer Out4 { vec4 o4[]; };
+// (query, head, split): m, l, then HEAD_DIM values of acc (SPLIT only).
+layout(std430, binding = 6) restrict buffer Partials { float part[]; };
 
 layout(push_constant) uniform Params {
     uint q_off, q_step, out_off, out_step;  // first value of the vectors in their tensors, floats between them
     uint n;  // queries in the chunk
+    uint n_split;  // splits of the capacity (SPLIT)
     uint n_head, n_head_kv;
     uint capacity;  // positions the caches hold
     float scale;  // 1 / sqrt(head_dim)
@@ -153,7 +164,62 @@ void rotated_query(uint qb, uint at, inout vec4 x[HD4]) {
     }
 }
 
+// First value of the partial result of query qi, head h, split c.
+uint partial(uint qi, uint h, uint c) {
+    return ((qi * p.n_head + h) * p.n_split + c) * (HEAD_DIM + 2u);
+}
+
+// COMBINE: invocation gl_GlobalInvocationID.x takes row (query, head) = (x / n_head, x % n_head).
+void combine_splits() {
+    const uint row = gl_GlobalInvocationID.x;
+    if (row >= p.n * p.n_head) {
+        return;
+    }
+    const uint qi = row / p.n_head;
+    const uint h = row % p.n_head;
+    const uint used = uint(pos[qi]) / SPLIT + 1u;
+    float m = -1.0 / 0.0;
+    for (uint c = 0u; c < used; c++) {
+        m = max(m, part[partial(qi, h, c)]);
+    }
+    float l = 0.0;
+    vec4 acc[HD4];
+    [[unroll]] for (uint i = 0u; i < HD4; i++) {
+        acc[i] = vec4(0.0);
+    }
+    for (uint c = 0u; c < used; c++) {
+        const uint pb = partial(qi, h, c);
+        const float e = exp(part[pb] - m);
+        l += e * part[pb + 1u];
+        [[unroll]] for (uint i = 0u; i < HD4; i++) {
+            [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                if (4u * i + k < HEAD_DIM) {
+                    acc[i][k] += e * part[pb + 2u + 4u * i + k];
+                }
+            }
+        }
+    }
+    const float inv_l = 1.0 / l;
+    const uint ob = p.out_off + qi * p.out_step + h * HEAD_DIM;
+    [[unroll]] for (uint i = 0u; i < HD4; i++) {
+        const vec4 y = acc[i] * inv_l;
+        if (VEC4_IO) {
+            o4[ob / 4u + i] = y;
+        } else {
+            [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                if (4u * i + k < HEAD_DIM) {
+                    o[ob + 4u * i + k] = y[k];
+                }
+            }
+        }
+    }
+}
+
 void main() {
+    if (COMBINE) {
+        combine_splits();
+        return;
+    }
     const uint tid = gl_LocalInvocationID.x;
     const uint group_size = p.n_head / p.n_head_kv;
     const uint g = gl_WorkGroupID.x / (group_size / HEADS);
@@ -192,7 +258,13 @@ void main() {
         l[r] = 0.0;
     }
 
-    for (uint t0 = 0u; t0 <= last; t0 += BKV) {
+    // The workgroup's keys: t_begin .. t_end - 1 (its split's, to the tile's last position).
+    const uint t_begin = SPLIT > 0u ? gl_WorkGroupID.z * SPLIT : 0u;
+    const uint t_end = SPLIT > 0u ? min(last + 1u, t_begin + SPLIT) : last + 1u;
+    if (t_begin >= t_end) {
+        return;  // (the whole workgroup: no row's position reaches this split, and COMBINE reads none of it)
+    }
+    for (uint t0 = t_begin; t0 < t_end; t0 += BKV) {
         if (SHARED_KV) {
             [[unroll]] for (uint it = 0u; it < (BKV * HD4 + WG_SIZE - 1u) / WG_SIZE; it++) {
                 const uint e = it * WG_SIZE + tid;
@@ -208,7 +280,7 @@ void main() {
         // Keys t0 .. t0 + n_t - 1, the same for every invocation; the row
         // takes those up to its position. A tile wholly past it changes
         // nothing: m stays, alpha is 1 (exactly), nothing is added.
-        const uint n_t = min(BKV, last + 1u - t0);
+        const uint n_t = min(BKV, t_end - t0);
         float s[LANE_ROWS * BKV];
         float mt[LANE_ROWS];
         [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
@@ -272,7 +344,18 @@ void main() {
 
     [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
         const uint a = r / LANE_HEADS;
-        if (tid < LANES && q0 + lane % QS + a * QS < p.n) {
+        if (SPLIT > 0u && tid < LANES && q0 + lane % QS + a * QS < p.n) {
+            const uint pb = partial(qi[a], hl + r % LANE_HEADS, gl_WorkGroupID.z);
+            part[pb] = m[r];
+            part[pb + 1u] = l[r];
+            [[unroll]] for (uint i = 0u; i < HD4; i++) {
+                [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                    if (4u * i + k < HEAD_DIM) {
+                        part[pb + 2u + 4u * i + k] = acc[r * HD4 + i][k];
+                    }
+                }
+            }
+        } else if (tid < LANES && q0 + lane % QS + a * QS < p.n) {
             const float inv_l = 1.0 / l[r];
             const uint ob = p.out_off + qi[a] * p.out_step + (hl + r % LANE_HEADS) * HEAD_DIM;
             [[unroll]] for (uint i = 0u; i < HD4; i++) {

@@ -43,7 +43,7 @@ def caches(backend, shape: AttentionShape, keys, values):
     return upload(backend, lay(keys)), upload(backend, lay(values))
 
 
-def run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=None):
+def run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=None, split=None):
     """TiledAttention of the chunk qkv (n stacked q|k|v rows) at positions p0.. on these caches: out (n, H, hd)."""
     n = qkv.shape[0]
     qd = shape.n_head * shape.head_dim
@@ -51,7 +51,8 @@ def run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=None):
     t.write(qkv)
     out = backend.tensor(qd, n)
     op = TiledAttention(backend.device, shape, *qkv_parts(t, shape), k_c, v_c, upload(backend, rope_table(
-        freqs, shape.capacity)), upload(backend, np.arange(p0, p0 + n), np.int32), Vectors(out, qd), n, tiles=tiles)
+        freqs, shape.capacity)), upload(backend, np.arange(p0, p0 + n), np.int32), Vectors(out, qd), n, tiles=tiles,
+        split=split)
     g = backend.graph()
     g.add(op)
     g.output(out)
@@ -199,9 +200,9 @@ def test_tiled_attention_refuses(backend):
     k_c, v_c = zeros(backend, shape.cache_size), zeros(backend, shape.cache_size)
     table, pos, out = zeros(backend, 20 * 8), upload(backend, np.arange(4), np.int32), backend.tensor(qd, 4)
 
-    def make(shape=shape, n=4, tiles=None, pos=pos, k_c=k_c):
+    def make(shape=shape, n=4, tiles=None, pos=pos, k_c=k_c, v_c=v_c, split=None, table=table):
         return TiledAttention(backend.device, shape, *qkv_parts(t, shape), k_c, v_c, table, pos, Vectors(out, qd),
-                              n, tiles=tiles)
+                              n, tiles=tiles, split=split)
 
     make()
     with pytest.raises(ValueError, match="5 vector"):
@@ -216,26 +217,54 @@ def test_tiled_attention_refuses(backend):
         make(pos=zeros(backend, 4))
     with pytest.raises(ValueError, match=r"the K cache holds \d+ values; .* needs 320"):
         make(k_c=zeros(backend, 10))
+    with pytest.raises(ValueError, match="split 12: a multiple of the 8 keys per tile"):
+        make(tiles=AttentionTiles(8, 8, 3, False), split=12)
     if backend.device.caps.max_loop_iterations is not None:
         budget = backend.device.caps.max_loop_iterations
         long = AttentionShape(6, 2, 8, 8, capacity=budget + 1)
-        with pytest.raises(ValueError, match=f"a cache of {budget + 1} positions; at most 21845 on this device, "
-                           f"whose driver cuts an invocation's loops short after {budget} iterations"):
-            make(shape=long, tiles=AttentionTiles(8, 1, 3, False))
+        caches_ = zeros(backend, long.cache_size)
+        with pytest.raises(ValueError, match="at most 13106 positions"):
+            make(shape=long, k_c=caches_, v_c=caches_, tiles=AttentionTiles(8, 1, 3, False), split=13107)
+        # (5 iterations per position with a key per tile: 13,106 positions within the budget, then a split)
+        assert make(shape=long, k_c=caches_, v_c=caches_, tiles=AttentionTiles(8, 1, 3, False),
+                    table=zeros(backend, long.capacity * 8)).split == 13106
+
+
+@pytest.mark.parametrize("split", [16, 32])
+def test_split_positions(backend, split):
+    """Forced splits of the keys over workgroups, combined by a second
+    dispatch: float64's results across split edges, and a query's bits the
+    same in a chunk of 100 from 0 and one of 37 from 50."""
+    shape = AttentionShape(9, 3, 64, 64, capacity=110)
+    freqs = inv_freq(64)
+    q, k, v, qkv = step_inputs(np.random.default_rng(5), shape, 100)
+    nothing = np.zeros((0, 3, 64), np.float32)
+    k_c, v_c = caches(backend, shape, nothing, nothing)
+    whole, op = run_chunk(backend, shape, qkv, 0, k_c, v_c, freqs, split=split)
+    assert op.split == split and len(op.launches) == 3
+    positions = np.arange(100)
+    keys, values = rope64(k, positions, freqs, 64), v.astype(np.float64)
+    want = attention64(rope64(q, positions, freqs, 64), keys, values, 9, 3, 0)
+    assert ref.nmse(whole, want) < NMSE_F32
+    k_all, v_all = cached(k_c, shape).transpose(1, 0, 2), cached(v_c, shape).transpose(1, 0, 2)
+    k_part, v_part = caches(backend, shape, k_all[:50], v_all[:50])
+    part, _ = run_chunk(backend, shape, qkv[50:87], 50, k_part, v_part, freqs, split=split)
+    assert part.tobytes() == whole[50:87].tobytes()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n_head, n_head_kv, head_dim, positions", [
     pytest.param(9, 3, 64, 8192, id="smollm2-9x3x64-8192"),
     pytest.param(4, 2, 256, 4100, id="4x2x256-4100"),
+    pytest.param(9, 3, 64, 33000, id="smollm2-9x3x64-33000-split"),
 ])
 def test_tiled_attention_at_long_positions(backend, n_head, n_head_kv, head_dim, positions):
     """A chunk of 8 queries ending at position positions - 1: far past where
     lavapipe's loop budget would cut the loops over a head's values, were
-    they not unrolled (at ~2,000 positions at head_dim 64)."""
+    they not unrolled (at ~2,000 positions at head_dim 64); past 29,957
+    positions, split in two (tiled_attention_loop_iterations)."""
     n = 8
     p0 = positions - n
-    assert tiled_attention_loop_iterations(positions, 16) < 65535 // 3
     shape = AttentionShape(n_head, n_head_kv, head_dim, head_dim, capacity=positions)
     freqs = inv_freq(head_dim)
     r = np.random.default_rng(positions)
@@ -243,7 +272,9 @@ def test_tiled_attention_at_long_positions(backend, n_head, n_head_kv, head_dim,
     old_v = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
     q, k, v, qkv = step_inputs(r, shape, n)
     k_c, v_c = caches(backend, shape, old_k, old_v)
-    got, _ = run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs)
+    got, op = run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs)
+    budget = backend.device.caps.max_loop_iterations
+    assert op.split == (0 if budget is None or tiled_attention_loop_iterations(positions, 16) <= budget else 29952)
     pp = np.arange(p0, positions)
     keys = np.concatenate([old_k, rope64(k, pp, freqs, head_dim)])
     values = np.concatenate([old_v, v]).astype(np.float64)

@@ -86,12 +86,15 @@ def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
 
 
 def tiled_attention_loop_iterations(positions: int, bkv: int) -> int:
-    """An upper bound of the loop iterations one invocation of
-    shaders/attention_tiled.comp takes when its queries' largest position is
-    positions - 1, on a driver that unrolls the loops [[unroll]] marks
-    (lavapipe does; a test at 8192 positions checks it): one per key tile,
-    and two per key (its score, its value)."""
-    return _ceil(positions, bkv) + 2 * positions
+    """The loop iterations one invocation of shaders/attention_tiled.comp
+    takes over `positions` positions (its queries' largest position plus
+    one, or a split's), on a driver that unrolls the loops [[unroll]] marks
+    (lavapipe does): the loop over the key tiles, and in each tile two over
+    its keys (the scores, the values), each loop counting one more for its
+    exit test. Measured on lavapipe (SmolLM2's shape, 16 keys per tile, no
+    split): right at 29,958 positions, wrong at 29,960; this allows 29,957."""
+    tiles = _ceil(positions, bkv)
+    return 3 * tiles + 2 * positions + 1
 
 
 def max_tiled_attention_positions(device, bkv: int) -> int | None:
@@ -110,12 +113,32 @@ def max_tiled_attention_positions(device, bkv: int) -> int | None:
     return lo
 
 
-def tiled_attention_depth(shape: AttentionShape, tiles: AttentionTiles) -> int:
+def tiled_attention_split(device, shape: AttentionShape, tiles: AttentionTiles) -> int:
+    """Positions per workgroup of the tiled attend (0: all of them): where
+    the capacity is more than the loop budget allows
+    (max_tiled_attention_positions), the most that it allows, in whole key
+    tiles; a second dispatch then combines the splits."""
+    most = max_tiled_attention_positions(device, tiles.bkv)
+    if most is None or shape.capacity <= most:
+        return 0
+    return most // tiles.bkv * tiles.bkv
+
+
+def tiled_attention_depth(shape: AttentionShape, tiles: AttentionTiles, split: int = 0) -> int:
     """Serial depth (Launch) of the tiled attend at a full cache: RoPE of the
     row's query (unrolled), then a step per key tile (with shared memory,
-    its loads unrolled), or (without) two per key, reading the caches."""
-    tiles_ = _ceil(shape.capacity, tiles.bkv)
-    return 1 + tiles_ + (0 if tiles.shared_kv else 2 * shape.capacity)
+    its loads unrolled), or (without) two per key, reading the caches; over
+    a split's positions only where split."""
+    positions = split or shape.capacity
+    return 1 + _ceil(positions, tiles.bkv) + (0 if tiles.shared_kv else 2 * positions)
+
+
+def tiled_attention_combine_depth(n_split: int) -> int:
+    """Serial depth (Launch) of the combine: two loops over the splits."""
+    return 2 * n_split
+
+
+COMBINE_WG = 64  # rows (a query's head) per workgroup of the combine: one each
 
 
 class TiledAttention(_Op):
@@ -127,12 +150,14 @@ class TiledAttention(_Op):
     positions 0 .. pos[i] (shaders/attention_tiled.comp). q, k, v: the new
     vectors, unrolled, as Attention takes them; rope: rope_table(inv_freq,
     shape.capacity). The caller keeps the positions below the capacity.
-    tiles: default attention_tiles(device, shape). Under a loop budget
-    (lavapipe's) the capacity is at most max_tiled_attention_positions
-    (31,774 positions at 16 keys per tile): a ValueError says so."""
+    tiles: default attention_tiles(device, shape). split: positions per
+    workgroup, then a third dispatch combines them (default
+    tiled_attention_split: under lavapipe's loop budget, past 29,957
+    positions at 16 keys per tile; else 0, none)."""
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
-                 rope, positions, out: Vectors, n: int, tiles: AttentionTiles | None = None):
+                 rope, positions, out: Vectors, n: int, tiles: AttentionTiles | None = None,
+                 split: int | None = None):
         super().__init__(device)
         s = shape
         qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
@@ -157,10 +182,13 @@ class TiledAttention(_Op):
         if tiles.shared_bytes(s.head_dim) > caps.max_shared_memory:
             raise ValueError(f"TiledAttention: K/V tiles of {tiles.shared_bytes(s.head_dim)} bytes; the device's "
                              f"shared memory is {caps.max_shared_memory}")
+        split = tiled_attention_split(device, s, tiles) if split is None else split
         most = max_tiled_attention_positions(device, tiles.bkv)
-        if most is not None and s.capacity > most:
-            raise ValueError(f"TiledAttention: a cache of {s.capacity} positions; at most {most} on this device, whose "
-                             f"driver cuts an invocation's loops short after {caps.max_loop_iterations} iterations")
+        if not isinstance(split, int) or split < 0 or split % tiles.bkv \
+                or (most is not None and (split or s.capacity) > most):
+            raise ValueError(f"TiledAttention: split {split!r}: a multiple of the {tiles.bkv} keys per tile, 0 for "
+                             f"none{'' if most is None else f', at most {most} positions (a loop budget)'}; "
+                             f"{s.capacity} positions")
         for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
             if _size(cache) < s.cache_size:
                 raise ValueError(f"TiledAttention: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
@@ -184,12 +212,19 @@ class TiledAttention(_Op):
         self._dispatch(tensors, variant, (s.n_head_kv, 1, n), [wg, 0, 0, 0, 1, 1, int(s.neox)], push,
                        attention_depth(s, wg, 0, 1, append=True))
 
-        # The attend (_Op.record puts a barrier before it).
-        push = [q.offset, q.step, out.offset, out.step, n, s.n_head, s.n_head_kv, s.capacity, scale]
-        tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)]
-        groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), 1)
+        # The attend (_Op.record puts a barrier before it), and the combine of its splits.
+        self.split = split
+        n_split = _ceil(s.capacity, split) if split else 1
+        # The splits' partial results: only this op's (without splits, out fills the unread binding).
+        partials = device.tensor(n * s.n_head * n_split * (s.head_dim + 2)) if split else out.tensor.kp
+        push = [q.offset, q.step, out.offset, out.step, n, n_split, s.n_head, s.n_head_kv, s.capacity, scale]
+        tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)] + [partials]
+        groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), _groups(n_split, 1))
         spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
                 s.n_rot, tiles.lane_heads, tiles.lane_queries,
-                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim)))]
+                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim))), split]
         self._dispatch(tensors, VectorOpVariant("attention_tiled"), groups, spec, push,
-                       tiled_attention_depth(s, tiles))
+                       tiled_attention_depth(s, tiles, split))
+        if split:
+            self._dispatch(tensors, VectorOpVariant("attention_tiled"), (_groups(n * s.n_head, COMBINE_WG), 1, 1),
+                           [COMBINE_WG] + spec[1:] + [1], push, tiled_attention_combine_depth(n_split))
