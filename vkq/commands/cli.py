@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default llama-3.2-1b:Q4_0)")
     p.add_argument("-p", "--n-prompt", default=None,
                    help="prompt tokens of the pp test, several comma-separated; 0: no pp test (default 512: pp512, "
-                        "llama-bench's; on a CPU driver 30-60 s per prompt of a 1B model: -p 64 costs an eighth)")
+                        "llama-bench's; on a CPU driver 30-60 s per prompt of a 1B model: -p 64 is an eighth of "
+                        "the work)")
     p.add_argument("-n", "--n-gen", default=None,
                    help="tokens of the tg test, several comma-separated; 0: no tg test (default 128: tg128)")
     p.add_argument("-r", "--repetitions", type=positive_int, default=None,
