@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from .blocks.activations import ACTIVATION_PLANES, check_activations
 from .blocks.lookup_tables import has_value_pairs
-from .dispatch import tiles
+from .dispatch import tile_tuning, tiles
 from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .dispatch.paths import check_request
@@ -108,7 +108,8 @@ def check_tile_config_type(config) -> None:
 def resolve_tiles(backend, weights: Weights, ncols: int, path: str | None = None, config: TileConfig | None = None,
                   activations: str | None = None, *, mul_mat_id: bool = False) -> TileConfig:
     """The TileConfig a mat-mat of `ncols` columns runs with: the
-    dispatcher's (vkq.dispatch.tiles.choose, on `path` or its own, the int8
+    dispatcher's (vkq.dispatch.tile_tuning.choose: this device's vkq tune
+    results, else vkq.dispatch.tiles.choose; on `path` or its own, the int8
     path on `activations` or the backend's; remembered per matrix) or the
     caller's `config` held to the device's limits; bindings fitted to the
     buffers. mul_mat_id: for MUL_MAT_ID's kernel over `weights`, an expert
@@ -126,8 +127,7 @@ def resolve_tiles(backend, weights: Weights, ncols: int, path: str | None = None
         key = ("tiles", lay.k, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
         cfg = weights._configs.get(key)
         if cfg is None:
-            cfg = weights._configs[key] = tiles.choose(backend.dispatcher.device_class, caps, lay.fmt, lay.k, path,
-                                                       activations)
+            cfg = weights._configs[key] = tile_tuning.choose(backend.dispatcher, lay.fmt, lay.k, path, activations)
         problems = tiles.limit_problems(cfg, caps, lay.k, n_expert) if mul_mat_id else []
         if problems:
             raise ValueError(f"no MUL_MAT_ID over {n_expert} experts on {cfg.describe()} fits this device: "

@@ -7,7 +7,7 @@ import textwrap
 
 from ..blocks.formats import FORMATS
 from ..device.device_info import device_index_from_env, enumerate_devices
-from ..dispatch import tables, tiles
+from ..dispatch import tables, tile_tuning, tiles
 from ..errors import DeviceNotFound
 from ..dispatch.config import describe
 from ..dispatch.tuning_store import tuning_path
@@ -67,8 +67,8 @@ def matmul_lines(backend) -> list[str]:
     """The tiled mat-mat's launch (more than MAX_COLS columns) for a Q4_0
     4096 x 4096 matrix, and the kernels a model's prompt chunks take, each
     with what it rests on."""
-    disp, caps = backend.dispatcher, backend.device.caps
-    cfg = tiles.choose(disp.device_class, caps, FORMATS["Q4_0"], 4096)
+    disp = backend.dispatcher
+    cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
     kernels, why = tiles.prompt_kernels(disp.device_class)
     return [f"  mat-mat         {cfg.describe()} (Q4_0, K 4096) <- {cfg.source}",
             f"  prompts         {kernels} (vkq generate's chunks) <- {why}"]

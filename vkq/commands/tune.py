@@ -23,6 +23,13 @@ parameters of each path and format are saved per device, type by type as
 they finish (vkq/dispatch/tuning_store.py), and used by the dispatcher from
 then on. Types already in the file are skipped unless
 `retune`, so an interrupted run resumes where it stopped.
+
+Then the tiled mat-mat's tiles (`tune_tiles`), on the same rotation and
+timing, x of a prompt chunk's 512 columns: coordinate descent from the tile
+table's entry over tile shapes (vkq.dispatch.tiles.TileConfig), every
+candidate held to the device's limits (tiles.check) before it is built, the
+same final race; saved in the type's entry as "tiles", taken first by the
+dispatcher's mat-mat choice (vkq.dispatch.tile_tuning).
 """
 from __future__ import annotations
 
@@ -37,10 +44,13 @@ from ..blocks.formats import FORMATS, get_format
 from ..blocks.lookup_tables import has_value_pairs
 from ..blocks.synthetic import random_weights
 from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
-                     wall_samples, warm_up)
-from ..dispatch import tuning_store
+                             wall_samples, warm_up)
+from ..device.shader_variants import MATMUL_BINDINGS
+from ..dispatch import tiles, tuning_store
 from ..dispatch.choose import Dispatcher, apply_limits
 from ..dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
+from ..dispatch.tiles import TileConfig
+from ..llama.config import PROMPT_CHUNK
 from ..markdown import markdown
 from .console import Progress
 
@@ -54,6 +64,7 @@ ROUNDS, QUICK_ROUNDS = 3, 2  # interleaved samples per candidate of a group
 # range over +-20% (other work on the machine): the fastest of 8 is steadier
 # than the fastest of 2-4.
 FINAL_ROUNDS = 8
+TILE_COLS = PROMPT_CHUNK  # columns of x the mat-mat's tiles are tuned at: a prompt chunk (vkq generate's)
 PRUNE = 1.5  # a candidate this much slower than the fastest after one round is not timed again
 
 
@@ -103,19 +114,26 @@ class Unit:
 
 
 class Candidate:
-    """One configuration recorded for every unit of the rotation with `ncols`
-    columns of x, `passes` times back to back, as one graph (vkq.graph: each
-    x quantized to Q8_1 once, a barrier between passes since the next one
-    rewrites every y); `sample()` is the GPU seconds of one pass."""
+    """One configuration recorded for every unit of the rotation (or its
+    first `units`) with `ncols` columns of x, `passes` times back to back,
+    as one graph (vkq.graph: each x quantized to Q8_1 once, a barrier
+    between passes since the next one rewrites every y); `sample()` is the
+    GPU seconds of one pass. A PipelineConfig runs the mat-vec (fitted to
+    each shape), a TileConfig the tiled mat-mat (as it is: tune_tiles holds
+    its candidates to the device's limits first)."""
 
-    def __init__(self, bench: "TypeBench", cfg: PipelineConfig, passes: int, ncols: int = 1):
+    def __init__(self, bench: "TypeBench", cfg: PipelineConfig | TileConfig, passes: int, ncols: int = 1,
+                 units: int | None = None):
         self.bench, self.cfg, self.passes = bench, cfg, passes
         self.graph = g = bench.backend.graph(timestamps=bench.gpu_timer)
         for _ in range(passes):
-            for i, u in enumerate(bench.units):
+            for i, u in enumerate(bench.units[:units]):
                 rows, k = bench.shapes[u.shape]
-                g.matvec(u.weights, bench.x(u.shape, ncols),
-                         config=apply_limits(cfg, bench.dev.caps, bench.fmt, k, ncols), out=bench.y(i, ncols))
+                x, y = bench.x(u.shape, ncols), bench.y(i, ncols)
+                if isinstance(cfg, TileConfig):
+                    g.matmul(u.weights, x, config=cfg, out=y, tiled=True)
+                else:
+                    g.matvec(u.weights, x, config=apply_limits(cfg, bench.dev.caps, bench.fmt, k, ncols), out=y)
         # The first replay records the sequence and uploads; on lavapipe it
         # also ran 2x slower than the next ones: never a sample.
         g.run()
@@ -168,6 +186,10 @@ class TypeBench:
         cfg = self.table.choose(self.fmt, rows, k, 1, path=path, activations=activations)
         return replace(cfg, x_planes=ACTIVATION_PLANES[activations]) if path == "mmvq" else cfg
 
+    def table_tiles(self, path: str | None, activations: str, k: int) -> TileConfig:
+        """The tile table's mat-mat at K (path None: the table's path for `activations`)."""
+        return tiles.choose(self.table.device_class, self.dev.caps, self.fmt, k, path, activations)
+
     def passes_for(self, cfg: PipelineConfig, ncols: int = 1) -> int:
         """Passes per sample for SAMPLE_SECONDS of GPU time, timed warm."""
         one = Candidate(self, cfg, 1, ncols)
@@ -196,6 +218,146 @@ def tune_path(tb: TypeBench, key: str, path: str, activations: str, passes: int,
         for c in cands:
             c.destroy()
     return cur
+
+
+def tile_variants(tb: TypeBench, k: int, quick: bool) -> list[tuple[str, str, str]]:
+    """The mat-mat's variants to tune (tuning_store.entry_variants): every
+    path and activation format, or with `quick` only the paths the tile
+    table gives (a type's float path, and its int8 path for the formats the
+    table puts on it)."""
+    every = tuning_store.entry_variants(tb.fmt.paths)
+    if not quick:
+        return every
+    table_path = {a: tb.table_tiles(None, a, k).path for a in ACTIVATION_PLANES}
+    return [(key, path, a) for key, path, a in every
+            if (path == "dmmv" and "dmmv" in table_path.values()) or (path == "mmvq" and table_path[a] == "mmvq")]
+
+
+# The tile groups tried, in order, around the tile table's entry (coordinate
+# descent, as the mat-vec's); --quick: one, with one new value (each new
+# pipeline compiles for seconds on lavapipe).
+TILE_GROUPS = ("shared_tiles", "tile", "per_invocation", "bk_chunks", "binding", "value_lookup")
+QUICK_TILE_GROUPS = ("per_invocation",)
+
+
+def tile_groups(tb: TypeBench, quick: bool) -> list[str]:
+    """The groups that can matter here: texel bindings need vkq's Kompute
+    patch; the value lookup, a type whose quants index 16 values."""
+    return [name for name in (QUICK_TILE_GROUPS if quick else TILE_GROUPS)
+            if (name != "binding" or tb.dev.patched_kp) and (name != "value_lookup" or has_value_pairs(tb.fmt.table))]
+
+
+def tile_moves(cur: TileConfig, name: str, quick: bool) -> list[dict]:
+    """The changes of one group tried from `cur` (some give no valid TileConfig: tune_tiles drops those)."""
+    if name == "shared_tiles":  # (shared tiles hold a K step: also with the smallest step)
+        return [{"shared_tiles": not cur.shared_tiles, "bk_chunks": b} for b in dict.fromkeys((cur.bk_chunks, 1))]
+    if name == "tile":
+        return [{"bm": cur.bm // 2}, {"bm": 2 * cur.bm}, {"bn": cur.bn // 2}, {"bn": 2 * cur.bn}]
+    if name == "per_invocation":
+        return [{"tm": 2 * cur.tm}] if quick else [{"tm": cur.tm // 2}, {"tm": 2 * cur.tm}, {"tn": cur.tn // 2},
+                                                   {"tn": 2 * cur.tn}]
+    if name == "bk_chunks":
+        return [{"bk_chunks": b} for b in (1, 2, 4, 8)]
+    if name == "binding":
+        return [{"binding": b} for b in MATMUL_BINDINGS]
+    if name == "value_lookup":
+        return [{"value_lookup": v} for v in VALUE_LOOKUPS]
+    raise ValueError(f"unknown tile group {name!r}")
+
+
+def tile_candidates(tb: TypeBench, cur: TileConfig, name: str, quick: bool, ks) -> list[TileConfig]:
+    """`cur` and its changes in one group that are TileConfigs and fit the
+    device at every K measured (tiles.check: what does not is never run)."""
+    out = [cur]
+    for change in tile_moves(cur, name, quick):
+        try:
+            cfg = replace(cur, **change)
+            for k in ks:
+                tiles.check(cfg, tb.dev.caps, tb.fmt, k)
+        except ValueError:
+            continue
+        out.append(cfg)
+    return list(dict.fromkeys(out))
+
+
+def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, notes: dict | None = None
+               ) -> dict | None:
+    """The tiled mat-mat's tiles at TILE_COLS columns per path and
+    activation format (tuning_store's "tiles" object), timed as the
+    mat-vec's (Candidate, TypeBench.race) on as many units of the rotation
+    as a sample's SAMPLE_SECONDS take (at least one: where one matrix alone
+    takes longer, its weights are read once per bn of 512 columns and no
+    cache changes the time). None where the tile table's entry fits no
+    measured K. notes: key -> why the table's tiles were kept (final_choice)."""
+    k0 = tb.shapes[tb.units[0].shape][1]
+    try:
+        first = tb.table_tiles(None, DEFAULT_ACTIVATIONS, k0)
+    except ValueError:
+        return None
+    # How many units make a sample, and how many passes: from one unit, timed warm.
+    one = Candidate(tb, first, 1, TILE_COLS, units=1)
+    warm_up(one.sample, WARM_SECONDS)
+    unit_seconds = one.sample()
+    one.destroy()
+    units = max(1, min(len(tb.units), int(SAMPLE_SECONDS / max(unit_seconds, 1e-9))))
+    passes = calibrate(lambda: unit_seconds * units, SAMPLE_SECONDS, max_repeats=256)
+    used = tb.units[:units]
+    ks = sorted({tb.shapes[u.shape][1] for u in used})
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    from_table, tuned, seen = {}, {}, {}
+    for key, path, acts in tile_variants(tb, k0, quick):
+        try:
+            cur = from_table[key] = tiles.check(tb.table_tiles(path, acts, ks[-1]), tb.dev.caps, tb.fmt, ks[0])
+            for k in ks[1:]:
+                tiles.check(cur, tb.dev.caps, tb.fmt, k)
+        except ValueError:
+            continue
+        for name in tile_groups(tb, quick):
+            cfgs = tile_candidates(tb, cur, name, quick, ks)
+            if len(cfgs) < 2:
+                continue
+            on_group(f"mat-mat {variant_label(key)}", name)
+            cands = [Candidate(tb, c, passes, TILE_COLS, units) for c in cfgs]
+            est = tb.race(cands, rounds)
+            seen.update(est)
+            cur = best(est, cur)
+            for c in cands:
+                c.destroy()
+        tuned[key] = cur
+    if not tuned:
+        return None
+    # The final word, as the mat-vec's: the table's and the tuned tiles side
+    # by side (--quick: the descent's one race already timed them together).
+    need = list(dict.fromkeys([*from_table.values(), *tuned.values()]))
+    todo = need if not quick else [c for c in need if c not in seen]
+    if todo:
+        on_group("mat-mat all", "final")
+        cands = [Candidate(tb, c, passes, TILE_COLS, units) for c in todo]
+        seen.update(tb.race(cands, FINAL_ROUNDS if not quick else rounds, prune=None))
+        for c in cands:
+            c.destroy()
+    flops = sum(2 * tb.shapes[u.shape][0] * tb.shapes[u.shape][1] * TILE_COLS for u in used)
+    shapes = sorted({tb.shapes[u.shape] for u in used}, key=[tb.shapes[u.shape] for u in used].index)
+    result = {"n": TILE_COLS, "k_min": ks[0], "shapes": [list(s) for s in shapes], "best": {}, "gflops": {},
+              "spread": {}}
+    final = {}
+    for key, cfg in tuned.items():
+        d = seen[from_table[key]]
+        cfg, t, note = final_choice(cfg, from_table[key], seen[cfg], d)
+        if note and notes is not None:
+            notes[key] = note
+        final[key] = t
+        result[key] = {name: cfg.params()[name] for name in tuning_store.TILE_PARAMS}
+        result["gflops"][key] = [round(flops / d.seconds / 1e9, 3), round(flops / t.seconds / 1e9, 3)]
+        result["spread"][key] = round(t.spread, 4)
+    # The path per activation format: the table's unless another is clearly faster.
+    for acts in ACTIVATION_PLANES:
+        measured = {path: final[tuning_store.entry_key(path, acts)] for path in tb.fmt.paths
+                    if tuning_store.entry_key(path, acts) in final}
+        if measured:
+            incumbent = tb.table_tiles(None, acts, k0).path
+            result["best"][acts] = best(measured, incumbent if incumbent in measured else next(iter(measured)))
+    return result
 
 
 def final_choice(tuned: PipelineConfig, table: PipelineConfig, t: Estimate, d: Estimate
@@ -243,6 +405,12 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
         result["spread"][key] = round(t.spread, 4)
     # The best path, by what the default activations run at.
     result["best"] = min(tb.fmt.paths, key=lambda p: est[tuned[tuning_store.entry_key(p)]].seconds)
+    tile_notes: dict[str, str] = {}
+    found = tune_tiles(tb, quick, on_group, tile_notes)
+    if found is not None:
+        result["tiles"] = found
+        if notes is not None:
+            notes.update({f"tiles {key}": note for key, note in tile_notes.items()})
     return result
 
 
@@ -251,6 +419,12 @@ def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> 
     parts = [f"{variant_label(key)} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][key]:.1f}%"
              + (f"; {notes[key]}" if key in notes else "") + ")"
              for key, (before, after) in e["gbps"].items()]
+    t = e.get("tiles")
+    if t:
+        parts.append(f"mat-mat at n={t['n']}: best " + ", ".join(f"{a} {p}" for a, p in t["best"].items()))
+        parts += [f"mat-mat {variant_label(key)} {after:.1f} GFLOP/s (table {before:.1f}; spread "
+                  f"{100 * t['spread'][key]:.1f}%" + (f"; {notes['tiles ' + key]}" if "tiles " + key in notes else "")
+                  + ")" for key, (before, after) in t["gflops"].items()]
     return f"{qtype}: best {e['best']}; " + "; ".join(parts) + f"; {seconds:.0f} s"
 
 
@@ -274,7 +448,8 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     if skipped:
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
               "(--retune measures them again)", file=sys.stderr)
-    bar = Progress(sum(len(tuning_store.entry_variants(FORMATS[t].paths)) for t in todo), progress)
+    # (a type's units: its mat-vec variants, and as many for its mat-mat's)
+    bar = Progress(2 * sum(len(tuning_store.entry_variants(FORMATS[t].paths)) for t in todo), progress)
     path = tuning_store.tuning_path(info)
     try:
         for qtype in todo:
@@ -283,7 +458,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
             entry = tune_type(backend, qtype, shapes, quick, lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"),
                               notes=notes)
             path, entries = tuning_store.save_entry(info, qtype, entry)  # saved type by type
-            bar.finish(len(entry["gbps"]), _summary(qtype, entry, time.monotonic() - t0, notes))
+            bar.finish(2 * len(entry["gbps"]), _summary(qtype, entry, time.monotonic() - t0, notes))
     except KeyboardInterrupt:  # the CLI says it in one line, with this note
         raise KeyboardInterrupt(f"the types finished are saved in {path}; `vkq tune` again resumes") from None
     print(f"saved {path}")
@@ -300,12 +475,31 @@ def table(entries: dict, types) -> str:
             cells.append([qtype, variant_label(key) + (" (best)" if key == e["best"] else ""), str(e["k_min"]),
                           f"{before:.2f}", f"{after:.2f}", f"{after / before:.2f}x",
                           "-" if spread is None else f"{100 * spread:.1f}%", describe(e[key])])
-    return markdown(["type", "path", "for K >=", "table GB/s", "tuned GB/s", "gain", "spread", "parameters"], cells,
-                    {"for K >=", "table GB/s", "tuned GB/s", "gain", "spread"}) + (
+    out = markdown(["type", "path", "for K >=", "table GB/s", "tuned GB/s", "gain", "spread", "parameters"], cells,
+                   {"for K >=", "table GB/s", "tuned GB/s", "gain", "spread"}) + (
         "\n\nGB/s: weight bytes per second of GPU time, the fastest of the interleaved samples (other work only "
         "slows a sample); spread: how far the median sample lay above it (tuned configuration). A tuned entry "
         "serves one-column mat-vecs from the smallest K it was measured at; smaller K, and several columns, "
         "take the vendor table's rules.")
+    tile_cells = []
+    for qtype in types:
+        t = (entries.get(qtype) or {}).get("tiles")
+        for key, (before, after) in (t or {}).get("gflops", {}).items():
+            path, acts = tuning_store.ENTRY_KEYS[key]
+            best_for = [a for a, p in t["best"].items() if p == path and (path == "dmmv" or a == acts)]
+            cfg = TileConfig(path=path, **t[key], x_planes=ACTIVATION_PLANES[acts] if path == "mmvq" else 1)
+            tile_cells.append([qtype, variant_label(key) + (f" (best for {', '.join(best_for)})" if best_for else ""),
+                               str(t["n"]), str(t["k_min"]), f"{before:.1f}", f"{after:.1f}", f"{after / before:.2f}x",
+                               f"{100 * t['spread'][key]:.1f}%" if key in t.get("spread", {}) else "-",
+                               cfg.describe().removeprefix("tiled mat-mat (").replace(") ", ": ", 1)])
+    if tile_cells:
+        out += "\n\nTiled mat-mat (prompt chunks):\n\n" + markdown(
+            ["type", "path", "columns", "for K >=", "table GFLOP/s", "tuned GFLOP/s", "gain", "spread", "tiles"],
+            tile_cells,
+            {"columns", "for K >=", "table GFLOP/s", "tuned GFLOP/s", "gain", "spread"}) + (
+            "\n\nGFLOP/s: 2 x rows x K x columns per second of GPU time. Tuned tiles serve every mat-mat (more than "
+            "8 columns) from the smallest K they were measured at; smaller K take the tile table's entry.")
+    return out
 
 
 def show(device: int | None = None) -> int:

@@ -103,7 +103,10 @@ def entry_problems(qtype, entry) -> list[str]:
         problems += [f"{where}: missing {p!r}" for p in ENTRY_REQUIRED if p not in params]
         problems += [f"{where}: unknown key {p!r}" for p in params if p not in ENTRY_PARAMS]
         problems += param_problems(params, where)
-    return problems + figure_problems(qtype, entry)
+    problems += figure_problems(qtype, entry, FIGURES)
+    if "tiles" in entry:
+        problems += tile_problems(qtype, entry["tiles"])
+    return problems
 
 
 def _number(v) -> bool:
@@ -120,21 +123,81 @@ FIGURES = {
 }
 
 
-def figure_problems(qtype: str, entry: dict) -> list[str]:
-    """What is wrong with an entry's FIGURES (each optional; for keys with
-    parameters in the entry)."""
+def figure_problems(where: str, entry: dict, figures: dict) -> list[str]:
+    """What is wrong with an entry's `figures` (FIGURES, TILE_FIGURES; each
+    optional; for keys with parameters in the entry)."""
     problems = []
-    for name, (valid, what) in FIGURES.items():
-        figures = entry.get(name, {})
-        if not isinstance(figures, dict):
-            problems.append(f"{qtype}/{name}: not an object")
+    for name, (valid, what) in figures.items():
+        values = entry.get(name, {})
+        if not isinstance(values, dict):
+            problems.append(f"{where}/{name}: not an object")
             continue
-        for key, v in figures.items():
+        for key, v in values.items():
             if key not in ENTRY_KEYS or key not in entry:
-                problems.append(f"{qtype}/{name}: {key!r} has no parameters in the entry")
+                problems.append(f"{where}/{name}: {key!r} has no parameters in the entry")
             elif not valid(v):
-                problems.append(f"{qtype}/{name}/{key}: {v!r} is not {what}")
+                problems.append(f"{where}/{name}/{key}: {v!r} is not {what}")
     return problems
+
+
+# The tiled mat-mat's tuned tiles (vkq.dispatch.tile_tuning), an entry's
+# optional "tiles" object: {"n": columns measured, "k_min": K, "shapes":
+# [[rows, K], ...], "best": {activations: path}, key: TileConfig params
+# (TILE_PARAMS) per ENTRY_KEYS key, "gflops": {key: [table, tuned]},
+# "spread": {key: s}}. An entry without it (files of before) is valid: the
+# mat-mat then takes the tile table.
+TILE_PARAMS = ("bm", "bn", "bk_chunks", "tm", "tn", "shared_tiles", "binding", "value_lookup")
+TILE_FIGURES = {
+    "gflops": (FIGURES["gbps"][0], "[table, tuned] positive GFLOP/s"),
+    "spread": FIGURES["spread"],
+}
+TILE_KEYS = {"n", "k_min", "shapes", "best", *ENTRY_KEYS, *TILE_FIGURES}
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def tile_problems(qtype: str, tiles) -> list[str]:
+    """What is wrong with a type's "tiles" object, whatever its JSON shape;
+    each key's parameters held to what the shader supports
+    (vkq.dispatch.tiles.param_problems, by building the TileConfig)."""
+    from .tiles import TileConfig  # (tiles imports the dispatcher, which imports this module)
+
+    where = f"{qtype}/tiles"
+    if not isinstance(tiles, dict):
+        return [f"{where}: not an object"]
+    problems = [f"{where}: unknown key {key!r}" for key in tiles if key not in TILE_KEYS]
+    for name in ("n", "k_min"):
+        if not _positive_int(tiles.get(name)):
+            problems.append(f"{where}: {name} {tiles.get(name)!r} is not a positive integer")
+    for key, (path, activations) in ENTRY_KEYS.items():
+        if key not in tiles:
+            continue
+        params = tiles[key]
+        if path == "mmvq" and not FORMATS[qtype].has_int8_path:
+            problems.append(f"{where}/{key}: {qtype} has no int8 path")
+        if not isinstance(params, dict):
+            problems.append(f"{where}/{key}: not an object")
+            continue
+        missing = [f"{where}/{key}: missing {p!r}" for p in TILE_PARAMS if p not in params]
+        unknown = [f"{where}/{key}: unknown key {p!r}" for p in params if p not in TILE_PARAMS]
+        problems += missing + unknown
+        if not missing and not unknown:
+            try:
+                TileConfig(path=path, x_planes=ACTIVATION_PLANES[activations] if path == "mmvq" else 1, **params)
+            except (ValueError, TypeError) as e:
+                problems.append(f"{where}/{key}: {e}")
+    best = tiles.get("best")
+    if not isinstance(best, dict) or not best:
+        problems.append(f"{where}: best {best!r} is not an object of activation format -> path")
+    else:
+        for activations, path in best.items():
+            if activations not in ACTIVATION_PLANES or path not in PATHS:
+                problems.append(f"{where}/best: {activations!r}: {path!r} is not an activation format and a path")
+            elif entry_key(path, activations) not in tiles:
+                problems.append(f"{where}/best: {activations}: {path} has no tiles")
+    return problems + figure_problems(where, tiles, TILE_FIGURES)
 
 
 def load(info: DeviceInfo) -> dict[str, dict]:

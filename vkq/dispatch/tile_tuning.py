@@ -1,0 +1,80 @@
+"""The tiled mat-mat's launch on this device: its own `vkq tune` results
+first, else the tile table (vkq.dispatch.tiles.choose).
+
+`vkq tune` keeps, per block type, the tiles it measured fastest per path and
+activation format at a prompt chunk's column count, and the faster path per
+activation format (vkq.dispatch.tuning_store, a type entry's "tiles"). They
+serve K at least the smallest K they were measured at (`k_min`), as the
+mat-vec's tuned parameters do; smaller K take the table's entry. The path is
+the caller's, else VKQ_PATH's (for the types that have it), else the tuned
+one; a path without tuned tiles takes the table's. Tuned tiles that do not
+fit this device at this K (its workgroup size, shared memory, the loop
+budget of a CPU driver, a K that is not whole units of the K step) are not
+adapted: the table's entry is taken, fitted as always, and its `source`
+says why.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
+from ..blocks.formats import BlockFormat
+from . import tiles, tuning_store
+from .choose import check_path, env_path
+
+
+def tuned_tiles(tuned: dict, fmt: BlockFormat, k: int) -> dict | None:
+    """A type's tuned tiles (tuning_store's "tiles" object) where they serve K, else None."""
+    entry = tuned.get(fmt.name) or {}
+    found = entry.get("tiles")
+    return found if found is not None and k >= found["k_min"] else None
+
+
+def tuned_config(found: dict, path: str, activations: str, source: str) -> tiles.TileConfig:
+    """The TileConfig of one tuned key, with OpSDot asked for on the int8
+    path (tiles.check puts its emulation where the device lacks it)."""
+    key = tuning_store.entry_key(path, activations)
+    mmvq = path == "mmvq"
+    return tiles.TileConfig(path=path, **found[key], int_dot=mmvq,
+                            x_planes=ACTIVATION_PLANES[activations] if mmvq else 1, source=source,
+                            evidence=frozenset({"tuned"}))
+
+
+def figures(found: dict, key: str) -> str:
+    """What a tuned key rests on, for its `source`."""
+    shapes = ", ".join(f"{r}x{k}" for r, k in found.get("shapes", []))
+    measured = f"{shapes} by {found['n']} columns" if shapes else f"{found['n']} columns, K >= {found['k_min']}"
+    gflops = found.get("gflops", {}).get(key)
+    if gflops:
+        measured += f": {gflops[1]:.1f} GFLOP/s against the table's {gflops[0]:.1f}"
+    return measured
+
+
+def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
+           activations: str = DEFAULT_ACTIVATIONS) -> tiles.TileConfig:
+    """The tiles of a mat-mat of a `fmt` matrix of K columns on the
+    dispatcher's device: tuned ones where `vkq tune` measured them for the
+    chosen path and these activations, else tiles.choose."""
+    found = tuned_tiles(dispatcher.tuned, fmt, k)
+    if found is None:
+        return tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)
+    note = ""
+    if path is not None:
+        chosen, why = check_path(path), "path from argument"
+        if chosen == "mmvq" and not fmt.has_int8_path:
+            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
+    else:
+        chosen, why = env_path(), "path from env VKQ_PATH"
+        if chosen == "mmvq" and not fmt.has_int8_path:
+            chosen, note = None, f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path; "
+        if chosen is None:
+            chosen, why = found["best"].get(activations), "path from this device's vkq tune"
+    key = tuning_store.entry_key(chosen, activations) if chosen is not None else None
+    if key not in found:  # (no tuned tiles for this path and these activations)
+        return tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)
+    source = f"{note}tiles tuned on this device (vkq tune, {figures(found, key)}); {why}"
+    try:
+        return tiles.check(tuned_config(found, chosen, activations, source), dispatcher.caps, fmt, k)
+    except ValueError as e:
+        table = tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)
+        return replace(table, source=f"tuned tiles not used at K={k} ({e}); {table.source}")
