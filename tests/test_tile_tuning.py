@@ -219,3 +219,18 @@ def test_a_real_quick_tune_of_the_tiles(backend):
         cfg = tile_tuning.choose(d, FORMATS["Q4_0"], 1024, activations=acts)
         assert cfg.path == path and cfg.source.startswith("tiles tuned on this device"), cfg.source
         assert ref.nmse(backend.matmul(w, x, config=cfg), exact) < NMSE_GGML
+
+
+def test_a_file_of_before_gets_its_tiles_alone(backend, tuning_dir, monkeypatch, capsys):
+    """`vkq tune` on a type tuned before the mat-mat was: its mat-vec entry
+    is kept as it is, the tiles are measured and added."""
+    tuning_store.save(backend.device_info, {"Q4_0": entry()})
+
+    def no_matvec(*args, **kwargs):
+        raise AssertionError("the mat-vec measured again")
+
+    monkeypatch.setattr(tune, "tune_type", no_matvec)
+    monkeypatch.setattr(tune, "tune_tiles", lambda tb, quick, on_group, notes: tiles_entry())
+    assert tune.run(["Q4_0"], quick=True, progress=False, shapes=[(64, 256)]) == 0
+    assert tuning_store.load(backend.device_info)["Q4_0"] == entry(tiles_entry())
+    assert "without the mat-mat's tiles: measuring those alone" in capsys.readouterr().err

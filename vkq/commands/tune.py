@@ -441,24 +441,36 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     backend = Backend(device)
     info = backend.device_info
     entries = tuning_store.load(info)
-    skipped = [t for t in names if t in entries and not retune]
+    skipped = [t for t in names if t in entries and "tiles" in entries[t] and not retune]
+    # (entries of a file written before the mat-mat was tuned: their tiles alone)
+    tiles_only = [t for t in names if t in entries and "tiles" not in entries[t] and not retune]
     todo = [t for t in names if t not in skipped]
     print(f"vkq tune: {info.name}; shapes {', '.join(f'{r}x{k}' for r, k in shapes)}; "
           f"timer: {'GPU timestamps' if info.timestamps_supported else 'wall clock'}", file=sys.stderr)
     if skipped:
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
               "(--retune measures them again)", file=sys.stderr)
+    if tiles_only:
+        print(f"vkq tune: {', '.join(tiles_only)} in {tuning_store.tuning_path(info)} without the mat-mat's tiles: "
+              "measuring those alone (--retune measures everything again)", file=sys.stderr)
     # (a type's units: its mat-vec variants, and as many for its mat-mat's)
-    bar = Progress(2 * sum(len(tuning_store.entry_variants(FORMATS[t].paths)) for t in todo), progress)
+    units = {t: (1 if t in tiles_only else 2) * len(tuning_store.entry_variants(FORMATS[t].paths)) for t in todo}
+    bar = Progress(sum(units.values()), progress)
     path = tuning_store.tuning_path(info)
     try:
         for qtype in todo:
             t0 = time.monotonic()
             notes: dict[str, str] = {}
-            entry = tune_type(backend, qtype, shapes, quick, lambda p, g, q=qtype: bar.step(f"{q} {p} {g}"),
-                              notes=notes)
+            on_group = lambda p, g, q=qtype: bar.step(f"{q} {p} {g}")  # noqa: E731
+            if qtype in tiles_only:
+                tile_notes: dict[str, str] = {}
+                found = tune_tiles(TypeBench(backend, qtype, shapes), quick, on_group, tile_notes)
+                entry = {**entries[qtype], **({"tiles": found} if found is not None else {})}
+                notes.update({f"tiles {key}": note for key, note in tile_notes.items()})
+            else:
+                entry = tune_type(backend, qtype, shapes, quick, on_group, notes=notes)
             path, entries = tuning_store.save_entry(info, qtype, entry)  # saved type by type
-            bar.finish(2 * len(entry["gbps"]), _summary(qtype, entry, time.monotonic() - t0, notes))
+            bar.finish(units[qtype], _summary(qtype, entry, time.monotonic() - t0, notes))
     except KeyboardInterrupt:  # the CLI says it in one line, with this note
         raise KeyboardInterrupt(f"the types finished are saved in {path}; `vkq tune` again resumes") from None
     print(f"saved {path}")
