@@ -113,6 +113,18 @@ def test_tuned_tiles_that_do_not_fit_take_the_table_with_a_note():
     assert cfg.source.startswith("tuned tiles not used at K=4128") and "whole units" in cfg.source
 
 
+def test_mul_mat_id_holds_tuned_tiles_to_its_kernel_too():
+    """MUL_MAT_ID's kernel walks the experts first (a loop of n_expert
+    iterations): tuned tiles that fit the matrix but not that walk under
+    lavapipe's loop budget leave the experts the table's tiles, which fit."""
+    d = dispatcher({"Q4_0": entry(tiles_entry())})
+    n_expert = 58000  # tuned 8x8 per invocation: 10256 iterations at K = 4096, the table's 4x8: 5136
+    cfg = tile_tuning.choose(d, FORMATS["Q4_0"], 4096, n_expert=n_expert)
+    assert cfg.source.startswith("tuned tiles not used at K=4096") and "over 58000 experts" in cfg.source
+    assert not tiles.limit_problems(cfg, CAPS, 4096, n_expert)
+    assert tile_tuning.choose(d, FORMATS["Q4_0"], 4096, n_expert=8).source.startswith("tiles tuned on this device")
+
+
 @pytest.mark.parametrize("bad", [
     {"dmmv": dict(TUNED, tm=3)},  # tm does not divide bm
     {"dmmv": dict(TUNED, colour="red")},

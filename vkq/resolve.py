@@ -127,7 +127,8 @@ def resolve_tiles(backend, weights: Weights, ncols: int, path: str | None = None
         key = ("tiles", lay.k, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
         cfg = weights._configs.get(key)
         if cfg is None:
-            cfg = weights._configs[key] = tile_tuning.choose(backend.dispatcher, lay.fmt, lay.k, path, activations)
+            cfg = weights._configs[key] = tile_tuning.choose(backend.dispatcher, lay.fmt, lay.k, path, activations,
+                                                             n_expert=n_expert)
         problems = tiles.limit_problems(cfg, caps, lay.k, n_expert) if mul_mat_id else []
         if problems:
             raise ValueError(f"no MUL_MAT_ID over {n_expert} experts on {cfg.describe()} fits this device: "

@@ -51,10 +51,12 @@ def figures(found: dict, key: str) -> str:
 
 
 def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
-           activations: str = DEFAULT_ACTIVATIONS) -> tiles.TileConfig:
+           activations: str = DEFAULT_ACTIVATIONS, n_expert: int | None = None) -> tiles.TileConfig:
     """The tiles of a mat-mat of a `fmt` matrix of K columns on the
     dispatcher's device: tuned ones where `vkq tune` measured them for the
-    chosen path and these activations, else tiles.choose."""
+    chosen path and these activations, else tiles.choose. n_expert: for
+    MUL_MAT_ID over a stack of that many experts (tuned tiles are held to
+    its kernel's limits too)."""
     found = tuned_tiles(dispatcher.tuned, fmt, k)
     if found is None:
         return tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)
@@ -74,7 +76,7 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
         return tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)
     source = f"{note}tiles tuned on this device (vkq tune, {figures(found, key)}); {why}"
     try:
-        return tiles.check(tuned_config(found, chosen, activations, source), dispatcher.caps, fmt, k)
+        return tiles.check(tuned_config(found, chosen, activations, source), dispatcher.caps, fmt, k, n_expert)
     except ValueError as e:
         table = tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)
         return replace(table, source=f"tuned tiles not used at K={k} ({e}); {table.source}")
