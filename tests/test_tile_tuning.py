@@ -210,17 +210,23 @@ def test_the_search_with_fake_timings(backend, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_real_quick_tune_of_the_tiles(backend):
-    """On this device, a small matrix: a valid "tiles" object whose tiles
-    the dispatcher then takes for Q4_0, and whose products are right."""
+def test_a_real_quick_tune_of_the_tiles(backend, monkeypatch):
+    """On this device, a small matrix, the default activations' variant
+    alone (each pipeline compiles for seconds on lavapipe): a valid "tiles"
+    object whose tiles the dispatcher then takes for Q4_0, and whose
+    products are right."""
     import vkq.blocks.reference as ref
     from conftest import NMSE_GGML
 
     from vkq.blocks.synthetic import random_weights
 
     tb = tune.TypeBench(backend, "Q4_0", [(256, 1024)], max_copies=1)  # (a pass of about 50 ms: one pass a sample)
+    every = tune.tile_variants
+    monkeypatch.setattr(tune, "tile_variants", lambda tb, k, quick: every(tb, k, quick)[-1:])
     t = tune.tune_tiles(tb, quick=True)
     assert tuning_store.tile_problems("Q4_0", t) == [], t
+    (key,) = t["gflops"]
+    assert set(t["best"].values()) == {tuning_store.ENTRY_KEYS[key][0]}
     assert all(after > 0 for _, after in t["gflops"].values())
     d = Dispatcher(backend.device.caps, backend.dispatcher.device_class, {"Q4_0": entry(t)})
     raw = random_weights(FORMATS["Q4_0"], 128, 1024, np.random.default_rng(3))
