@@ -159,7 +159,7 @@ def test_show_and_info_say_tuned(backend, tuning_dir, monkeypatch):
     row = next(line for line in out.splitlines() if line.startswith("| Q4_0") and "GFLOP" not in line
                and "(best for q8_1, q8_1x2)" in line)
     assert " 512 |" in row and " 4096 |" in row and "12.5" in row and "1.25x" in row
-    assert "mul_mm float: 32x8, K step 256, 8x8 per invocation" in row
+    assert "| 32x8, K step 256, 8x8 per invocation, wg 4, no shared memory, weights and x storage " in row
     monkeypatch.setattr(backend.dispatcher, "tuned", entries)
     assert "<- tiles tuned on this device" in info_cmd.matmul_lines(backend)[0]
     w = backend.upload("Q4_0", (64, 4096), np.zeros((64, FORMATS["Q4_0"].row_bytes(4096)), np.uint8))

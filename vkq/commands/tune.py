@@ -503,7 +503,7 @@ def table(entries: dict, types) -> str:
             tile_cells.append([qtype, variant_label(key) + (f" (best for {', '.join(best_for)})" if best_for else ""),
                                str(t["n"]), str(t["k_min"]), f"{before:.1f}", f"{after:.1f}", f"{after / before:.2f}x",
                                f"{100 * t['spread'][key]:.1f}%" if key in t.get("spread", {}) else "-",
-                               cfg.describe().removeprefix("tiled mat-mat (").replace(") ", ": ", 1)])
+                               cfg.describe().split(") ", 1)[1]])  # (the kernel's OpSDot or not is the device's)
     if tile_cells:
         out += "\n\nTiled mat-mat (prompt chunks):\n\n" + markdown(
             ["type", "path", "columns", "for K >=", "table GFLOP/s", "tuned GFLOP/s", "gain", "spread", "tiles"],
