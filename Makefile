@@ -1,5 +1,6 @@
 # Two commands for a newcomer (see README.md):
-#   make bench   set everything up, then run `vkq bench` on its default
+#   make bench   set everything up, then run `vkq bench -p 64 -n 64` on its default model
+#                (pp64 and tg64: llama-bench's pp512/tg128 take several minutes on a CPU driver)
 #   make test    set everything up, then run the tests (all but the slow
 #                whole-model races with llama.cpp: make test-slow)
 # Each set-up step leaves a stamp in .make/ and is skipped once done.
@@ -12,7 +13,7 @@ STAMP := .make
 .PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed clean
 
 bench: setup
-	$(VENV)/bin/vkq bench
+	$(VENV)/bin/vkq bench -p 64 -n 64
 
 # Every pytest run names its slowest tests, so a log shows where the time goes.
 PYTEST := $(PY) -m pytest --durations=15

@@ -54,7 +54,7 @@ run() {
 }
 run info
 run model
-run bench -m "$model" -r 1 -n 16
+run bench -m "$model" -r 1 -p 16 -n 16
 run compare "$model"
 run generate "$model" -p "Once upon a time" -n 16
 run tune --quick --types Q4_0 --no-progress

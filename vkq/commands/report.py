@@ -419,7 +419,7 @@ def _models_md(rows: list[dict]) -> list[str]:
     return [race_md([RaceRow(**r) for r in rows]), "",
             f"Greedy from the same {rows[0]['n_prompt']} prompt token ids (prose), {rows[0]['n_tokens']} new tokens, "
             "end-of-text ignored; the median of the timed rounds after an untimed one. vkq: `vkq generate`'s graph "
-            "engine (the prompt in chunks of 8, one submit each); llama.cpp: llama-server, its Vulkan backend with "
+            "engine (the prompt through its device's prompt kernels, `vkq info`); llama.cpp: llama-server, its Vulkan backend with "
             "every layer on this device, its own timings. same tokens: leading generated tokens both decoded "
             "alike. % bw: vkq tg times the weight bytes a token reads (of expert stacks, the used experts'), "
             "over the memory bandwidth above."]
