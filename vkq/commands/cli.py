@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "28 types, 26-204 s per type; on an NVIDIA H100 (2026-11-25) about 20 s per type.")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="one 4096x4096 shape, fewer candidates (on lavapipe, 2026-11-27: Q4_0 in 23 s against 109 s)")
+                   help="one 4096x4096 shape, fewer candidates (on lavapipe, 2026-11-27: Q4_0's mat-vec in 23 s against "
+                        "109 s; its mat-mat tiles add 40-100 s there)")
     p.add_argument("--retune", action="store_true",
                    help="measure again the types already in this device's tuning file (default: skip them, "
                         "so an interrupted run resumes where it stopped)")
