@@ -13,7 +13,7 @@
 //   MMQ              the int8 flavour: x arrives as Q8_1 blocks
 //                    (quantize_q8_1.comp, q8_1.glsl) and each chunk's quants
 //                    are dotted with them as the int8 mat-vec does (the same
-//                    arithmetic per chunk); without shared memory only
+//                    arithmetic per chunk, chunk_dot)
 //   INT_DOT          MMQ with OpSDot (else the same arithmetic in int32)
 //   MUL_MAT_ID       W is a stack of experts, a column per used-expert slot
 //                    of ggml's MUL_MAT_ID over many tokens, the slots
@@ -57,11 +57,15 @@
 // of the plain kernel, wherever it falls in a tile.
 //
 // Two ways of feeding the invocations (SHARED_TILES):
-// - true (GPUs): per step the workgroup dequantizes the BM x BK weights into
-//   shared memory (each invocation whole chunks, with the type's decoder) and
-//   copies the BN x BK values of x beside them; after a barrier each
-//   invocation multiplies its rows by its columns from there, four K values
-//   at a time.
+// - true (GPUs): per step the workgroup decodes the BM x BK weights into
+//   shared memory (each invocation whole chunks, with the type's decoder)
+//   and copies the BN x BK values of x beside them; after a barrier each
+//   invocation multiplies its rows by its columns from there. The float
+//   flavour dequantizes the chunks and takes four K values at a time; the
+//   int8 flavour keeps each chunk's int8 quants and scales (block_quants,
+//   block_scales: what the registers way takes) and copies x's Q8_1 blocks,
+//   then dots a chunk at a time as the registers way does, in the same
+//   order, so that both ways give the same bits.
 // - false (CPU drivers): no shared memory; each invocation dequantizes the
 //   chunks of its own TM rows into registers and reads x straight from
 //   memory, at addresses that are the same for all invocations of a column
@@ -123,14 +127,20 @@ layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(std430, binding = 3) readonly restrict buffer Groups { uint groups[]; };  // (group_by_expert.comp's)
 #endif
 
+// XQ_BLOCK: uvec4 of x per chunk; x_col_uvec4s: between x's columns;
+// W_CHUNK: uvec4 of a weights chunk in the shared tile.
 #ifdef MMQ
 #ifdef BLOCK_PLAIN
 #error "plain types have no int8 path"
 #endif
 // A Q8_1 block: 2 * X_PLANES + 1 uvec4 (the quants of each plane, then d, s0, s1, d_r).
 const uint XQ_BLOCK = 2u * X_PLANES + 1u;
+uint x_col_uvec4s() { return XQ_BLOCK * p.x_col_stride; }  // (x_col_stride in Q8_1 blocks)
+const uint W_CHUNK = 3u;  // its quants (lo, hi), then its scales
 #else
-const uint XQ_BLOCK = 8u;  // (vec4s of x per chunk)
+const uint XQ_BLOCK = 8u;  // (32 floats)
+uint x_col_uvec4s() { return p.x_col_stride / 4u; }  // (x_col_stride in floats)
+const uint W_CHUNK = 8u;  // its 32 values
 #endif
 
 const uint WG_SIZE = gl_WorkGroupSize.x;  // (BM / TM) * (BN / TN), set by the host
@@ -138,18 +148,22 @@ const uint CHUNKS_PER_BLOCK = QK / 32u;
 const uint UNIT_CHUNKS = 8u;  // chunks covered by one unit_meta
 const bool WHOLE_UNITS = !SHARED_TILES && BK_CHUNKS == UNIT_CHUNKS;
 const uint BK4 = BK_CHUNKS * 8u;  // vec4s of K per step
-// vec4s between the rows (and the columns) of a tile in shared memory: one
-// of padding, so that invocations reading neighbouring rows at one K hit
-// different banks.
-const uint STRIDE4 = BK4 + 1u;
+const uint X_STEP = BK_CHUNKS * XQ_BLOCK;  // uvec4 of a column of x per step
+// uvec4 between the rows (and the columns) of a tile in shared memory: an
+// odd number (one of padding where a step's are even), so that invocations
+// reading neighbouring rows (columns) at one K hit different banks.
+// vkq.dispatch.tiles.TileConfig.shared_memory_bytes counts the same.
+const uint W_STRIDE = (BK_CHUNKS * W_CHUNK) | 1u;
+const uint X_STRIDE = X_STEP | 1u;
 const uint ROW_THREADS = BM / TM;
 // What each invocation copies into shared memory per step: chunks of
-// weights, vec4s of x.
+// weights, uvec4 of x.
 const uint W_ITEMS = (BM * BK_CHUNKS + WG_SIZE - 1u) / WG_SIZE;
-const uint X_ITEMS = (BN * BK4 + WG_SIZE - 1u) / WG_SIZE;
+const uint X_ITEMS = (BN * X_STEP + WG_SIZE - 1u) / WG_SIZE;
 
-shared vec4 w_tile[SHARED_TILES ? BM * STRIDE4 : 1u];
-shared vec4 x_tile[SHARED_TILES ? BN * STRIDE4 : 1u];
+// (float values as their bits in the float flavour: one copy of x for both)
+shared uvec4 w_tile[SHARED_TILES ? BM * W_STRIDE : 1u];
+shared uvec4 x_tile[SHARED_TILES ? BN * X_STRIDE : 1u];
 
 float acc[TM * TN];
 // tile_cols: the columns of this workgroup's tile that exist (1..BN);
@@ -190,7 +204,38 @@ uint x_column(uint c) { return col0 + c; }
 uint y_column(uint c) { return col0 + c; }
 #endif
 
-#ifndef MMQ
+#ifdef MMQ
+// A column's Q8_1 block of one chunk: the quants of each plane, (d, s0, s1, d_r).
+struct XBlock { uvec4 q_lo, q_hi, r_lo, r_hi; vec4 ds; };
+
+// Block b (uvec4 index of its first) from x, or from the shared tile.
+XBlock x_block(uint b) {
+    return XBlock(load_xq(b), load_xq(b + 1u), X_PLANES == 2u ? load_xq(b + 2u) : uvec4(0u),
+                  X_PLANES == 2u ? load_xq(b + 3u) : uvec4(0u), uintBitsToFloat(load_xq(b + XQ_BLOCK - 1u)));
+}
+XBlock x_block_shared(uint b) {
+    return XBlock(x_tile[b], x_tile[b + 1u], X_PLANES == 2u ? x_tile[b + 2u] : uvec4(0u),
+                  X_PLANES == 2u ? x_tile[b + 3u] : uvec4(0u), uintBitsToFloat(x_tile[b + XQ_BLOCK - 1u]));
+}
+
+// One chunk's contribution to a sum, as the int8 mat-vec's:
+// sum (scale*q + offset) * d*qx = d * (scale*dot(q, qx) + offset*s), s in
+// units of d; d last, so that nothing before it grows with x. Both ways of
+// feeding call it and add it to their sums chunk by chunk, so that they give
+// the same bits: `precise` keeps the compiler from contracting its products
+// and the sum's addition into fused multiply-adds, which it did in one way
+// and not the other (lavapipe: 1-2 ulp apart in ~1% of the outputs; not
+// measurably slower there).
+float chunk_dot(Quants q, vec4 so, XBlock x) {
+    precise float v = x.ds.x * (so.x * float(dot16x8(q.lo, x.q_lo)) + so.z * float(dot16x8(q.hi, x.q_hi))
+                        + so.y * x.ds.y + so.w * x.ds.z);
+    if (X_PLANES == 2u) {
+        v += x.ds.w * (so.x * float(dot16x8(q.lo, x.r_lo)) + so.z * float(dot16x8(q.hi, x.r_hi)));
+    }
+    return v;
+}
+#endif
+
 // SHARED_TILES: the step at chunk c0, through shared memory.
 void step_shared(uint c0) {
     [[unroll]] for (uint n = 0u; n < W_ITEMS; n++) {
@@ -201,38 +246,73 @@ void step_shared(uint c0) {
         // Neighbouring invocations on neighbouring rows of one chunk.
         const uint r = i % BM, j = i / BM;
         const uint c = c0 + j;
+        const uint at = r * W_STRIDE + j * W_CHUNK;
+        const uint row = min(row0 + r, p.nrows - 1u);
+        const uint ib = w_block(row) + c / CHUNKS_PER_BLOCK, sb = c % CHUNKS_PER_BLOCK;
+#ifdef MMQ
+        // (a chunk past the end of K is not stored: the dot products stop before it)
+        if (c < nchunks) {
+            const Quants q = block_quants(ib, sb);
+            w_tile[at] = q.lo;
+            w_tile[at + 1u] = q.hi;
+            w_tile[at + 2u] = floatBitsToUint(block_scales(ib, sb));
+        }
+#else
         vec4 v[8];
         if (c < nchunks) {
-            const uint row = min(row0 + r, p.nrows - 1u);
-            dequant_chunk(w_block(row) + c / CHUNKS_PER_BLOCK, c % CHUNKS_PER_BLOCK, v);
+            dequant_chunk(ib, sb, v);
         } else {
             [[unroll]] for (uint q = 0u; q < 8u; q++) {
                 v[q] = vec4(0.0);
             }
         }
         [[unroll]] for (uint q = 0u; q < 8u; q++) {
-            w_tile[r * STRIDE4 + j * 8u + q] = v[q];
+            w_tile[at + q] = floatBitsToUint(v[q]);
         }
+#endif
     }
     [[unroll]] for (uint n = 0u; n < X_ITEMS; n++) {
         const uint i = gl_LocalInvocationID.x + n * WG_SIZE;
-        if (i >= BN * BK4) {
+        if (i >= BN * X_STEP) {
             break;
         }
-        // Neighbouring invocations on neighbouring values of a column.
-        const uint col = i / BK4, q = i % BK4;
-        const uint k4 = c0 * 8u + q;
-        x_tile[col * STRIDE4 + q] = col < tile_cols && k4 < nchunks * 8u
-            ? load_x4(x_column(col) * (p.x_col_stride / 4u) + k4) : vec4(0.0);
+        // Neighbouring invocations on neighbouring uvec4 of a column (its
+        // chunks' values, or its Q8_1 blocks, lie one after the other).
+        const uint col = i / X_STEP, q = i % X_STEP;
+        const uint c = c0 + q / XQ_BLOCK;
+        // (a column past the end reads zeros: its sums are not written)
+        x_tile[col * X_STRIDE + q] = col < tile_cols && c < nchunks
+            ? load_xq(x_column(col) * x_col_uvec4s() + c0 * XQ_BLOCK + q)
+            : uvec4(0u);
     }
     barrier();
+#ifdef MMQ
+    [[unroll]] for (uint j = 0u; j < BK_CHUNKS; j++) {
+        if (c0 + j >= nchunks) {
+            break;  // (uniform)
+        }
+        Quants q[TM];
+        vec4 so[TM];
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            const uint at = (tr + i * ROW_THREADS) * W_STRIDE + j * W_CHUNK;
+            q[i] = Quants(w_tile[at], w_tile[at + 1u]);
+            so[i] = uintBitsToFloat(w_tile[at + 2u]);
+        }
+        [[unroll]] for (uint col = 0u; col < TN; col++) {
+            const XBlock xb = x_block_shared((tc * TN + col) * X_STRIDE + j * XQ_BLOCK);
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                acc[i * TN + col] += chunk_dot(q[i], so[i], xb);
+            }
+        }
+    }
+#else
     [[unroll]] for (uint q = 0u; q < BK4; q++) {
         vec4 a[TM], b[TN];
         [[unroll]] for (uint i = 0u; i < TM; i++) {
-            a[i] = w_tile[(tr + i * ROW_THREADS) * STRIDE4 + q];
+            a[i] = uintBitsToFloat(w_tile[(tr + i * ROW_THREADS) * W_STRIDE + q]);
         }
         [[unroll]] for (uint j = 0u; j < TN; j++) {
-            b[j] = x_tile[(tc * TN + j) * STRIDE4 + q];
+            b[j] = uintBitsToFloat(x_tile[(tc * TN + j) * X_STRIDE + q]);
         }
         [[unroll]] for (uint i = 0u; i < TM; i++) {
             [[unroll]] for (uint j = 0u; j < TN; j++) {
@@ -240,9 +320,9 @@ void step_shared(uint c0) {
             }
         }
     }
+#endif
     barrier();
 }
-#endif
 
 // Not SHARED_TILES: the step at chunk c0, from registers and memory.
 void step_registers(uint c0) {
@@ -275,20 +355,9 @@ void step_registers(uint c0) {
         }
         [[unroll]] for (uint col = 0u; col < TN; col++) {
             // One Q8_1 block of the column (past the end: the last column's, not written).
-            const uint b = XQ_BLOCK * (x_column(min(tc * TN + col, tile_cols - 1u)) * p.x_col_stride + c);
-            const uvec4 xq_lo = load_xq(b), xq_hi = load_xq(b + 1u);
-            const uvec4 xr_lo = X_PLANES == 2u ? load_xq(b + 2u) : uvec4(0u);
-            const uvec4 xr_hi = X_PLANES == 2u ? load_xq(b + 3u) : uvec4(0u);
-            const vec4 xds = uintBitsToFloat(load_xq(b + XQ_BLOCK - 1u));
+            const XBlock xb = x_block(x_column(min(tc * TN + col, tile_cols - 1u)) * x_col_uvec4s() + c * XQ_BLOCK);
             [[unroll]] for (uint i = 0u; i < TM; i++) {
-                // As the int8 mat-vec: sum (scale*q + offset) * d*qx = d * (scale*dot(q, qx) + offset*s),
-                // s in units of d; d last, so that nothing before it grows with x.
-                float v = xds.x * (so[i].x * float(dot16x8(q[i].lo, xq_lo)) + so[i].z * float(dot16x8(q[i].hi, xq_hi))
-                                   + so[i].y * xds.y + so[i].w * xds.z);
-                if (X_PLANES == 2u) {
-                    v += xds.w * (so[i].x * float(dot16x8(q[i].lo, xr_lo)) + so[i].z * float(dot16x8(q[i].hi, xr_hi)));
-                }
-                acc[i * TN + col] += v;
+                acc[i * TN + col] += chunk_dot(q[i], so[i], xb);
             }
         }
 #else
@@ -307,7 +376,7 @@ void step_registers(uint c0) {
         }
         [[unroll]] for (uint col = 0u; col < TN; col++) {
             // (a column past the end repeats the last one; it is not written)
-            const uint x4 = x_column(min(tc * TN + col, tile_cols - 1u)) * (p.x_col_stride / 4u) + c * 8u;
+            const uint x4 = x_column(min(tc * TN + col, tile_cols - 1u)) * x_col_uvec4s() + c * 8u;
             vec4 xv[8];
             [[unroll]] for (uint q = 0u; q < 8u; q++) {
                 xv[q] = load_x4(x4 + q);
@@ -341,11 +410,7 @@ void main() {
         return;  // (uniform)
     }
 #else
-#ifdef MMQ
-    const uint ncols = x_vec4s() / (p.x_col_stride * XQ_BLOCK);  // (x_col_stride in Q8_1 blocks)
-#else
-    const uint ncols = x_vec4s() / (p.x_col_stride / 4u);
-#endif
+    const uint ncols = x_vec4s() / x_col_uvec4s();
     tile_cols = min(ncols - col0, BN);
 #endif
 
@@ -353,15 +418,11 @@ void main() {
         acc[i] = 0.0;
     }
     for (uint c0 = 0u; c0 < nchunks; c0 += BK_CHUNKS) {
-#ifdef MMQ
-        step_registers(c0);  // (the int8 flavour has no shared-memory tiles: the host refuses them)
-#else
         if (SHARED_TILES) {
             step_shared(c0);
         } else {
             step_registers(c0);
         }
-#endif
     }
 
     [[unroll]] for (uint i = 0u; i < TM; i++) {

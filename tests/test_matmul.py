@@ -16,6 +16,7 @@ counts of a case share its compile.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,6 +24,9 @@ import pytest
 import vkq
 import vkq.blocks.reference as ref
 from vkq.blocks.formats import FORMATS
+from vkq.device.caps import DeviceCaps
+from vkq.dispatch import tiles
+from vkq.dispatch.classify import DeviceClass
 from vkq.dispatch.config import PipelineConfig
 from vkq.dispatch.tiles import TileConfig
 from vkq.resolve import MAX_COLS
@@ -41,10 +45,11 @@ NCOLS = (9, 37)
 REGISTERS = TileConfig(8, 4, 1, 2, 4, shared_tiles=False, binding="texel")
 UNITS = TileConfig(8, 2, 8, 1, 2, shared_tiles=False, binding="texel")
 SHARED = TileConfig(16, 8, 2, 2, 4, shared_tiles=True, binding="storage")
-# The int8 path (no shared-memory tiles), with the int32 emulation of OpSDot
+# The int8 path the same three ways, with the int32 emulation of OpSDot
 # (the dispatcher's choice below takes OpSDot where the device has it).
 REGISTERS_INT8 = TileConfig(8, 4, 1, 2, 4, "mmvq", shared_tiles=False, binding="texel")
 UNITS_INT8 = TileConfig(8, 2, 8, 1, 2, "mmvq", shared_tiles=False, binding="texel")
+SHARED_INT8 = TileConfig(16, 8, 2, 2, 4, "mmvq", shared_tiles=True, binding="storage")
 INT8_TYPES = tuple(t for t in TYPES if FORMATS[t].has_int8_path)
 # One type per decoder family for the shared-memory tiles in the fast tier
 # (their pipelines take lavapipe seconds to compile); every type under slow.
@@ -130,6 +135,59 @@ def test_int8_two_planes(backend):
 @pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in FAMILIES else [pytest.mark.slow]) for t in TYPES])
 def test_every_type_shared_tiles(backend, qtype):
     check(backend, qtype, ROWS, odd_k(qtype), SHARED)
+
+
+@pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in ("Q4_0", "Q4_K") else [pytest.mark.slow])
+                                   for t in INT8_TYPES])
+def test_every_type_int8_shared_tiles(backend, qtype):
+    """The int8 path through shared memory (the GPUs' default where OpSDot
+    is enabled): each chunk's quants and scales and x's Q8_1 blocks in shared
+    memory, a partial last K step at odd_k."""
+    check(backend, qtype, ROWS, odd_k(qtype), SHARED_INT8, ncols=(9, 100))
+
+
+@pytest.mark.parametrize("x_planes", [1, 2])
+@pytest.mark.parametrize("int_dot", [False, True])
+def test_int8_shared_tiles_agree_with_registers(backend, x_planes, int_dot):
+    """Shared-memory tiles and registers on the int8 path: the same chunk
+    sums (chunk_dot, kept from fused multiply-adds) added in the same order,
+    so the same bits, whatever the tiles; and right against the model."""
+    w, w64 = case(backend, "Q5_0", ROWS, odd_k("Q5_0"))
+    shared = replace(SHARED_INT8, x_planes=x_planes, int_dot=int_dot)
+    registers = replace(shared, shared_tiles=False)
+    for n in (9, 100):
+        x = random_x(odd_k("Q5_0"), n, seed=n)
+        y_shared, y_registers = backend.matmul(w, x, config=shared), backend.matmul(w, x, config=registers)
+        assert_matches(y_shared, refs_of(w64, x, shared), "mmvq", f"n={n} {shared.describe()}")
+        np.testing.assert_array_equal(y_shared, y_registers)
+        np.testing.assert_array_equal(y_shared, backend.matmul(w, x, config=replace(REGISTERS_INT8, x_planes=x_planes)))
+
+
+def test_shared_memory_of_the_int8_tiles():
+    """Per chunk 3 units of 16 bytes per weights row (quants, scales) and
+    2 * planes + 1 per column of x (shaders/mul_mm.comp), each row and
+    column an odd number of units; the float path 8 (+1 padding)."""
+    assert TileConfig(64, 32, 1, 4, 4, "mmvq").shared_memory_bytes == (64 * 3 + 32 * 3) * 16
+    assert TileConfig(64, 32, 2, 4, 4, "mmvq", x_planes=2).shared_memory_bytes == (64 * 7 + 32 * 11) * 16
+    assert TileConfig(64, 32, 1, 4, 4).shared_memory_bytes == (64 + 32) * 9 * 16
+    assert TileConfig(64, 32, 1, 4, 4, "mmvq", shared_tiles=False).shared_memory_bytes == 0
+
+
+@pytest.mark.parametrize("int_dot", [True, False])
+def test_gpu_default_tiles(int_dot):
+    """The '*' entry (every GPU without an entry of its own): the int8 path
+    with shared-memory tiles where OpSDot is enabled, else the float path,
+    within Vulkan's guaranteed 16 KiB of shared memory; q8_1x2 the float
+    path; types without an int8 path the float path."""
+    gpu = DeviceClass("unknown", "unknown", "unknown")
+    caps = DeviceCaps("x", "discrete-gpu", 32, True, int_dot, 16384, 1024)
+    for qtype in ("Q4_0", "Q6_K", "F16"):
+        for activations in ("q8_1", "q8_1x2"):
+            cfg = tiles.choose(gpu, caps, FORMATS[qtype], 4096, activations=activations)
+            int8 = int_dot and activations == "q8_1" and FORMATS[qtype].has_int8_path
+            assert (cfg.path, cfg.int_dot, cfg.shared_tiles) == ("mmvq" if int8 else "dmmv", int8, True), cfg
+            assert cfg.shared_memory_bytes <= 16384 and cfg.evidence == {"guess"}
+            assert int8 or not FORMATS[qtype].has_int8_path or activations != "q8_1" or "no OpSDot" in cfg.source
 
 
 @pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in ("Q4_0", "Q4_K") else [pytest.mark.slow])
@@ -244,8 +302,8 @@ def test_bad_input(backend):
         backend.matmul(plain, random_x(64, 12), "mmvq")
     with pytest.raises(ValueError, match="F16 has no int8"):
         backend.matmul(plain, random_x(64, 12), config=REGISTERS_INT8)
-    with pytest.raises(ValueError, match="no shared-memory tiles"):
-        TileConfig(8, 4, 1, 2, 4, "mmvq")
+    with pytest.raises(ValueError, match="does not fit this device"):  # 256 x (3 x 8 + 1) x 16 bytes and more
+        backend.matmul(w, x, config=TileConfig(256, 256, 8, 16, 4, "mmvq"))
     for bad, match in (((64, 64, 1, 3, 8), "must divide"), ((64, 64, 1, 16, 16), "sums per invocation"),
                        ((0, 8, 1, 1, 1), "bm 0")):
         with pytest.raises(ValueError, match=match):

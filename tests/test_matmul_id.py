@@ -26,7 +26,7 @@ from vkq.dispatch.tiles import TileConfig
 
 import ggml_quant
 from conftest import TYPES, assert_matches, force_split
-from test_matmul import POOL_ROWS, REGISTERS, REGISTERS_INT8, SHARED, UNITS_INT8, odd_k, refs_of
+from test_matmul import POOL_ROWS, REGISTERS, REGISTERS_INT8, SHARED, SHARED_INT8, UNITS_INT8, odd_k, refs_of
 
 N_EXPERT = 4
 ROWS = 37
@@ -99,6 +99,12 @@ def test_float_shared_tiles(backend, qtype):
     check(backend, qtype, SHARED, per_slot=(False,) if qtype == "Q4_0" else (False, True))
 
 
+@pytest.mark.parametrize("qtype", fast(("Q4_K",), [t for t in TYPES if FORMATS[t].has_int8_path]))
+def test_int8_shared_tiles(backend, qtype):
+    """The int8 path through shared memory (the GPUs' default where OpSDot is enabled)."""
+    check(backend, qtype, SHARED_INT8, n_tokens=(9, 100), per_slot=(True,) if qtype == "Q4_K" else (False, True))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("qtype", ["Q4_K", "IQ2_XS", "F32"])
 def test_whole_units(backend, qtype):
@@ -139,8 +145,9 @@ def test_expert_patterns(backend, case):
     assert_slots_match(backend.matmul_id(w, x, ids, config=REGISTERS), w64, x, ids, REGISTERS, case)
 
 
-@pytest.mark.parametrize("config", [REGISTERS, REGISTERS_INT8, pytest.param(SHARED, marks=pytest.mark.slow)],
-                         ids=["registers", "int8", "shared"])
+@pytest.mark.parametrize("config", [REGISTERS, REGISTERS_INT8, pytest.param(SHARED, marks=pytest.mark.slow),
+                                    pytest.param(SHARED_INT8, marks=pytest.mark.slow)],
+                         ids=["registers", "int8", "shared", "int8-shared"])
 def test_a_tokens_bits_do_not_depend_on_the_other_tokens(backend, config):
     """Token 1 of a call of 3 tokens and the same token (its x and ids) at
     33 of a call of 40: the same bits, though its slots have other ranks

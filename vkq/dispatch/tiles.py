@@ -6,8 +6,8 @@ rows by `bn` columns, walking K in steps of `bk_chunks` 32-element chunks,
 each invocation `tm` rows by `tn` columns of it (so a workgroup has
 (bm / tm) x (bn / tn) invocations), on the float path (`dmmv`: weights
 dequantized) or the int8 path (`mmvq`: x quantized to Q8_1 on the device,
-the weights' quants dotted with it as the int8 mat-vec does; without shared
-memory only, so far). `TileConfig` is the choice; `choose`
+the weights' quants dotted with it as the int8 mat-vec does), either with
+tiles in shared memory or without. `TileConfig` is the choice; `choose`
 makes it for a device class from `TILES` (each entry with its basis and
 note, as the mat-vec's vendor tables) and fits it to the device's limits,
 naming every change in `source`; `check` holds a caller's own TileConfig to
@@ -72,9 +72,16 @@ class TileConfig:
 
     @property
     def shared_memory_bytes(self) -> int:
-        """The shader's two tiles: bm rows and bn columns of a K step, each
-        padded by one vec4 (none without shared_tiles)."""
-        return (self.bm + self.bn) * (self.bk_chunks * CHUNK // 4 + 1) * 16 if self.shared_tiles else 0
+        """The shader's two tiles (none without shared_tiles): bm rows and bn
+        columns of a K step in 16-byte units, each row and column an odd
+        number of them (one of padding where the step's are even). Per chunk
+        a weights row holds its 32 floats (8 units) or on the int8 path its
+        quants and scales (3), a column of x its 32 floats or its Q8_1 block
+        (2 units of quants per plane and one of scales, shaders/q8_1.glsl)."""
+        if not self.shared_tiles:
+            return 0
+        w_chunk, x_chunk = (3, 2 * self.x_planes + 1) if self.path == "mmvq" else (CHUNK // 4, CHUNK // 4)
+        return (self.bm * (self.bk_chunks * w_chunk | 1) + self.bn * (self.bk_chunks * x_chunk | 1)) * 16
 
     def params(self) -> dict:
         return {"path": self.path, "bm": self.bm, "bn": self.bn, "bk_chunks": self.bk_chunks, "tm": self.tm,
@@ -100,8 +107,6 @@ def param_problems(cfg: TileConfig) -> list[str]:
     out = []
     if cfg.path not in PATHS:
         out.append(f"path {cfg.path!r} not in {PATHS}")
-    elif cfg.path == "mmvq" and cfg.shared_tiles is True:
-        out.append("the int8 path (mmvq) has no shared-memory tiles: shared_tiles must be False")
     if not isinstance(cfg.int_dot, bool) or (cfg.int_dot and cfg.path != "mmvq"):
         out.append(f"int_dot {cfg.int_dot!r}: True or False, True on the mmvq path only")
     if cfg.x_planes not in (1, 2) or isinstance(cfg.x_planes, bool) or (cfg.x_planes != 1 and cfg.path != "mmvq"):
@@ -135,8 +140,11 @@ PROMPT_KERNELS = ("matmul", "matvec")
 
 # The tile entries by device class key ("vendor/arch", then "vendor/*", then
 # "*"), each with the basis of its numbers (vkq.dispatch.tables.BASES). An
-# entry's "path" is a path, or one per activation format; "prompt" the
-# kernels of a prompt's chunks (PROMPT_KERNELS), with its own basis.
+# entry's "path" is a path, or one per activation format;
+# "int8_needs_int_dot" True: the entry's int8 path only where OpSDot is
+# enabled, else the float path (its int32 emulation being the slower);
+# "prompt" the kernels of a prompt's chunks (PROMPT_KERNELS), with its own
+# basis.
 TILES: dict[str, dict] = {
     "software/lavapipe": {
         "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 4, "tn": 8,
@@ -154,13 +162,21 @@ TILES: dict[str, dict] = {
                 "the int8 dot products, not measured: the float path, as the mat-vec's measured rule gives it",
     },
     "*": {
-        "path": "dmmv", "bm": 64, "bn": 32, "bk_chunks": 1, "tm": 4, "tn": 4, "shared_tiles": True,
-        "binding": "storage", "value_lookup": "table", "basis": "guess",
+        "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "int8_needs_int_dot": True, "bm": 64, "bn": 32,
+        "bk_chunks": 1, "tm": 4, "tn": 4, "shared_tiles": True, "binding": "storage", "value_lookup": "table",
+        "basis": "guess",
         "prompt": "matmul", "prompt_basis": "measured",
         "prompt_note": "NVIDIA H200, docs/measurements.md (2026-11-26): prompts in chunks of 8 mat-vecs ran at "
                        "0.05x llama.cpp's tiled mat-mats, each weight read once per 8 tokens against once per 512",
-        "note": "a small GPU tile (128 invocations of 16 sums, 14 KiB of shared memory, under Vulkan's "
-                "guaranteed 16 KiB); not measured on any GPU",
+        "note": "not measured on any GPU. A small GPU tile: 128 invocations of 16 sums, in shared memory "
+                "4.5 KiB on the int8 path, 13.5 KiB on the float path (under Vulkan's guaranteed 16 KiB). The "
+                "int8 path where the device has OpSDot enabled, as ggml-vulkan takes its int8 mat-mat (mul_mmq) "
+                "first wherever the device has accelerated 4x8-bit dot products: a step's x is a quarter of the "
+                "float path's bytes (read from memory and held in shared memory), its products one OpSDot per "
+                "4 where the float path takes 4 FMAs, and vkq's int8 mat-vec beat its float one for every "
+                "quantized type on an H100 (docs/measurements.md: 1.3-2.3x); without OpSDot the float path "
+                "(the int32 emulation takes 8 byte extractions, 4 multiplies and 3 adds per 4 products); "
+                "q8_1x2 (twice the dot products) on the float path, as lavapipe's",
     },
 }
 
@@ -218,8 +234,8 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
            activations: str = DEFAULT_ACTIVATIONS) -> TileConfig:
     """The class's tile entry fitted to the device, each change named in
     `source`. The path: the caller's `path`, else VKQ_PATH, else the entry's
-    (a type without an int8 path keeps dmmv); the int8 path without shared
-    memory, with OpSDot where the device has it enabled, on `activations`.
+    (a type without an int8 path keeps dmmv); the int8 path with OpSDot
+    where the device has it enabled, on `activations`.
     Then the K step halved where K is not whole units of it (without shared
     memory, a step of 8), bn halved while the workgroup is too large, the K
     step and then bn halved while shared memory does not hold the tiles,
@@ -242,11 +258,13 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
         if path is None:
             by_format = entry["path"] if isinstance(entry["path"], dict) else {activations: entry["path"]}
             path = by_format[activations] if fmt.has_int8_path else "dmmv"
+            if path == "mmvq" and entry.get("int8_needs_int_dot") and not (caps.int_dot
+                                                                         and not int_dot_disabled_by_env()):
+                path = "dmmv"
+                notes.append("the float path: no OpSDot for the entry's int8 path ("
+                             + ("VKQ_DISABLE_INT_DOT)" if caps.int_dot else "the int-dot feature is not enabled)"))
     params = {name: entry[name] for name in TileConfig.__dataclass_fields__ if name in entry and name != "path"}
     params["path"] = path
-    if path == "mmvq" and params.get("shared_tiles", True):
-        params["shared_tiles"] = False
-        notes.append("shared_tiles True -> False: the int8 path has none")
     if path == "mmvq":
         params["x_planes"] = ACTIVATION_PLANES[activations]
         params["int_dot"] = caps.int_dot and not int_dot_disabled_by_env()
