@@ -265,6 +265,12 @@ PRESETS: dict[str, ModelSpec] = {s.name: s for s in (
               ffn=8192, vocab=128256, tied_output=True),
     ModelSpec("llama-3.1-8b", "llama", hidden=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128,
               ffn=14336, vocab=128256, tied_output=False),
+    # Qwen2.5's Q, K and V biases and Qwen3's per-head Q/K norms are vectors: no matrix here.
+    # K = 896 is not a whole number of 256-value blocks: as SmolLM2's, its matrices take the fallback types.
+    ModelSpec("qwen2.5-0.5b", "qwen2", hidden=896, n_layer=24, n_head=14, n_head_kv=2, head_dim=64,
+              ffn=4864, vocab=151936, tied_output=True),
+    ModelSpec("qwen3-0.6b", "qwen3", hidden=1024, n_layer=28, n_head=16, n_head_kv=8, head_dim=128,
+              ffn=3072, vocab=151936, tied_output=True),
     ModelSpec("qwen3-30b-a3b", "qwen3moe", hidden=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
               ffn=0, vocab=151936, tied_output=False, n_expert=128, n_expert_used=8, expert_ffn=768),
     # K = 2880 is not a multiple of 256 (the block of k-quants and of most
