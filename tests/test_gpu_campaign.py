@@ -15,7 +15,7 @@ from conftest import ROOT
 SCRIPT = ROOT / "tools" / "gpu_campaign.sh"
 # The script's variables, as a run would set them.
 VALUES = {"$F": "/tmp/f", "$f": "/tmp/f/x.gguf", "$N_PROMPT": "16", "$N_GEN": "8", "$KERNEL_TYPES": "Q4_0,Q2_K",
-          "$TUNE_TYPES": "Q4_0", "$kernels": "matmul", '"$PROMPT_LONG"': "text", '"${MODELS[@]}"': "-m a.gguf -m b.gguf", '"${SERVER[@]}"': "--llama-server",
+          "$TUNE_TYPES": "Q4_0", "$kernels": "matmul", '"${PRESETS// /,}"': "smollm2-135m:Q4_0", '"$PROMPT_LONG"': "text", '"${MODELS[@]}"': "-m a.gguf -m b.gguf", '"${SERVER[@]}"': "--llama-server",
           '"${GGML[@]}"': "--ggml /bin/true", '"${flag[@]}"': "--no-fuse"}
 
 
@@ -38,7 +38,7 @@ def vkq_commands() -> list[list[str]]:
 
 def test_every_vkq_command_parses():
     commands = vkq_commands()
-    assert {c[0] for c in commands} == {"report", "generate", "tune"}
+    assert {c[0] for c in commands} == {"report", "generate", "bench", "tune"}
     for argv in commands:
         args = build_parser().parse_args(argv)
         assert callable(args.func), argv

@@ -99,6 +99,10 @@ for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
   done
 done
 
+# 3c. llama-bench's pp and tg of the presets' weight products (vkq bench): the mat-mats' and
+#     the mat-vecs' share of a prompt and of decoding, each path.
+part bench 180 "${VKQ[@]}" bench -m "${PRESETS// /,}" -p $N_PROMPT -n $N_GEN --path dmmv,mmvq -v
+
 # 4. The kernels still behind or decode-bound, beside ggml-vulkan where it is given.
 GGML=()
 [ -n "${GGML_PERF:-}" ] && GGML=(--ggml "$GGML_PERF")
