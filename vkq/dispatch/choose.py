@@ -49,6 +49,24 @@ def check_path(path) -> str:
     return path.lower()
 
 
+def requested_path(fmt: BlockFormat, path: str | None) -> tuple[str | None, str, str]:
+    """The path asked for a matrix of type fmt, before any table or tuning:
+    the caller's `path` (refused where the type lacks it), else VKQ_PATH
+    where the type has it, else None (the rules' choice); with where it came
+    from ("argument", "env VKQ_PATH") and a note where VKQ_PATH does not
+    apply (the environment sets a preference for every matrix; a type
+    without that path keeps the one it has)."""
+    if path is not None:
+        path = check_path(path)
+        if path == "mmvq" and not fmt.has_int8_path:
+            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
+        return path, "argument", ""
+    path = env_path()
+    if path == "mmvq" and not fmt.has_int8_path:
+        return None, "", f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path"
+    return path, "env VKQ_PATH" if path is not None else "", ""
+
+
 def row_chunks(k: int) -> int:
     """32-element chunks of a row of K values (padded to a whole chunk)."""
     return -(-k // CHUNK)
@@ -269,17 +287,8 @@ class Dispatcher:
     def _choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int, path: str | None,
                 activations: str) -> PipelineConfig:
         """The rules' choice (explicit path, environment, tuning, table), fitted to the device."""
-        env_note = ""
-        if path is not None:
-            path, path_source = check_path(path), "argument"
-            if path == "mmvq" and not fmt.has_int8_path:
-                raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
-        else:
-            path, path_source = env_path(), "env VKQ_PATH"
-            if path == "mmvq" and not fmt.has_int8_path:
-                # The environment sets a preference for every matrix; a type
-                # without that path keeps the one it has.
-                path, env_note = None, f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path; "
+        path, path_source, env_note = requested_path(fmt, path)
+        env_note = f"{env_note}; " if env_note else ""
 
         # Tuning measures one column at K >= k_min; other calls use the table.
         tuned = self.tuned.get(fmt.name)

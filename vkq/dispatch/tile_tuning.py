@@ -20,7 +20,7 @@ from dataclasses import replace
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import BlockFormat
 from . import tiles, tuning_store
-from .choose import check_path, env_path
+from .choose import requested_path
 
 
 def tuned_tiles(tuned: dict, fmt: BlockFormat, k: int) -> dict | None:
@@ -60,17 +60,10 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
     found = tuned_tiles(dispatcher.tuned, fmt, k)
     if found is None:
         return tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)
-    note = ""
-    if path is not None:
-        chosen, why = check_path(path), "path from argument"
-        if chosen == "mmvq" and not fmt.has_int8_path:
-            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
-    else:
-        chosen, why = env_path(), "path from env VKQ_PATH"
-        if chosen == "mmvq" and not fmt.has_int8_path:
-            chosen, note = None, f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path; "
-        if chosen is None:
-            chosen, why = found["best"].get(activations), "path from this device's vkq tune"
+    chosen, origin, note = requested_path(fmt, path)
+    note, why = (f"{note}; " if note else ""), f"path from {origin}"
+    if chosen is None:
+        chosen, why = found["best"].get(activations), "path from this device's vkq tune"
     key = tuning_store.entry_key(chosen, activations) if chosen is not None else None
     if key not in found:  # (no tuned tiles for this path and these activations)
         return tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)

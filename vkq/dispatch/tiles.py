@@ -23,7 +23,7 @@ from ..blocks.formats import CHUNK, BlockFormat
 from ..checks import is_int
 from ..device.caps import DeviceCaps
 from ..device.shader_variants import MATMUL_BINDINGS
-from .choose import check_path, env_path, int_dot_disabled_by_env
+from .choose import int_dot_disabled_by_env, requested_path
 from .classify import DeviceClass
 from .config import PATHS, VALUE_LOOKUPS
 
@@ -243,26 +243,17 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
     nothing fits."""
     key, entry = entry_for(device_class)
     notes = []
-    if path is not None:
-        path = check_path(path)
-        if path == "mmvq" and not fmt.has_int8_path:
-            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
-        notes.append("path from argument")
-    else:
-        path = env_path()
-        if path == "mmvq" and not fmt.has_int8_path:
-            path = None
-            notes.append(f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path")
-        elif path is not None:
-            notes.append("path from env VKQ_PATH")
-        if path is None:
-            by_format = entry["path"] if isinstance(entry["path"], dict) else {activations: entry["path"]}
-            path = by_format[activations] if fmt.has_int8_path else "dmmv"
-            if path == "mmvq" and entry.get("int8_needs_int_dot") and not (caps.int_dot
-                                                                         and not int_dot_disabled_by_env()):
-                path = "dmmv"
-                notes.append("the float path: no OpSDot for the entry's int8 path ("
-                             + ("VKQ_DISABLE_INT_DOT)" if caps.int_dot else "the int-dot feature is not enabled)"))
+    path, origin, env_note = requested_path(fmt, path)
+    if env_note or path is not None:
+        notes.append(env_note or f"path from {origin}")
+    if path is None:
+        by_format = entry["path"] if isinstance(entry["path"], dict) else {activations: entry["path"]}
+        path = by_format[activations] if fmt.has_int8_path else "dmmv"
+        if path == "mmvq" and entry.get("int8_needs_int_dot") and not (caps.int_dot
+                                                                     and not int_dot_disabled_by_env()):
+            path = "dmmv"
+            notes.append("the float path: no OpSDot for the entry's int8 path ("
+                         + ("VKQ_DISABLE_INT_DOT)" if caps.int_dot else "the int-dot feature is not enabled)"))
     params = {name: entry[name] for name in TileConfig.__dataclass_fields__ if name in entry and name != "path"}
     params["path"] = path
     if path == "mmvq":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device.shader_variants import VectorOpVariant
-from .vector_ops import (MAX_HEAD_DIM, AttentionShape, Vectors, _ceil, _f32_bits, _groups, _Op, _size,
+from .vector_ops import (AttentionShape, Vectors, _ceil, _f32_bits, _groups, _Op, _size, check_attention_vectors,
                          attention_depth, attention_heads, reducing_variant)
 
 # On a CPU driver an invocation takes several rows (query heads of one
@@ -160,15 +160,9 @@ class TiledAttention(_Op):
                  split: int | None = None):
         super().__init__(device)
         s = shape
-        qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"TiledAttention: {n!r} queries; at least 1")
-        for vec, length, what in ((q, qd, "q"), (k, kvd, "k"), (v, kvd, "v"), (out, qd, "out")):
-            if vec.length != length:
-                raise ValueError(f"TiledAttention {what}: {vec.length} values; {s} needs {length}")
-            vec.check(n, f"TiledAttention {what}")
-        if s.head_dim > MAX_HEAD_DIM:
-            raise ValueError(f"TiledAttention: head_dim {s.head_dim}; at most {MAX_HEAD_DIM}")
+        check_attention_vectors("TiledAttention", s, q, k, v, out, n)
         tiles = attention_tiles(device, s) if tiles is None else tiles
         group = s.n_head // s.n_head_kv
         caps = device.caps

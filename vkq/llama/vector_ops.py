@@ -488,6 +488,19 @@ def attention_scratch_size(device, shape: AttentionShape, split: int | None = No
     return queries * (shape.n_head * shape.capacity + shape.n_head * n_split * (shape.head_dim + 2))
 
 
+def check_attention_vectors(op: str, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, out: Vectors,
+                            n: int) -> None:
+    """An attention op's q, k, v and out hold n vectors of the lengths its
+    shape needs, and its heads are no wider than the shaders take."""
+    qd, kvd = shape.n_head * shape.head_dim, shape.n_head_kv * shape.head_dim
+    for vec, length, what in ((q, qd, "q"), (k, kvd, "k"), (v, kvd, "v"), (out, qd, "out")):
+        if vec.length != length:
+            raise ValueError(f"{op} {what}: {vec.length} values; {shape} needs {length}")
+        vec.check(n, f"{op} {what}")
+    if shape.head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"{op}: head_dim {shape.head_dim}; at most {MAX_HEAD_DIM}")
+
+
 class Attention(_Op):
     """One attention step of a llama layer for each of n query vectors, the
     i-th at position pos[i]: RoPE (ggml's normal mode: adjacent pairs; or
@@ -515,13 +528,7 @@ class Attention(_Op):
                  n: int = 1, heads: int | None = None):
         super().__init__(device)
         s = shape
-        qd, kvd = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
-        for vec, length, what in ((q, qd, "q"), (k, kvd, "k"), (v, kvd, "v"), (out, qd, "out")):
-            if vec.length != length:
-                raise ValueError(f"Attention {what}: {vec.length} values; {s} needs {length}")
-            vec.check(n, f"Attention {what}")
-        if s.head_dim > MAX_HEAD_DIM:
-            raise ValueError(f"Attention: head_dim {s.head_dim}; at most {MAX_HEAD_DIM}")
+        check_attention_vectors("Attention", s, q, k, v, out, n)
         for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
             if _size(cache) < s.cache_size:
                 raise ValueError(f"Attention: the {what} holds {_size(cache)} values; {s} needs {s.cache_size}")
