@@ -1,15 +1,29 @@
 #!/usr/bin/env python3
-"""Time Backend.matmul of n columns against n / 8 Backend.matvec calls of 8
-columns on the same matrix (the mat-vec's way through a prompt), in one
-process, interleaved: the best of --reps runs of each.
+"""Time vkq's tiled mat-mat (Backend.matmul of n columns) against one of:
 
-Usage: python tools/bench_matmul.py [--types Q4_0,Q4_K] [--rows 4096] [--k 4096] [--n 512] [--reps 3]
+- (default) n / 8 Backend.matvec calls of 8 columns on the same matrix (the
+  mat-vec's way through a prompt), in one process, interleaved: the best of
+  --reps runs of each, by wall clock;
+- (--ggml PATH) ggml-vulkan's MUL_MAT, as ggml's own `test-backend-ops perf`
+  (PATH) times it on the same shapes and types: --reps rounds that alternate
+  the two sides (ggml then vkq, vkq then ggml, ...), the fastest round of
+  each kept. vkq's time is its replay's kernels by GPU timestamps (the wall
+  clock where the device has none), one replay of a graph holding the
+  mat-mat alone; ggml's is its us/run (wall clock over a graph of the same
+  mat-mul repeated; vkq/commands/ggml_perf.py). ggml's perf list holds
+  MUL_MAT at m=4096, k=14336 only: another shape shows as "no such case"
+  unless that binary's list has it.
+
+Usage: python tools/bench_matmul.py [--types Q4_0,Q4_K] [--shapes 4096x4096,4096x14336] [--n 512] [--reps 3]
+                                    [--ggml build/bin/test-backend-ops]
+(--rows R --k K: the single shape RxK, when --shapes is not given.)
 Weights are random valid blocks (vkq.blocks.synthetic); the first call of
 each (pipeline compile) is not timed.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,7 +35,130 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vkq  # noqa: E402
 from vkq.blocks.formats import get_format  # noqa: E402
 from vkq.blocks.synthetic import random_weights  # noqa: E402
+from vkq.commands.ggml_perf import GgmlPerf, ggml_type_name  # noqa: E402
+from vkq.device.timing import summarize  # noqa: E402
 from vkq.resolve import MAX_COLS  # noqa: E402
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'4096x4096,4096x14336' -> [(rows, k), ...]; SystemExit naming a bad one."""
+    shapes = []
+    for part in text.split(","):
+        rows, _, k = part.strip().lower().partition("x")
+        if not (rows.isdigit() and k.isdigit() and int(rows) > 0 and int(k) > 0):
+            raise SystemExit(f"--shapes: {part!r} is not ROWSxK (e.g. 4096x14336)")
+        shapes.append((int(rows), int(k)))
+    return shapes
+
+
+def against_matvec(backend, types, shapes, n, reps, rng) -> None:
+    for rows, k in shapes:
+        x = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+        chunks = [np.ascontiguousarray(x[:, i:i + MAX_COLS]) for i in range(0, n, MAX_COLS)]
+        for qtype in types:
+            fmt = get_format(qtype)
+            w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
+            backend.matmul(w, x)
+            for c in chunks:
+                backend.matvec(w, c)
+            best_mm = best_mv = float("inf")
+            for _ in range(reps):
+                t = time.perf_counter()
+                backend.matmul(w, x)
+                best_mm = min(best_mm, time.perf_counter() - t)
+                t = time.perf_counter()
+                for c in chunks:
+                    backend.matvec(w, c)
+                best_mv = min(best_mv, time.perf_counter() - t)
+            flops = 2 * rows * k * n
+            print(f"{fmt.name} {rows}x{k} n={n}: matmul {best_mm:.3f} s ({flops / best_mm / 1e9:.1f} GFLOP/s; "
+                  f"{backend.matmul_pipeline(w, n).describe()}); {len(chunks)} matvec calls of <= {MAX_COLS} "
+                  f"columns {best_mv:.3f} s ({backend.matmul_pipeline(w, MAX_COLS).path}); "
+                  f"matmul's speed-up over the matvec calls: {best_mv / best_mm:.2f}x", flush=True)
+            w.free()
+
+
+class VkqMatMul:
+    """One mat-mat as a graph of its own (x up, the mat-mat, y back): `sample()`
+    replays it once and returns its kernels' seconds (GPU timestamps) or,
+    without them, the replay's wall clock; `wall` is the last replay's."""
+
+    def __init__(self, backend, fmt, rows: int, k: int, n: int, rng):
+        self.w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
+        self.graph = backend.graph(timestamps=True)
+        x = self.graph.input(backend.tensor(k, n, name="x"))
+        self.graph.output(self.graph.matmul(self.w, x))
+        x.write(rng.uniform(-1, 1, (n, k)).astype(np.float32))
+        self.describe = backend.matmul_pipeline(self.w, n).describe()
+        self.wall = None
+        self.sample()  # builds the pipelines; not timed
+
+    def sample(self) -> float:
+        t = time.perf_counter()
+        self.graph.run()
+        self.wall = time.perf_counter() - t
+        return self.graph.kernel_seconds if self.graph.kernel_seconds is not None else self.wall
+
+
+def against_ggml(backend, ggml_path, types, shapes, n, reps, rng) -> None:
+    ggml = GgmlPerf(ggml_path, backend.device_info.index, backend.device_info.name)
+    ggml.check()
+    timer = "GPU timestamps" if backend.device_info.timestamps_supported else "wall clock"
+    names = {get_format(t).name: ggml_type_name(get_format(t)) for t in types}
+    print(f"vkq {vkq.__version__}, device: {backend.device_info.name}; vkq timed by {timer}, ggml by its "
+          f"us/run; {reps} rounds, alternating; load average {os.getloadavg()[0]:.1f}", flush=True)
+    by_rows: dict[int, list[int]] = {}
+    for rows, k in shapes:
+        by_rows.setdefault(rows, []).append(k)
+    cases = [(t, rows, k) for rows, k in shapes for t in names]
+    mine = {}
+    for t, rows, k in cases:
+        print(f"  vkq: uploading {t} {rows}x{k}, first replay", flush=True)
+        mine[t, rows, k] = VkqMatMul(backend, get_format(t), rows, k, n, rng)
+    vkq_s = {c: [] for c in cases}
+    vkq_wall = {c: [] for c in cases}
+    ggml_us = {c: [] for c in cases}
+    ggml_status = {c: "no such case" for c in cases}
+
+    def run_ggml(r):
+        for rows, ks in by_rows.items():
+            regex = (f"type_a=({'|'.join(names.values())}),type_b=f32,m={rows},n={n},"
+                     f"k=({'|'.join(str(k) for k in ks)}),")
+            for case in ggml.run(regex).cases:
+                t = next((t for t, g in names.items() if g == case.params["type_a"]), None)
+                key = (t, int(case.params["m"]), int(case.params["k"]))
+                if key in ggml_us and int(case.params["n"]) == n:
+                    ggml_status[key] = case.status
+                    if case.seconds is not None:
+                        ggml_us[key].append(case.us_per_run)
+                        print(f"  round {r + 1} ggml {key[0]} {key[1]}x{key[2]}: {case.us_per_run:.0f} us "
+                              f"({case.runs} runs)", flush=True)
+
+    def run_vkq(r):
+        for c in cases:
+            vkq_s[c].append(mine[c].sample())
+            vkq_wall[c].append(mine[c].wall)
+            print(f"  round {r + 1} vkq  {c[0]} {c[1]}x{c[2]}: {vkq_s[c][-1] * 1e6:.0f} us "
+                  f"(wall {mine[c].wall * 1e6:.0f} us)", flush=True)
+
+    for r in range(reps):
+        print(f"round {r + 1}: load average {os.getloadavg()[0]:.1f}", flush=True)
+        for side in ((run_ggml, run_vkq) if r % 2 == 0 else (run_vkq, run_ggml)):
+            side(r)
+    print(f"\nend: load average {os.getloadavg()[0]:.1f}\n")
+    print(f"| type | rows x K | n | ggml us/run | vkq us ({timer}) | vkq wall us | ggml / vkq | vkq's tiles |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for c in cases:
+        v = summarize(vkq_s[c])
+        wall = min(vkq_wall[c])
+        g = summarize(ggml_us[c]).seconds if ggml_us[c] else None
+        ratio = f"{g / (v.seconds * 1e6):.2f}x" if g else "-"
+        gtext = f"{g:.0f}" if g else ggml_status[c]
+        print(f"| {c[0]} | {c[1]} x {c[2]} | {n} | {gtext} | {v.seconds * 1e6:.0f} | {wall * 1e6:.0f} | {ratio} | "
+              f"{mine[c].describe} |", flush=True)
+    for m in mine.values():
+        m.graph.destroy()
+        m.w.free()
 
 
 def main() -> int:
@@ -29,35 +166,22 @@ def main() -> int:
     ap.add_argument("--types", default="Q4_0,Q4_K")
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--shapes", help="ROWSxK,... (default: --rows x --k)")
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ggml", metavar="PATH", help="ggml's test-backend-ops (a Vulkan build): compare with it")
     args = ap.parse_args()
+    shapes = parse_shapes(args.shapes) if args.shapes else [(args.rows, args.k)]
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
+    for t in types:
+        get_format(t)  # an unknown type fails here, before anything runs
     backend = vkq.Backend()
     print(f"device: {backend.device_info.name}")
     rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (args.k, args.n)).astype(np.float32)
-    chunks = [np.ascontiguousarray(x[:, i:i + MAX_COLS]) for i in range(0, args.n, MAX_COLS)]
-    for qtype in args.types.split(","):
-        fmt = get_format(qtype)
-        w = backend.upload(fmt.name, (args.rows, args.k), random_weights(fmt, args.rows, args.k, rng))
-        backend.matmul(w, x)
-        for c in chunks:
-            backend.matvec(w, c)
-        best_mm = best_mv = float("inf")
-        for _ in range(args.reps):
-            t = time.perf_counter()
-            backend.matmul(w, x)
-            best_mm = min(best_mm, time.perf_counter() - t)
-            t = time.perf_counter()
-            for c in chunks:
-                backend.matvec(w, c)
-            best_mv = min(best_mv, time.perf_counter() - t)
-        flops = 2 * args.rows * args.k * args.n
-        print(f"{fmt.name} {args.rows}x{args.k} n={args.n}: matmul {best_mm:.3f} s ({flops / best_mm / 1e9:.1f} GFLOP/s; "
-              f"{backend.matmul_pipeline(w, args.n).describe()}); {len(chunks)} matvec calls of <= {MAX_COLS} "
-              f"columns {best_mv:.3f} s ({backend.matmul_pipeline(w, MAX_COLS).path}); "
-              f"matmul's speed-up over the matvec calls: {best_mv / best_mm:.2f}x", flush=True)
-        w.free()
+    if args.ggml:
+        against_ggml(backend, args.ggml, types, shapes, args.n, args.reps, rng)
+    else:
+        against_matvec(backend, types, shapes, args.n, args.reps, rng)
     return 0
 
 
