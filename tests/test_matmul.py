@@ -138,8 +138,8 @@ def test_every_type_shared_tiles(backend, qtype):
 
 
 @pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in ("Q4_0", "Q4_K") else [pytest.mark.slow])
-                                   for t in INT8_TYPES])
-def test_every_type_int8_shared_tiles(backend, qtype):
+                                   for t in INT8_TYPES if t in FAMILIES + ("Q4_K",)])
+def test_int8_shared_tiles_per_family(backend, qtype):
     """The int8 path through shared memory (the GPUs' default where OpSDot
     is enabled): each chunk's quants and scales and x's Q8_1 blocks in shared
     memory, a partial last K step at odd_k."""

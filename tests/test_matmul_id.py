@@ -25,15 +25,18 @@ from vkq.dispatch.config import PipelineConfig
 from vkq.dispatch.tiles import TileConfig
 
 import ggml_quant
-from conftest import TYPES, assert_matches, force_split
-from test_matmul import POOL_ROWS, REGISTERS, REGISTERS_INT8, SHARED, SHARED_INT8, UNITS_INT8, odd_k, refs_of
+from conftest import assert_matches, force_split
+from test_matmul import FAMILIES, POOL_ROWS, REGISTERS, REGISTERS_INT8, SHARED, SHARED_INT8, UNITS_INT8, odd_k, refs_of
 
 N_EXPERT = 4
 ROWS = 37
 N_USED = 2  # (kept across tests: a pipeline per slots-per-x, compiled once)
-# One type per decoder family in the fast tier (each pipeline costs lavapipe
-# a compile); every type under slow.
+# A few decoder families in the fast tier (each pipeline costs lavapipe a
+# compile), one type of every family under slow: the slots' grouping and
+# the tiles do not depend on the type, and every type's decoder is checked
+# in the same tiles by test_matmul.
 FAST_TYPES = ("Q4_0", "Q4_K", "IQ4_XS", "F16")
+SLOW_TYPES = tuple(dict.fromkeys(FAST_TYPES + FAMILIES))
 
 
 @functools.lru_cache(maxsize=4)
@@ -79,7 +82,7 @@ def check(backend, qtype: str, config: TileConfig, n_tokens=(1, 9, 100), per_slo
                                                        f"{config.describe()}")
 
 
-def fast(types, slow_types=TYPES):
+def fast(types, slow_types=SLOW_TYPES):
     return [pytest.param(t, marks=[] if t in types else [pytest.mark.slow]) for t in slow_types]
 
 
@@ -88,7 +91,7 @@ def test_float_in_registers(backend, qtype):
     check(backend, qtype, REGISTERS)
 
 
-@pytest.mark.parametrize("qtype", fast(FAST_TYPES, [t for t in TYPES if FORMATS[t].has_int8_path]))
+@pytest.mark.parametrize("qtype", fast(FAST_TYPES, [t for t in SLOW_TYPES if FORMATS[t].has_int8_path]))
 def test_int8(backend, qtype):
     check(backend, qtype, REGISTERS_INT8)
 
@@ -99,7 +102,7 @@ def test_float_shared_tiles(backend, qtype):
     check(backend, qtype, SHARED, per_slot=(False,) if qtype == "Q4_0" else (False, True))
 
 
-@pytest.mark.parametrize("qtype", fast(("Q4_K",), [t for t in TYPES if FORMATS[t].has_int8_path]))
+@pytest.mark.parametrize("qtype", fast(("Q4_K",), [t for t in SLOW_TYPES if FORMATS[t].has_int8_path]))
 def test_int8_shared_tiles(backend, qtype):
     """The int8 path through shared memory (the GPUs' default where OpSDot is enabled)."""
     check(backend, qtype, SHARED_INT8, n_tokens=(9, 100), per_slot=(True,) if qtype == "Q4_K" else (False, True))
