@@ -289,6 +289,27 @@ def test_tiny_graph_matches_reference(backend, tiny_file, tiny_ref, path):
     assert got.stats.decode_submits == got.stats.decode_steps == 7
 
 
+@pytest.mark.parametrize("n_tokens", [0, 1])
+def test_stats_without_a_decode_step_give_no_rate(tiny_ref, n_tokens):
+    """A prompt alone, or its one token: no decode step, so no decode rate
+    (None, "no decode step"), never a 0.0 t/s; drafts that were never made
+    have no acceptance (no "(0%)")."""
+    from vkq.llama.decoding import GenerationStats
+
+    stats = tiny_ref.greedy([1, 2, 3], n_tokens).stats
+    assert stats.decode_steps == 0 and stats.n_generated == n_tokens
+    assert None is stats.tokens_per_second is stats.ms_per_token is stats.device_ms_per_token
+    assert None is stats.submits_per_token is stats.tokens_per_step is stats.device_share is stats.draft_ms_per_step
+    assert stats.prompt_tokens_per_second > 0
+    text = stats.summary()
+    assert f"decode: {n_tokens} tokens, no decode step" in text and "0.0" not in text.splitlines()[1], text
+    spec = GenerationStats("engine x", "kernels", n_prompt=3, n_generated=3, prompt_seconds=0.5, decode_steps=2,
+                           decode_tokens=2, decode_seconds=0.2, decode_device_seconds=0.1, decode_submits=2,
+                           speculative="lookup", draft_seconds=0.004)
+    assert spec.acceptance is None and spec.tokens_per_second == 10
+    assert "speculative (lookup): drafted 0, accepted 0; 1.00 tokens/step; drafting 2 ms/step" in spec.summary()
+
+
 def test_context_is_enforced(backend, tiny_file, tiny_ref):
     model = GpuLlama(tiny_file, backend, "dmmv", ctx=8)
     with pytest.raises(ValueError, match=r"9 positions \(prompt and new tokens\) exceed the context of 8 "

@@ -40,45 +40,53 @@ class GenerationStats:
     speculative: str | None = None  # the drafter (greedy's speculative=), None for plain greedy
     drafted: int = 0  # drafted tokens verified
     accepted: int = 0  # of those, the ones greedy chose (and the text kept)
+    draft_seconds: float = 0.0  # of decode_seconds, the drafter's (drafter.draft)
+
+    # A rate over nothing (no decode step: one new token or none; no draft) is None, not 0.0.
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.decode_tokens / self.decode_seconds if self.decode_tokens and self.decode_seconds else None
 
     @property
-    def tokens_per_second(self) -> float:
-        return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
+    def prompt_tokens_per_second(self) -> float | None:
+        return self.n_prompt / self.prompt_seconds if self.prompt_seconds else None
 
     @property
-    def prompt_tokens_per_second(self) -> float:
-        return self.n_prompt / self.prompt_seconds if self.prompt_seconds else 0.0
+    def ms_per_token(self) -> float | None:
+        return 1e3 * self.decode_seconds / self.decode_tokens if self.decode_tokens else None
 
     @property
-    def ms_per_token(self) -> float:
-        return 1e3 * self.decode_seconds / self.decode_tokens if self.decode_tokens else 0.0
+    def device_ms_per_token(self) -> float | None:
+        return 1e3 * self.decode_device_seconds / self.decode_tokens if self.decode_tokens else None
 
     @property
-    def device_ms_per_token(self) -> float:
-        return 1e3 * self.decode_device_seconds / self.decode_tokens if self.decode_tokens else 0.0
+    def submits_per_token(self) -> float | None:
+        return self.decode_submits / self.decode_tokens if self.decode_tokens else None
 
     @property
-    def submits_per_token(self) -> float:
-        return self.decode_submits / self.decode_tokens if self.decode_tokens else 0.0
+    def tokens_per_step(self) -> float | None:
+        return self.decode_tokens / self.decode_steps if self.decode_steps else None
 
     @property
-    def tokens_per_step(self) -> float:
-        return self.decode_tokens / self.decode_steps if self.decode_steps else 0.0
-
-    @property
-    def acceptance(self) -> float:
+    def acceptance(self) -> float | None:
         """The share of drafted tokens accepted."""
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return self.accepted / self.drafted if self.drafted else None
 
     @property
-    def device_share(self) -> float:
+    def draft_ms_per_step(self) -> float | None:
+        """The drafter's time per decode step (a draft model's own steps; prompt lookup's look-ups)."""
+        return 1e3 * self.draft_seconds / self.decode_steps if self.decode_steps else None
+
+    @property
+    def device_share(self) -> float | None:
         """The share of a decode step's wall time that device time covers."""
-        return self.decode_device_seconds / self.decode_seconds if self.decode_seconds else 0.0
+        return self.decode_device_seconds / self.decode_seconds if self.decode_tokens and self.decode_seconds else None
 
     def summary(self) -> str:
         dev_s = f"; {self.device_label} {self.prompt_device_seconds:.2f} s" if self.device_label else ""
+        pp = self.prompt_tokens_per_second
         lines = [f"prompt: {self.n_prompt} tokens in {self.prompt_seconds:.2f} s "
-                 f"({self.prompt_tokens_per_second:.1f} t/s{dev_s})"]
+                 f"({'-' if pp is None else f'{pp:.1f}'} t/s{dev_s})"]
         if self.decode_steps:
             ms, dev = self.ms_per_token, self.device_ms_per_token
             split = (f" = {self.device_label} {dev:.1f} ms [{100 * self.device_share:.0f}%] + rest {ms - dev:.1f} ms"
@@ -88,8 +96,10 @@ class GenerationStats:
                 f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
                 f"{submits_per_token(self.submits_per_token)}{self._dispatch_note()}); {self.engine}")
             if self.speculative:
-                lines.append(f"speculative ({self.speculative}): drafted {self.drafted}, accepted {self.accepted} "
-                             f"({100 * self.acceptance:.0f}%); {self.tokens_per_step:.2f} tokens/step")
+                share = "" if self.acceptance is None else f" ({100 * self.acceptance:.0f}%)"
+                lines.append(f"speculative ({self.speculative}): drafted {self.drafted}, accepted {self.accepted}"
+                             f"{share}; {self.tokens_per_step:.2f} tokens/step; drafting "
+                             f"{self.draft_ms_per_step:.3g} ms/step")
         else:
             lines.append(f"decode: {self.n_generated} tokens, no decode step; {self.engine}")
         return "\n".join(lines)
@@ -342,7 +352,9 @@ class Decoder(ABC):
             n_fed = self.n_past
             room = min(n_left - 1, draft_max)  # (a step emits up to len(drafts) + 1 tokens: no more than are
             # left to generate, nor positions than the context has)
+            t0 = time.perf_counter()
             drafts = list(drafter.draft(room))[:room]
+            stats.draft_seconds += time.perf_counter() - t0
             if drafts:
                 choices, rows = self.feed_rows([token] + drafts)
             else:
