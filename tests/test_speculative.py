@@ -359,3 +359,37 @@ def test_cli_draft(dense_pair, capsys, tmp_path):
         assert main(args + extra) == 2
         out = capsys.readouterr()
         assert said in out.err and len(out.err.strip().splitlines()) == 1 and out.out == "", extra
+
+
+def test_draft_model_drafts_on_its_decode_step(backend, dense_pair):
+    """After the prompt the draft feeds through its one-token decode step
+    (feed_one; feed_rows for the tokens a verified step adds: the same bits),
+    never a prompt's chunk: each draft is what the draft's decode steps choose
+    after the text, bit for bit, whatever kernels its prompt took. Python
+    users find it as vkq.DraftModel (speculative="lookup"'s counterpart)."""
+    import vkq
+
+    assert vkq.DraftModel is DraftModel and "DraftModel" in dir(vkq)
+    target_file, q4_file = dense_pair
+    d = GpuLlama(target_file, backend, "auto", ctx=64)
+    draft = GpuLlama(q4_file, backend, "auto", ctx=64)
+    fed = []
+    feed = draft.feed
+    draft.feed = lambda tokens, want_logits=True: (fed.append(draft.n_past), feed(tokens, want_logits))[1]
+    q4 = Recorded(d, draft, p_min=0)
+    ids = d.tokenizer.encode(TEXT)
+    spec = d.greedy(ids, N, stop_at_eos=False, speculative=q4, draft_max=4)
+    assert spec.tokens == d.greedy(ids, N, stop_at_eos=False).tokens
+    assert fed == [0] and spec.stats.decode_steps > 2, fed  # the prompt alone went through feed
+    assert spec.stats.draft_seconds > 0 and "drafting " in spec.stats.summary()
+    first = q4.seen[0][0]
+    for text, drafts in q4.seen[1:4]:
+        draft.reset()
+        feed(first, False)
+        for t in text[len(first):]:
+            choice, _ = draft.feed_one(t)
+        want = []
+        while len(want) < len(drafts):
+            want.append(choice)
+            choice, _ = draft.feed_one(choice)
+        assert want == drafts

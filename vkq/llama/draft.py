@@ -9,10 +9,13 @@ cheap and often right.
 The draft keeps its own KV cache in step with the text: before drafting it
 rewinds to the longest prefix its cache shares with the text (its rejected
 drafts are left behind n_past, never read, overwritten by the next feed) and
-feeds what the text gained since, one or two tokens after a verified step.
+feeds what the text gained since, one or two tokens after a verified step,
+through its decode step's kernels (its drafts are decode steps, not a
+prompt's chunks).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +95,7 @@ class DraftModel:
         del self.cached[keep:]
         new, drafts = self.tokens[keep:], []
         while len(drafts) < room:
-            choice, logits = d.feed(new, self.p_min > 0)
+            choice, logits = self._feed(new)
             self.cached += new
             if self.p_min and top_probability(logits) < self.p_min:
                 break
@@ -100,12 +103,34 @@ class DraftModel:
             new = [choice]
         return drafts
 
+    def _feed(self, new: list[int]) -> tuple[int, np.ndarray | None]:
+        """The tokens join the draft's cache: the prompt (an empty cache) on
+        the prompt's kernels (feed), as the draft's own greedy takes it; after
+        it, decode steps: a drafted token, or the one or two tokens the text
+        gained by a verified step, on the one-token step's kernels (feed_one,
+        or feed_rows: the same bits for several in one submit). Returns the
+        last one's (argmax, logits)."""
+        d = self.decoder
+        if not d.n_past or len(new) > d.max_row_tokens:
+            return d.feed(new, self.p_min > 0)
+        if len(new) == 1:
+            return d.feed_one(new[0])
+        choices, rows = d.feed_rows(new)
+        return int(choices[-1]), rows[-1]
+
     def update(self, drafted: int, accepted: int) -> None:
         """(The next draft finds the rejected ones by the text itself.)"""
 
     def warm_up(self, n_prompt: int) -> float:
         """Record the draft's steps for a prompt of n_prompt tokens and the
-        one- and two-token feeds that follow a verified step (its decoder's
-        warm_up); its cache is left empty. Returns the seconds it took."""
+        one- and two-token decode steps that follow a verified step (its
+        decoder's warm_up, and a feed_rows of two); its cache is left empty.
+        Returns the seconds it took."""
         self.start([])
-        return self.decoder.warm_up(n_prompt + 1) + self.decoder.warm_up(2)
+        d = self.decoder
+        seconds = d.warm_up(n_prompt + 1)
+        t0 = time.perf_counter()
+        if d.max_row_tokens >= 2:
+            d.feed_rows([0, 0])
+        self.start([])
+        return seconds + time.perf_counter() - t0
