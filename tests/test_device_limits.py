@@ -255,3 +255,40 @@ def test_the_devices_own_buffer_limit_refuses_before_the_upload(backend, tmp_pat
     assert 0 < largest < limit // (8 * TINY["n_head"] * 4), msg
     del e
     assert settled_in_use(backend.device) == before
+
+
+def test_the_tiled_attentions_split_partials_are_counted(backend, monkeypatch, long_file):
+    """Past a loop budget (lavapipe's, ~30,000 positions; 1,000 iterations
+    here) a mat-mat prompt's tiled attention splits the keys and keeps the
+    splits' partial results, one buffer per layer of each mat-mat prompt step
+    kept: the context check counts them, from shapes (nothing allocated
+    here), so a context whose partials would not fit is refused (or, the
+    model's own, shrunk), where the mat-vec prompt's fits."""
+    from vkq.llama.chunk_attention import attention_tiles, tiled_attention_split
+    from vkq.llama.context_fit import PROMPT_STEPS_KEPT, fit_context
+    from vkq.llama.vector_ops import AttentionShape
+
+    dev = backend.device
+    monkeypatch.setattr(dev, "caps", replace(dev.caps, max_loop_iterations=1000))
+    file = LlamaFile(long_file)
+    cfg, ctx, chunk = file.config, 2000, 64
+    shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, ctx)
+    split = tiled_attention_split(dev, shape, attention_tiles(dev, shape))
+    assert 0 < split < ctx
+    with_partials = context_buffers(dev, cfg, ctx, True, 8, prompt_chunk=chunk)
+    without = context_buffers(dev, cfg, ctx, True, 8)
+    # per query of the chunk, head and split: the output vector, its maximum and its sum
+    floats = chunk * TINY["n_head"] * -(-ctx // split) * (HEAD_DIM + 2)
+    assert floats * 4 <= with_partials.partials < floats * 4 + 1024
+    assert with_partials.n_partials == TINY["n_layer"] * PROMPT_STEPS_KEPT
+    assert with_partials.total == without.total + TINY["n_layer"] * PROMPT_STEPS_KEPT * with_partials.partials
+    assert context_buffers(dev, cfg, split, True, 8, prompt_chunk=chunk).partials == 0  # no split: none
+    # Memory for everything but the partials: the mat-vec prompt's context fits, the mat-mat prompt's does not.
+    heap = settled_in_use(dev) + step_vectors_bytes(file, 8, chunk) + without.total
+    limit_device(monkeypatch, dev, device_type="discrete-gpu", device_local_memory=heap)
+    assert fit_context(dev, file, ctx, True, 8, True) == ctx
+    with pytest.raises(DeviceMemoryError, match=rf"a context of {ctx} positions does not fit: the KV caches and "
+                                                r"the attention's tensors would take .* the largest that fits"):
+        fit_context(dev, file, ctx, True, 8, True, prompt_chunk=chunk)
+    with pytest.warns(UserWarning, match=f"the model's context of {ctx} positions does not fit"):
+        assert fit_context(dev, file, ctx, True, 8, False, prompt_chunk=chunk) < ctx

@@ -124,6 +124,13 @@ def tiled_attention_split(device, shape: AttentionShape, tiles: AttentionTiles) 
     return most // tiles.bkv * tiles.bkv
 
 
+def split_partials_size(shape: AttentionShape, n: int, split: int) -> int:
+    """Floats of the partial results a split attend of n queries keeps for
+    the combine (0: split 0, none): per query head and split, its output
+    vector, running maximum and sum."""
+    return n * shape.n_head * _ceil(shape.capacity, split) * (shape.head_dim + 2) if split else 0
+
+
 def tiled_attention_depth(shape: AttentionShape, tiles: AttentionTiles, split: int = 0) -> int:
     """Serial depth (Launch) of the tiled attend at a full cache: RoPE of the
     row's query (unrolled), then a step per key tile (with shared memory,
@@ -209,8 +216,9 @@ class TiledAttention(_Op):
         # The attend (_Op.record puts a barrier before it), and the combine of its splits.
         self.split = split
         n_split = _ceil(s.capacity, split) if split else 1
-        # The splits' partial results: only this op's (without splits, out fills the unread binding).
-        partials = device.tensor(n * s.n_head * n_split * (s.head_dim + 2)) if split else out.tensor.kp
+        # The splits' partial results: only this op's (without splits, out fills the unread binding);
+        # vkq.llama.context_fit counts them before a decoder allocates anything.
+        partials = device.tensor(split_partials_size(s, n, split)) if split else out.tensor.kp
         push = [q.offset, q.step, out.offset, out.step, n, n_split, s.n_head, s.n_head_kv, s.capacity, scale]
         tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)] + [partials]
         groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), _groups(n_split, 1))

@@ -1,8 +1,11 @@
 """The context a graph-engine decoder can hold on its device, checked before
 anything is allocated.
 
-Three of the step's device tensors grow with the context (its positions):
-each layer's K and V caches, the attention's scratch and the RoPE table.
+The step's device tensors that grow with the context (its positions):
+each layer's K and V caches, the attention's scratch, the RoPE table, and
+where a prompt goes through the mat-mats and its tiled attention splits the
+keys (a loop budget: lavapipe past ~30,000 positions), that attention's
+partial results, one buffer per layer of every mat-mat prompt step kept.
 Each is one buffer that a shader binds whole, so each must stay within one
 buffer's limit (vkq.device.memory.buffer_limit: maxStorageBufferRange, or
 maxMemoryAllocationSize where smaller); a larger one is undefined behaviour
@@ -26,6 +29,7 @@ import numpy as np
 from ..device.memory import DeviceMemoryError, buffer_limit, size_text, total_limit
 from ..tensor import padded_stride
 from ..resolve import MAX_COLS
+from .chunk_attention import attention_tiles, split_partials_size, tiled_attention_split
 from .vector_ops import MAX_KV_CAPACITY, AttentionShape, attention_scratch_size, attention_split
 
 F32 = np.dtype(np.float32)
@@ -39,30 +43,41 @@ class ContextBuffers:
     scratch: int  # the attention's scratch
     rope: int  # the RoPE table
     n_layer: int
+    partials: int = 0  # a tiled attention's split partials at a full mat-mat prompt chunk (0: none)
+    n_partials: int = 0  # how many there are: one per layer of each mat-mat prompt step kept
 
     @property
     def total(self) -> int:
-        return 2 * self.n_layer * self.cache + self.scratch + self.rope
+        return 2 * self.n_layer * self.cache + self.scratch + self.rope + self.n_partials * self.partials
 
     def largest(self) -> tuple[str, int]:
         """The largest of them: what it is, its bytes."""
         return max((("each layer's K cache and V cache would take", self.cache),
-                    ("the attention scratch would take", self.scratch), ("the RoPE table would take", self.rope)),
+                    ("the attention scratch would take", self.scratch), ("the RoPE table would take", self.rope),
+                    ("each layer's split partials of the prompt's tiled attention would take", self.partials)),
                    key=lambda item: item[1])
 
 
-def context_buffers(device, cfg, ctx: int, spread: bool, queries: int) -> ContextBuffers:
+def context_buffers(device, cfg, ctx: int, spread: bool, queries: int, prompt_chunk: int = 0) -> ContextBuffers:
     """The context's tensors as GpuLlama makes them for ctx positions
-    (queries: the most tokens one replay attends for, its prompt chunk)."""
+    (queries: the most tokens one replay attends for through the scores
+    scratch; prompt_chunk: the mat-mat prompt steps' tokens, 0: none). The
+    split partials are counted at prompt_chunk queries for each kept prompt
+    step (a prompt's remainders take fewer: more than they take)."""
     shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, ctx)
     split = attention_split(device, shape, spread)
 
     def f32_bytes(n: int) -> int:
         return padded_stride(n, F32) * F32.itemsize
 
+    partials = 0
+    if prompt_chunk:
+        tiled_split = tiled_attention_split(device, shape, attention_tiles(device, shape))
+        partials = f32_bytes(split_partials_size(shape, prompt_chunk, tiled_split)) if tiled_split else 0
     return ContextBuffers(cache=f32_bytes(shape.cache_size),
                           scratch=f32_bytes(attention_scratch_size(device, shape, split, queries)),
-                          rope=f32_bytes(ctx * max(cfg.n_rot, 2)), n_layer=cfg.n_layer)
+                          rope=f32_bytes(ctx * max(cfg.n_rot, 2)), n_layer=cfg.n_layer, partials=partials,
+                          n_partials=cfg.n_layer * PROMPT_STEPS_KEPT if partials else 0)
 
 
 # The mat-mat prompt steps a graph engine keeps at once: the full chunk's and
@@ -85,13 +100,14 @@ def step_vectors_bytes(file, queries: int, prompt_chunk: int = 0) -> int:
     return 2 * F32.itemsize * (per_token * tokens + file.n_vocab * queries)
 
 
-def context_problem(device, cfg, ctx: int, spread: bool, queries: int, room: int | None) -> str | None:
+def context_problem(device, cfg, ctx: int, spread: bool, queries: int, room: int | None,
+                    prompt_chunk: int = 0) -> str | None:
     """Why a context of ctx positions does not fit (None: it fits). room:
     the bytes the device's memory has left for the context's tensors, None:
-    no limit known."""
+    no limit known; prompt_chunk: as context_buffers'."""
     if ctx > MAX_KV_CAPACITY:
         return f"the attention takes at most {MAX_KV_CAPACITY} positions"
-    bufs = context_buffers(device, cfg, ctx, spread, queries)
+    bufs = context_buffers(device, cfg, ctx, spread, queries, prompt_chunk)
     what, nbytes = bufs.largest()
     limit, limit_name = buffer_limit(device.info)
     if nbytes > limit:
@@ -127,14 +143,15 @@ def fit_context(device, file, ctx: int, spread: bool, queries: int, asked: bool,
     memory: check the memory left too (off: one buffer's limit alone, which
     needs no weights uploaded to check). queries: the most queries one
     replay's attention keeps scores of; prompt_chunk: the mat-mat prompt
-    steps' tokens (0: none; step_vectors_bytes)."""
+    steps' tokens (0: none; step_vectors_bytes, and their tiled attention's
+    split partials: context_buffers)."""
     cfg, model = file.config, file.path.name
     room = device.memory.room() if memory else None
     if room is not None:
         room = max(room - step_vectors_bytes(file, min(queries, MAX_COLS), prompt_chunk), 0)
 
     def problem(c: int) -> str | None:
-        return context_problem(device, cfg, c, spread, queries, room)
+        return context_problem(device, cfg, c, spread, queries, room, prompt_chunk)
 
     why = problem(ctx)
     if why is None:
