@@ -10,7 +10,7 @@ from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
 from ..dispatch.tiles import PROMPT_KERNELS
-from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
+from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX
 from ..llama.lookup import DRAFT_MAX, P_MIN, SPECULATIVE
 
 
@@ -94,7 +94,8 @@ def cmd_generate(args) -> int:
                                             ("--no-spread", args.no_spread), ("--shape", args.shape),
                                             ("--speculative", args.speculative is not None),
                                             ("--draft", args.draft is not None),
-                                            ("--draft-max", args.draft_max is not None)) if given]
+                                            ("--draft-max", args.draft_max is not None),
+                                            ("--steps-per-submit", args.steps_per_submit != 1)) if given]
         if ignored:
             raise ValueError(f"--compare-engines sets the engines, their context, timestamps and launches itself: "
                              f"drop {', '.join(ignored)}")
@@ -105,7 +106,8 @@ def cmd_generate(args) -> int:
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
                     spread=not args.no_spread, shape=args.shape, speculative=args.speculative,
                     ubatch=args.ubatch, prompt_kernels=args.prompt_kernels, draft=args.draft,
-                    draft_max=args.draft_max, draft_p_min=args.draft_p_min)
+                    draft_max=args.draft_max, draft_p_min=args.draft_p_min,
+                    steps_per_submit=args.steps_per_submit)
 
 
 def cmd_model(args) -> int:
@@ -239,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-p-min", type=probability, metavar="P", default=None,
                    help=f"--draft: stop drafting at a token the draft gives less than probability P (default "
                         f"{P_MIN}, llama.cpp's; 0: always draft --draft-max)")
+    p.add_argument("--steps-per-submit", type=positive_int, metavar="K", default=1,
+                   help=f"graph engine: up to K greedy decode steps (1 to {STEPS_PER_SUBMIT_MAX}) in one submit, each "
+                        "step's token the one before's argmax on the device (the same text; fewer waits for it)")
     p.add_argument("--compare-engines", type=positive_int, metavar="ROUNDS", default=None,
                    help="decode speed of the graph and host engines side by side, ROUNDS rounds alternating "
                         "between them (EOS ignored; it sets the engine, context and timestamps itself)")

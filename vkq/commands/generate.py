@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS
+from ..llama.config import STEPS_PER_SUBMIT_MAX
 from ..llama.decoding import submits_per_token
 from ..llama.draft import DraftModel, check_same_vocabulary
 from ..llama.lookup import P_MIN
@@ -47,7 +48,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
              spread: bool = True, shape: str | None = None, speculative: str | None = None,
              ubatch: int | None = None, prompt_kernels: str | None = None, draft: str | Path | None = None,
-             draft_max: int | None = None, draft_p_min: float | None = None) -> int:
+             draft_max: int | None = None, draft_p_min: float | None = None, steps_per_submit: int = 1) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: LlamaConfig.default_context, grown to what the prompt
@@ -65,7 +66,9 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     vkq.llama.lookup.P_MIN); draft_max: the most drafted tokens a step
     verifies (default Decoder.draft_limit's). ubatch: the
     graph engine's prompt tokens per submit; prompt_kernels: the kernels of
-    its prompt chunks, "matmul" or "matvec" (default: the device's)."""
+    its prompt chunks, "matmul" or "matvec" (default: the device's).
+    steps_per_submit: the graph engine chains up to that many greedy
+    decode steps in one submit (Decoder.greedy's: the same text)."""
     if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
         raise ValueError(f"--shape {shape}: device, or a GPU class: {', '.join(sorted(GPU_LAUNCH_CAPS))}")
     if shape is not None and (engine == "host" or path == "numpy"):
@@ -78,6 +81,15 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                          "--speculative")
     if draft_p_min is not None and draft is None:
         raise ValueError("--draft-p-min sets when the draft model stops drafting: it needs --draft")
+    if steps_per_submit != 1:
+        if speculative is not None or draft is not None:
+            raise ValueError("--steps-per-submit chains plain greedy's steps; speculative decoding (--speculative, "
+                             "--draft) verifies drafts in steps of several tokens: give one of them")
+        if engine == "host" or path == "numpy":
+            raise ValueError("--steps-per-submit chains the graph engine's decode steps; the host engine runs one "
+                             "step per token: it needs --engine graph and a device path")
+        if not 1 <= steps_per_submit <= STEPS_PER_SUBMIT_MAX:
+            raise ValueError(f"--steps-per-submit {steps_per_submit}: 1 to {STEPS_PER_SUBMIT_MAX}")
     if (speculative is not None or draft is not None) and profile:
         raise ValueError("--profile times the one-token decode step; speculative decoding (--speculative, --draft) "
                          "decodes in steps of several: give one of them")
@@ -114,7 +126,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if drafter is not None:
         decoder.drafter(drafter, draft_max)  # refused before any text is printed
     load_s = time.perf_counter() - t0
-    warm = decoder.warm_up(n_prompt, speculative=drafter is not None)
+    chained = dict(steps_per_submit=steps_per_submit, n_tokens=n_tokens) if steps_per_submit > 1 else {}
+    warm = decoder.warm_up(n_prompt, speculative=drafter is not None, **chained)
     if isinstance(drafter, DraftModel):
         warm += drafter.warm_up(n_prompt)
     cfg = file.config
@@ -127,16 +140,20 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     print(prompt, end="", flush=True)
     _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
                                    on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
-                                   draft_max=draft_max)
+                                   draft_max=draft_max, steps_per_submit=steps_per_submit)
     print()
     print(stats.summary(), file=sys.stderr)
     if profile:
         if not stats.decode_steps:
             raise ValueError("no decode step to profile: the model stopped at its end-of-text token first "
                              "(--ignore-eos)")
-        prof = decoder.profile(stats.decode_steps)
+        # (chained steps: the longest chain's submits, each op per submit and its time per token)
+        chain = max((m for m in range(2, steps_per_submit + 1) if decoder.profiled_steps(m, chained=True)), default=0)
+        prof = decoder.profile(decoder.profiled_steps(chain, chained=True), chain, chained=True) if chain \
+            else decoder.profile(stats.decode_steps)
         prof = replace(prof, wall_seconds=stats.ms_per_token / 1e3)
-        print(f"\nprofile of a decode step ({prof.summary()}):\n{prof.table()}", file=sys.stderr)
+        what = f"a submit of {chain} chained decode steps" if chain else "a decode step"
+        print(f"\nprofile of {what} ({prof.summary()}):\n{prof.table()}", file=sys.stderr)
         # (the prompt's largest chunk: a prompt shorter than prompt_chunk is one chunk of its own size)
         chunk = max((n for n in range(2, decoder.prompt_chunk + 1) if decoder.profiled_steps(n)), default=0)
         if chunk:

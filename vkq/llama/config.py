@@ -41,6 +41,10 @@ PROMPT_CHUNK = 512
 # ... and through the mat-vec kernels: vkq.resolve.MAX_COLS, the columns a
 # mat-vec takes (here too so that the command line needs no Kompute; a test holds the two equal).
 PROMPT_CHUNK_MATVEC = 8
+# The most greedy decode steps the graph engine chains in one submit
+# (Decoder.greedy's steps_per_submit): each step keeps its own logits on the
+# device, and by 16 the host's work per token is a small share of a submit's.
+STEPS_PER_SUBMIT_MAX = 16
 
 
 def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:

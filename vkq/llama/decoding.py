@@ -16,7 +16,6 @@ from .lookup import DRAFT_MAX, SPECULATIVE, Drafter, PromptLookup
 from .model import LlamaFile
 
 
-
 @dataclass
 class GenerationStats:
     """Where the time of a generation went: prompt (prefill) and decode steps.
@@ -35,12 +34,15 @@ class GenerationStats:
     decode_seconds: float = 0.0
     decode_device_seconds: float = 0.0
     decode_submits: int = 0
-    dispatches: int | None = None  # compute dispatches and barriers per decode step (where the engine knows)
-    barriers: int | None = None
+    # compute dispatches and barriers per decode step (where the engine knows; chained steps: their
+    # submit's over its steps, the barriers between them a fraction per step)
+    dispatches: float | None = None
+    barriers: float | None = None
     speculative: str | None = None  # the drafter (greedy's speculative=), None for plain greedy
     drafted: int = 0  # drafted tokens verified
     accepted: int = 0  # of those, the ones greedy chose (and the text kept)
     draft_seconds: float = 0.0  # of decode_seconds, the drafter's (drafter.draft)
+    steps_per_submit: int = 1  # the most decode steps one submit took (greedy's steps_per_submit)
 
     # A rate over nothing (no decode step: one new token or none; no draft) is None, not 0.0.
     @property
@@ -94,7 +96,8 @@ class GenerationStats:
             lines.append(
                 f"decode: {self.n_generated} tokens, {self.decode_steps} steps in {self.decode_seconds:.2f} s: "
                 f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
-                f"{submits_per_token(self.submits_per_token)}{self._dispatch_note()}); {self.engine}")
+                f"{submits_per_token(self.submits_per_token)}{self._chain_note()}{self._dispatch_note()}); "
+                f"{self.engine}")
             if self.speculative:
                 share = "" if self.acceptance is None else f" ({100 * self.acceptance:.0f}%)"
                 lines.append(f"speculative ({self.speculative}): drafted {self.drafted}, accepted {self.accepted}"
@@ -106,7 +109,18 @@ class GenerationStats:
 
 
     def _dispatch_note(self) -> str:
-        return "" if self.dispatches is None else f", {self.dispatches} dispatches and {self.barriers} barriers/token"
+        return "" if self.dispatches is None else \
+            f", {self.dispatches:g} dispatches and {self.barriers:g} barriers/token"
+
+    def _chain_note(self) -> str:
+        return "" if self.steps_per_submit == 1 else f", up to {self.steps_per_submit} steps/submit"
+
+
+def submit_sizes(k: int, n_steps: int) -> list[int]:
+    """The decode steps of each submit where greedy chains up to k per
+    submit (steps_per_submit) for n_steps steps: k each, the rest in one."""
+    n_steps = max(n_steps, 0)
+    return [k] * (n_steps // k) + ([n_steps % k] if n_steps % k else [])
 
 
 def submits_per_token(n: float) -> str:
@@ -182,6 +196,28 @@ class Decoder(ABC):
         engine's mat-mat). Returns feed's (argmax, logits)."""
         return self.feed([token], True)
 
+    max_steps_per_submit = 1  # greedy decode steps one submit takes (feed_steps); the graph engine chains more
+
+    def feed_steps(self, token: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """m greedy decode steps: `token` joins the KV cache, then each
+        step's choice (its argmax) the one after, m in all. Returns the
+        choices (m,) and their logits (m, n_vocab): the bits of m feed_one
+        calls. Up to max_steps_per_submit in one submit."""
+        self.check_steps_per_submit(m)
+        choice, logits = self.feed_one(token)
+        return np.array([choice], np.int64), logits[None]
+
+    def check_steps_per_submit(self, k: int) -> None:
+        """Refuses steps_per_submit values this decoder cannot take, in one line."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"steps_per_submit {k!r}: decode steps per submit, 1 or more")
+        most = self.max_steps_per_submit
+        if k > most and most == 1:
+            raise ValueError(f"steps_per_submit {k}: {self.label} runs one decode step per token; several steps "
+                             f"per submit need the graph engine")
+        if k > most:
+            raise ValueError(f"steps_per_submit {k}: 1 to {most} decode steps per submit")
+
     @property
     @abstractmethod
     def max_row_tokens(self) -> int:
@@ -219,8 +255,9 @@ class Decoder(ABC):
         """(device seconds, submits) so far: see GenerationStats."""
         return 0.0, 0
 
-    def step_counts(self) -> tuple[int, int] | None:
-        """(compute dispatches, barriers) of one decode step, where the engine records them."""
+    def step_counts(self, steps: int = 1) -> tuple[float, float] | None:
+        """(compute dispatches, barriers) of one decode step, where the engine
+        records them; steps: of a submit of that many chained steps, per step."""
         return None
 
     def check_room(self, n_past: int, n_new: int) -> None:
@@ -252,7 +289,7 @@ class Decoder(ABC):
 
     def greedy(self, prompt_ids, n_tokens: int, *, stop_at_eos: bool = True, keep_logits: bool = False,
                on_token: Callable[[int], None] | None = None, speculative: str | Drafter | None = None,
-               draft_max: int | None = None) -> Generation:
+               draft_max: int | None = None, steps_per_submit: int = 1) -> Generation:
         """Greedy decoding of n_tokens after prompt_ids (from an empty cache),
         ended early by a token that ends a generation (the tokenizer's
         eog_ids: EOS, end of turn, ...) unless stop_at_eos is false.
@@ -263,19 +300,32 @@ class Decoder(ABC):
         another drafter (vkq.llama.lookup.Drafter), such as a draft model
         (vkq.llama.draft.DraftModel): asked for up to draft_max tokens a
         step, verified the same way. draft_max: default
-        vkq.llama.lookup.DRAFT_MAX, cut to what one step takes."""
+        vkq.llama.lookup.DRAFT_MAX, cut to what one step takes.
+        steps_per_submit: plain greedy's decode steps chained in one submit,
+        up to that many (the graph engine: up to STEPS_PER_SUBMIT_MAX; 1 on
+        the host engine), each step's argmax the next step's token on the
+        device: the same tokens and logits, fewer waits for the device; a
+        submit takes no more steps than tokens are left to choose, and the
+        steps after one that ends the generation are dropped (the KV cache
+        then holds what one step per submit leaves). Not with speculative."""
         prompt_ids = self.file.check_ids(prompt_ids)
         if n_tokens < 0:
             raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
         if not prompt_ids:
             raise ValueError("no tokens to feed (empty prompt?)")
+        self.check_steps_per_submit(steps_per_submit)
+        if speculative is not None and steps_per_submit != 1:
+            raise ValueError("steps_per_submit chains plain greedy's steps; speculative decoding verifies drafts in "
+                             "steps of several tokens: give one of them")
         if speculative is not None:
             draft_max = self.draft_limit(draft_max)
         drafter = None if speculative is None else self.drafter(speculative, draft_max)
         self.check_room(0, len(prompt_ids) + max(n_tokens - 1, 0))
         stats = GenerationStats(self.label, self.device_label, n_prompt=len(prompt_ids),
-                                speculative=None if drafter is None else drafter.name)
-        stats.dispatches, stats.barriers = self.step_counts() or (None, None)
+                                speculative=None if drafter is None else drafter.name,
+                                steps_per_submit=steps_per_submit)
+        chain = min(steps_per_submit, max(n_tokens - 1, 1))  # (the longest chain this generation takes)
+        stats.dispatches, stats.barriers = self.step_counts(chain) or (None, None)
         out, kept = [], [] if keep_logits else None
         ends = self.tokenizer.eog_ids if stop_at_eos else frozenset()  # EOS, end of turn, ...
 
@@ -295,7 +345,9 @@ class Decoder(ABC):
         stats.prompt_seconds, stats.prompt_device_seconds = time.perf_counter() - t0, self.counters()[0] - d0
         t0, (d0, s0) = time.perf_counter(), self.counters()
         if n_tokens and not emit(token, logits):
-            if drafter is None:
+            if drafter is None and steps_per_submit > 1:
+                self._chained_steps(steps_per_submit, token, n_tokens - len(out), emit, stats)
+            elif drafter is None:
                 while True:
                     token, logits = self.feed_one(token)
                     stats.decode_steps += 1
@@ -311,6 +363,27 @@ class Decoder(ABC):
         stats.decode_submits = s1 - s0
         stats.n_generated = len(out)
         return Generation(out, stats, kept)
+
+    def _chained_steps(self, k: int, token: int, n_left: int, emit: Callable[[int, np.ndarray], bool],
+                       stats: GenerationStats) -> None:
+        """Plain greedy's decode steps, up to k per submit (feed_steps): a
+        submit takes as many as there are tokens left to choose
+        (submit_sizes); the choices after one that ends the generation are
+        dropped, and the KV cache rewound to what one step per submit
+        leaves: `token` and the choices before that one."""
+        while True:
+            n_fed = self.n_past
+            m = min(k, n_left)
+            choices, rows = self.feed_steps(token, m)
+            for i in range(m):
+                token = int(choices[i])
+                stats.decode_steps += 1
+                stats.decode_tokens += 1
+                check_choice(token, rows[i], n_fed + i + 1)
+                n_left -= 1
+                if emit(token, rows[i]):
+                    self.rewind(n_fed + i + 1)
+                    return
 
     def drafter(self, speculative: str | Drafter, draft_max: int | None = None) -> Drafter:
         """The drafter speculative= names (or is), once this decoder is found
@@ -380,10 +453,10 @@ class Decoder(ABC):
     def generate(self, prompt: str, n_tokens: int, *, stop_at_eos: bool = True,
                  on_text: Callable[[str], None] | None = None,
                  speculative: str | Drafter | None = None,
-                 draft_max: int | None = None) -> tuple[str, list[int], GenerationStats]:
+                 draft_max: int | None = None, steps_per_submit: int = 1) -> tuple[str, list[int], GenerationStats]:
         """Greedy continuation of a text prompt: (text, generated ids, stats).
-        on_text receives the text as it grows, piece by piece; speculative
-        and draft_max: as greedy's (the same text)."""
+        on_text receives the text as it grows, piece by piece; speculative,
+        draft_max and steps_per_submit: as greedy's (the same text)."""
         prompt_ids = self.tokenizer.encode(prompt)
         on_token: Callable[[int], None] | None = None
         if on_text is not None:
@@ -398,5 +471,5 @@ class Decoder(ABC):
                     shown[0] = text
             on_token = show_text
         gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token, speculative=speculative,
-                          draft_max=draft_max)
+                          draft_max=draft_max, steps_per_submit=steps_per_submit)
         return self.tokenizer.decode(gen.tokens, continuation=True), gen.tokens, gen.stats

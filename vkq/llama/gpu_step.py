@@ -62,6 +62,11 @@ The step that verifies speculative decoding's drafts (feed_rows) is the
 decode step for n <= MAX_COLS tokens with the output norm and head over all
 of them: each row the logits of its token fed alone, so the drafts greedy
 keeps are its own choices.
+Greedy's steps_per_submit chains k one-token decode steps in one graph
+(_record_chain): each step's argmax is written where the next step's
+embedding reads its token, so the host submits once and reads k tokens
+and their logits; the steps share one set of intermediate tensors, each has
+its own position, logits and argmax.
 """
 from __future__ import annotations
 
@@ -78,16 +83,19 @@ from ..dispatch.tiles import PROMPT_KERNELS
 from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..ops import fused_swiglu_fits, q8_1_words
 from ..resolve import MAX_COLS, resolve_tiles
-from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
+from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX
 from .chunk_attention import TiledAttention
 from .context_fit import PROMPT_STEPS_KEPT, fit_context
-from .decoding import Decoder
+from .decoding import Decoder, submit_sizes
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .profile import Profile, step_shape
 from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
                          Q8_1Output, RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split,
                          launches_of, rope_table)
+
+
+CHAINS_KEPT = 2  # recorded chains of decode steps kept (GpuLlama._step)
 
 
 def check_graph_engine(file: LlamaFile) -> None:
@@ -165,8 +173,9 @@ class GpuLlama(Decoder):
         self.kernel_seconds = 0.0  # GPU time of the replays so far (timestamps)
         self.timestamps = timestamps or profile
         self.device_label = "kernels" if self.timestamps else None
-        # per step size (1: decode steps; n: a prompt's chunks of n), each replay's op times
-        self.op_samples: dict[int, list[list[tuple[str, float]]]] | None = {} if profile else None
+        # per step size (1: decode steps; n: a prompt's chunks of n; ("chain", n): submits of n chained
+        # decode steps), each replay's op times
+        self.op_samples: dict[int | tuple[str, int], list[list[tuple[str, float]]]] | None = {} if profile else None
         self._make_state(asked=ctx is not None)
         # The recorded steps by (kind, tokens): "decode" (1 token, or up to
         # MAX_COLS: the prompt's chunks with prompt_kernels "matvec"), "rows"
@@ -209,20 +218,26 @@ class GpuLlama(Decoder):
     def counters(self) -> tuple[float, int]:
         return self.kernel_seconds, self.submits
 
-    def step_counts(self) -> tuple[int, int]:
-        return self.step_graph.dispatch_counts()
+    def step_counts(self, steps: int = 1) -> tuple[float, float]:
+        if steps == 1:
+            return self.step_graph.dispatch_counts()
+        dispatches, barriers = self._step("chain", steps).graph.dispatch_counts()
+        return dispatches / steps, barriers / steps  # (a barrier between two steps of a chain: a fraction per step)
 
-    def profile(self, steps: int, n: int = 1) -> Profile:
+    def profile(self, steps: int, n: int = 1, chained: bool = False) -> Profile:
         """The profile of the last `steps` replays of the step for n tokens
-        (1: decode steps; n > 1: a prompt's chunks of n) of a decoder made
-        with profile=True."""
+        (1: decode steps; n > 1: a prompt's chunks of n; chained: submits of
+        n chained decode steps, greedy's steps_per_submit) of a decoder made
+        with profile=True. Its ops and their times are per replay, the time
+        per token over its n tokens."""
         if self.op_samples is None:
             raise RuntimeError("this decoder keeps no op times: make it with profile=True")
-        run = self.op_samples.get(n, [])
+        run = self.op_samples.get(("chain", n) if chained else n, [])
         if not 1 <= steps <= len(run):
-            what = "decode steps" if n == 1 else f"steps of {n} tokens"
+            what = (f"submits of {n} chained decode steps" if chained else "decode steps" if n == 1
+                    else f"steps of {n} tokens")
             raise ValueError(f"{steps} {what} to profile; {len(run)} were run")
-        step = self._steps[("decode", 1) if n == 1 else self._chunk_key(n)]
+        step = self._step("chain", n) if chained else self._steps[("decode", 1) if n == 1 else self._chunk_key(n)]
         return Profile.of_replays(run[-steps:], *step.graph.dispatch_counts(), tokens=n)
 
     def step_launches(self, n: int = 1):
@@ -231,9 +246,9 @@ class GpuLlama(Decoder):
         as this decoder's vector ops take them (`launches`)."""
         return step_shape(self._step(*(("decode", 1) if n == 1 else self._chunk_key(n))).graph)
 
-    def profiled_steps(self, n: int = 1) -> int:
-        """Replays of the step for n tokens that a profile can cover."""
-        return len((self.op_samples or {}).get(n, []))
+    def profiled_steps(self, n: int = 1, chained: bool = False) -> int:
+        """Replays of the step for n tokens (chained: of n chained decode steps) that a profile can cover."""
+        return len((self.op_samples or {}).get(("chain", n) if chained else n, []))
 
     # -- what every recorded step shares -----------------------------------------------
     def _make_state(self, asked: bool) -> None:
@@ -278,56 +293,85 @@ class GpuLlama(Decoder):
                                   for i, hn in enumerate(f.head_norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
 
-    def _step(self, kind: str, n: int) -> "_Step":
+    def _step(self, kind: str, n: int) -> "_Step | _Chain":
         """The recorded step of a kind ("decode", "rows", "prompt": see
-        __init__) for n tokens, made on first use. Of the mat-mat prompt
+        __init__; "chain": n one-token decode steps in one submit,
+        _record_chain) for n tokens, made on first use. Of the mat-mat prompt
         steps the full chunk's and the last PROMPT_STEPS_KEPT - 1 others are
-        kept (a prompt's remainders take every size)."""
+        kept (a prompt's remainders take every size); of the chains the last
+        CHAINS_KEPT used (a generation takes chains of steps_per_submit and one
+        shorter one at its end)."""
         key = (kind, n)
         step = self._steps.pop(key, None)
         if step is None:
-            step = self._record_step(n, every_row=kind == "rows", tiled=kind == "prompt")
+            step = (self._record_chain(n) if kind == "chain"
+                    else self._record_step(n, every_row=kind == "rows", tiled=kind == "prompt"))
         self._steps[key] = step  # (last: the most recently used)
         rests = [k for k in self._steps if k[0] == "prompt" and k[1] != self.prompt_chunk]
         for k in rests[:max(len(rests) - (PROMPT_STEPS_KEPT - 1), 0)]:
             del self._steps[k]
+        chains = [k for k in self._steps if k[0] == "chain"]
+        for k in chains[:max(len(chains) - CHAINS_KEPT, 0)]:
+            del self._steps[k]
         return step
 
     # -- the recorded step ---------------------------------------------------------
-    def _record_step(self, n: int, every_row: bool = False, tiled: bool = False) -> "_Step":
+    def _record_step(self, n: int, every_row: bool = False, tiled: bool = False, *, graph=None, tokens=None,
+                     shared: list | None = None) -> "_Step":
         """The graph of one forward pass over n tokens at consecutive positions
         (n = 1: a decode step); the last token's logits and their argmax come
         back, or with every_row each token's (the output norm and head over
         n columns: each column the bits of one, as every mat-vec's). tiled:
         the weight products but the output head's (one column, the mat-vec)
-        on the mat-mat kernels."""
+        on the mat-mat kernels. graph, tokens, shared: the step recorded into
+        `graph` after the steps there (_record_chain), its token read from
+        `tokens` (written on the device by the step before), its
+        intermediate tensors those of `shared` (the i-th it makes is
+        shared[i]; the first step records them there): each is written in
+        a step before that step reads it, so the steps of one chain take
+        turns with one set."""
         f, cfg, b = self.file, self.config, self.backend
         dev = self.launch_device
-        g = b.graph(timestamps=self.timestamps)
+        g = graph if graph is not None else b.graph(timestamps=self.timestamps)
+        made = 0
+
+        def scratch(length: int, n_vec: int = 1, dtype=np.float32, *, name: str):
+            """An intermediate tensor: a new one, or with `shared` the chain's."""
+            nonlocal made
+            if shared is None:
+                return b.tensor(length, n_vec, dtype, name=name)
+            if made == len(shared):
+                shared.append(b.tensor(length, n_vec, dtype, name=name))
+            t, made = shared[made], made + 1
+            if (t.n, t.length, t.dtype) != (n_vec, length, np.dtype(dtype)):  # (every step makes the same ones)
+                raise RuntimeError(f"a chain's step made {name} unlike its first step's {t!r}")
+            return t
+
         qd = cfg.n_head * cfg.head_dim
-        tokens = g.input(b.tensor(n, dtype=np.int32, name="tokens"))
+        if tokens is None:
+            tokens = g.input(b.tensor(n, dtype=np.int32, name="tokens"))
         positions = g.input(b.tensor(n, dtype=np.int32, name="positions"))
         k_used = cfg.n_expert_used
         n_slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
         # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID).
-        y = {gr.names: b.tensor(sum(gr.rows), n_slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
+        y = {gr.names: scratch(sum(gr.rows), n_slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
         # The residual stream, in two tensors a norm reads one of and writes the other
         # (RMSNorm: a vector spread over workgroups is not written back in place).
-        streams = [Vectors(b.tensor(cfg.n_embd, n, name=f"x{j}"), cfg.n_embd) for j in (0, 1)]
+        streams = [Vectors(scratch(cfg.n_embd, n, name=f"x{j}"), cfg.n_embd) for j in (0, 1)]
         x = streams[0]
 
         def other(stream: Vectors) -> Vectors:
             """The stream a norm writes when it reads `stream`."""
             return streams[1] if stream is streams[0] else streams[0]
 
-        h = b.tensor(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
+        h = scratch(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
         n_out = n if every_row else 1  # the tokens whose logits come back: the last ones
-        h_last = b.tensor(cfg.n_embd, n_out, name="h of the output")  # the output norm's: the output head's input
-        attn = b.tensor(qd, n, name="attention")
-        swiglu = b.tensor(cfg.n_ff, n_slots or n, name="swiglu")
+        h_last = scratch(cfg.n_embd, n_out, name="h of the output")  # the output norm's: the output head's input
+        attn = scratch(qd, n, name="attention")
+        swiglu = scratch(cfg.n_ff, n_slots or n, name="swiglu")
         if cfg.is_moe:
-            expert_ids = b.tensor(n_slots, dtype=np.int32, name="expert ids")
-            expert_weights = b.tensor(n_slots, name="expert weights")
+            expert_ids = scratch(n_slots, dtype=np.int32, name="expert ids")
+            expert_weights = scratch(n_slots, name="expert weights")
 
         def part(name: str) -> Vectors:
             """Where matrix `name`'s output sits: its group's tensor, at its rows."""
@@ -373,7 +417,7 @@ class GpuLlama(Decoder):
             planes = ACTIVATION_PLANES[self.activations]
             if not any(reads_q8_1(names) for names in readers):
                 return None
-            return Q8_1Output(b.tensor(q8_1_words(1, t.stride, planes), t.n, dtype=np.uint32, name=f"{t.name} Q8_1"),
+            return Q8_1Output(scratch(q8_1_words(1, t.stride, planes), t.n, dtype=np.uint32, name=f"{t.name} Q8_1"),
                               planes)
 
         # h is read by Q/K/V, the router and gate/up of every layer; h_last by the output head.
@@ -468,19 +512,26 @@ class GpuLlama(Decoder):
         g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1))
         return _Step(n, g, tokens, positions, logits, next_token, every_row, tiled)
 
-    def warm_up(self, n_prompt: int = 0, speculative: bool = False) -> float:
+    def warm_up(self, n_prompt: int = 0, speculative: bool = False, steps_per_submit: int = 1,
+                n_tokens: int | None = None) -> float:
         """The first replay of every step a prompt of n_prompt tokens and the
         decode steps use (it records the graph and uploads the constants), on
         an empty KV cache, left empty; speculative: and the steps that verify
-        drafts (feed_rows). Returns the seconds it took."""
+        drafts (feed_rows); steps_per_submit: and the chains of decode steps
+        greedy(steps_per_submit=) takes for n_tokens new tokens (default: the
+        full chain only). Returns the seconds it took."""
         if self.n_past:
             raise RuntimeError("warm_up() needs an empty KV cache (reset() first)")
+        self.check_steps_per_submit(steps_per_submit)
         t0 = time.perf_counter()
         self._replay(self._step("decode", 1), [0], 0)
         for n in sorted(set(self._chunks(n_prompt))):
             self._replay(self._step(*self._chunk_key(n)), [0] * n, 0)
         for n in range(2, self.max_row_tokens + 1) if speculative else ():
             self._replay(self._step("rows", n), [0] * n, 0)
+        n_steps = steps_per_submit if n_tokens is None else n_tokens - 1  # (the first token is the prompt's)
+        for m in sorted(set(submit_sizes(steps_per_submit, min(n_steps, self.ctx))) - {1}):
+            self._replay_chain(self._step("chain", m), 0, 0)
         if self.op_samples is not None:
             self.op_samples.clear()  # a first replay's times are not a step's
         return time.perf_counter() - t0
@@ -493,13 +544,43 @@ class GpuLlama(Decoder):
     def _replay(self, step: "_Step", tokens: list[int], position: int) -> None:
         step.tokens.write(np.array(tokens, np.int32))
         step.positions.write(np.arange(position, position + step.n, dtype=np.int32))
-        step.graph.run()
-        self.submits += 1
-        self.kernel_seconds += step.graph.kernel_seconds or 0.0
+        self._run(step.graph)
         if self.op_samples is not None and not step.every_row and (step.n > 1 or not step.tiled):
             # (profiles cover the decode steps, n = 1, and the prompt's chunks of n > 1)
             self.op_samples.setdefault(step.n, []).append(step.graph.op_seconds())
         self._last = step
+
+    def _replay_chain(self, chain: "_Chain", token: int, position: int) -> None:
+        """A chain's replay: `token` into its first step, the steps at
+        position, position + 1, ..."""
+        chain.steps[0].tokens.write(np.array([token], np.int32))
+        for j, step in enumerate(chain.steps):
+            step.positions.write(np.array([position + j], np.int32))
+        self._run(chain.graph)
+        if self.op_samples is not None:
+            self.op_samples.setdefault(("chain", len(chain.steps)), []).append(chain.graph.op_seconds())
+
+    def _run(self, graph) -> None:
+        graph.run()
+        self.submits += 1
+        self.kernel_seconds += graph.kernel_seconds or 0.0
+
+    def _record_chain(self, m: int) -> "_Chain":
+        """m one-token decode steps recorded into one graph (one submit):
+        each step's argmax is the next step's token, read by its embedding
+        on the device; the host writes the first token and every step's
+        position, and reads back every step's argmax and logits. The steps
+        are _record_step's, over one set of intermediate tensors. (A step's
+        argmax is below n_vocab, its logits' rows, which are the
+        embedding's: ids in range by construction, as the host checks its own.)"""
+        g = self.backend.graph(timestamps=self.timestamps)
+        shared: list = []
+        steps, tokens = [], None
+        for _ in range(m):
+            step = self._record_step(1, graph=g, tokens=tokens, shared=shared)
+            steps.append(step)
+            tokens = step.next_token
+        return _Chain(g, tuple(steps))
 
     # -- the forward pass ---------------------------------------------------------
     def reset(self) -> None:
@@ -529,6 +610,22 @@ class GpuLlama(Decoder):
         self.n_past += 1
         return int(step.next_token.read()[0]), step.logits.read()
 
+    max_steps_per_submit = STEPS_PER_SUBMIT_MAX
+
+    def feed_steps(self, token: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """m greedy decode steps in one submit (a chain of one-token steps,
+        _record_chain; m = 1: feed_one)."""
+        self.check_steps_per_submit(m)
+        if m == 1:
+            return super().feed_steps(token, m)
+        tokens = self.file.check_ids([token])
+        self.check_room(self.n_past, m)
+        chain = self._step("chain", m)
+        self._replay_chain(chain, tokens[0], self.n_past)
+        self.n_past += m
+        return (np.array([int(s.next_token.read()[0]) for s in chain.steps], np.int64),
+                np.stack([s.logits.read() for s in chain.steps]))
+
     @property
     def max_row_tokens(self) -> int:
         # (the decode step's mat-vecs take up to MAX_COLS columns; the attention's scratch holds attention_queries)
@@ -556,3 +653,12 @@ class _Step:
     next_token: object  # their argmax (every_row: each row's)
     every_row: bool = False
     tiled: bool = False  # the weight products on the mat-mat kernels (a prompt's chunks)
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """One-token decode steps recorded into one graph, one submit for all
+    (GpuLlama._record_chain)."""
+
+    graph: object
+    steps: tuple[_Step, ...]  # in order: steps[j + 1].tokens is steps[j].next_token
