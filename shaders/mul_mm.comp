@@ -18,6 +18,12 @@
 //   MUL_MAT_ID       W is a stack of experts, a column per used-expert slot
 //                    of ggml's MUL_MAT_ID over many tokens, the slots
 //                    grouped by expert in binding 3 (see "Experts" below)
+//   COOPMAT          the float flavour on cooperative matrices
+//                    (VK_KHR_cooperative_matrix): the tiles in shared memory
+//                    as float16, f16 x f16 -> f32 in 16x16x16 fragments (see
+//                    "Cooperative matrices" below); storage buffers, no
+//                    MUL_MAT_ID. Needs glslang 13 (tools/compile_shaders.py)
+//                    and a device that enabled the extension's feature
 //
 // Bindings: 0 W, 1 x, 2 y, then 3 the expert groups (MUL_MAT_ID), then the
 // three texel views of W (TEXEL_WEIGHTS; binding 0 is then not read).
@@ -77,6 +83,19 @@
 //   sub-block choices then resolve at compile time); K must then be whole
 //   units (the host checks).
 //
+// Cooperative matrices (COOPMAT; SHARED_TILES only): the tiles are filled
+// as in the first way, the values converted to float16 (activations past
+// 65504 in magnitude would become infinities: the self-check against the
+// float kernel is what lets a device use this). TM and TN are then a
+// subgroup's block: BM / TM x BN / TN subgroups (the host makes the
+// workgroup that many times the subgroup size), each holding TM / 16 x
+// TN / 16 accumulator fragments of float32 and multiplying 16 x 16 float16
+// fragments of the tiles, 16 of K at a time. The sums go through shared
+// memory (c_tile) on their way to y, so that rows and columns past the end
+// are not written. Subgroups past BM / TM x BN / TN (a device whose
+// subgroups are smaller than the host assumed) compute nothing; larger ones
+// would leave blocks out: the self-check finds either (wrong numbers).
+//
 // The loops inside a step have constant trip counts and are unrolled
 // ([[unroll]]): lavapipe counts every iteration of a loop that remains
 // against a budget per invocation (vkq/dispatch/README.md, "Limits"), and
@@ -84,6 +103,15 @@
 
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#ifdef COOPMAT
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#if defined(MMQ) || defined(MUL_MAT_ID) || defined(TEXEL_WEIGHTS) || defined(TEXEL_X)
+#error "COOPMAT: the float flavour through storage buffers only"
+#endif
+#endif
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const uint BM = 64;  // rows per workgroup
@@ -153,19 +181,39 @@ const uint X_STEP = BK_CHUNKS * XQ_BLOCK;  // uvec4 of a column of x per step
 // odd number (one of padding where a step's are even), so that invocations
 // reading neighbouring rows (columns) at one K hit different banks.
 // vkq.dispatch.tiles.TileConfig.shared_memory_bytes counts the same.
+#ifdef COOPMAT
+// (float16 vec4s: rows of BK + 8 halves, 16-byte aligned as fragment loads want)
+const uint W_STRIDE = BK4 + 2u;
+const uint X_STRIDE = BK4 + 2u;
+#else
 const uint W_STRIDE = (BK_CHUNKS * W_CHUNK) | 1u;
 const uint X_STRIDE = X_STEP | 1u;
+#endif
 const uint ROW_THREADS = BM / TM;
 // What each invocation copies into shared memory per step: chunks of
 // weights, uvec4 of x.
 const uint W_ITEMS = (BM * BK_CHUNKS + WG_SIZE - 1u) / WG_SIZE;
 const uint X_ITEMS = (BN * X_STEP + WG_SIZE - 1u) / WG_SIZE;
 
+#ifdef COOPMAT
+shared f16vec4 w_tile[BM * W_STRIDE];
+shared f16vec4 x_tile[BN * X_STRIDE];
+shared float c_tile[BM * BN];  // the sums on their way to y (column-major)
+#define PUT_W(at, v) w_tile[at] = f16vec4(v)
+#define PUT_X(at, v) x_tile[at] = f16vec4(uintBitsToFloat(v))
+
+const uint FM = TM / 16u, FN = TN / 16u;  // a subgroup's fragments
+const uint SUBGROUPS = (BM / TM) * (BN / TN);
+coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> sums[FM * FN];
+#else
 // (float values as their bits in the float flavour: one copy of x for both)
 shared uvec4 w_tile[SHARED_TILES ? BM * W_STRIDE : 1u];
 shared uvec4 x_tile[SHARED_TILES ? BN * X_STRIDE : 1u];
+#define PUT_W(at, v) w_tile[at] = floatBitsToUint(v)
+#define PUT_X(at, v) x_tile[at] = (v)
 
 float acc[TM * TN];
+#endif
 // tile_cols: the columns of this workgroup's tile that exist (1..BN);
 // block0: the first block of the expert (MUL_MAT_ID), else 0.
 uint row0, col0, tr, tc, nchunks, tile_cols, block0;
@@ -267,7 +315,7 @@ void step_shared(uint c0) {
             }
         }
         [[unroll]] for (uint q = 0u; q < 8u; q++) {
-            w_tile[at + q] = floatBitsToUint(v[q]);
+            PUT_W(at + q, v[q]);
         }
 #endif
     }
@@ -281,12 +329,34 @@ void step_shared(uint c0) {
         const uint col = i / X_STEP, q = i % X_STEP;
         const uint c = c0 + q / XQ_BLOCK;
         // (a column past the end reads zeros: its sums are not written)
-        x_tile[col * X_STRIDE + q] = col < tile_cols && c < nchunks
+        PUT_X(col * X_STRIDE + q, col < tile_cols && c < nchunks
             ? load_xq(x_column(col) * x_col_uvec4s() + c0 * XQ_BLOCK + q)
-            : uvec4(0u);
+            : uvec4(0u));
     }
     barrier();
-#ifdef MMQ
+#if defined(COOPMAT)
+    // (uniform in each subgroup)
+    if (gl_SubgroupID < SUBGROUPS) {
+        const uint r0 = (gl_SubgroupID % (BM / TM)) * TM, n0 = (gl_SubgroupID / (BM / TM)) * TN;
+        [[unroll]] for (uint k = 0u; k < BK4; k += 4u) {  // (16 of K: 4 vec4s)
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[FM];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> b[FN];
+            [[unroll]] for (uint i = 0u; i < FM; i++) {
+                coopMatLoad(a[i], w_tile, (r0 + i * 16u) * W_STRIDE + k, W_STRIDE,
+                            gl_CooperativeMatrixLayoutRowMajor);
+            }
+            [[unroll]] for (uint j = 0u; j < FN; j++) {
+                coopMatLoad(b[j], x_tile, (n0 + j * 16u) * X_STRIDE + k, X_STRIDE,
+                            gl_CooperativeMatrixLayoutColumnMajor);
+            }
+            [[unroll]] for (uint i = 0u; i < FM; i++) {
+                [[unroll]] for (uint j = 0u; j < FN; j++) {
+                    sums[i * FN + j] = coopMatMulAdd(a[i], b[j], sums[i * FN + j]);
+                }
+            }
+        }
+    }
+#elif defined(MMQ)
     [[unroll]] for (uint j = 0u; j < BK_CHUNKS; j++) {
         if (c0 + j >= nchunks) {
             break;  // (uniform)
@@ -324,6 +394,9 @@ void step_shared(uint c0) {
     barrier();
 }
 
+#ifdef COOPMAT
+void step_registers(uint c0) {}  // (never called: COOPMAT takes shared tiles only)
+#else
 // Not SHARED_TILES: the step at chunk c0, from registers and memory.
 void step_registers(uint c0) {
 #ifndef BLOCK_PLAIN
@@ -390,6 +463,7 @@ void step_registers(uint c0) {
 #endif
     }
 }
+#endif
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -414,9 +488,15 @@ void main() {
     tile_cols = min(ncols - col0, BN);
 #endif
 
+#ifdef COOPMAT
+    [[unroll]] for (uint f = 0u; f < FM * FN; f++) {
+        sums[f] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+    }
+#else
     [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
         acc[i] = 0.0;
     }
+#endif
     for (uint c0 = 0u; c0 < nchunks; c0 += BK_CHUNKS) {
         if (SHARED_TILES) {
             step_shared(c0);
@@ -425,6 +505,25 @@ void main() {
         }
     }
 
+#ifdef COOPMAT
+    if (gl_SubgroupID < SUBGROUPS) {
+        const uint r0 = (gl_SubgroupID % (BM / TM)) * TM, n0 = (gl_SubgroupID / (BM / TM)) * TN;
+        [[unroll]] for (uint i = 0u; i < FM; i++) {
+            [[unroll]] for (uint j = 0u; j < FN; j++) {
+                coopMatStore(sums[i * FN + j], c_tile, (n0 + j * 16u) * BM + r0 + i * 16u, BM,
+                             gl_CooperativeMatrixLayoutColumnMajor);
+            }
+        }
+    }
+    barrier();
+    // (neighbouring invocations on neighbouring rows of a column: y's order)
+    for (uint i = tid; i < BM * BN; i += WG_SIZE) {
+        const uint row = row0 + i % BM, col = i / BM;
+        if (row < p.nrows && col < tile_cols) {
+            y[p.y_row_offset + y_column(col) * p.y_col_stride + row] = c_tile[i];
+        }
+    }
+#else
     [[unroll]] for (uint i = 0u; i < TM; i++) {
         const uint row = row0 + tr + i * ROW_THREADS;
         [[unroll]] for (uint j = 0u; j < TN; j++) {
@@ -434,4 +533,5 @@ void main() {
             }
         }
     }
+#endif
 }

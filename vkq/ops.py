@@ -218,7 +218,7 @@ class MatMul:
             raise ValueError(f"MUL_MAT_ID: {n_slots} slots, ids of {ids.size()}, {ncols} vectors of x read by "
                              f"{slots_per_x} slots each, groups of {groups.size()} for {lay.n_expert} experts: "
                              f"the counts must agree")
-        self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot, mul_mat_id)
+        self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot, mul_mat_id, cfg.coopmat)
         texel = cfg.binding == "texel"
         spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
                 int(cfg.shared_tiles), cfg.x_planes, slots_per_x, lay.n_expert]

@@ -7,7 +7,7 @@ import textwrap
 
 from ..blocks.formats import FORMATS
 from ..device.device_info import device_index_from_env, enumerate_devices
-from ..dispatch import tables, tile_tuning, tiles
+from ..dispatch import coopmat, tables, tile_tuning, tiles
 from ..errors import DeviceNotFound
 from ..dispatch.config import describe
 from ..dispatch.tuning_store import tuning_path
@@ -71,6 +71,7 @@ def matmul_lines(backend) -> list[str]:
     cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
     kernels, why = tiles.prompt_kernels(disp.device_class)
     return [f"  mat-mat         {cfg.describe()} (Q4_0, K 4096) <- {cfg.source}",
+            f"  coop matrix     {coopmat.summary(disp.caps, disp.coopmat_checks)}",
             f"  prompts         {kernels} (vkq generate's chunks) <- {why}"]
 
 

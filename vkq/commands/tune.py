@@ -46,7 +46,7 @@ from ..blocks.synthetic import random_weights
 from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
                              wall_samples, warm_up)
 from ..device.shader_variants import MATMUL_BINDINGS
-from ..dispatch import tiles, tuning_store
+from ..dispatch import coopmat, tiles, tuning_store
 from ..dispatch.choose import Dispatcher, apply_limits
 from ..dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
 from ..dispatch.tiles import TileConfig
@@ -534,4 +534,6 @@ def reset(device: int | None = None) -> int:
     info = get_device_info(device_index_from_env(device))
     removed = tuning_store.reset(info)
     print(f"{'removed' if removed else 'no tuning file at'} {tuning_store.tuning_path(info)}")
+    if coopmat.reset(info):
+        print(f"removed {coopmat.checks_path(info)} (the cooperative-matrix kernel's self-checks)")
     return 0

@@ -21,7 +21,7 @@ import kp
 import numpy as np
 
 from ..errors import KOMPUTE_HINT, KomputeUnavailable
-from .caps import DeviceCaps
+from .caps import COOPMAT_EXTENSION, COOPMAT_EXTENSIONS, DeviceCaps
 from .device_info import DeviceInfo, device_index_from_env, get_device_info
 from .memory import MemoryLedger, buffer_limit
 from .shader_variants import load_spirv
@@ -60,13 +60,21 @@ class Device:
             warnings.warn(f"kp has {patches(level)}, vkq needs {patches(REQUIRED_KP_PATCH)}: the int8 path "
                           f"and texel bindings are refused, pipelines are not shared; {KOMPUTE_HINT}", stacklevel=2)
         extensions = [INT_DOT_EXTENSION] if self.info.integer_dot_product and self.patched_kp else []
+        # Cooperative matrices: only through a kp that can enable their
+        # features (Manager.cooperative_matrix_enabled); None: it cannot.
+        can_coopmat = hasattr(kp.Manager, "cooperative_matrix_enabled")
+        want_coopmat = can_coopmat and COOPMAT_EXTENSION in self.info.extensions
+        if want_coopmat:
+            extensions += [e for e in COOPMAT_EXTENSIONS if e in self.info.extensions]
         self.manager = kp.Manager(self.index, [], extensions)
-        self.int_dot_enabled = bool(extensions) and self.manager.integer_dot_product_enabled()
+        self.int_dot_enabled = INT_DOT_EXTENSION in extensions and self.manager.integer_dot_product_enabled()
+        self.coopmat_enabled = (self.manager.cooperative_matrix_enabled() if want_coopmat
+                                else False if can_coopmat else None)
         self.memory = MemoryLedger(self.info)
 
     @functools.cached_property
     def caps(self) -> DeviceCaps:
-        return DeviceCaps.of(self.info, self.int_dot_enabled)
+        return DeviceCaps.of(self.info, self.int_dot_enabled, self.coopmat_enabled)
 
     @property
     def max_buffer_bytes(self) -> int:

@@ -91,16 +91,21 @@ class MatMulVariant:
     product, weights dequantized to float, or (mmq) dotted as int8 with Q8_1
     activations, with OpSDot (int_dot) or its int32 emulation; `binding`:
     one of MATMUL_BINDINGS; mul_mat_id: over an expert stack, a column per
-    used-expert slot (MUL_MAT_ID)."""
+    used-expert slot (MUL_MAT_ID); coopmat: the float product on cooperative
+    matrices (float16 tiles, float32 sums; storage buffers, no MUL_MAT_ID),
+    which only a glslang of COOPMAT_GLSLANG or later compiles."""
 
     qtype: str
     binding: str = "storage"
     mmq: bool = False
     int_dot: bool = False
     mul_mat_id: bool = False
+    coopmat: bool = False
 
     @property
     def name(self) -> str:
+        if self.coopmat:
+            return f"mul_mm_{self.qtype.lower()}_coopmat_f16"
         path = ("mmq_dot" if self.int_dot else "mmq_emul") if self.mmq else "f32"
         return (f"mul_mm{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_{path}"
                 f"{'_tw_tx' if self.binding == 'texel' else ''}")
@@ -119,7 +124,18 @@ class MatMulVariant:
             d["INT_DOT"] = "1"
         if self.mul_mat_id:
             d["MUL_MAT_ID"] = "1"
+        if self.coopmat:
+            d["COOPMAT"] = "1"
         return d
+
+
+# The glslang major version that compiles GL_KHR_cooperative_matrix (the
+# coopmat variants; tools/compile_shaders.py skips them without one).
+COOPMAT_GLSLANG = 13
+
+
+def needs_coopmat_compiler(variant) -> bool:
+    return isinstance(variant, MatMulVariant) and variant.coopmat
 
 
 @dataclass(frozen=True)
@@ -200,6 +216,7 @@ def all_variants() -> list:
     out += [MatMulVariant(name, binding, mmq, int_dot, mul_mat_id) for name, fmt in FORMATS.items()
             for binding in MATMUL_BINDINGS for mul_mat_id in (False, True)
             for mmq, int_dot in ((False, False), *(((True, False), (True, True)) if fmt.has_int8_path else ()))]
+    out += [MatMulVariant(name, coopmat=True) for name in FORMATS]
     out += [*LLAMA_OPS, *(GetRowsVariant(name) for name in FORMATS)]
     return out
 

@@ -26,7 +26,7 @@ from dataclasses import replace
 from ..blocks.activations import DEFAULT_ACTIVATIONS
 from ..blocks.formats import CHUNK, BlockFormat
 from ..device.caps import DeviceCaps
-from . import tables, tuning_store
+from . import coopmat, tables, tuning_store
 from .classify import DeviceClass, classify
 from .config import PATHS, PipelineConfig, describe
 
@@ -240,10 +240,13 @@ def device_wide_problems(params: dict, caps: DeviceCaps) -> list[str]:
 class Dispatcher:
     """The choice for one device: its class, its vendor table and tuning."""
 
-    def __init__(self, caps: DeviceCaps, device_class: DeviceClass, tuned: dict[str, dict]):
+    def __init__(self, caps: DeviceCaps, device_class: DeviceClass, tuned: dict[str, dict],
+                 coopmat_checks: dict[str, dict] | None = None):
         self.caps = caps
         self.device_class = device_class
         self.tuned = tuned
+        # The cooperative-matrix kernel's self-checks on this device (vkq.dispatch.coopmat).
+        self.coopmat_checks = {} if coopmat_checks is None else coopmat_checks
 
     @classmethod
     def for_device(cls, info, caps: DeviceCaps) -> "Dispatcher":
@@ -255,7 +258,7 @@ class Dispatcher:
                           f"device: {'; '.join(problems[:3])}; using the vendor table. Run `vkq tune` again.",
                           stacklevel=2)
             tuned = {}
-        return cls(caps, classify(info), tuned)
+        return cls(caps, classify(info), tuned, coopmat.load_checks(info) if caps.coopmat else {})
 
     def choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int = 1, path: str | None = None,
                activations: str = DEFAULT_ACTIVATIONS) -> PipelineConfig:

@@ -12,6 +12,12 @@ fit this device at this K (its workgroup size, shared memory, the loop
 budget of a CPU driver, a K that is not whole units of the K step) are not
 adapted: the table's entry is taken, fitted as always, and its `source`
 says why.
+
+Before either: the cooperative-matrix kernel, where vkq.dispatch.coopmat
+offers it for the type (the device's feature enabled, the kernel checked
+on this device) and the caller asked for no path (argument or VKQ_PATH):
+a plain mat-mat only, not MUL_MAT_ID. Not measured against the others on
+any GPU yet (docs/architecture.md, "Mat-mat kernels").
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from dataclasses import replace
 
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import BlockFormat
-from . import tiles, tuning_store
+from . import coopmat, tiles, tuning_store
 from .choose import requested_path
 
 
@@ -57,6 +63,21 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
     chosen path and these activations, else tiles.choose. n_expert: for
     MUL_MAT_ID over a stack of that many experts (tuned tiles are held to
     its kernel's limits too)."""
+    if n_expert is None and requested_path(fmt, path)[0] is None:
+        offer, why = coopmat.status(dispatcher.caps, fmt, dispatcher.coopmat_checks)
+        if offer == coopmat.OFFERED:
+            try:
+                cfg = tiles.coopmat_config(dispatcher.caps, fmt, k)
+                return replace(cfg, source=f"{cfg.source}; {why}")
+            except ValueError as e:  # (the device's limits: the other kernels, saying so)
+                cfg = tiled(dispatcher, fmt, k, path, activations, n_expert)
+                return replace(cfg, source=f"cooperative matrices not used: {e}; {cfg.source}")
+    return tiled(dispatcher, fmt, k, path, activations, n_expert)
+
+
+def tiled(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
+          activations: str = DEFAULT_ACTIVATIONS, n_expert: int | None = None) -> tiles.TileConfig:
+    """choose's plain tiled kernel: tuned tiles where they serve, else the table's."""
     found = tuned_tiles(dispatcher.tuned, fmt, k)
     if found is None:
         return tiles.choose(dispatcher.device_class, dispatcher.caps, fmt, k, path, activations)

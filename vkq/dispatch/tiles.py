@@ -13,6 +13,12 @@ note, as the mat-vec's vendor tables) and fits it to the device's limits,
 naming every change in `source`; `check` holds a caller's own TileConfig to
 those limits instead. The kernel has one summation order per tile shape
 (bk_chunks does not change it: see the shader), whatever the column count.
+
+The float path has a third flavour, on cooperative matrices
+(VK_KHR_cooperative_matrix: f16 x f16 -> f32 in 16x16x16 fragments,
+`coopmat_subgroup`): `COOPMAT_TILE` is its launch; the dispatcher offers it
+only where vkq.dispatch.coopmat says so (the device's feature enabled and
+the kernel checked on the device against the float kernel).
 """
 from __future__ import annotations
 
@@ -38,6 +44,12 @@ UNIT_CHUNKS = 8  # chunks of one unit_meta (shaders/mul_mm.comp's WHOLE_UNITS)
 # [[unroll]] marks: the K steps, and per weights chunk a step's invocation
 # decodes, dequant.glsl's two (two halves of four vec4s each).
 DEQUANT_LOOP_ITERATIONS = 2 + 2 * 4
+# Cooperative matrices: the fragment shape (M = N = K), the one NVIDIA lists
+# for float16 with float32 sums; a subgroup's accumulator fragments at most;
+# the subgroup sizes the kernel is built for.
+COOPMAT_FRAGMENT = 16
+MAX_COOPMAT_FRAGMENTS = 8
+COOPMAT_SUBGROUPS = (8, 16, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,10 @@ class TileConfig:
     value_lookup: str = "table"  # as the mat-vec's (vkq.dispatch.config.VALUE_LOOKUPS)
     int_dot: bool = False  # mmvq with OpSDot; False: its int32 emulation
     x_planes: int = 1  # mmvq: int8 planes of the activations (vkq.blocks.activations)
+    # Cooperative matrices (float path, shared tiles, storage buffers): each
+    # tm x tn block (multiples of COOPMAT_FRAGMENT) is a subgroup of this
+    # many invocations, the device's subgroup size; 0: the plain kernel.
+    coopmat_subgroup: int = 0
     # Provenance, not part of what runs (as PipelineConfig's).
     source: str = field(default="default", compare=False)
     evidence: frozenset = field(default=frozenset(), compare=False)
@@ -64,10 +80,16 @@ class TileConfig:
 
     @property
     def wg_size(self) -> int:
-        return (self.bm // self.tm) * (self.bn // self.tn)
+        return (self.bm // self.tm) * (self.bn // self.tn) * max(self.coopmat_subgroup, 1)
+
+    @property
+    def coopmat(self) -> bool:
+        return self.coopmat_subgroup > 0
 
     @property
     def kernel(self) -> str:
+        if self.coopmat:
+            return "mul_mm coopmat f16"
         return "mul_mm int8" + (" OpSDot" if self.int_dot else " emulated") if self.path == "mmvq" else "mul_mm float"
 
     @property
@@ -80,13 +102,16 @@ class TileConfig:
         (2 units of quants per plane and one of scales, shaders/q8_1.glsl)."""
         if not self.shared_tiles:
             return 0
+        if self.coopmat:  # float16 rows of a K step plus 8 halves, then the float sums of the tile
+            return (self.bm + self.bn) * (self.bk_chunks * CHUNK + 8) * 2 + self.bm * self.bn * 4
         w_chunk, x_chunk = (3, 2 * self.x_planes + 1) if self.path == "mmvq" else (CHUNK // 4, CHUNK // 4)
         return (self.bm * (self.bk_chunks * w_chunk | 1) + self.bn * (self.bk_chunks * x_chunk | 1)) * 16
 
     def params(self) -> dict:
         return {"path": self.path, "bm": self.bm, "bn": self.bn, "bk_chunks": self.bk_chunks, "tm": self.tm,
                 "tn": self.tn, "shared_tiles": self.shared_tiles, "binding": self.binding,
-                "value_lookup": self.value_lookup, "int_dot": self.int_dot, "x_planes": self.x_planes}
+                "value_lookup": self.value_lookup, "int_dot": self.int_dot, "x_planes": self.x_planes,
+                **({"coopmat_subgroup": self.coopmat_subgroup} if self.coopmat else {})}
 
     @property
     def whole_units(self) -> bool:
@@ -96,6 +121,9 @@ class TileConfig:
     def describe(self) -> str:
         """The launch in one line."""
         memory = "shared-memory tiles" if self.shared_tiles else "no shared memory"
+        if self.coopmat:
+            return (f"tiled mat-mat ({self.kernel}) {self.bm}x{self.bn}, K step {self.bk_chunks * CHUNK}, "
+                    f"{self.tm}x{self.tn} per subgroup of {self.coopmat_subgroup}, wg {self.wg_size}, {memory}")
         return (f"tiled mat-mat ({self.kernel}) {self.bm}x{self.bn}, K step {self.bk_chunks * CHUNK}, "
                 f"{self.tm}x{self.tn} per invocation, wg {self.wg_size}, {memory}, weights and x {self.binding}"
                 + (", 2 activation planes" if self.x_planes == 2 else "")
@@ -118,9 +146,18 @@ def param_problems(cfg: TileConfig) -> list[str]:
             out.append(f"{name} {v!r} not an integer in 1..{top}")
     if out:
         return out
+    if not is_int(cfg.coopmat_subgroup) or cfg.coopmat_subgroup not in (0, *COOPMAT_SUBGROUPS):
+        return out + [f"coopmat_subgroup {cfg.coopmat_subgroup!r} not 0 or one of {COOPMAT_SUBGROUPS}"]
+    if cfg.coopmat:
+        f = COOPMAT_FRAGMENT
+        if cfg.path != "dmmv" or not cfg.shared_tiles or cfg.binding != "storage":
+            out.append("cooperative matrices: the dmmv path with shared tiles through storage buffers only")
+        if cfg.tm % f or cfg.tn % f or (cfg.tm // f) * (cfg.tn // f) > MAX_COOPMAT_FRAGMENTS:
+            out.append(f"cooperative matrices: tm {cfg.tm} and tn {cfg.tn} multiples of {f}, at most "
+                       f"{MAX_COOPMAT_FRAGMENTS} fragments per subgroup")
     if cfg.bm % cfg.tm or cfg.bn % cfg.tn:
         out.append(f"tm {cfg.tm} must divide bm {cfg.bm} and tn {cfg.tn} bn {cfg.bn}")
-    elif cfg.tm * cfg.tn > MAX_SUMS:
+    elif not cfg.coopmat and cfg.tm * cfg.tn > MAX_SUMS:
         out.append(f"tm x tn = {cfg.tm * cfg.tn} sums per invocation > {MAX_SUMS}")
     elif not 1 <= cfg.wg_size <= MAX_WG_SIZE:
         out.append(f"(bm / tm) x (bn / tn) = {cfg.wg_size} invocations per workgroup not in 1..{MAX_WG_SIZE}")
@@ -291,6 +328,40 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
     return cfg
 
 
+# The cooperative-matrix kernel's launch, for every device that is offered
+# it (vkq.dispatch.coopmat), fitted to the device by `coopmat_config`.
+COOPMAT_TILE = {
+    "bm": 64, "bn": 64, "bk_chunks": 1, "tm": 32, "tn": 32, "basis": "guess",
+    "note": "not measured on any GPU. Four subgroups, each 2 x 2 fragments of 16 x 16 (ggml-vulkan's "
+            "coopmat mat-mat also gives a subgroup several fragments, so that each loaded fragment serves "
+            "two products); a K step of 32 (one chunk, the decoders' unit); shared memory 10 KiB of "
+            "float16 tiles and 16 KiB of sums",
+}
+
+
+def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int) -> TileConfig:
+    """COOPMAT_TILE on this device: a subgroup of the device's subgroup size
+    per block, bn halved while the workgroup or its shared memory does not
+    fit (each change named in `source`). ValueError if nothing fits."""
+    e = COOPMAT_TILE
+    cfg = TileConfig(bm=e["bm"], bn=e["bn"], bk_chunks=e["bk_chunks"], tm=e["tm"], tn=e["tn"],
+                     coopmat_subgroup=caps.subgroup_size, source=f"coopmat tile [{e['basis']}]",
+                     evidence=frozenset({e["basis"]}))
+    notes = []
+    max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+    while (cfg.wg_size > max_wg or cfg.shared_memory_bytes > caps.max_shared_memory) and cfg.bn > cfg.tn:
+        notes.append(f"bn {cfg.bn} -> {cfg.bn // 2}: the device's workgroup ({max_wg}) or shared memory "
+                     f"({caps.max_shared_memory} bytes)")
+        cfg = replace(cfg, bn=cfg.bn // 2)
+    if notes:
+        cfg = replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}")
+    problems = limit_problems(cfg, caps, k)
+    if problems:
+        raise ValueError(f"no cooperative-matrix mat-mat of {fmt.name} at K={k} fits this device: "
+                         + "; ".join(problems))
+    return cfg
+
+
 def check(cfg: TileConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, n_expert: int | None = None) -> TileConfig:
     """A caller's own TileConfig, refused (ValueError naming every problem)
     where it would not compute the right numbers on this device (with
@@ -301,6 +372,13 @@ def check(cfg: TileConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, n_expert:
         raise TypeError(f"config must be a vkq.dispatch.tiles.TileConfig, got {type(cfg).__name__}")
     if cfg.path == "mmvq" and not fmt.has_int8_path:
         raise ValueError(f"{fmt.name} has no int8 (mmvq) path")
+    if cfg.coopmat and n_expert is not None:
+        raise ValueError("cooperative matrices: a plain mat-mat only, not MUL_MAT_ID")
+    if cfg.coopmat and not caps.coopmat:
+        raise ValueError(f"cooperative matrices: not on this device ({caps.coopmat_missing})")
+    if cfg.coopmat and cfg.coopmat_subgroup != caps.subgroup_size:
+        raise ValueError(f"cooperative matrices: coopmat_subgroup {cfg.coopmat_subgroup} is not the device's "
+                         f"subgroup size {caps.subgroup_size}")
     problems = limit_problems(cfg, caps, k, n_expert)
     if problems:
         raise ValueError("config does not fit this device: " + "; ".join(problems))

@@ -1,0 +1,53 @@
+"""The cooperative-matrix mat-mat's self-check on this device: what lets the
+dispatcher offer it for a block type (vkq.dispatch.coopmat).
+
+At a type's first mat-mat with no path asked for, on a device whose
+cooperative-matrix features are enabled, the kernel multiplies a small
+random matrix of the type (coopmat.CHECK_SHAPE) beside the float tiled
+kernel; the NMSE between the two, or the error that kept it from running,
+is kept per device and type, and the kernel is offered only where it is
+within coopmat.CHECK_NMSE.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .blocks.formats import BlockFormat
+from .blocks.synthetic import random_weights
+from .dispatch import coopmat, tiles
+from .dispatch.choose import requested_path
+
+
+def nmse(got: np.ndarray, ref: np.ndarray) -> float:
+    ref64 = ref.astype(np.float64)
+    return float(np.sum((got.astype(np.float64) - ref64) ** 2) / max(np.sum(ref64 ** 2), np.finfo(np.float64).tiny))
+
+
+def run_check(backend, fmt: BlockFormat) -> dict:
+    """Check the kernel for fmt on the backend's device; record and return the result."""
+    disp, caps = backend.dispatcher, backend.device.caps
+    rows, k, n = coopmat.CHECK_SHAPE
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
+    try:
+        ref = backend.matmul(w, x, config=tiles.choose(disp.device_class, caps, fmt, k, "dmmv"))
+        got = backend.matmul(w, x, config=tiles.coopmat_config(caps, fmt, k))
+        record = coopmat.make_record(nmse(got, ref))
+    except (ValueError, RuntimeError) as e:  # (a pipeline the driver refused: the kernel is refused)
+        record = coopmat.make_record(None, f"{type(e).__name__}: {e}")
+    finally:
+        w.free()
+    disp.coopmat_checks[fmt.name] = record
+    coopmat.save_check(backend.device_info, fmt.name, record)
+    return record
+
+
+def ensure_checked(backend, fmt: BlockFormat, path: str | None) -> None:
+    """Run the check if the dispatcher would offer the kernel for fmt but has
+    no check of it on this device (path: the caller's; a path asked for
+    never takes the kernel, so needs no check)."""
+    if requested_path(fmt, path)[0] is not None:
+        return
+    if coopmat.status(backend.device.caps, fmt, backend.dispatcher.coopmat_checks)[0] == coopmat.UNCHECKED:
+        run_check(backend, fmt)
