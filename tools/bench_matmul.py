@@ -12,10 +12,15 @@
   mat-mat alone; ggml's is its us/run (wall clock over a graph of the same
   mat-mul repeated; vkq/commands/ggml_perf.py). ggml's perf list holds
   MUL_MAT at m=4096, k=14336 only: another shape shows as "no such case"
-  unless that binary's list has it.
+  unless that binary's list has it;
+- (--kernel coopmat) the cooperative-matrix kernel against the tiled kernel
+  the dispatcher takes without it, each a graph of the mat-mat alone timed as
+  for --ggml, alternating, on the same weights: first the type's self-check
+  (vkq.coopmat_check, kept in the tuning directory), then, where the kernel
+  is offered, both timed and their NMSE at this shape; where it is not, why.
 
 Usage: python tools/bench_matmul.py [--types Q4_0,Q4_K] [--shapes 4096x4096,4096x14336] [--n 512] [--reps 3]
-                                    [--ggml build/bin/test-backend-ops]
+                                    [--ggml build/bin/test-backend-ops | --kernel coopmat]
 (--rows R --k K: the single shape RxK, when --shapes is not given.)
 Weights are random valid blocks (vkq.blocks.synthetic); the first call of
 each (pipeline compile) is not timed.
@@ -36,6 +41,8 @@ import vkq  # noqa: E402
 from vkq.blocks.formats import get_format  # noqa: E402
 from vkq.blocks.synthetic import random_weights  # noqa: E402
 from vkq.commands.ggml_perf import GgmlPerf, ggml_type_name  # noqa: E402
+from vkq.coopmat_check import ensure_checked, nmse  # noqa: E402
+from vkq.dispatch import coopmat, tile_tuning, tiles  # noqa: E402
 from vkq.device.timing import summarize  # noqa: E402
 from vkq.resolve import MAX_COLS  # noqa: E402
 
@@ -83,13 +90,13 @@ class VkqMatMul:
     replays it once and returns its kernels' seconds (GPU timestamps) or,
     without them, the replay's wall clock; `wall` is the last replay's."""
 
-    def __init__(self, backend, fmt, rows: int, k: int, n: int, rng):
-        self.w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
+    def __init__(self, backend, fmt, rows: int, k: int, n: int, rng, w=None, config=None):
+        self.w = w or backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
         self.graph = backend.graph(timestamps=True)
         x = self.graph.input(backend.tensor(k, n, name="x"))
-        self.graph.output(self.graph.matmul(self.w, x))
+        self.graph.output(self.graph.matmul(self.w, x, config=config))
         x.write(rng.uniform(-1, 1, (n, k)).astype(np.float32))
-        self.describe = backend.matmul_pipeline(self.w, n).describe()
+        self.describe = (config or backend.matmul_pipeline(self.w, n)).describe()
         self.wall = None
         self.sample()  # builds the pipelines; not timed
 
@@ -161,6 +168,47 @@ def against_ggml(backend, ggml_path, types, shapes, n, reps, rng) -> None:
         m.w.free()
 
 
+def coopmat_against_tiled(backend, types, shapes, n, reps, rng) -> int:
+    """--kernel coopmat; 1 where the device has no cooperative matrices at all."""
+    disp, caps = backend.dispatcher, backend.device.caps
+    if not caps.coopmat:
+        print(f"cooperative matrix: {coopmat.summary(caps, disp.coopmat_checks)}")
+        return 1
+    rows_out = []
+    for rows, k in shapes:
+        for t in types:
+            fmt = get_format(t)
+            ensure_checked(backend, fmt, None)
+            status, why = coopmat.status(caps, fmt, disp.coopmat_checks)
+            print(f"{fmt.name}: cooperative matrix {status} ({why})", flush=True)
+            if status != coopmat.OFFERED:
+                continue
+            w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
+            tiled, cm = tile_tuning.tiled(disp, fmt, k), tiles.coopmat_config(caps, fmt, k)
+            x = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+            err = nmse(backend.matmul(w, x, config=cm), backend.matmul(w, x, config=tiled))
+            sides = {"tiled": VkqMatMul(backend, fmt, rows, k, n, rng, w, tiled),
+                     "coopmat": VkqMatMul(backend, fmt, rows, k, n, rng, w, cm)}
+            times = {name: [] for name in sides}
+            for r in range(reps):
+                for name in (("tiled", "coopmat") if r % 2 == 0 else ("coopmat", "tiled")):
+                    times[name].append(sides[name].sample())
+            best = {name: summarize(v).seconds for name, v in times.items()}
+            rows_out.append(f"| {fmt.name} | {rows} x {k} | {n} | {best['tiled'] * 1e6:.0f} | "
+                            f"{best['coopmat'] * 1e6:.0f} | {best['tiled'] / best['coopmat']:.2f}x | {err:.1e} | "
+                            f"{sides['tiled'].describe} |")
+            print(rows_out[-1], flush=True)
+            for side in sides.values():
+                side.graph.destroy()
+            w.free()
+    timer = "GPU timestamps" if backend.device_info.timestamps_supported else "wall clock"
+    print(f"\n| type | rows x K | n | tiled us ({timer}) | coopmat us | speed-up | NMSE coopmat vs tiled | "
+          f"tiled kernel |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print("\n".join(rows_out))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", default="Q4_0,Q4_K")
@@ -170,7 +218,10 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ggml", metavar="PATH", help="ggml's test-backend-ops (a Vulkan build): compare with it")
+    ap.add_argument("--kernel", choices=["coopmat"], help="coopmat: the cooperative-matrix kernel against the tiled")
     args = ap.parse_args()
+    if args.ggml and args.kernel:
+        raise SystemExit("--ggml and --kernel: one comparison at a time")
     shapes = parse_shapes(args.shapes) if args.shapes else [(args.rows, args.k)]
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     for t in types:
@@ -178,6 +229,8 @@ def main() -> int:
     backend = vkq.Backend()
     print(f"device: {backend.device_info.name}")
     rng = np.random.default_rng(0)
+    if args.kernel == "coopmat":
+        return coopmat_against_tiled(backend, types, shapes, args.n, args.reps, rng)
     if args.ggml:
         against_ggml(backend, args.ggml, types, shapes, args.n, args.reps, rng)
     else:

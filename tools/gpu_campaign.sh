@@ -103,6 +103,13 @@ done
 #     the mat-vecs' share of a prompt and of decoding, each path.
 part bench 180 "${VKQ[@]}" bench -m "${PRESETS// /,}" -p $N_PROMPT -n $N_GEN --path dmmv,mmvq -v
 
+# 3d. The cooperative-matrix mat-mat (never measured before this part): its self-check against the
+#     float kernel per type on this GPU (kept in $OUT/tuning), then, where it passed, it against the
+#     tiled kernel the dispatcher takes without it, at n = 512 (tools/bench_matmul.py --kernel).
+#     Exit 1 with the reason in its log where the device or kp cannot run it (lavapipe: always).
+part coopmat 180 "$PY" "$(dirname "$0")/bench_matmul.py" --kernel coopmat --types Q4_0,F16 --n 512 \
+  --shapes 4096x4096,4096x14336 --reps 5
+
 # 4. The kernels still behind or decode-bound, beside ggml-vulkan where it is given.
 GGML=()
 [ -n "${GGML_PERF:-}" ] && GGML=(--ggml "$GGML_PERF")
