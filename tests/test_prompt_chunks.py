@@ -253,3 +253,60 @@ def test_decode_steps_take_the_mat_vec_step_after_a_matmul_prompt(backend, model
     assert sorted(d._steps) == [("decode", 1), ("prompt", 13)]
     assert d.profiled_steps(1) == gen.stats.decode_steps == 4 and d.profiled_steps(13) == 1
     assert d.profile(4).table()
+
+
+def test_host_engine_prompt_through_the_mat_mats(backend, model_file, monkeypatch):
+    """The host engine takes the graph engine's prompt kernels: by default
+    the device class's; through the mat-mats (Backend.matmul, matmul_id over
+    columns padded to a power of two) a prompt's logits are the same bits in
+    one chunk of 41 or chunks of 16 or 7, and the greedy tokens after it are
+    those of the prompt fed token by token; the decode steps stay on the
+    mat-vecs."""
+    from vkq.dispatch.tiles import prompt_kernels
+    from vkq.llama.host import LlamaModel
+
+    default = LlamaModel(model_file, backend, "dmmv", ctx=16)
+    assert (default.prompt_kernels, default.prompt_kernels_source) == prompt_kernels(backend.dispatcher.device_class)
+    columns = []
+    for name in ("matmul", "matmul_id"):
+        real = getattr(backend, name)
+        monkeypatch.setattr(backend, name, lambda w, x, *a, real=real, **k: (columns.append(x.shape),
+                                                                             real(w, x, *a, **k))[1])
+    whole = LlamaModel(None, backend, "dmmv", ctx=64, file=default.file, prompt_kernels="matmul")
+    ids = whole.tokenizer.encode(TEXT + " " + TEXT)[:41]
+    want = whole.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+    assert whole.prompt_chunk == PROMPT_CHUNK and columns and all({64, 128} & set(shape) for shape in columns)
+    n_calls = len(columns)
+    for chunk in (16, 7):
+        cut = LlamaModel(None, backend, "dmmv", ctx=64, file=default.file, prompt_chunk=chunk,
+                         prompt_kernels="matmul")
+        got = cut.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+        assert got.tokens == want.tokens and got.logits[0].tobytes() == want.logits[0].tobytes(), chunk
+    assert len(columns) == n_calls * (1 + 3 + 6)  # (the decode steps: none)
+    single = LlamaModel(None, backend, "dmmv", ctx=64, file=default.file, prompt_chunk=1, prompt_kernels="matvec")
+    by_token = single.greedy(ids, 6, stop_at_eos=False, keep_logits=True)
+    assert by_token.tokens == want.tokens and len(columns) == n_calls * 10
+    a, b = want.logits[0], by_token.logits[0].astype(np.float64)
+    assert np.mean((a - b) ** 2) / np.mean(b ** 2) < 1e-6  # rounding: the mat-mat sums in another order
+    with pytest.raises(ValueError, match=r"prompt_chunk \(-ub\) 9: 1 to 8 tokens per chunk with prompt_kernels "
+                                         r"'matvec'"):
+        LlamaModel(None, backend, "dmmv", file=default.file, prompt_chunk=9, prompt_kernels="matvec")
+    with pytest.raises(ValueError, match="not for the numpy reference"):
+        LlamaModel(None, None, "numpy", file=default.file, prompt_kernels="matmul")
+
+
+def test_cli_host_engine_takes_prompt_kernels(model_file, capsys):
+    """vkq generate --engine host takes -ub and --prompt-kernels (the load line says which), the same text either
+    way; path numpy refuses them in one line."""
+    from vkq.commands.cli import main
+
+    args = ["generate", str(model_file), "-p", TEXT, "-n", "4", "--ignore-eos", "--engine", "host"]
+    assert main(args + ["-ub", "16", "--prompt-kernels", "matmul"]) == 0
+    tiled = capsys.readouterr()
+    assert "prompt in chunks of up to 16 tokens through the mat-mat kernels" in tiled.err, tiled.err
+    assert main(args + ["--prompt-kernels", "matvec"]) == 0
+    by_matvec = capsys.readouterr()
+    assert by_matvec.out == tiled.out and "up to 8 tokens through the mat-vec kernels" in by_matvec.err
+    assert main(args + ["--path", "numpy", "-ub", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "-ub chooses a device's kernels for the prompt: not with path numpy" in err[0], err

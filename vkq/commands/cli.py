@@ -258,10 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "iterations with global loads one invocation runs in a row) in a decode step, as a table "
                         "after the text; --shape nvidia: the step launched as on an NVIDIA GPU, here too")
     p.add_argument("-ub", "--ubatch", type=positive_int, default=None, metavar="N",
-                   help=f"graph engine: prompt tokens per submit (default and most: {PROMPT_CHUNK} through the "
+                   help=f"prompt tokens per chunk (default and most: {PROMPT_CHUNK} through the "
                         f"mat-mat kernels, {PROMPT_CHUNK_MATVEC} through the mat-vecs; 1: token by token)")
     p.add_argument("--prompt-kernels", choices=PROMPT_KERNELS, default=None,
-                   help="graph engine: the kernels of the prompt's chunks: matmul (tiled mat-mat, each weight read "
+                   help="the kernels of the prompt's chunks (either engine): matmul (tiled mat-mat, each weight read "
                         "once per chunk; the same logits however the prompt is cut) or matvec (the decode step's, "
                         "chunks of up to 8; the logits of feeding it token by token). Default: the device's "
                         "(vkq info)")

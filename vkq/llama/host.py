@@ -11,9 +11,13 @@ in numpy float32 here; each weight mat-vec is one call of a `Matvecs`
 engine: `Backend.matvec` (path "auto", "dmmv", "mmvq": one submit per call)
 or float64 numpy ("numpy": the reference; nothing else differs).
 
-The prompt is processed in chunks of up to `vkq.MAX_COLS` tokens (one
-mat-vec with that many columns per matrix, causal attention inside the
-chunk), then one token per step.
+A prompt goes in chunks (causal attention inside the chunk), then one
+token per step, as the graph engine's (vkq.llama.gpu_step) on the same
+choice of kernels (prompt_kernels): "matmul", chunks of up to prompt_chunk
+(512) tokens through the tiled mat-mat (Backend.matmul, matmul_id), each
+weight read once per chunk; "matvec", chunks of up to `vkq.MAX_COLS`
+through the mat-vecs of that many columns, the logits of the prompt fed
+token by token. The numpy reference takes chunks of MAX_COLS.
 """
 from __future__ import annotations
 
@@ -25,9 +29,12 @@ import numpy as np
 
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS, check_activations
+from ..dispatch.tiles import PROMPT_KERNELS
+from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..resolve import MAX_COLS
+from .config import PROMPT_CHUNK
 from .decoding import Decoder
-from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs
+from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs, matmul_columns
 from .model import LlamaFile
 
 PATH_MODES = ("auto", "dmmv", "mmvq", "numpy")
@@ -94,14 +101,21 @@ class LlamaModel(Decoder):
     block type (Q/K/V, gate/up). ctx: the positions the KV cache may hold
     (default: the model's context length). `file`: an already parsed
     LlamaFile (model_file is then ignored). Without a backend, one is made on `device` once the file
-    has passed its checks."""
+    has passed its checks. prompt_kernels, prompt_chunk: as the graph
+    engine's (vkq.llama.gpu_step.GpuLlama; default the device class's
+    kernels, `prompt_kernels_source` says why); not for the numpy reference."""
 
     def __init__(self, model_file: str | Path | None, backend: Backend | None = None, path_mode: str | None = None,
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
-                 ctx: int | None = None, file: LlamaFile | None = None):
+                 ctx: int | None = None, file: LlamaFile | None = None, prompt_chunk: int | None = None,
+                 prompt_kernels: str | None = None):
         mode = path_mode or "auto"
         if mode not in PATH_MODES:
             raise ValueError(f"unknown path {path_mode!r}; expected one of {', '.join(PATH_MODES)}")
+        if prompt_kernels is not None and prompt_kernels not in PROMPT_KERNELS:
+            raise ValueError(f"prompt_kernels {prompt_kernels!r}: one of {', '.join(PROMPT_KERNELS)}")
+        if mode == "numpy" and (prompt_kernels is not None or prompt_chunk is not None):
+            raise ValueError("prompt_kernels and prompt_chunk choose a device's kernels: not for the numpy reference")
         activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.file = file if file is not None else LlamaFile(model_file, fuse)
         self._set_context(ctx)
@@ -112,6 +126,17 @@ class LlamaModel(Decoder):
         else:
             self.backend = backend if backend is not None else Backend(device)
             self.matvecs = VkqMatvecs(self.file.tensors, groups, self.backend, mode, activations)
+        self.prompt_kernels, self.prompt_kernels_source = (
+            ("matvec", "the numpy reference") if self.backend is None
+            else (prompt_kernels, "from argument") if prompt_kernels is not None
+            else default_prompt_kernels(self.backend.dispatcher.device_class))
+        most = PROMPT_CHUNK if self.prompt_kernels == "matmul" else MAX_COLS
+        if prompt_chunk is None:
+            prompt_chunk = most
+        if isinstance(prompt_chunk, bool) or not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= most:
+            raise ValueError(f"prompt_chunk (-ub) {prompt_chunk!r}: 1 to {most} tokens per chunk with prompt_kernels "
+                             f"{self.prompt_kernels!r}")
+        self.prompt_chunk = prompt_chunk
         self.reset()
 
     def reference(self) -> "LlamaModel":
@@ -132,17 +157,18 @@ class LlamaModel(Decoder):
         Returns the seconds it took; the KV cache is untouched."""
         if self.backend is None:
             return 0.0
-        sizes = set(range(1, MAX_COLS + 1)) if speculative else {1}
-        if n_prompt:
-            sizes.add(min(n_prompt, MAX_COLS))
-            if n_prompt % MAX_COLS:
-                sizes.add(n_prompt % MAX_COLS)
+        sizes = {(n, False) for n in (range(1, MAX_COLS + 1) if speculative else (1,))}
+        chunk, tiled = self.prompt_chunk, self.tiled_prompt
+        for n in {min(n_prompt, chunk), n_prompt % chunk} - {0}:
+            sizes.add((matmul_columns(n), True) if tiled else (n, False))
         t0 = time.perf_counter()
-        for n in sorted(sizes):
+        for n, tiled in sorted(sizes):
             for names, rows, ids in self._calls(n):
+                if tiled and names == self.file.output_group:
+                    continue  # (a prompt's output head: the last token's, one column)
                 g = self.matvecs.groups[names]
                 self.matvecs.multiply(g, np.zeros((rows, g.k), np.float32),
-                                      None if ids is None else np.zeros(ids, np.int32))
+                                      None if ids is None else np.zeros(ids, np.int32), tiled)
         return time.perf_counter() - t0
 
     def _calls(self, n: int):
@@ -159,6 +185,11 @@ class LlamaModel(Decoder):
         yield self.file.output_group, n, None
 
     # -- settings -----------------------------------------------------------------
+    @property
+    def tiled_prompt(self) -> bool:
+        """A prompt's chunks take the mat-mat kernels (prompt_kernels "matmul")."""
+        return self.prompt_kernels == "matmul"
+
     @property
     def calls_per_step(self) -> int:
         return len(self.file.groups)
@@ -241,32 +272,36 @@ class LlamaModel(Decoder):
         scores /= scores.sum(axis=-1, keepdims=True)
         return np.einsum("kgnt,tkd->nkgd", scores, values)
 
-    def _ffn(self, layer, h: np.ndarray) -> np.ndarray:
-        gate, up = [y for g in layer.gate_up for y in self.matvecs.run(g, h)]
-        return self.matvecs.run(layer.down, silu(gate) * up)[0]
+    def _ffn(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
+        gate, up = [y for g in layer.gate_up for y in self.matvecs.run(g, h, tiled=tiled)]
+        return self.matvecs.run(layer.down, silu(gate) * up, tiled=tiled)[0]
 
-    def _experts(self, layer, h: np.ndarray) -> np.ndarray:
+    def _experts(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
         """The mixture of experts of h (n, n_embd): each row through its
         n_used experts (MUL_MAT_ID), their outputs weighted and added in the
         router's order, as llama.cpp adds them."""
         mv, n_used = self.matvecs, self.config.n_expert_used
         # Routed row by row: numpy may sum a batch's softmax over the experts in
         # another order than one row's, and a chunk's rows keep one token's bits.
-        ids, weights = map(np.concatenate, zip(*(route(row[None], n_used) for row in mv.run(layer.router, h)[0])))
-        gate, up = [y for g in layer.gate_up for y in mv.run(g, h, ids)]  # (n * n_used, n_ff): slot by slot
-        down = mv.run(layer.down, silu(gate) * up, ids.reshape(-1, 1))[0].reshape(h.shape[0], n_used, -1)
+        ids, weights = map(np.concatenate, zip(*(route(row[None], n_used)
+                                                 for row in mv.run(layer.router, h, tiled=tiled)[0])))
+        gate, up = [y for g in layer.gate_up for y in mv.run(g, h, ids, tiled)]  # (n * n_used, n_ff): slot by slot
+        down = mv.run(layer.down, silu(gate) * up, ids.reshape(-1, 1), tiled)[0].reshape(h.shape[0], n_used, -1)
         out = down[:, 0] * weights[:, :1]
         for j in range(1, n_used):
             out = out + down[:, j] * weights[:, j : j + 1]
         return out
 
-    def forward(self, tokens, all_logits: bool = False) -> np.ndarray:
-        """Feed up to MAX_COLS tokens at positions n_past..; they join the KV cache.
+    def forward(self, tokens, all_logits: bool = False, tiled: bool = False) -> np.ndarray:
+        """Feed up to MAX_COLS tokens (tiled: a prompt's chunk of up to
+        prompt_chunk, its weight products but the output head's on the
+        mat-mat) at positions n_past..; they join the KV cache.
         Returns the logits (n_vocab,) of the last position, or (n, n_vocab)."""
         cfg, mv, f = self.config, self.matvecs, self.file
         n = len(tokens)
-        if not 1 <= n <= MAX_COLS:
-            raise ValueError(f"forward takes 1 to {MAX_COLS} tokens, got {n}")
+        most = self.prompt_chunk if tiled else MAX_COLS
+        if not 1 <= n <= most:
+            raise ValueError(f"forward takes 1 to {most} tokens, got {n}")
         self._grow(self.n_past + n)
         pos = np.arange(self.n_past, self.n_past + n)
         x = f.embed(tokens)
@@ -274,7 +309,7 @@ class LlamaModel(Decoder):
         for i in range(cfg.n_layer):
             norms, layer = f.norms[i], f.layers[i]
             h = rms_norm(x, norms["attn_norm"], cfg.rms_eps)
-            qkv = dict(zip(("attn_q", "attn_k", "attn_v"), (y for g in layer.qkv for y in mv.run(g, h))))
+            qkv = dict(zip(("attn_q", "attn_k", "attn_v"), (y for g in layer.qkv for y in mv.run(g, h, tiled=tiled))))
             heads = {"attn_q": cfg.n_head, "attn_k": cfg.n_head_kv, "attn_v": cfg.n_head_kv}
             for role, y in qkv.items():
                 y = y + f.biases[i][role] if role in f.biases[i] else y
@@ -283,9 +318,9 @@ class LlamaModel(Decoder):
             q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox)
             k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox)
             a = self._attention(i, q, k, qkv["attn_v"])
-            x = x + mv.run(layer.attn_output, a)[0]
+            x = x + mv.run(layer.attn_output, a, tiled=tiled)[0]
             h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
-            x = x + (self._experts(layer, h) if layer.router else self._ffn(layer, h))
+            x = x + (self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled))
         self.n_past += n
         h = rms_norm(x if all_logits else x[-1:], f.output_norm, cfg.rms_eps)
         logits = mv.run(f.output_group, h)[0]
@@ -296,8 +331,16 @@ class LlamaModel(Decoder):
         if not tokens:
             raise ValueError("no tokens to feed (empty prompt?)")
         self.check_room(self.n_past, len(tokens))
-        for s in range(0, len(tokens), MAX_COLS):
-            logits = self.forward(tokens[s : s + MAX_COLS])
+        c = self.prompt_chunk
+        for s in range(0, len(tokens), c):
+            logits = self.forward(tokens[s : s + c], tiled=self.tiled_prompt)
+        return int(np.argmax(logits)), logits
+
+    def feed_one(self, token: int):
+        """A decode step: the token through the mat-vecs (whatever the prompt's kernels)."""
+        tokens = self.file.check_ids([token])
+        self.check_room(self.n_past, 1)
+        logits = self.forward(tokens)
         return int(np.argmax(logits)), logits
 
     @property

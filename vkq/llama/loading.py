@@ -51,10 +51,11 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     device: where to run (default: a new Backend on VKQ_DEVICE or device 0);
     file: the model already parsed (vkq.llama.model.LlamaFile).
     For the graph engine only: timestamps (time its kernels), profile (and
-    keep every op's time), spread (its one-workgroup ops spread over a GPU)
-    launches (a GPU class's launches), prompt_chunk (a prompt's tokens per
-    submit) and prompt_kernels ("matmul" or "matvec": the kernels of a
-    prompt's chunks; default the device's): vkq.llama.gpu_step.GpuLlama."""
+    keep every op's time), spread (its one-workgroup ops spread over a GPU),
+    launches (a GPU class's launches): vkq.llama.gpu_step.GpuLlama. For
+    either engine on a device: prompt_chunk (a prompt's tokens per chunk)
+    and prompt_kernels ("matmul" or "matvec": the kernels of a prompt's
+    chunks; default the device's)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     if path not in PATH_MODES:
@@ -62,17 +63,20 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     if profile and (engine == "host" or path == "numpy"):
         raise ValueError("a profile times the ops of the graph engine's step: --profile needs --engine graph "
                          "and a device path")
-    for flag, given in (("--no-spread", not spread), ("--shape", launches is not None),
-                        ("-ub", prompt_chunk is not None), ("--prompt-kernels", prompt_kernels is not None)):
+    for flag, given in (("--no-spread", not spread), ("--shape", launches is not None)):
         if given and (engine == "host" or path == "numpy"):
             raise ValueError(f"{flag} sets how the graph engine runs its step: it needs --engine graph "
                              "and a device path")
+    for flag, given in (("-ub", prompt_chunk is not None), ("--prompt-kernels", prompt_kernels is not None)):
+        if given and path == "numpy":
+            raise ValueError(f"{flag} chooses a device's kernels for the prompt: not with path numpy (the reference)")
     if file is None:
         file = LlamaFile(model, fuse)
     if ctx is None:
         ctx = file.config.default_context()
     if engine == "host" or path == "numpy":
-        return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file)
+        return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
+                          prompt_chunk=prompt_chunk, prompt_kernels=prompt_kernels)
     return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
                     timestamps=timestamps, profile=profile, spread=spread, launches=launches,
                     prompt_chunk=prompt_chunk, prompt_kernels=prompt_kernels)

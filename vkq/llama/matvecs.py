@@ -5,7 +5,9 @@ Matrices of one stage that read the same input and share a block type
 stacked, and multiplied in one call. Expert stacks (n_expert, rows, K) group
 the same way, expert by expert (the gate and up stacks of a mixture-of-
 experts layer: one MUL_MAT_ID gives both for each selected expert).
-`VkqMatvecs` calls Backend.matvec / matvec_id (one submit per call);
+`VkqMatvecs` calls Backend.matvec / matvec_id (one submit per call), or
+for a prompt's chunk of more than MAX_COLS tokens the tiled mat-mat,
+Backend.matmul / matmul_id;
 `NumpyMatvecs` is the float64 reference on weights the gguf package
 dequantizes. The GPU step (vkq.llama.gpu_step) records the same groups'
 uploads into its graph.
@@ -22,6 +24,7 @@ import numpy as np
 from ..backend import Backend
 from ..blocks.gguf_io import GGUFTensor
 from ..dispatch.paths import resolve_path
+from ..resolve import MAX_COLS
 
 
 @dataclass(frozen=True)
@@ -84,16 +87,20 @@ class Matvecs(ABC):
         self.on_matvec: Callable[[tuple[str, ...], np.ndarray, np.ndarray], None] | None = None
 
     @abstractmethod
-    def multiply(self, group: Group, x: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
+    def multiply(self, group: Group, x: np.ndarray, ids: np.ndarray | None = None,
+                 tiled: bool = False) -> np.ndarray:
         """One call of the engine: x (n, K) -> (n, sum of the group's rows);
-        an expert stack's with ids (n, m) -> (n * m, rows)."""
+        an expert stack's with ids (n, m) -> (n * m, rows). tiled: a
+        prompt's chunk of more than MAX_COLS tokens, through the mat-mat
+        (the device's engine; the reference's products are the same)."""
 
-    def run(self, names: tuple[str, ...], x: np.ndarray, ids: np.ndarray | None = None) -> list[np.ndarray]:
+    def run(self, names: tuple[str, ...], x: np.ndarray, ids: np.ndarray | None = None,
+            tiled: bool = False) -> list[np.ndarray]:
         group = self.groups[names]
         if (ids is None) != (group.n_expert == 0):
             raise ValueError(f"{names[0]}: ids go with expert stacks, and only with them")
         t0 = time.perf_counter()
-        y = self.multiply(group, x, ids)
+        y = self.multiply(group, x, ids, tiled)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
         if self.on_matvec is not None:
@@ -111,9 +118,11 @@ class VkqMatvecs(Matvecs):
         self.activations = activations
         self.weights = {g.names: backend.upload(g.qtype, g.shape, raw_bytes(tensors, g)) for g in groups}
 
-    def multiply(self, group, x, ids=None):
+    def multiply(self, group, x, ids=None, tiled=False):
         w = self.weights[group.names]
         path, act = resolve_path(w.layout.fmt, self.path), self.activations
+        if tiled:
+            return self._matmul(w, x, ids, path, act)
         if ids is not None:  # one x shared by a row's experts, or one per slot
             if x.shape[0] == 1:
                 return self.backend.matvec_id(w, x[0], ids[0], path=path, activations=act)
@@ -122,6 +131,29 @@ class VkqMatvecs(Matvecs):
         if x.shape[0] == 1:
             return self.backend.matvec(w, x[0], path=path, activations=act)[None]
         return self.backend.matvec(w, np.ascontiguousarray(x.T), path=path, activations=act).T
+
+
+    def _matmul(self, w, x, ids, path: str, act: str) -> np.ndarray:
+        """The tiled mat-mat over x's n rows, padded with zero columns (and
+        expert 0) to matmul_columns(n): each column's bits do not depend on
+        the others, and a prompt's chunks of any length share a few recorded
+        calls (Backend keeps one per column count)."""
+        n, k = x.shape
+        m = matmul_columns(n)
+        if ids is None:
+            xt = np.zeros((k, m), np.float32)
+            xt[:, :n] = x.T
+            return self.backend.matmul(w, xt, path=path, activations=act)[:, :n].T
+        xp = np.zeros((m, k), np.float32)
+        xp[:n] = x
+        idp = np.zeros((m, ids.shape[1]), np.int32)
+        idp[:n] = ids
+        return self.backend.matmul_id(w, xp, idp, path=path, activations=act)[:n].reshape(n * ids.shape[1], -1)
+
+
+def matmul_columns(n: int) -> int:
+    """The columns a mat-mat of n rows runs with: the next power of two, more than MAX_COLS."""
+    return max(1 << (n - 1).bit_length(), 2 * MAX_COLS)
 
 
 class NumpyMatvecs(Matvecs):
@@ -141,7 +173,7 @@ class NumpyMatvecs(Matvecs):
                      for n in g.names]
             self.weights[g.names] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
 
-    def multiply(self, group, x, ids=None):
+    def multiply(self, group, x, ids=None, tiled=False):
         w, x64 = self.weights[group.names], x.astype(np.float64)
         if ids is None:
             return (x64 @ w.T).astype(np.float32)
