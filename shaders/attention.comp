@@ -43,12 +43,30 @@
 // exp(s - m_c), and its unnormalized weighted sum of the values. A second
 // dispatch of this shader (COMBINE, specialization constant 3), one
 // workgroup per head, rescales and adds them (exp(m_c - max m)) into out.
+// A partial result is a record of 4 + head_dim (to a whole vec4) floats:
+// m_c, l_c, two unused, then the sums, records from the first multiple of
+// 4 after the scores, so that its sums are whole vec4s.
 // Why: llvmpipe ends an invocation's loops after 65535 iterations in all,
 // silently, and one workgroup per head takes about (2*head_dim/WG_SIZE + 1)
 // iterations per position (16 per position at head_dim 64 on its 8-wide
 // subgroups: wrong past ~4000 positions). The host picks SPLIT from that
-// budget; on a device without one, SPLIT is 0 and a head is one workgroup.
+// budget there; on a GPU, from its compute units, so that a short context
+// still spreads over the device (vkq/llama/vector_ops.py: attention_split);
+// elsewhere SPLIT is 0 and a head is one workgroup.
 // Splits past the position have nothing to do and return at once.
+//
+// Where the positions are split over a GPU's workgroups, each loop that
+// reads the caches spreads over the workgroup so that one invocation takes
+// only a few dependent loads (vkq/llama/vector_ops.py: attention_launch):
+// KEY_LANES (specialization constant 7) invocations score one position
+// together, each a part of the key's vec4s, their parts then added in a
+// fixed tree in shared memory; VALUE_ROWS (8) rows of invocations take the
+// weighted sum, row r the split's positions t0 + r, t0 + r + VALUE_ROWS, ...,
+// their sums added in a fixed tree over the rows; the COMBINE pass takes
+// the splits so, over its VALUE_ROWS rows. 1 and 1: one invocation scores a
+// position and one sums a vec4 over all of them (a CPU driver's launches).
+// Every order is fixed by the launch, so a chunk's queries and a decode
+// step's take the same one.
 //
 // With X_PLANES (specialization constant 1) of 1 or 2, out is also written
 // as Q8_1 blocks (q8_1.glsl) to xq, the int8 mat-vec path's input: each head's
@@ -70,6 +88,10 @@ layout(constant_id = 4) const uint PASS = 0;  // 0: a decode step; 1, 2: a chunk
 // attention_heads), a constant so that their loops unroll into registers.
 layout(constant_id = 5) const uint HEADS = 1;
 layout(constant_id = 6) const bool NEOX = false;
+// Invocations per position's score, and rows of the weighted sum (see above):
+// powers of two that divide the workgroup (the host picks them).
+layout(constant_id = 7) const uint KEY_LANES = 1;
+layout(constant_id = 8) const uint VALUE_ROWS = 1;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -82,7 +104,9 @@ layout(std430, binding = 3) readonly buffer KCache4 { vec4 k_cache4[]; };
 layout(std430, binding = 4) readonly buffer VCache4 { vec4 v_cache4[]; };
 layout(std430, binding = 5) readonly restrict buffer Table { vec2 cos_sin[]; };
 layout(std430, binding = 6) readonly restrict buffer Pos { int pos[]; };
-layout(std430, binding = 7) restrict buffer Scores { float scores[]; };
+layout(std430, binding = 7) buffer Scores { float scores[]; };
+// The partial results' sums, four at a time (their records are whole vec4s).
+layout(std430, binding = 7) readonly buffer Scores4 { vec4 scores4[]; };
 layout(std430, binding = 8) coherent restrict buffer Out { float o[]; };
 layout(std430, binding = 9) writeonly restrict buffer XQ { uvec4 xq[]; };
 
@@ -102,6 +126,8 @@ const uint HD4 = MAX_HEAD_DIM / 4u;
 // The rotated queries of the workgroup's heads and the new key, zero past head_dim to a whole vec4.
 shared vec4 q_rot[HEADS * HD4];
 shared vec4 k_rot[HD4];
+// The weighted sums' rows before their tree (VALUE_ROWS > 1).
+shared vec4 row_sums[WG_SIZE];
 
 #include "reduce.glsl"
 #include "q8_1.glsl"
@@ -151,9 +177,48 @@ void scores_of(uint base, bool cached, out float s[HEADS]) {
     }
 }
 
-// The scratch's partial result of split c of head h for query qi: m, l, then head_dim sums.
+// The scratch's partial result of split c of head h for query qi: m, l, two
+// unused, then head_dim sums (to a whole vec4); a multiple of 4.
 uint partial(uint qi, uint h, uint c, uint n_split) {
-    return qi * p.scratch_step + p.n_head * p.capacity + (h * n_split + c) * (p.head_dim + 2u);
+    const uint first = (p.n_head * p.capacity + 3u) / 4u * 4u;
+    return qi * p.scratch_step + first + (h * n_split + c) * (4u + (p.head_dim + 3u) / 4u * 4u);
+}
+
+// The fixed tree over the VALUE_ROWS rows of row_sums (cols invocations a
+// row): row 0 gets the sum of every row's. Every invocation calls it.
+vec4 sum_rows(vec4 x, uint tid, uint cols) {
+    if (VALUE_ROWS == 1u) {
+        return x;
+    }
+    const uint row = tid / cols;
+    row_sums[tid] = x;
+    barrier();
+    for (uint s = VALUE_ROWS / 2u; s > 0u; s >>= 1) {
+        if (row < s) {
+            row_sums[tid] += row_sums[tid + s * cols];
+        }
+        barrier();
+    }
+    x = row_sums[tid];
+    barrier();  // row_sums is reused by the next call
+    return x;
+}
+
+// The fixed tree over each position's KEY_LANES invocations (tid's lane 0
+// gets their sum), in reduce.glsl's reduce_partial. Every invocation calls it.
+float sum_lanes(float x, uint tid) {
+    const uint lane = tid % KEY_LANES;
+    reduce_partial[tid] = x;
+    barrier();
+    for (uint s = KEY_LANES / 2u; s > 0u; s >>= 1) {
+        if (lane < s) {
+            reduce_partial[tid] += reduce_partial[tid + s];
+        }
+        barrier();
+    }
+    x = reduce_partial[tid];
+    barrier();  // reduce_partial is reused by the next call and the reductions
+    return x;
 }
 
 // out's head h of query qi (its values already in o) as Q8_1 blocks, when asked.
@@ -173,28 +238,43 @@ void store_out_q8_1(uint tid, uint qi, uint h, uint ob) {
     }
 }
 
-// The second pass with SPLIT: out = sum_c e_c acc_c / sum_c e_c l_c, e_c = exp(m_c - max m).
+// The second pass with SPLIT: out = sum_c e_c acc_c / sum_c e_c l_c, e_c =
+// exp(m_c - max m). The maximum and the denominator over the workgroup; each
+// vec4 of the sums over VALUE_ROWS rows of invocations, row r the splits r,
+// r + VALUE_ROWS, ..., then sum_rows.
 void combine_splits(uint tid, uint qi, uint h, uint position) {
     const uint n_split = (p.capacity + SPLIT - 1u) / SPLIT;
     const uint used = position / SPLIT + 1u;
     float m = -1.0 / 0.0;
-    for (uint c = 0u; c < used; c++) {
+    for (uint c = tid; c < used; c += WG_SIZE) {
         m = max(m, scores[partial(qi, h, c, n_split)]);
     }
+    m = workgroup_max(m);
     float l = 0.0;
-    for (uint c = 0u; c < used; c++) {
+    for (uint c = tid; c < used; c += WG_SIZE) {
         const uint pb = partial(qi, h, c, n_split);
         l += exp(scores[pb] - m) * scores[pb + 1u];
     }
-    const float inv_l = 1.0 / l;
+    const float inv_l = 1.0 / workgroup_sum(l);
     const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
-    for (uint d = tid; d < p.head_dim; d += WG_SIZE) {
-        float acc = 0.0;
-        for (uint c = 0u; c < used; c++) {
-            const uint pb = partial(qi, h, c, n_split);
-            acc += exp(scores[pb] - m) * scores[pb + 2u + d];
+    const uint cols = WG_SIZE / VALUE_ROWS;
+    const uint row = tid / cols;
+    const uint vec4s = (p.head_dim + 3u) / 4u;
+    for (uint k = 0u; k * cols < vec4s; k++) {  // (uniform: sum_rows has barriers)
+        const uint i = k * cols + tid % cols;
+        vec4 acc = vec4(0.0);
+        if (i < vec4s) {
+            for (uint c = row; c < used; c += VALUE_ROWS) {
+                const uint pb = partial(qi, h, c, n_split);
+                acc += exp(scores[pb] - m) * scores4[(pb + 4u) / 4u + i];
+            }
         }
-        o[ob + d] = acc * inv_l;
+        acc = sum_rows(acc, tid, cols);
+        if (row == 0u && i < vec4s) {
+            for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
+                o[ob + 4u * i + c] = acc[c] * inv_l;
+            }
+        }
     }
     store_out_q8_1(tid, qi, h, ob);
 }
@@ -288,14 +368,51 @@ void main() {
     for (uint j = 0u; j < HEADS; j++) {
         m[j] = -1.0 / 0.0;
     }
-    for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
-        float s[HEADS];
-        scores_of(kv0 + t * p.head_dim, cached || t < position, s);
-        for (uint j = 0u; j < HEADS; j++) {
-            const float sj = s[j] * p.scale;
-            scores[sb + j * p.capacity + t] = sj;
-            m[j] = max(m[j], sj);
+    if (KEY_LANES == 1u) {
+        for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
+            float s[HEADS];
+            scores_of(kv0 + t * p.head_dim, cached || t < position, s);
+            for (uint j = 0u; j < HEADS; j++) {
+                const float sj = s[j] * p.scale;
+                scores[sb + j * p.capacity + t] = sj;
+                m[j] = max(m[j], sj);
+            }
         }
+    } else {
+        // Position t0 + r + pass * at_once to the KEY_LANES invocations of row r, lane l the key's vec4s l, l + KEY_LANES, ...
+        const uint at_once = WG_SIZE / KEY_LANES;
+        const uint lane = tid % KEY_LANES;
+        for (uint from = t0; from < t1; from += at_once) {  // (uniform: sum_lanes has barriers)
+            const uint t = from + tid / KEY_LANES;
+            float s[HEADS];
+            for (uint j = 0u; j < HEADS; j++) {
+                s[j] = 0.0;
+            }
+            if (t < t1) {
+                const bool from_cache = cached || t < position;
+                const uint base = kv0 + t * p.head_dim;
+                for (uint i = lane; 4u * i < p.head_dim; i += KEY_LANES) {
+                    const vec4 kk = from_cache ? cached_key(base, i) : k_rot[i];
+                    for (uint j = 0u; j < HEADS; j++) {
+                        const vec4 qq = q_rot[j * HD4 + i];
+                        s[j] += qq.x * kk.x;
+                        s[j] += qq.y * kk.y;
+                        s[j] += qq.z * kk.z;
+                        s[j] += qq.w * kk.w;
+                    }
+                }
+            }
+            for (uint j = 0u; j < HEADS; j++) {
+                const float sj = sum_lanes(s[j], tid) * p.scale;
+                if (t < t1 && lane == 0u) {
+                    scores[sb + j * p.capacity + t] = sj;
+                    m[j] = max(m[j], sj);
+                }
+            }
+        }
+        // The exps below read scores other invocations wrote.
+        memoryBarrierBuffer();
+        barrier();
     }
     float sum[HEADS];
     for (uint j = 0u; j < HEADS; j++) {
@@ -315,19 +432,35 @@ void main() {
     // Every invocation reads every weight below: make the writes visible.
     memoryBarrierBuffer();
     barrier();
-    // Weighted sum of the values; each invocation takes dimensions 4i .. 4i+3 for i = tid, tid + WG_SIZE, ...
-    const uint t_cache = cached ? t1 : min(t1, position);  // positions read from the V cache; the new one from v
-    for (uint i = tid; 4u * i < p.head_dim; i += WG_SIZE) {
+    // Weighted sum of the values: dimensions 4i .. 4i+3 for i = col, col + cols, ...
+    // (col = tid % cols), row r of VALUE_ROWS the positions t0 + r, t0 + r + VALUE_ROWS, ...
+    // before the query's own, which is added after the rows' tree (from v in a decode step,
+    // from the cache in a chunk: the same value).
+    const uint t_cache = min(t1, position);
+    const uint cols = WG_SIZE / VALUE_ROWS;
+    const uint row = tid / cols;
+    const uint vec4s = (p.head_dim + 3u) / 4u;
+    for (uint k = 0u; k * cols < vec4s; k++) {  // (uniform: sum_rows has barriers)
+        const uint i = k * cols + tid % cols;
         vec4 acc[HEADS];
         for (uint j = 0u; j < HEADS; j++) {
             acc[j] = vec4(0.0);
         }
-        for (uint t = t0; t < t_cache; t++) {
-            const vec4 vv = cached_value(kv0 + t * p.head_dim, i);
-            for (uint j = 0u; j < HEADS; j++) {
-                acc[j] += scores[sb + j * p.capacity + t] * vv;
+        if (i < vec4s) {
+            for (uint t = t0 + row; t < t_cache; t += VALUE_ROWS) {
+                const vec4 vv = cached_value(kv0 + t * p.head_dim, i);
+                for (uint j = 0u; j < HEADS; j++) {
+                    acc[j] += scores[sb + j * p.capacity + t] * vv;
+                }
             }
         }
+        for (uint j = 0u; j < HEADS; j++) {
+            acc[j] = sum_rows(acc[j], tid, cols);
+        }
+        if (row > 0u || i >= vec4s) {
+            continue;
+        }
+        const uint own = kv0 + position * p.head_dim;  // the query's own value in the cache (a chunk)
         for (uint j = 0u; j < HEADS; j++) {
             const uint h = h0 + j;
             const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
@@ -336,10 +469,10 @@ void main() {
                 const uint d = 4u * i + c;
                 float a = acc[j][c];
                 if (t1 > t_cache) {
-                    a += scores[sb + j * p.capacity + position] * v[vb + d];
+                    a += scores[sb + j * p.capacity + position] * (cached ? v_cache[own + d] : v[vb + d]);
                 }
                 if (SPLIT > 0u) {
-                    scores[pb + 2u + d] = a;
+                    scores[pb + 4u + d] = a;
                 } else {
                     o[ob + d] = a * (1.0 / sum[j]);
                 }

@@ -20,7 +20,8 @@ import vkq.blocks.reference as ref
 from conftest import TYPES, force_split
 from vkq.blocks.formats import FORMATS
 from vkq.llama.vector_ops import (RMS_NORM_GPU_WG, Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm,
-                                  SwiGLU, Vectors, attention_scratch_size, launches_of, rms_norm_depth, rope_table)
+                                  SwiGLU, Vectors, attention_launch, attention_scratch_size, attention_split,
+                                  launches_of, rms_norm_depth, rope_table)
 from vkq.ops import QuantizeQ8_1, q8_1_words
 
 NMSE_F32 = 1e-12  # float32 arithmetic against float64
@@ -642,8 +643,10 @@ def test_a_graph_reads_an_ops_q8_1_output(backend):
 
 # -- long contexts: positions split over workgroups ----------------------------------------
 
-def long_attention(backend, shape: AttentionShape, p0: int, split=None):
-    """The query at position p0 over random keys 0..p0-1: (got, want)."""
+def long_attention(backend, shape: AttentionShape, p0: int, split=None, device=None):
+    """The query at position p0 over random keys 0..p0-1, on `device`'s launches
+    (default the backend's): (got, want)."""
+    device = device or backend.device
     r = rng(p0)
     hd, hkv = shape.head_dim, shape.n_head_kv
     old_k = r.standard_normal((p0, hkv, hd)).astype(np.float32)
@@ -651,10 +654,10 @@ def long_attention(backend, shape: AttentionShape, p0: int, split=None):
     q, k, v, qkv = step_inputs(r, shape, 1)
     freqs = inv_freq(shape.n_rot)
     k_c, v_c, table, _ = attention_case(backend, shape, old_k, old_v, freqs)
-    scores = zeros(backend, attention_scratch_size(backend.device, shape, split))
+    scores = zeros(backend, attention_scratch_size(device, shape, split))
     qd = shape.n_head * hd
     out = zeros(backend, qd)
-    op = Attention(backend.device, shape, *qkv_parts(upload(backend, qkv), shape), k_c, v_c, table,
+    op = Attention(device, shape, *qkv_parts(upload(backend, qkv), shape), k_c, v_c, table,
                    upload(backend, [p0], np.int32), scores, Vectors(out, qd), split=split)
     run(backend, [op], outputs=[out, k_c])
     q_rot, k_rot = rope64(q, [p0], freqs, shape.n_rot), rope64(k, [p0], freqs, shape.n_rot)
@@ -689,6 +692,73 @@ def test_attention_split_positions(backend, n_head, n_head_kv, head_dim, n_rot, 
     shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=300)
     got, want = long_attention(backend, shape, p0, split=7)
     assert ref.nmse(got, want) < NMSE_F32
+
+
+@pytest.mark.parametrize("p0", [0, 7, 8, 9, 100, 299])
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
+def test_attention_gpu_launch_positions(backend, n_head, n_head_kv, head_dim, n_rot, p0):
+    """NVIDIA's launches (forced): 300 positions split by 8 (attention_split's
+    floor), each split's scores over key lanes, its weighted sum over value
+    rows and the combine's over rows of splits (attention_launch; every
+    shape here takes lanes and rows above 1): before, at and after a
+    split's edge, and the last position."""
+    dev = launches_of(backend.device, "nvidia")
+    shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=300)
+    launch = attention_launch(dev, shape, attention_split(dev, shape))
+    assert attention_split(dev, shape) == 8 and launch.key_lanes > 1 and launch.value_rows > 1
+    assert launch.combine_rows > 1
+    got, want = long_attention(backend, shape, p0, device=dev)
+    assert ref.nmse(got, want) < NMSE_F32
+
+
+@pytest.mark.parametrize("positions", [512, 4096])
+@pytest.mark.parametrize("preset", ["smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"])
+def test_attention_gpu_launch_within_bounds(backend, preset, positions):
+    """A SmolLM2-, 1B- and 8B-shaped decode step's attention (one layer's op,
+    as the step records it per layer) with NVIDIA's launches at a full cache
+    of 512 and 4,096 positions: each dispatch at most GPU_DEPTH_BOUND
+    dependent loads per invocation, and the split dispatch at least 128
+    workgroups (2 per SM of an H100's 132 wanted). The combine stays one
+    workgroup per query head (9 or 32): it reads each head's partial
+    results once (at most 81 splits of head_dim + 4 floats here), and its
+    Q8_1 output needs a head's values in one workgroup. Spread off, the
+    launch before: a workgroup of 32 per head walks every position."""
+    from vkq.commands.presets import PRESETS
+
+    spec = PRESETS[preset]
+    dev = launches_of(backend.device, "nvidia")
+    shape = AttentionShape(spec.n_head, spec.n_head_kv, spec.head_dim, spec.head_dim, capacity=positions)
+    qd, kvd = shape.n_head * shape.head_dim, shape.n_head_kv * shape.head_dim
+    qkv = backend.tensor(qd + 2 * kvd)
+    caches = [backend.tensor(shape.cache_size) for _ in range(2)]
+    table, pos = backend.tensor(positions * shape.n_rot), zeros(backend, 1, np.int32)
+
+    def attention(split):
+        scores = backend.tensor(attention_scratch_size(dev, shape, split))
+        return Attention(dev, shape, *qkv_parts(qkv, shape), *caches, table, pos, scores,
+                         Vectors(backend.tensor(qd), qd), split=split, heads=None if split else 1)
+
+    split = attention_split(dev, shape)
+    step, combine = attention(split).launches
+    assert step.depth <= GPU_DEPTH_BOUND and combine.depth <= GPU_DEPTH_BOUND, (step, combine)
+    assert step.workgroups >= 128 and combine.groups == (shape.n_head, 1, 1)
+    (old,) = attention(attention_split(dev, shape, spread=False)).launches
+    assert old.groups == (shape.n_head, 1, 1) and old.invocations == 32 and old.depth > positions
+
+
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, positions, p0", [
+    pytest.param(9, 3, 64, 4096, 4095, id="smollm2-4096"),
+    pytest.param(32, 8, 64, 4096, 4095, id="1b-4096", marks=pytest.mark.slow),
+    pytest.param(32, 8, 128, 4096, 4000, id="8b-4096", marks=pytest.mark.slow),
+])
+def test_attention_gpu_launch_of_a_long_context(backend, n_head, n_head_kv, head_dim, positions, p0):
+    """NVIDIA's launches (forced) at 4,096 positions, the workgroups of 512
+    and 1024 a GPU takes there (attention_launch), run on this device."""
+    dev = launches_of(backend.device, "nvidia")
+    shape = AttentionShape(n_head, n_head_kv, head_dim, head_dim, capacity=positions)
+    assert attention_launch(dev, shape, attention_split(dev, shape)).wg >= 512
+    got, want = long_attention(backend, shape, p0, device=dev)
+    assert ref.nmse(got, want) < 1e-10  # (float32 sums of thousands of terms, as test_attention_at_long_positions)
 
 
 def test_attention_split_q8_1_output(backend):

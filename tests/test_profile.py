@@ -157,12 +157,16 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     - EmbedRows: 2 chunks of 32 in one workgroup of 64; a chunk each: depth 1.
     - RMSNorm: one workgroup of 512 per vector; the sum's loop takes 4 * 512
       values an iteration (1 for 64), the blocks' loop 512 blocks (1): 2.
-    - Attention: positions split by 32 (100 > 32: 4 splits), a workgroup per
-      2 query heads (a K/V head's) and split: RoPE's loop over 8 pairs (1),
-      the scores' loop over 32 positions (1) of 4 key vec4s (4), the exps'
-      (1), the weighted sum's loop over 4 vec4s (1) of 32 positions and the
-      new value (33): 39. Its combine, a workgroup per head: the splits
-      twice (8), then 16 values (1 loop iteration) over 4 splits (4): 12.
+    - Attention: 264 workgroups wanted (2 per SM of 132), 2 per split (a
+      workgroup per 2 query heads, a K/V head's): 132 splits of 1 position,
+      raised to the floor of 8: 13 splits, each a workgroup of 32 (4 key
+      lanes, 8 value rows): RoPE's loop over 8 pairs (1), the scores' loop
+      over 8 positions 8 at a time (1) of 4 key vec4s 4 lanes apiece (1),
+      the exps' loop over 8 positions (1), the weighted sum's loop over 4
+      vec4s 4 at a time (1) of 8 positions over 8 rows (1) and the query's
+      own value (1): 5. Its combine, a workgroup of 32 per head (8 rows of
+      4): the 13 splits' maxima and denominators 32 at a time (1 + 1), 4
+      vec4s 4 at a time (1) over 13 splits on 8 rows (2): 4.
     - Argmax: 260 values in 2 parts (one per 256) of 130, 64 invocations
       each: 3; then the 2 parts picked from: 1.
     A chunk of 3 tokens: the same per vector, 3 rows of workgroups, and the
@@ -173,14 +177,14 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     assert got["EmbedRows"] == [((1, 1, 1), 64, 1, 1)]
     assert got["RMSNorm"] == [((1, 1, 1), 512, 2, 2 * n_layer)]
     assert got["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
-    assert got["Attention"] == [((2, 4, 1), 32, 39, n_layer), ((4, 1, 1), 32, 12, n_layer)]
+    assert got["Attention"] == [((2, 13, 1), 32, 5, n_layer), ((4, 1, 1), 32, 4, n_layer)]
     assert got["Argmax"] == [((2, 1, 1), 64, 3, 1), ((1, 1, 1), 64, 1, 1)]
     # the mat-vecs (this device's table's launches): every one counted (matvec_depth's test below)
     assert all(None not in v for k, v in got.items() if k.startswith(("attn_", "ffn_", "output ")))
     chunk = launches_by_label(model.step_launches(3))
     assert chunk["RMSNorm"] == [((1, 3, 1), 512, 2, 2 * n_layer)]
-    assert chunk["Attention"] == [((2, 1, 3), 32, 1, n_layer), ((2, 4, 3), 32, 39, n_layer),
-                                  ((4, 1, 3), 32, 12, n_layer)]
+    assert chunk["Attention"] == [((2, 1, 3), 32, 1, n_layer), ((2, 13, 3), 32, 5, n_layer),
+                                  ((4, 1, 3), 32, 4, n_layer)]
     # (the output norm and head take the chunk's last token alone)
     assert chunk["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
 
@@ -247,16 +251,22 @@ def test_matvec_depth_is_a_rows_units_per_invocation():
 @pytest.mark.slow
 def test_smollm2_step_within_gpu_bounds(backend):
     """SmolLM2's decode step recorded with NVIDIA's launches (forced), 512
-    positions: every op but the weights' mat-vecs and the attention takes at
-    most 16 dependent global loads per invocation (issue 47; the norms 2,
-    the argmax 4 then 3, where one workgroup each took 6 and 768), and the
-    argmax over its 49,152 values at least 128 workgroups."""
+    positions: every op but the weights' mat-vecs takes at most 16 dependent
+    global loads per invocation (issue 47; the norms 2, the argmax 4 then 3,
+    where one workgroup each took 6 and 768; the attention 7 and 7, where
+    splits of 32 took 51 and the combine 65), and the argmax over its 49,152
+    values and the attention's splits at least 128 workgroups each (the
+    attention's combine one per query head: test_llama_ops's
+    test_attention_gpu_launch_within_bounds says why, and takes the 1B and
+    8B shapes at 512 and 4,096 positions)."""
     from conftest import smollm2_or_skip
 
     model = GpuLlama(smollm2_or_skip(), backend, "auto", ctx=512, launches="nvidia")
     rows = [r for r in model.step_launches() if r.launch is not None]
-    bounded = [r for r in rows if r.label.split()[0] in ("EmbedRows", "RMSNorm", "SwiGLU", "Argmax")]
-    assert {r.label for r in bounded} == {"EmbedRows", "RMSNorm", "RMSNorm output_norm", "Argmax"}
+    bounded = [r for r in rows if r.label.split()[0] in ("EmbedRows", "RMSNorm", "SwiGLU", "Argmax", "Attention")]
+    assert {r.label for r in bounded} == {"EmbedRows", "RMSNorm", "RMSNorm output_norm", "Argmax", "Attention"}
     assert all(r.launch.depth <= 16 for r in bounded), [(r.label, r.launch) for r in bounded]
     assert max(r.launch.workgroups for r in bounded if r.label == "Argmax") >= 128
+    split, combine = (r.launch for r in bounded if r.label == "Attention")
+    assert split.workgroups >= 128 and combine.groups == (model.config.n_head, 1, 1)
     assert {r.launch.invocations for r in bounded if r.label.startswith("RMSNorm")} == {512}

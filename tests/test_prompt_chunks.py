@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from vkq.llama.gpu_step import GpuLlama
-from vkq.llama.vector_ops import GPU_ATTENTION_SPLIT, AttentionShape, attention_split
+from vkq.llama.vector_ops import MIN_ATTENTION_SPLIT, AttentionShape, attention_split
 from vkq.llama.config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
 from vkq.resolve import MAX_COLS
 
@@ -23,6 +23,10 @@ from conftest import smollm2_or_skip
 from tiny_llama import write_gguf
 
 TEXT = "the theory that the three then- the other thing that the world"
+# Positions per workgroup forced on this device's own launches (one
+# invocation a position's score, one a vec4's weighted sum), as a GPU split
+# them before its launches spread each split's loops.
+FORCED_SPLIT = 32
 
 
 @pytest.fixture(scope="module", params=[None, (8, 2)], ids=["dense", "moe"])
@@ -84,8 +88,8 @@ def test_long_context_with_split_attention(backend, tmp_path):
 
 
 def test_gpu_attention_split_gives_the_chunks_the_token_by_token_bits(backend, model_file, monkeypatch):
-    """A GPU splits a head's positions over workgroups of GPU_ATTENTION_SPLIT
-    (forced here, as lavapipe splits only past its loop budget): a chunk's
+    """Positions split over workgroups of FORCED_SPLIT (forced here, as
+    lavapipe splits only past its loop budget): a chunk's
     queries still give the token-by-token bits, and the same tokens as one
     workgroup per head."""
     import vkq.llama.gpu_step as gpu_step
@@ -93,12 +97,12 @@ def test_gpu_attention_split_gives_the_chunks_the_token_by_token_bits(backend, m
     whole, _ = pair(backend, "auto", model_file)
     ids = whole.tokenizer.encode(TEXT)[:13]
     c = whole.greedy(ids, 30, stop_at_eos=False, keep_logits=True)
-    monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: GPU_ATTENTION_SPLIT)
+    monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: FORCED_SPLIT)
     chunked, single = pair(backend, "auto", model_file)
     a = chunked.greedy(ids, 30, stop_at_eos=False, keep_logits=True)  # past 32 positions: two splits
     b = single.greedy(ids, 30, stop_at_eos=False, keep_logits=True)
     assert a.tokens == b.tokens and all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
-    assert {op.split for op in chunked.step_graph._keep if hasattr(op, "split")} == {GPU_ATTENTION_SPLIT}
+    assert {op.split for op in chunked.step_graph._keep if hasattr(op, "split")} == {FORCED_SPLIT}
     assert a.tokens == c.tokens
     for x, y in zip(a.logits, c.logits):
         assert np.mean((x - y) ** 2) / np.mean(y.astype(np.float64) ** 2) < 1e-7  # rounding, through Q8_1 inputs
@@ -116,7 +120,7 @@ def test_without_spread_every_op_is_one_workgroup(backend, model_file, monkeypat
     want = one.greedy(ids, 5, stop_at_eos=False, keep_logits=True)
     monkeypatch.setattr(ops, "spreads", lambda device: True)
     monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
-    monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: GPU_ATTENTION_SPLIT * spread)
+    monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: FORCED_SPLIT * spread)
     kept = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), spread=False)
     ops_of = kept.step_graph._keep
     assert {getattr(op, "workgroups", 1) for op in ops_of} == {getattr(op, "parts", 1) for op in ops_of} == {1}
@@ -127,19 +131,62 @@ def test_without_spread_every_op_is_one_workgroup(backend, model_file, monkeypat
     assert got.tokens == want.tokens and all(x.tobytes() == y.tobytes() for x, y in zip(got.logits, want.logits))
 
 
-@pytest.mark.parametrize("device_type, budget, capacity, expected", [
-    ("discrete", None, 4096, GPU_ATTENTION_SPLIT),
-    ("integrated", None, 4096, GPU_ATTENTION_SPLIT),
-    ("discrete", None, GPU_ATTENTION_SPLIT, 0),  # one split would be all of it
-    ("cpu", None, 4096, 0),  # a CPU driver without a loop budget: a head per workgroup
+@pytest.mark.parametrize("device_type, units, invocations, capacity, expected", [
+    ("discrete", None, 1024, 4096, 47),  # 2 x 132 (GPU_COMPUTE_UNITS) workgroups, 3 a split: 88 splits
+    ("discrete", 16, 1024, 300, 28),  # 2 x 16 / 3: 11 splits
+    # 11 splits of 373 would take more than ATTENTION_GPU_DEPTH loads in 1024
+    # invocations: cut by a quarter until they fit (279, 209, 156, 117)
+    ("discrete", 16, 1024, 4096, 117),
+    # the same in 256 until the combine over more splits would be the deeper (9 and 8 loads)
+    ("integrated", 16, 256, 4096, 48),
+    ("discrete", None, 1024, 300, MIN_ATTENTION_SPLIT),  # 4 positions a split raised to the floor
+    ("discrete", None, 1024, MIN_ATTENTION_SPLIT, 0),  # one split would be all of it
+    ("cpu", None, 1024, 4096, 0),  # a CPU driver without a loop budget: a head per workgroup
 ])
-def test_attention_split_per_device(device_type, budget, capacity, expected):
+def test_attention_split_per_device(device_type, units, invocations, capacity, expected):
+    """attention_split on a device without a loop budget, SmolLM2's heads (3
+    workgroups a split): 2 workgroups per compute unit (the device's, else
+    an H100's), each split within ATTENTION_GPU_DEPTH loads per invocation
+    (attention_launch's widest workgroup) or balanced with the combine's,
+    at least MIN_ATTENTION_SPLIT: each dispatch within issue 47's 16."""
     from types import SimpleNamespace
 
-    device = SimpleNamespace(caps=SimpleNamespace(device_type=device_type, max_loop_iterations=budget))
+    from vkq.llama.vector_ops import ATTENTION_GPU_DEPTH, attention_depth, attention_launch
+
+    device = SimpleNamespace(caps=SimpleNamespace(
+        device_type=device_type, max_loop_iterations=None, compute_units=units, subgroup_size=32,
+        subgroup_arithmetic=True, max_workgroup_invocations=invocations, max_shared_memory=49152))
     shape = AttentionShape(9, 3, 64, 64, capacity)
-    assert attention_split(device, shape) == expected
+    split = attention_split(device, shape)
+    assert split == expected
     assert attention_split(device, shape, spread=False) == 0
+    if split:
+        launch = attention_launch(device, shape, split)
+        depths = (attention_depth(shape, launch.wg, split, 3, key_lanes=launch.key_lanes,
+                                  value_rows=launch.value_rows),
+                  attention_depth(shape, launch.combine_wg, split, 3, combine=True, value_rows=launch.combine_rows))
+        assert max(depths) <= (ATTENTION_GPU_DEPTH if invocations == 1024 else 16), depths
+
+
+def test_attention_split_from_the_devices_compute_units():
+    """A device that reports its compute units (an RTX 3090's 82 SMs through
+    VK_NV_shader_sm_builtins) splits by them: 2 x 82 workgroups, 3 a split,
+    55 splits of 75 positions; one that reports none (the descriptor as
+    recorded) by an H100's 132."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from vkq.device.caps import DeviceCaps
+    from vkq.device.device_info import DeviceInfo
+
+    recorded = json.loads((Path(__file__).parent / "devices" / "nvidia_rtx3090.json").read_text())
+    shape = AttentionShape(9, 3, 64, 64, 4096)
+    for units, split in ((82, 75), (None, 47)):
+        info = DeviceInfo.from_dict({**recorded, **({"compute_units": units} if units else {})})
+        caps = DeviceCaps.of(info, int_dot=False)
+        assert caps.compute_units == units
+        assert attention_split(SimpleNamespace(caps=caps), shape) == split
 
 
 def test_prompt_chunk_is_checked(backend, model_file):
@@ -169,7 +216,10 @@ def test_smollm2_chunked_prompt(backend):
 def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, monkeypatch):
     """A GPU's launches of the vector ops (NVIDIA's, forced: GpuLlama's
     `launches`): each norm's vector over one wide workgroup (rms_norm_launch),
-    the argmax over parts (argmax_parts), the attention's positions split.
+    the argmax over parts (argmax_parts), the attention's positions split
+    (MIN_ATTENTION_SPLIT a workgroup: 3 splits by the last token), each
+    split's scores over key lanes and its weighted sum over value rows
+    (attention_launch), the combine over rows of splits.
     A prompt in chunks gives the logits of one fed token by token, bit for
     bit; the tokens are the device's own launches', the logits within
     rounding (the norms' sums run in another order)."""
@@ -183,7 +233,9 @@ def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, 
     norms = [op for op in chunked.step_graph._keep if isinstance(op, ops.RMSNorm)]
     assert norms and {op.launches[0].invocations for op in norms} == {ops.RMS_NORM_GPU_WG}
     assert any(getattr(op, "parts", 1) == 7 for op in chunked.step_graph._keep)
-    assert {op.split for op in chunked.step_graph._keep if hasattr(op, "split")} == {GPU_ATTENTION_SPLIT}
+    attention = [op for op in chunked.step_graph._keep if isinstance(op, ops.Attention)]
+    assert {op.split for op in attention} == {MIN_ATTENTION_SPLIT}
+    assert all(min(op.launch.key_lanes, op.launch.value_rows, op.launch.combine_rows) > 1 for op in attention)
     ids = one.tokenizer.encode(TEXT)[:13]
     a, b, c = (m.greedy(ids, 5, stop_at_eos=False, keep_logits=True) for m in (chunked, single, one))
     assert a.tokens == b.tokens == c.tokens

@@ -100,5 +100,6 @@ class DeviceCaps:
             max_texel_buffer_elements=info.max_texel_buffer_elements,
             max_workgroup_size_x=info.max_workgroup_size[0],
             max_loop_iterations=loop_iteration_limit(info),
+            compute_units=info.compute_units or None,
             coopmat_missing=coopmat_missing(info, coopmat),
         )

@@ -72,6 +72,9 @@ class DeviceInfo:
     device_local_memory: int  # bytes, largest DEVICE_LOCAL heap
     max_texel_buffer_elements: int
     max_memory_allocation_size: int = 0  # bytes, one allocation (Vulkan 1.1); 0: not reported
+    # Compute units: NVIDIA's SMs (VK_NV_shader_sm_builtins), AMD's CUs
+    # (VK_AMD_shader_core_properties); 0: not reported (Intel, CPU drivers).
+    compute_units: int = 0
 
     @property
     def vendor(self) -> str:
@@ -207,7 +210,7 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         stype = getattr(vk, "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_" + stype)
         return ffi.new(f"{ctype}*", {"sType": stype})
 
-    subgroup = driver = size_ctl = dot_props = dot_feats = maint3 = None
+    subgroup = driver = size_ctl = dot_props = dot_feats = maint3 = sms = amd_cores = None
     if api >= (1, 1, 0):  # a 1.0 device may not be asked for *2 structs
         subgroup = new("VkPhysicalDeviceSubgroupProperties", "SUBGROUP_PROPERTIES")
         maint3 = new("VkPhysicalDeviceMaintenance3Properties", "MAINTENANCE_3_PROPERTIES")
@@ -224,11 +227,15 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
             dot_feats = new(
                 "VkPhysicalDeviceShaderIntegerDotProductFeatures",
                 "SHADER_INTEGER_DOT_PRODUCT_FEATURES")
+        if "VK_NV_shader_sm_builtins" in exts:
+            sms = new("VkPhysicalDeviceShaderSMBuiltinsPropertiesNV", "SHADER_SM_BUILTINS_PROPERTIES_NV")
+        if "VK_AMD_shader_core_properties" in exts:
+            amd_cores = new("VkPhysicalDeviceShaderCorePropertiesAMD", "SHADER_CORE_PROPERTIES_AMD")
         # The local names keep every struct of the chain alive until the
         # calls return: cffi frees an ffi.new() object with its last
         # Python reference, and a pNext pointer is not a reference.
         head = new("VkPhysicalDeviceProperties2", "PROPERTIES_2")
-        _link(ffi, head, [subgroup, driver, size_ctl, dot_props, maint3])
+        _link(ffi, head, [subgroup, driver, size_ctl, dot_props, maint3, sms, amd_cores])
         props2(pd, head)
         if dot_feats is not None:
             fhead = new("VkPhysicalDeviceFeatures2", "FEATURES_2")
@@ -287,6 +294,9 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         ),
         max_texel_buffer_elements=limits.maxTexelBufferElements,
         max_memory_allocation_size=maint3.maxMemoryAllocationSize if maint3 else 0,
+        compute_units=(sms.shaderSMCount if sms else
+                       amd_cores.shaderEngineCount * amd_cores.shaderArraysPerEngineCount
+                       * amd_cores.computeUnitsPerShaderArray if amd_cores else 0),
     )
 
 

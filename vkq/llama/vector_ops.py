@@ -93,7 +93,7 @@ class LaunchesOf:
                             subgroup_arithmetic=caps.subgroup_arithmetic and device.caps.subgroup_arithmetic,
                             max_workgroup_invocations=min(caps.max_workgroup_invocations,
                                                           device.caps.max_workgroup_invocations),
-                            max_loop_iterations=None)
+                            max_loop_iterations=None, compute_units=caps.compute_units)
 
     def __getattr__(self, name):
         return getattr(self.device, name)
@@ -107,12 +107,15 @@ class LaunchCaps:
     subgroup_size: int
     subgroup_arithmetic: bool
     max_workgroup_invocations: int
+    compute_units: int | None = None
 
 
 # GPU classes whose launches a step can be recorded with on any device
-# (LaunchesOf; `vkq generate --shape nvidia`): their reported caps.
+# (LaunchesOf; `vkq generate --shape nvidia`): their reported caps; for the
+# compute units, a proxy of the class (an H100's 132 SMs), which only sizes
+# the attention's splits (attention_split).
 GPU_LAUNCH_CAPS = {
-    "nvidia": LaunchCaps("discrete", 32, True, 1024),  # every NVIDIA GPU since Kepler: warps of 32
+    "nvidia": LaunchCaps("discrete", 32, True, 1024, 132),  # every NVIDIA GPU since Kepler: warps of 32
 }
 
 
@@ -421,51 +424,99 @@ def attention_loop_iterations(head_dim: int, wg: int, positions: int, heads: int
             + dims * ((positions + 1) * (4 + h) + 4 * h) + h * (4 * 11 + q8_1))
 
 
+@dataclass(frozen=True)
+class AttentionLaunch:
+    """How shaders/attention.comp's dispatches spread their loops (its
+    KEY_LANES and VALUE_ROWS, per workgroup of `wg`; the COMBINE pass's
+    rows per workgroup of `combine_wg`): 1s, a CPU driver's launch and a
+    head's whole context (one invocation scores a position, one sums a
+    vec4 over every position)."""
+
+    wg: int
+    key_lanes: int = 1
+    value_rows: int = 1
+    combine_wg: int = 0  # 0: wg
+    combine_rows: int = 1
+
+
 def attention_depth(shape: AttentionShape, wg: int, split: int, heads: int, q8_1: bool = False,
-                    combine: bool = False, append: bool = False) -> int:
-    """Serial depth (Launch) of a dispatch of shaders/attention.comp at a
-    full cache (shape.capacity positions), `split` positions per workgroup
-    (0: all): the RoPE loop over a head's pairs; the scores' loop over the
-    workgroup's positions, each over head_dim / 4 key vec4s; the exps' loop
-    over them; the weighted sum's loop over vec4s of the head, each over
-    every position, then the new value; the Q8_1 store's loop over blocks,
-    once per head (barriers between). combine: the second dispatch of a
-    split: its loops over the splits, twice, then over the head's values,
-    each over the splits. append: a chunk's first pass (the RoPE loop).
-    The workgroup's `heads` query heads (a specialization constant) are
-    unrolled."""
+                    combine: bool = False, append: bool = False, key_lanes: int = 1, value_rows: int = 1) -> int:
+    """Serial depth (Launch) of a dispatch of shaders/attention.comp of wg
+    invocations at a full cache (shape.capacity positions), `split`
+    positions per workgroup (0: all, P below): the RoPE loop over a head's
+    pairs; the scores' loop over the positions, wg / key_lanes at a time,
+    each over head_dim / 4 / key_lanes key vec4s; the exps' loop over the
+    positions; the weighted sum's loop over vec4s of the head, wg /
+    value_rows at a time, each over the positions of its row (P /
+    value_rows), then the query's own value; the Q8_1 store's loop over
+    blocks, once per head (barriers between). combine: the second dispatch
+    of a split: its loops over the splits for the maximum and the
+    denominator (wg at a time), then over the head's vec4s, wg / value_rows
+    at a time, each over the splits of its row. append: a chunk's first
+    pass (the RoPE loop). The workgroup's `heads` query heads (a
+    specialization constant) are unrolled, and the shared-memory trees
+    load nothing global."""
     hd, vec4s = shape.head_dim, _ceil(shape.head_dim, 4)
     store = _ceil(hd // CHUNK, wg) if q8_1 else 0
+    cols = wg // value_rows
     if append:
         return _ceil(_ceil(hd, 2), wg)
     if combine:
         used = _ceil(shape.capacity, split)
-        return 2 * used + _ceil(hd, wg) * used + store
+        return 2 * _ceil(used, wg) + _ceil(vec4s, cols) * _ceil(used, value_rows) + store
     positions = split or shape.capacity
-    per_t = _ceil(positions, wg)
-    return (_ceil(_ceil(hd, 2), wg) + per_t * vec4s + per_t + _ceil(vec4s, wg) * (positions + 1)
+    return (_ceil(_ceil(hd, 2), wg) + _ceil(positions, wg // key_lanes) * _ceil(vec4s, key_lanes)
+            + _ceil(positions, wg) + _ceil(vec4s, cols) * (_ceil(positions, value_rows) + 1)
             + (0 if split else heads * store))
 
 
-# Positions per workgroup on a GPU: one score per invocation of a 32-wide
-# workgroup, so that even a short context spreads each head over several
-# workgroups (one workgroup per head took an H200 24 us per SmolLM2 layer at
-# ~70 positions, 23% of the decode step, 2026-11-26). The split's effect on
-# a GPU is not measured yet.
-GPU_ATTENTION_SPLIT = 32
+# A GPU's attention, one query: each head's positions split over about this
+# many workgroups per compute unit (an SM), in all, as ggml's Vulkan backend
+# sizes its split attention; each split's loops then spread over the
+# workgroup (attention_launch). One workgroup per head took an H200 24 us
+# per SmolLM2 layer at ~70 positions, 23% of the decode step (2026-11-26);
+# splits of 32 positions, one score per invocation, ran 33 dependent loads
+# per invocation and the combine 2 per split. The new launch is not
+# measured on a GPU yet.
+ATTENTION_WORKGROUPS_PER_UNIT = 2
+# Compute units of a GPU that reports none (vkq.device.caps): an H100's 132 SMs.
+GPU_COMPUTE_UNITS = 132
+# At least this many positions per split (its RoPE of the queries, its
+# partial result and the combine's share are per split).
+MIN_ATTENTION_SPLIT = 8
+# The serial depth each of a GPU's attention dispatches is held to, where
+# its widest workgroup can (attention_launch): issue 47's bound is 16.
+ATTENTION_GPU_DEPTH = 8
 
 
 def attention_split(device, shape: AttentionShape, spread: bool = True) -> int:
     """Positions per workgroup for this device (0: a head's whole context in
     one workgroup): under a loop budget (llvmpipe's, vkq.device.caps), the
-    most whose invocations stay within half of it; else GPU_ATTENTION_SPLIT
-    where the device spreads (`spreads`) unless `spread` is off, one
-    workgroup per head where not."""
+    most whose invocations stay within half of it; else, where the device
+    spreads (`spreads`) unless `spread` is off, the context over
+    ATTENTION_WORKGROUPS_PER_UNIT workgroups per compute unit (the device's,
+    else GPU_COMPUTE_UNITS), at least MIN_ATTENTION_SPLIT positions; fewer
+    where a split's loops would not fit ATTENTION_GPU_DEPTH in the widest
+    workgroup (attention_launch), as long as the combine over more splits
+    stays shallower (a device of narrow workgroups and few compute units
+    balances the two above the target); one workgroup per head where not."""
     budget = device.caps.max_loop_iterations
     if budget is None:
-        if not (spread and spreads(device)) or shape.capacity <= GPU_ATTENTION_SPLIT:
+        if not (spread and spreads(device)):
             return 0
-        return GPU_ATTENTION_SPLIT
+        units = getattr(device.caps, "compute_units", None) or GPU_COMPUTE_UNITS
+        per_split = shape.n_head // attention_heads(shape)  # workgroups of a split
+        splits = _ceil(ATTENTION_WORKGROUPS_PER_UNIT * units, per_split)
+        split = max(MIN_ATTENTION_SPLIT, _ceil(shape.capacity, splits))
+        widest = _widest_attention_wg(device, shape)
+        while split > MIN_ATTENTION_SPLIT:  # smaller splits while the split dispatch is the deeper one
+            depth = _best_split_launch(shape, widest, split)[0]
+            smaller = max(MIN_ATTENTION_SPLIT, split * 3 // 4)
+            if depth <= ATTENTION_GPU_DEPTH or max(_best_split_launch(shape, widest, smaller)[0],
+                                                   _best_combine_launch(shape, widest, smaller)[0]) >= depth:
+                break
+            split = smaller
+        return 0 if split >= shape.capacity else split
     _, wg = reducing_variant(device, "attention")
     heads = attention_heads(shape)  # (the most a workgroup takes: fewer loop less)
     if attention_loop_iterations(shape.head_dim, wg, shape.capacity, heads) <= budget // 2:
@@ -480,12 +531,69 @@ def attention_split(device, shape: AttentionShape, spread: bool = True) -> int:
     return lo
 
 
+def attention_shared_bytes(wg: int, heads: int) -> int:
+    """Shared memory of shaders/attention.comp: the rotated queries and key
+    (MAX_HEAD_DIM each), reduce.glsl's floats and the rows' vec4s, per
+    invocation."""
+    return 16 * (heads + 1) * (MAX_HEAD_DIM // 4) + 4 * wg + 16 * wg
+
+
+def _widest_attention_wg(device, shape: AttentionShape) -> int:
+    """The widest power-of-two workgroup of shaders/attention.comp the device runs."""
+    caps = device.caps
+    wg = 1
+    while 2 * wg <= caps.max_workgroup_invocations and \
+            attention_shared_bytes(2 * wg, attention_heads(shape)) <= caps.max_shared_memory:
+        wg *= 2
+    return wg
+
+
+def _pow2_upto(n: int) -> list[int]:
+    return [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+
+
+def _best_split_launch(shape: AttentionShape, wg: int, split: int) -> tuple[int, int, int]:
+    """(depth, key_lanes, value_rows) of the shallowest split dispatch of wg
+    invocations (fewer lanes and rows where as deep: fewer trees)."""
+    return min((attention_depth(shape, wg, split, 1, key_lanes=lanes, value_rows=rows), lanes, rows)
+               for lanes in _pow2_upto(min(wg, _ceil(shape.head_dim, 4))) for rows in _pow2_upto(wg))
+
+
+def _best_combine_launch(shape: AttentionShape, wg: int, split: int) -> tuple[int, int]:
+    """(depth, value_rows) of the shallowest combine dispatch of wg invocations (fewer rows where as deep)."""
+    return min((attention_depth(shape, wg, split, 1, combine=True, value_rows=rows), rows) for rows in _pow2_upto(wg))
+
+
+def attention_launch(device, shape: AttentionShape, split: int) -> AttentionLaunch:
+    """The workgroups of shaders/attention.comp's dispatches for `split`
+    positions per workgroup (attention_split's): a CPU driver's (a loop
+    budget, or no spread), and a head's whole context (split 0), one
+    subgroup-wide workgroup (reducing_variant), lanes and rows 1; a GPU's
+    split, for each of the two dispatches the narrowest power-of-two
+    workgroup (from a subgroup up) whose loops, spread over key lanes and
+    value rows, take at most ATTENTION_GPU_DEPTH dependent loads per
+    invocation, else the shallowest the widest workgroup gets."""
+    _, wg = reducing_variant(device, "attention")
+    if split == 0 or device.caps.max_loop_iterations is not None or not spreads(device):
+        return AttentionLaunch(wg)
+    widest = max(wg, _widest_attention_wg(device, shape))
+    sizes = [w for w in _pow2_upto(widest) if w >= wg]
+    fits = [(w, _best_split_launch(shape, w, split)) for w in sizes]
+    w, (_, lanes, rows) = next(((w, b) for w, b in fits if b[0] <= ATTENTION_GPU_DEPTH), fits[-1])
+    combines = [(w, _best_combine_launch(shape, w, split)) for w in sizes]
+    cw, (_, crows) = next(((w, b) for w, b in combines if b[0] <= ATTENTION_GPU_DEPTH), combines[-1])
+    return AttentionLaunch(w, lanes, rows, cw, crows)
+
+
 def attention_scratch_size(device, shape: AttentionShape, split: int | None = None, queries: int = 1) -> int:
     """Floats of an Attention's scratch for `queries` queries at once: per
     query the scores, then (split) the partial results."""
     split = attention_split(device, shape) if split is None else split
-    n_split = -(-shape.capacity // split) if split else 0
-    return queries * (shape.n_head * shape.capacity + shape.n_head * n_split * (shape.head_dim + 2))
+    if not split:
+        return queries * shape.n_head * shape.capacity
+    # the partial results' records are whole vec4s (shaders/attention.comp: partial)
+    records = shape.n_head * _ceil(shape.capacity, split) * (4 + 4 * _ceil(shape.head_dim, 4))
+    return queries * (4 * _ceil(shape.n_head * shape.capacity, 4) + records)
 
 
 def check_attention_vectors(op: str, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, out: Vectors,
@@ -514,7 +622,8 @@ class Attention(_Op):
     consecutive. With `xq`, out's Q8_1 blocks too (head_dim a multiple of 32).
     split: positions per workgroup, then a second dispatch combines them
     (default: attention_split, per device; 0: a head's positions in one
-    workgroup). heads: query heads of one K/V head per workgroup (default
+    workgroup); on a GPU each split's loops spread over its workgroup
+    (attention_launch, kept as `launch`). heads: query heads of one K/V head per workgroup (default
     attention_heads; it must divide n_head / n_head_kv).
 
     One query (a decode step) is one dispatch. n queries (a chunk of a
@@ -552,9 +661,10 @@ class Attention(_Op):
                 _f32_bits(1.0 / np.sqrt(s.head_dim)), q.step, k.step, v.step, out.step, xq_stride,
                 attention_scratch_size(device, s, split)]
         tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t]
-        variant, wg = reducing_variant(device, "attention")
+        variant, _ = reducing_variant(device, "attention")
         kps = [t.kp for t in tensors]
         self.split = split
+        self.launch = launch = attention_launch(device, s, split)
         n_split = -(-s.capacity // split) if split else 1
         attend = 0 if n == 1 else 2  # shaders/attention.comp's PASS: 0 one query, 1 + 2 a chunk
 
@@ -565,9 +675,11 @@ class Attention(_Op):
                              f"of a K/V head, at most {MAX_ATTENTION_HEADS}")
 
         def dispatch(groups, combine, pass_):  # (_Op.record puts a barrier between two dispatches)
-            depth = attention_depth(s, wg, split, heads, xq is not None, combine, pass_ == 1)
-            self._dispatch(kps, variant, groups, [wg, planes, split, int(combine), pass_, heads, int(s.neox)], push,
-                           depth)
+            wg, lanes, rows = ((launch.combine_wg or launch.wg, 1, launch.combine_rows) if combine else
+                               (launch.wg, launch.key_lanes, launch.value_rows))
+            depth = attention_depth(s, wg, split, heads, xq is not None, combine, pass_ == 1, lanes, rows)
+            self._dispatch(kps, variant, groups, [wg, planes, split, int(combine), pass_, heads, int(s.neox), lanes,
+                                                  rows], push, depth)
 
         if n > 1:
             dispatch((s.n_head_kv, 1, n), False, 1)
