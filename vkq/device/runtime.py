@@ -7,7 +7,8 @@ orders a dispatch after the one whose output it reads,
 `Manager.algorithm_with_bindings` binds tensors as uniform texel buffer
 views, not only as storage buffers, and `Tensor.release_staging` frees an
 uploaded tensor's host copy; pipelines are shared between algorithms and
-a sequence keeps one fence. A kp without the whole series (stock, or an
+a sequence keeps one fence; the cooperative-matrix features are enabled
+when their extensions are requested (Manager.cooperative_matrix_enabled). A kp without the whole series (stock, or an
 older level) still runs what needs none of these: the int8 path and
 texel bindings are refused with a clear error, uploaded weights keep their
 host copy.
@@ -29,7 +30,7 @@ from .shader_variants import load_spirv
 # The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
 # patch: its number, so that a kp of level N has patches 0001 to N);
 # tools/install_kompute.sh reads this line to check its build.
-REQUIRED_KP_PATCH = 10
+REQUIRED_KP_PATCH = 11
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 
 # Vulkan flag bits used for barriers between dependent dispatches.
