@@ -761,15 +761,19 @@ def test_attention_gpu_launch_of_a_long_context(backend, n_head, n_head_kv, head
     assert ref.nmse(got, want) < 1e-10  # (float32 sums of thousands of terms, as test_attention_at_long_positions)
 
 
-def test_attention_split_q8_1_output(backend):
+@pytest.mark.parametrize("launches", [None, "nvidia"])
+def test_attention_split_q8_1_output(backend, launches):
+    """The combine's Q8_1 output, on this device's launches and on NVIDIA's
+    (the combine's rows of splits)."""
+    dev = launches_of(backend.device, launches)
     shape = AttentionShape(9, 3, 64, 64, capacity=200)
     r = rng(9)
     old = r.standard_normal((150, 3, 64)).astype(np.float32)
     k_c, v_c, table, _ = attention_case(backend, shape, old, old[::-1].copy(), inv_freq(64))
-    scores = zeros(backend, attention_scratch_size(backend.device, shape, 16))
+    scores = zeros(backend, attention_scratch_size(dev, shape, 16))
     qkv_t = upload(backend, step_inputs(r, shape, 1)[3])
     pos = upload(backend, [150], np.int32)
     out = backend.tensor(9 * 64)
-    check_q8_1_output(backend, lambda xq: Attention(backend.device, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table,
+    check_q8_1_output(backend, lambda xq: Attention(dev, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table,
                                                     pos, scores, Vectors(out, 9 * 64), xq=xq, split=16),
                       out, 2)
