@@ -56,3 +56,17 @@ def test_every_model_file_command_parses():
     for argv in commands:
         args = model_file_parser().parse_args(argv)
         assert args.tokenizer_only or args.tokenizer == "/tmp/t.gguf"
+
+
+def test_the_coopmat_part_parses():
+    """Part coopmat's tools/bench_matmul.py line (the device-only part: here it only parses)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_matmul", ROOT / "tools" / "bench_matmul.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    lines = re.findall(r'bench_matmul\.py" (.*)', text)
+    assert len(lines) == 1
+    args = bench.build_parser().parse_args(shlex.split(lines[0]))
+    assert args.kernel == "coopmat" and args.n == 512 and set(args.types.split(",")) == {"Q4_0", "F16"}

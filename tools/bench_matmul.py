@@ -209,7 +209,7 @@ def coopmat_against_tiled(backend, types, shapes, n, reps, rng) -> int:
     return 0
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", default="Q4_0,Q4_K")
     ap.add_argument("--rows", type=int, default=4096)
@@ -219,7 +219,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ggml", metavar="PATH", help="ggml's test-backend-ops (a Vulkan build): compare with it")
     ap.add_argument("--kernel", choices=["coopmat"], help="coopmat: the cooperative-matrix kernel against the tiled")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     if args.ggml and args.kernel:
         raise SystemExit("--ggml and --kernel: one comparison at a time")
     shapes = parse_shapes(args.shapes) if args.shapes else [(args.rows, args.k)]
