@@ -155,7 +155,8 @@ def test_attention_split_per_device(device_type, units, invocations, capacity, e
 
     device = SimpleNamespace(caps=SimpleNamespace(
         device_type=device_type, max_loop_iterations=None, compute_units=units, subgroup_size=32,
-        subgroup_arithmetic=True, max_workgroup_invocations=invocations, max_shared_memory=49152))
+        subgroup_arithmetic=True, max_workgroup_invocations=invocations, max_workgroup_size_x=1024,
+        max_shared_memory=49152))
     shape = AttentionShape(9, 3, 64, 64, capacity)
     split = attention_split(device, shape)
     assert split == expected

@@ -542,7 +542,7 @@ def _widest_attention_wg(device, shape: AttentionShape) -> int:
     """The widest power-of-two workgroup of shaders/attention.comp the device runs."""
     caps = device.caps
     wg = 1
-    while 2 * wg <= caps.max_workgroup_invocations and \
+    while 2 * wg <= min(caps.max_workgroup_invocations, caps.max_workgroup_size_x) and \
             attention_shared_bytes(2 * wg, attention_heads(shape)) <= caps.max_shared_memory:
         wg *= 2
     return wg
