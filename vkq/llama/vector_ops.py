@@ -477,7 +477,7 @@ def attention_depth(shape: AttentionShape, wg: int, split: int, heads: int, q8_1
 # per SmolLM2 layer at ~70 positions, 23% of the decode step (2026-11-26);
 # splits of 32 positions, one score per invocation, took 51-68 dependent
 # loads per invocation (its weighted sum 33), and their combine 4-6 per
-# split (513-769 at 4,096 positions). Neither launch is measured on a GPU yet.
+# split (513-769 at 4,096 positions). Neither split is measured on a GPU yet.
 ATTENTION_WORKGROUPS_PER_UNIT = 2
 # Compute units of a GPU that reports none (vkq.device.caps): an H100's 132 SMs.
 GPU_COMPUTE_UNITS = 132
