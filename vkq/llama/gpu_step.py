@@ -70,6 +70,7 @@ its own position, logits and argmax.
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -530,8 +531,13 @@ class GpuLlama(Decoder):
         for n in range(2, self.max_row_tokens + 1) if speculative else ():
             self._replay(self._step("rows", n), [0] * n, 0)
         n_steps = steps_per_submit if n_tokens is None else n_tokens - 1  # (the first token is the prompt's)
-        for m in sorted(set(submit_sizes(steps_per_submit, min(n_steps, self.ctx))) - {1}):
+        chains = sorted(set(submit_sizes(steps_per_submit, min(n_steps, self.ctx))) - {1})
+        for m in chains:
             self._replay_chain(self._step("chain", m), 0, 0)
+        if chains:
+            # A chain's graph is many Python objects: left to the cyclic collector, its first full pass over
+            # them (some 0.2 s on lavapipe's host) would fall in the decode steps timed next.
+            gc.collect()
         if self.op_samples is not None:
             self.op_samples.clear()  # a first replay's times are not a step's
         return time.perf_counter() - t0
