@@ -89,6 +89,13 @@ for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
   done
 done
 
+# 3a. The same decode steps 16 to a submit (--steps-per-submit 16: the host waits for the device
+#     once per 16 tokens): the wall clock over GPU time beside part 3's one step per submit.
+for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
+  [ -f "$f" ] && part "chained-$(basename "$f" .gguf)" 120 "${VKQ[@]}" generate "$f" \
+    -p "The history of the printing press" -n 64 --ignore-eos --profile --steps-per-submit 16
+done
+
 # 3b. A prompt of about 500 tokens through the tiled mat-mats (one chunk) and through the
 #     mat-vecs (chunks of 8), each with its chunks' profile: the prompt kernels' table entry.
 PROMPT_LONG=$(for i in $(seq 40); do printf 'The history of the printing press begins in Mainz. '; done)
