@@ -171,7 +171,7 @@ uint x_col_uvec4s() { return p.x_col_stride / 4u; }  // (x_col_stride in floats)
 const uint W_CHUNK = 8u;  // its 32 values
 #endif
 
-const uint WG_SIZE = gl_WorkGroupSize.x;  // (BM / TM) * (BN / TN), set by the host
+const uint WG_SIZE = gl_WorkGroupSize.x;  // (BM / TM) * (BN / TN), COOPMAT times the subgroup size; set by the host
 const uint CHUNKS_PER_BLOCK = QK / 32u;
 const uint UNIT_CHUNKS = 8u;  // chunks covered by one unit_meta
 const bool WHOLE_UNITS = !SHARED_TILES && BK_CHUNKS == UNIT_CHUNKS;
