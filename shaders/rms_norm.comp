@@ -11,15 +11,21 @@
 // adds them: the experts' sum needs no dispatch of its own.
 //
 // A vector is spread over gl_NumWorkGroups.x workgroups (workgroup row y is
-// the vector): each reads the whole vector for the sum of squares (a GPU
-// reads it from its cache; the sum is the same in every workgroup, computed
-// in the same order), then its invocations each take whole 32-value blocks
-// of it, in registers: the residual add, y, and with X_PLANES
+// the vector): each reads the whole vector (x + the residual) for the sum
+// of squares itself, in the same order and the same tree in every
+// workgroup, so every workgroup's scale is the same bits: the redundant
+// reads are a GPU's L2 hits (16 KB of a 4096-value vector, read by its 8
+// workgroups), cheaper than a second dispatch and barrier to share one sum.
+// Then workgroup g takes its own slice, whole 32-value blocks
+// g * slice .. (g + 1) * slice - 1 (slice: the blocks over the workgroups,
+// rounded up; the last slice may be short or empty), a block per
+// invocation, in registers: the residual add, y, and with X_PLANES
 // (specialization constant 2) of 1 or 2 the block's Q8_1 (q8_1.glsl) for the
-// int8 mat-vec path, from the very values written to y. One workgroup per
-// vector (a CPU driver's launch) may write x_out over x; several must not,
-// as a workgroup may still be reading what another would overwrite: the
-// host gives them another tensor.
+// int8 mat-vec path, from the very values written to y. Each block of
+// x_out is written by its slice's owner alone. One workgroup per vector (a
+// CPU driver's launch) may write x_out over x; several must not, as a
+// workgroup may still be summing what another would overwrite: the host
+// gives them another tensor.
 //
 // Bindings: 0 x, 1 r (read when ADD_RESIDUAL), 2 w, 3 y, 4 xq (written when
 // X_PLANES > 0), 5 rw (read when RESIDUAL_SLOTS > 0), 6 x_out (written when
@@ -109,7 +115,10 @@ void main() {
     const float scale = 1.0 / sqrt(workgroup_sum(sum) / float(p.n) + p.eps);
     const uint yb = p.y_off + v * p.y_stride;
     const uint xob = p.xo_off + v * p.xo_stride;
-    for (uint b = gl_WorkGroupID.x * WG_SIZE + tid; 32u * b < p.n; b += gl_NumWorkGroups.x * WG_SIZE) {
+    const uint blocks = (p.n + 31u) / 32u;
+    const uint slice = (blocks + gl_NumWorkGroups.x - 1u) / gl_NumWorkGroups.x;
+    const uint slice_end = min(blocks, (gl_WorkGroupID.x + 1u) * slice);
+    for (uint b = gl_WorkGroupID.x * slice + tid; b < slice_end; b += WG_SIZE) {
         vec4 vals[8];
         for (uint j = 0u; j < 8u; j++) {
             const uint i = 32u * b + 4u * j;

@@ -19,9 +19,9 @@ import ggml_quant
 import vkq.blocks.reference as ref
 from conftest import TYPES, force_split
 from vkq.blocks.formats import FORMATS
-from vkq.llama.vector_ops import (RMS_NORM_GPU_WG, Argmax, Attention, AttentionShape, EmbedRows, Q8_1Output, RMSNorm,
-                                  SwiGLU, Vectors, attention_launch, attention_scratch_size, attention_split,
-                                  launches_of, rms_norm_depth, rope_table)
+from vkq.llama.vector_ops import (RMS_NORM_GPU_WG, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting,
+                                  HeadNorm, Q8_1Output, RMSNorm, SwiGLU, Vectors, attention_launch,
+                                  attention_scratch_size, attention_split, launches_of, rms_norm_depth, rope_table)
 from vkq.ops import QuantizeQ8_1, q8_1_words
 
 NMSE_F32 = 1e-12  # float32 arithmetic against float64
@@ -180,13 +180,17 @@ def test_rms_norm_spread_over_workgroups(backend, residual, workgroups, reductio
 GPU_DEPTH_BOUND = 16  # dependent global loads per invocation a GPU step's ops may take (issue 47)
 
 
-@pytest.mark.parametrize("length", [576, 4096], ids=["smollm2", "8b"])
+@pytest.mark.parametrize("length", [576, 2048, 4096, 4100], ids=["smollm2", "1b", "8b", "8b+4"])
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 def test_rms_norm_gpu_launch(backend, residual, reduction, length):
-    """A GPU's launch (NVIDIA's, forced: LaunchesOf): one workgroup of
-    RMS_NORM_GPU_WG invocations per vector, a fixed tree of their sums:
-    against float64, x + residual kept exactly; a chunk of 3 vectors gives
-    the bits of each alone, y and its Q8_1 blocks."""
+    """A GPU's launch (NVIDIA's, forced: LaunchesOf): a workgroup of
+    RMS_NORM_GPU_WG invocations per 512 values of a vector (4100: 129
+    blocks, 9 workgroups of 15 blocks but the last of 9), each summing the
+    whole vector in the same fixed tree and scaling its slice, x + residual
+    to x_out by each slice's owner (the workgroups all run at once on this
+    device too): against float64, x + residual kept exactly and x untouched;
+    the bits of one workgroup per vector, y, x_out and the Q8_1 blocks; a
+    chunk of 3 vectors gives the bits of each alone."""
     dev = launches_of(backend.device, "nvidia")
     n, eps = 3, 1e-5
     r = rng(11)
@@ -195,16 +199,19 @@ def test_rms_norm_gpu_launch(backend, residual, reduction, length):
     rs = r.standard_normal((n, length)).astype(np.float32)
     w = (1 + 0.1 * r.standard_normal(length)).astype(np.float32)
     w_t = upload(backend, w)
+    spread = -(-length // 512)
 
-    def norm(v0, count):
+    def norm(v0, count, workgroups=None):
         x, res = upload(backend, xs[v0:v0 + count]), upload(backend, rs[v0:v0 + count])
         y, x_out = backend.tensor(length, count), backend.tensor(length, count)
         xq = Q8_1Output(backend.tensor(q8_1_words(1, y.stride, 2), count, dtype=np.uint32), 2)
         op = RMSNorm(dev, Vectors(x, length, 0, length), w_t, Vectors(y, length), eps, count,
                      residual=Vectors(res, length, 0, length) if residual else None, xq=xq,
-                     x_out=Vectors(x_out, length) if residual else None)
-        assert [(launch.groups, launch.invocations) for launch in op.launches] == [((1, count, 1), RMS_NORM_GPU_WG)]
-        run(backend, [op], outputs=[y, x_out, xq.xq])
+                     x_out=Vectors(x_out, length) if residual else None, workgroups=workgroups)
+        assert [(launch.groups, launch.invocations) for launch in op.launches] == [
+            ((workgroups or spread, count, 1), RMS_NORM_GPU_WG)]
+        run(backend, [op], outputs=[x, y, x_out, xq.xq])
+        assert np.array_equal(x.read().reshape(count, -1)[:, :length], xs[v0:v0 + count])
         return y.read().reshape(count, -1), x_out.read().reshape(count, -1), xq.xq.read().reshape(count, -1)
 
     y, xo, q = norm(0, n)
@@ -214,6 +221,9 @@ def test_rms_norm_gpu_launch(backend, residual, reduction, length):
     x64 = x_want.astype(np.float64)
     want = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w
     assert ref.nmse(y[:, :length], want) < NMSE_F32
+    y1, xo1, q1 = norm(0, n, workgroups=1)
+    assert y1.tobytes() == y.tobytes() and q1.tobytes() == q.tobytes() and (xo1.tobytes() == xo.tobytes()
+                                                                            or not residual)
     for v in range(n):
         y1, _, q1 = norm(v, 1)
         assert y1.tobytes() == y[v:v + 1].tobytes() and q1.tobytes() == q[v:v + 1].tobytes()
@@ -223,21 +233,25 @@ def test_rms_norm_gpu_launch(backend, residual, reduction, length):
 def test_rms_norm_gpu_launch_within_bounds(backend, preset):
     """The RMSNorm of a SmolLM2-, 1B- and 8B-shaped step with NVIDIA's
     launches: at most GPU_DEPTH_BOUND dependent loads per invocation (the sum's
-    loop 1-2 iterations, the blocks' 1) and 512 invocations per vector; the
-    launch before (spread off: one subgroup of 32 per vector, as the H200
-    ran it in 97 us for 4096 values, 2026-11-26) walks the vector 32 at a time."""
+    loop 1-2 iterations, the slice's blocks 1) and a workgroup of 512 per 512
+    values (2, 4 and 8: 4,096 invocations for the 8B's 4,096 values, which
+    issue 47 reads as 128 workgroups' worth of NVIDIA's 32-wide subgroups);
+    the launch before (spread off: one subgroup of 32 per vector, as the
+    H200 ran it in 97 us for 4096 values, 2026-11-26) walks the vector 32 at
+    a time."""
     from vkq.commands.presets import PRESETS
 
     width = PRESETS[preset].hidden
     x, w, y = (backend.tensor(width) for _ in range(3))
-    for spread, invocations, depth in ((True, 512, -(-width // 2048) + 1),
-                                       (False, 32, -(-width // 128) + -(-width // 1024))):
+    for spread, groups, invocations, depth in ((True, -(-width // 512), 512, -(-width // 2048) + 1),
+                                               (False, 1, 32, -(-width // 128) + -(-width // 1024))):
         op = RMSNorm(launches_of(backend.device, "nvidia"), Vectors(x, width), w, Vectors(y, width), 1e-5,
                      spread=spread)
         (launch,) = op.launches
-        assert (launch.invocations, launch.depth, launch.total) == (invocations, depth, invocations)
+        assert (launch.groups, launch.invocations, launch.depth) == ((groups, 1, 1), invocations, depth)
         assert (launch.depth <= GPU_DEPTH_BOUND) == spread or width < 2048
-    assert rms_norm_depth(4096, 32) == 36 and rms_norm_depth(4096, 512) == 3
+        assert (launch.total >= min(width, 4096)) == spread
+    assert rms_norm_depth(4096, 32) == 36 and rms_norm_depth(4096, 512, 8) == 3 and rms_norm_depth(4100, 512, 9) == 4
 
 
 def test_rms_norm_in_place_is_one_workgroup(backend):
@@ -245,6 +259,11 @@ def test_rms_norm_in_place_is_one_workgroup(backend):
     with pytest.raises(ValueError, match="1 where x is written back in place"):
         RMSNorm(backend.device, Vectors(x, 64), upload(backend, np.ones(64, np.float32)),
                 Vectors(backend.tensor(64), 64), 1e-5, residual=Vectors(x, 64), workgroups=2)
+    # NVIDIA's launches would spread a vector of 4096 over 8 workgroups: written back in place, one
+    x = backend.tensor(4096)
+    op = RMSNorm(launches_of(backend.device, "nvidia"), Vectors(x, 4096), x, Vectors(backend.tensor(4096), 4096),
+                 1e-5, residual=Vectors(backend.tensor(4096), 4096))
+    assert op.workgroups == 1 and op.launches[0].groups == (1, 1, 1)
 
 
 # -- RoPE, KV cache, attention ---------------------------------------------------------
@@ -744,6 +763,96 @@ def test_attention_gpu_launch_within_bounds(backend, preset, positions):
     assert step.workgroups >= 128 and combine.groups == (shape.n_head, 1, 1)
     (old,) = attention(attention_split(dev, shape, spread=False)).launches
     assert old.groups == (shape.n_head, 1, 1) and old.invocations == 32 and old.depth > positions
+
+
+# A step's op over this many values or more should launch at least this many invocations: issue 47's
+# "128 workgroups' worth" read as 128 of NVIDIA's 32-wide subgroups (an H100's 132 SMs, a warp or more each).
+GPU_WIDE_VALUES = GPU_WIDE_INVOCATIONS = 128 * 32
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"])
+def test_step_vector_ops_gpu_launch_within_bounds(backend, preset):
+    """Every vector op of a SmolLM2-, 1B- and 8B-shaped one-token step with
+    NVIDIA's launches, built from the preset's shapes without a model file
+    (their launches depend on the shapes alone; EmbedRows on the row length
+    alone, so its matrix is 2 rows of it): at most GPU_DEPTH_BOUND dependent
+    loads per invocation, and over GPU_WIDE_VALUES values or more, at least
+    GPU_WIDE_INVOCATIONS invocations, but for the exceptions below, whose
+    numbers the test pins. The attention (at 512 and 4,096 positions):
+    test_attention_gpu_launch_within_bounds; the mat-vecs and the graph's
+    own Q8_1 quantize (vkq.ops.QuantizeQ8_1, where no op writes its input's
+    blocks: a block of 32 an invocation, 64 a workgroup, depth 1) are not
+    vector ops. HeadNorm and ExpertRouting are not in a llama step:
+    test_head_norm_and_expert_routing_gpu_launch.
+
+    Exceptions, each a copy or an elementwise op whose every invocation
+    takes one 32-value block (its Q8_1 block, where it writes one, needs
+    the block's 32 values in one invocation) in loads that do not depend on
+    each other (depth 1: one memory latency, however few invocations):
+    - EmbedRows of the 8B's 4,096 values: 128 invocations (2 workgroups of
+      64), a 32-value chunk of the quantized row each.
+    - SwiGLU of the 1B's 8,192 and the 8B's 14,336 values: 256 and 448
+      invocations (4 and 7 workgroups of 64), 8 vec4s of gate and of up
+      each; where it runs at all: a gate and up stacked in one buffer take
+      it fused into their mat-vec."""
+    from vkq.commands.presets import PRESETS
+
+    spec = PRESETS[preset]
+    dev = launches_of(backend.device, "nvidia")
+    hidden, ff, vocab = spec.hidden, spec.ffn, spec.vocab
+    exceptions = {("EmbedRows", 4096): (2, 64), ("SwiGLU", 8192): (4, 64), ("SwiGLU", 14336): (7, 64)}
+
+    emb = backend.upload("Q4_0", (2, hidden), ggml_quant.random_weights(2, hidden, "Q4_0", seed=2))
+    x, res, x_out, y = (backend.tensor(hidden) for _ in range(4))
+    gate, up, act = (backend.tensor(ff) for _ in range(3))
+    ops = {
+        "EmbedRows": (hidden, EmbedRows(dev, emb, zeros(backend, 1, np.int32), Vectors(x, hidden))),
+        # a layer's norm: the residual added, x + residual to the other x, y's Q8_1 blocks
+        "RMSNorm": (hidden, RMSNorm(dev, Vectors(x, hidden), backend.tensor(hidden), Vectors(y, hidden), 1e-5,
+                                    residual=Vectors(res, hidden), x_out=Vectors(x_out, hidden),
+                                    xq=Q8_1Output(backend.tensor(q8_1_words(1, y.stride, 2), dtype=np.uint32), 2))),
+        "SwiGLU": (ff, SwiGLU(dev, Vectors(gate, ff), Vectors(up, ff), Vectors(act, ff),
+                              xq=Q8_1Output(backend.tensor(q8_1_words(1, act.stride, 2), dtype=np.uint32), 2))),
+        "Argmax": (vocab, Argmax(dev, Vectors(backend.tensor(vocab), vocab), zeros(backend, 1, np.int32))),
+    }
+    for name, (values, op) in ops.items():
+        for launch in op.launches:
+            assert launch.depth <= GPU_DEPTH_BOUND, (name, launch)
+        widest = max(op.launches, key=lambda launch: launch.total)
+        if (name, values) in exceptions:
+            assert (widest.workgroups, widest.invocations, widest.depth) == (*exceptions[name, values], 1)
+        elif values >= GPU_WIDE_VALUES:
+            assert widest.total >= GPU_WIDE_INVOCATIONS, (name, values, widest)
+    # (the 8B's norm: 8 workgroups of 512, where one of 512 was too narrow)
+    assert (ops["RMSNorm"][1].launches[0].total >= GPU_WIDE_INVOCATIONS) == (hidden >= GPU_WIDE_VALUES)
+
+
+@pytest.mark.parametrize("preset", ["qwen3-0.6b", "qwen3-30b-a3b"])
+def test_head_norm_and_expert_routing_gpu_launch(backend, preset):
+    """Qwen3's Q norms (HeadNorm: a workgroup of 32 per head of 128, the
+    sum's loop and the scaling's 4 each: 8) and a mixture-of-experts router
+    (ExpertRouting over 128 experts: 4 logits per invocation) with NVIDIA's
+    launches: within GPU_DEPTH_BOUND. The 0.6B's 2,048 query values are
+    under GPU_WIDE_VALUES; the 30B's 4,096 are an exception: 32 workgroups
+    of 32, 1,024 invocations, a head's 128-value norm reduced in its own
+    subgroup (a second subgroup per head would need a shared-memory step
+    for 4 values each). The router's 128 logits are under GPU_WIDE_VALUES."""
+    from vkq.commands.presets import PRESETS
+
+    spec = PRESETS[preset]
+    dev = launches_of(backend.device, "nvidia")
+    qd = spec.n_head * spec.head_dim
+    q = backend.tensor(qd)
+    norm = HeadNorm(dev, Vectors(q, qd), spec.head_dim, weight=backend.tensor(spec.head_dim), eps=1e-6)
+    (launch,) = norm.launches
+    assert launch.groups == (spec.n_head, 1, 1) and launch.invocations == 32 and launch.depth == 8
+    assert launch.total >= GPU_WIDE_INVOCATIONS or qd < GPU_WIDE_VALUES or (qd, launch.total) == (4096, 1024)
+    if spec.n_expert:
+        k = spec.n_expert_used
+        route = ExpertRouting(dev, Vectors(backend.tensor(spec.n_expert), spec.n_expert),
+                              zeros(backend, k, np.int32), zeros(backend, k), k)
+        (launch,) = route.launches
+        assert launch.depth == spec.n_expert // 32 <= GPU_DEPTH_BOUND and spec.n_expert < GPU_WIDE_VALUES
 
 
 @pytest.mark.parametrize("n_head, n_head_kv, head_dim, positions, p0", [

@@ -155,8 +155,9 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     a context of 100 positions, counted by hand from the shaders' loops:
 
     - EmbedRows: 2 chunks of 32 in one workgroup of 64; a chunk each: depth 1.
-    - RMSNorm: one workgroup of 512 per vector; the sum's loop takes 4 * 512
-      values an iteration (1 for 64), the blocks' loop 512 blocks (1): 2.
+    - RMSNorm: a workgroup of 512 per 512 values of a vector (1 for 64);
+      the sum's loop takes 4 * 512 values an iteration (1), the slice's
+      blocks' loop 512 blocks (1): 2.
     - Attention: 264 workgroups wanted (2 per SM of 132), 2 per split (a
       workgroup per 2 query heads, a K/V head's): 132 splits of 1 position,
       raised to the floor of 8: 13 splits, each a workgroup of 32 (4 key
@@ -269,4 +270,6 @@ def test_smollm2_step_within_gpu_bounds(backend):
     assert max(r.launch.workgroups for r in bounded if r.label == "Argmax") >= 128
     split, combine = (r.launch for r in bounded if r.label == "Attention")
     assert split.workgroups >= 128 and combine.groups == (model.config.n_head, 1, 1)
-    assert {r.launch.invocations for r in bounded if r.label.startswith("RMSNorm")} == {512}
+    # the norms: 576 values, 18 blocks, a workgroup of 512 per 16 of them, each summing all 576 (1 + 1)
+    assert {(r.launch.groups, r.launch.invocations, r.launch.depth) for r in bounded
+            if r.label.startswith("RMSNorm")} == {((2, 1, 1), 512, 2)}

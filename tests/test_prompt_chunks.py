@@ -216,8 +216,9 @@ def test_smollm2_chunked_prompt(backend):
 
 def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, monkeypatch):
     """A GPU's launches of the vector ops (NVIDIA's, forced: GpuLlama's
-    `launches`): each norm's vector over one wide workgroup (rms_norm_launch),
-    the argmax over parts (argmax_parts), the attention's positions split
+    `launches`): each norm's vector over wide workgroups (rms_norm_launch; 2
+    of them for the 64 values here, as rms_norm_workgroups spreads 4,096
+    over 8), the argmax over parts (argmax_parts), the attention's positions split
     (MIN_ATTENTION_SPLIT a workgroup: 3 splits by the last token), each
     split's scores over key lanes and its weighted sum over value rows
     (attention_launch), the combine over rows of splits.
@@ -228,11 +229,13 @@ def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, 
 
     one = GpuLlama(model_file, backend, "auto", ctx=40)
     monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
+    monkeypatch.setattr(ops, "rms_norm_workgroups", lambda device, length, spread=True: 2)
     chunked = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), launches="nvidia")
     single = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), launches="nvidia",
                       prompt_chunk=1)
     norms = [op for op in chunked.step_graph._keep if isinstance(op, ops.RMSNorm)]
-    assert norms and {op.launches[0].invocations for op in norms} == {ops.RMS_NORM_GPU_WG}
+    assert norms and {(op.launches[0].groups[0], op.launches[0].invocations) for op in norms} == {
+        (2, ops.RMS_NORM_GPU_WG)}
     assert any(getattr(op, "parts", 1) == 7 for op in chunked.step_graph._keep)
     attention = [op for op in chunked.step_graph._keep if isinstance(op, ops.Attention)]
     assert {op.split for op in attention} == {MIN_ATTENTION_SPLIT}

@@ -59,8 +59,9 @@ ARGMAX_WG = 64
 # parts picked from in 8 loads per invocation.
 ARGMAX_SPAN = 256
 REDUCE_WG = 64  # RMSNorm and Attention without subgroup arithmetic (a shared-memory tree)
-# RMSNorm's invocations per vector on a GPU: 8 values each of a 4096-value
-# vector's sum of squares, then a block each for 128 of them (ggml's width).
+# RMSNorm's invocations per workgroup on a GPU: 8 values each of a
+# 4096-value vector's sum of squares (ggml's width), and a workgroup per
+# slice of RMS_NORM_GPU_WG values (rms_norm_workgroups).
 RMS_NORM_GPU_WG = 512
 # Positions of a KV cache: pos is a uint in the shaders; more than anyone's context.
 MAX_KV_CAPACITY = 1 << 20
@@ -280,9 +281,9 @@ def spreads(device) -> bool:
 
 
 def rms_norm_launch(device, spread: bool = True) -> tuple[VectorOpVariant, int]:
-    """The variant and invocations per workgroup of RMSNorm, one workgroup a
-    vector: where the device spreads (and `spread`), RMS_NORM_GPU_WG (at most
-    the device's workgroup; an H200 ran SmolLM2's and an 8B model's RMSNorm
+    """The variant and invocations per workgroup of RMSNorm (its workgroups
+    per vector: rms_norm_workgroups): where the device spreads (and
+    `spread`), RMS_NORM_GPU_WG (at most the device's workgroup; an H200 ran SmolLM2's and an 8B model's RMSNorm
     at 17 and 97 us a vector with one workgroup of 32, 33% and 60% of their
     decode steps, 2026-11-26: 36 dependent loads of a 4096-value vector),
     else reducing_variant's (one subgroup: a CPU driver's cores are busy
@@ -297,12 +298,27 @@ def rms_norm_launch(device, spread: bool = True) -> tuple[VectorOpVariant, int]:
     return variant, max(wg, wide)
 
 
+def rms_norm_workgroups(device, length: int, spread: bool = True) -> int:
+    """Workgroups per vector of RMSNorm where one workgroup does not write x
+    back in place: where the device spreads (and `spread`), one per slice of
+    as many values as rms_norm_launch's invocations (whole 32-value blocks:
+    16 of them in a workgroup of 512), so that a vector of 4096 values
+    launches 8 x 512 = 4096 invocations (an H100's 132 SMs want a few
+    thousand), each workgroup summing the whole vector itself (its L2 holds
+    it: shaders/rms_norm.comp) and scaling its slice; else one."""
+    if not (spread and spreads(device)):
+        return 1
+    wg = rms_norm_launch(device, spread)[1]
+    return _ceil(_ceil(length, CHUNK), max(1, wg // CHUNK))
+
+
 def rms_norm_depth(length: int, wg: int, workgroups: int = 1) -> int:
     """Serial depth (Launch) of shaders/rms_norm.comp over vectors of
     `length` spread over `workgroups` of wg invocations: its sum of squares'
     loop, a vec4 every 4 * wg values (the residual slots, a specialization
-    constant, unrolled), then its loop over the workgroup's 32-value blocks
-    (a block's 8 vec4s unrolled)."""
+    constant, unrolled), then its loop over its slice's 32-value blocks, a
+    block an invocation (a block's 8 vec4s unrolled; a slice is the
+    vector's blocks over the workgroups, rounded up)."""
     return _ceil(length, 4 * wg) + _ceil(_ceil(length, CHUNK), workgroups * wg)
 
 
@@ -310,16 +326,17 @@ class RMSNorm(_Op):
     """y = x / sqrt(mean(x^2) + eps) * w for n vectors; with `residual`,
     x + residual first, written to x_out (default x itself); with `slots`,
     the residual is the weighted sum of each vector's slots (WeightedSlots);
-    with `xq`, y's Q8_1 blocks too. Each vector takes one workgroup of
-    rms_norm_launch's invocations (`spread` as its), or is spread over
-    `workgroups` of them, each summing the whole vector, then taking its
-    blocks (not where it is written back in place, which only one workgroup
-    per vector may do); the sums, and so the results, are the same bits
-    however many workgroups there are."""
+    with `xq`, y's Q8_1 blocks too. Each vector is spread over `workgroups`
+    of rms_norm_launch's invocations (default rms_norm_workgroups, `spread`
+    as theirs; one where x is written back in place, which only one
+    workgroup per vector may do: another may still be summing what it
+    overwrites), each summing the whole vector, then taking its slice of
+    blocks; the sums, and so the results, are the same bits however many
+    workgroups there are."""
 
     def __init__(self, device, x: Vectors, w, y: Vectors, eps: float, n: int = 1,
                  residual: Vectors | None = None, xq: Q8_1Output | None = None, slots: WeightedSlots | None = None,
-                 x_out: Vectors | None = None, workgroups: int = 1, spread: bool = True):
+                 x_out: Vectors | None = None, workgroups: int | None = None, spread: bool = True):
         super().__init__(device)
         length = x.length
         if slots is not None and residual is None:
@@ -350,6 +367,8 @@ class RMSNorm(_Op):
                 slots.offset if slots else 0, xo.offset, xo.step]
         variant, wg = rms_norm_launch(device, spread)
         n_blocks = -(-length // CHUNK)
+        if workgroups is None:
+            workgroups = 1 if in_place else rms_norm_workgroups(device, length, spread)
         if not isinstance(workgroups, int) or not 1 <= workgroups <= max(1, n_blocks) or (in_place and workgroups > 1):
             raise ValueError(f"RMSNorm: {workgroups!r} workgroups per vector; 1 to its {n_blocks} blocks, and 1 "
                              "where x is written back in place")
