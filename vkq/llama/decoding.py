@@ -11,7 +11,10 @@ from typing import Callable
 
 import numpy as np
 
+from ..dispatch.tiles import PROMPT_KERNELS
+from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..errors import NonFiniteLogits
+from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
 from .lookup import DRAFT_MAX, SPECULATIVE, Drafter, PromptLookup
 from .model import LlamaFile
 
@@ -128,6 +131,13 @@ def submits_per_token(n: float) -> str:
     return f"{n:.3g} submit{'' if n == 1 else 's'}/token"
 
 
+def check_prompt_kernels(prompt_kernels: str | None) -> None:
+    """None (the device class's) or one of PROMPT_KERNELS: checked before a
+    model is read."""
+    if prompt_kernels is not None and prompt_kernels not in PROMPT_KERNELS:
+        raise ValueError(f"prompt_kernels {prompt_kernels!r}: one of {', '.join(PROMPT_KERNELS)}")
+
+
 def check_choice(token: int, logits: np.ndarray, n_fed: int) -> None:
     """Greedy's choice is not finite exactly when the logits hold a NaN (the
     argmax picks the first) or +inf; a -inf, a token ruled out, is no
@@ -159,6 +169,24 @@ class Decoder(ABC):
         if not 1 <= ctx <= n_train:
             raise ValueError(f"a context of {ctx} positions: the model takes 1 to {n_train}")
         self.ctx = ctx
+
+    def _set_prompt(self, prompt_kernels: str | None, prompt_chunk: int | None, device_class) -> None:
+        """A prompt's kernels (prompt_kernels: asked for, else the device
+        class's, vkq.dispatch.tiles.prompt_kernels; `prompt_kernels_source`
+        says which) and its tokens per chunk (prompt_chunk, -ub: default and
+        most PROMPT_CHUNK through the mat-mats, PROMPT_CHUNK_MATVEC through
+        the mat-vecs)."""
+        check_prompt_kernels(prompt_kernels)
+        self.prompt_kernels, self.prompt_kernels_source = (
+            (prompt_kernels, "from argument") if prompt_kernels is not None
+            else default_prompt_kernels(device_class))
+        most = PROMPT_CHUNK if self.prompt_kernels == "matmul" else PROMPT_CHUNK_MATVEC
+        if prompt_chunk is None:
+            prompt_chunk = most
+        if isinstance(prompt_chunk, bool) or not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= most:
+            raise ValueError(f"prompt_chunk (-ub) {prompt_chunk!r}: 1 to {most} tokens per chunk with prompt_kernels "
+                             f"{self.prompt_kernels!r}")
+        self.prompt_chunk = prompt_chunk
 
     @property
     def config(self):

@@ -80,14 +80,12 @@ import numpy as np
 from ..backend import Backend
 from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..dispatch.paths import check_request, resolve_path
-from ..dispatch.tiles import PROMPT_KERNELS
-from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..ops import fused_swiglu_fits, q8_1_words
 from ..resolve import MAX_COLS, resolve_tiles
-from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX
+from .config import STEPS_PER_SUBMIT_MAX
 from .chunk_attention import TiledAttention
 from .context_fit import PROMPT_STEPS_KEPT, fit_context
-from .decoding import Decoder, submit_sizes
+from .decoding import Decoder, check_prompt_kernels, submit_sizes
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .profile import Profile, step_shape
@@ -144,23 +142,13 @@ class GpuLlama(Decoder):
         mode = check_request(path_mode or "auto")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
-        if prompt_kernels is not None and prompt_kernels not in PROMPT_KERNELS:
-            raise ValueError(f"prompt_kernels {prompt_kernels!r}: one of {', '.join(PROMPT_KERNELS)}")
+        check_prompt_kernels(prompt_kernels)
         self.spread = spread
         self.file = f = file if file is not None else LlamaFile(model_file, fuse)
         check_graph_engine(f)
         self._set_context(ctx)
         self.backend = backend if backend is not None else Backend(device)
-        self.prompt_kernels, self.prompt_kernels_source = (
-            (prompt_kernels, "from argument") if prompt_kernels is not None
-            else default_prompt_kernels(self.backend.dispatcher.device_class))
-        most = PROMPT_CHUNK_MATVEC if self.prompt_kernels == "matvec" else PROMPT_CHUNK
-        if prompt_chunk is None:
-            prompt_chunk = most
-        if isinstance(prompt_chunk, bool) or not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= most:
-            raise ValueError(f"prompt_chunk (-ub) {prompt_chunk!r}: 1 to {most} tokens per submit with prompt_kernels "
-                             f"{self.prompt_kernels!r}")
-        self.prompt_chunk = prompt_chunk
+        self._set_prompt(prompt_kernels, prompt_chunk, self.backend.dispatcher.device_class)
         self.launches = launches
         self.launch_device = launches_of(self.backend.device, launches)  # the vector ops' device
         # (one buffer's limit before the upload, the memory the weights leave after it)

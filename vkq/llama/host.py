@@ -29,11 +29,8 @@ import numpy as np
 
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS, check_activations
-from ..dispatch.tiles import PROMPT_KERNELS
-from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..resolve import MAX_COLS
-from .config import PROMPT_CHUNK
-from .decoding import Decoder
+from .decoding import Decoder, check_prompt_kernels
 from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs, matmul_columns
 from .model import LlamaFile
 
@@ -112,8 +109,7 @@ class LlamaModel(Decoder):
         mode = path_mode or "auto"
         if mode not in PATH_MODES:
             raise ValueError(f"unknown path {path_mode!r}; expected one of {', '.join(PATH_MODES)}")
-        if prompt_kernels is not None and prompt_kernels not in PROMPT_KERNELS:
-            raise ValueError(f"prompt_kernels {prompt_kernels!r}: one of {', '.join(PROMPT_KERNELS)}")
+        check_prompt_kernels(prompt_kernels)
         if mode == "numpy" and (prompt_kernels is not None or prompt_chunk is not None):
             raise ValueError("prompt_kernels and prompt_chunk choose a device's kernels: not for the numpy reference")
         activations = check_activations(activations or GENERATE_ACTIVATIONS)
@@ -126,17 +122,11 @@ class LlamaModel(Decoder):
         else:
             self.backend = backend if backend is not None else Backend(device)
             self.matvecs = VkqMatvecs(self.file.tensors, groups, self.backend, mode, activations)
-        self.prompt_kernels, self.prompt_kernels_source = (
-            ("matvec", "the numpy reference") if self.backend is None
-            else (prompt_kernels, "from argument") if prompt_kernels is not None
-            else default_prompt_kernels(self.backend.dispatcher.device_class))
-        most = PROMPT_CHUNK if self.prompt_kernels == "matmul" else MAX_COLS
-        if prompt_chunk is None:
-            prompt_chunk = most
-        if isinstance(prompt_chunk, bool) or not isinstance(prompt_chunk, int) or not 1 <= prompt_chunk <= most:
-            raise ValueError(f"prompt_chunk (-ub) {prompt_chunk!r}: 1 to {most} tokens per chunk with prompt_kernels "
-                             f"{self.prompt_kernels!r}")
-        self.prompt_chunk = prompt_chunk
+        if self.backend is None:
+            self._set_prompt("matvec", None, None)
+            self.prompt_kernels_source = "the numpy reference"
+        else:
+            self._set_prompt(prompt_kernels, prompt_chunk, self.backend.dispatcher.device_class)
         self.reset()
 
     def reference(self) -> "LlamaModel":
