@@ -55,9 +55,10 @@
 // elsewhere SPLIT is 0 and a head is one workgroup.
 // Splits past the position have nothing to do and return at once.
 //
-// Where the positions are split over a GPU's workgroups, each loop that
-// reads the caches spreads over the workgroup so that one invocation takes
-// only a few dependent loads (vkq/llama/vector_ops.py: attention_launch):
+// On a GPU, a head's positions split over workgroups or not (a short
+// context), each loop that reads the caches spreads over the workgroup so
+// that one invocation takes only a few dependent loads
+// (vkq/llama/vector_ops.py: attention_launch):
 // KEY_LANES (specialization constant 7) invocations score one position
 // together, each a part of the key's vec4s, their parts then added in a
 // fixed tree in shared memory; VALUE_ROWS (8) rows of invocations take the

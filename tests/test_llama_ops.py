@@ -730,19 +730,57 @@ def test_attention_gpu_launch_positions(backend, n_head, n_head_kv, head_dim, n_
     assert ref.nmse(got, want) < NMSE_F32
 
 
-@pytest.mark.parametrize("positions", [512, 4096])
+@pytest.mark.parametrize("p0, capacity", [(0, 1), (0, 8), (5, 8), (7, 8)])
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot", SHAPES)
+def test_attention_gpu_launch_of_a_short_context(backend, n_head, n_head_kv, head_dim, n_rot, p0, capacity):
+    """NVIDIA's launches (forced) of a context too short to split (at most
+    MIN_ATTENTION_SPLIT positions: `vkq generate` sizes it to the prompt and
+    the new tokens): one dispatch whose scores take key lanes and whose
+    weighted sum value rows where the shape has them (attention_launch),
+    against float64 at the first, a middle and the last position."""
+    dev = launches_of(backend.device, "nvidia")
+    shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=capacity)
+    launch = attention_launch(dev, shape, attention_split(dev, shape))
+    assert attention_split(dev, shape) == 0 and launch.key_lanes > 1
+    got, want = long_attention(backend, shape, p0, device=dev)
+    assert ref.nmse(got, want) < NMSE_F32
+
+
+def test_attention_gpu_launch_of_a_short_context_q8_1_output(backend):
+    """The unsplit dispatch's Q8_1 output on NVIDIA's launches (value rows
+    above 1: row 0 writes out, every invocation then quantizes from it)."""
+    dev = launches_of(backend.device, "nvidia")
+    shape = AttentionShape(9, 3, 64, 64, capacity=8)
+    assert attention_launch(dev, shape, 0).value_rows > 1
+    r = rng(8)
+    old = r.standard_normal((6, 3, 64)).astype(np.float32)
+    k_c, v_c, table, _ = attention_case(backend, shape, old, old[::-1].copy(), inv_freq(64))
+    scores = zeros(backend, attention_scratch_size(dev, shape, 0))
+    qkv_t = upload(backend, step_inputs(r, shape, 1)[3])
+    pos = upload(backend, [6], np.int32)
+    out = backend.tensor(9 * 64)
+    check_q8_1_output(backend, lambda xq: Attention(dev, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table,
+                                                    pos, scores, Vectors(out, 9 * 64), xq=xq), out, 2)
+
+
+@pytest.mark.parametrize("positions", [1, 8, 9, 64, 512, 4096])
 @pytest.mark.parametrize("preset", ["smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"])
 def test_attention_gpu_launch_within_bounds(backend, preset, positions):
     """A SmolLM2-, 1B- and 8B-shaped decode step's attention (one layer's op,
     as the step records it per layer) with NVIDIA's launches at a full cache
-    of 512 and 4,096 positions: each dispatch at most GPU_DEPTH_BOUND
+    of 1 to 4,096 positions: each dispatch at most GPU_DEPTH_BOUND
     dependent loads per invocation, and the split dispatch at least 128
-    workgroups (2 per SM of an H100's 132 wanted). The combine stays one
-    workgroup per query head (9 or 32): it reads each head's partial
-    results once (at most 81 splits of head_dim + 4 floats here), and its
-    Q8_1 output needs a head's values in one workgroup. Spread off, the
-    launch before: a workgroup of 32 per head walks every position."""
+    workgroups (2 per SM of an H100's 132 wanted) where the context has
+    positions enough for them (at least MIN_ATTENTION_SPLIT a split: 8 and
+    64 positions split in 2 and 8; 1 and 8 are one dispatch, a workgroup
+    per K/V head's query heads, its loops spread over key lanes and value
+    rows). The combine stays one workgroup per query head (9 or 32): it
+    reads each head's partial results once (at most 81 splits of head_dim
+    + 4 floats here), and its Q8_1 output needs a head's values in one
+    workgroup. Spread off, the launch before: a workgroup of 32 per head
+    walks every position."""
     from vkq.commands.presets import PRESETS
+    from vkq.llama.vector_ops import MIN_ATTENTION_SPLIT, attention_heads
 
     spec = PRESETS[preset]
     dev = launches_of(backend.device, "nvidia")
@@ -752,17 +790,25 @@ def test_attention_gpu_launch_within_bounds(backend, preset, positions):
     caches = [backend.tensor(shape.cache_size) for _ in range(2)]
     table, pos = backend.tensor(positions * shape.n_rot), zeros(backend, 1, np.int32)
 
-    def attention(split):
+    def attention(spread):
+        split = attention_split(dev, shape, spread)
         scores = backend.tensor(attention_scratch_size(dev, shape, split))
         return Attention(dev, shape, *qkv_parts(qkv, shape), *caches, table, pos, scores,
-                         Vectors(backend.tensor(qd), qd), split=split, heads=None if split else 1)
+                         Vectors(backend.tensor(qd), qd), split=split, heads=None if spread else 1, spread=spread)
 
-    split = attention_split(dev, shape)
-    step, combine = attention(split).launches
-    assert step.depth <= GPU_DEPTH_BOUND and combine.depth <= GPU_DEPTH_BOUND, (step, combine)
-    assert step.workgroups >= 128 and combine.groups == (shape.n_head, 1, 1)
-    (old,) = attention(attention_split(dev, shape, spread=False)).launches
-    assert old.groups == (shape.n_head, 1, 1) and old.invocations == 32 and old.depth > positions
+    op = attention(True)
+    assert all(launch.depth <= GPU_DEPTH_BOUND for launch in op.launches), op.launches
+    step = op.launches[0]
+    if positions <= MIN_ATTENTION_SPLIT:
+        assert op.split == 0 and len(op.launches) == 1
+    else:
+        assert op.split and op.launches[1].groups == (shape.n_head, 1, 1)
+    splits = -(-positions // (op.split or positions))
+    assert step.workgroups == shape.n_head // attention_heads(shape) * splits
+    # (fewer than 128 only where the splits are as short as they go, or there is one)
+    assert step.workgroups >= 128 or op.split in (0, MIN_ATTENTION_SPLIT)
+    (old,) = attention(False).launches
+    assert old.groups == (shape.n_head, 1, 1) and old.invocations == 32 and old.depth > max(positions, 16)
 
 
 # A step's op over this many values or more should launch at least this many invocations: issue 47's

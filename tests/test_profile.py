@@ -190,6 +190,24 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     assert chunk["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
 
 
+def test_step_shape_of_nvidia_launches_in_a_short_context(backend, tiny):
+    """The tiny model with NVIDIA's launches in a context of 8 positions
+    (MIN_ATTENTION_SPLIT: too short to split), by hand: the attention one
+    dispatch per layer, a workgroup of 32 per K/V head's 2 query heads (4
+    key lanes, 8 value rows): RoPE's loop over 8 pairs (1), the scores'
+    loop over 8 positions 8 at a time (1) of 4 key vec4s 4 lanes apiece
+    (1), the exps' loop over 8 positions (1), the weighted sum's loop over
+    4 vec4s 4 at a time (1) of 8 positions over 8 rows (1) and the query's
+    own value (1): 5 (one invocation walking the positions took 1 + 4 + 1
+    + 9 = 15). A chunk of 3 tokens: 3 rows of workgroups after its append
+    pass (RoPE's loop: 1)."""
+    model = GpuLlama(tiny, backend, "auto", ctx=8, launches="nvidia", prompt_kernels="matvec")
+    n_layer = model.config.n_layer
+    assert launches_by_label(model.step_launches())["Attention"] == [((2, 1, 1), 32, 5, n_layer)]
+    assert launches_by_label(model.step_launches(3))["Attention"] == [((2, 1, 3), 32, 1, n_layer),
+                                                                      ((2, 1, 3), 32, 5, n_layer)]
+
+
 def test_step_shape_of_the_device_and_of_the_old_launches(backend, tiny):
     """The device's own launches (lavapipe: one subgroup-wide workgroup per
     vector, no split at 9 positions) and NVIDIA's with spread off (one

@@ -248,6 +248,29 @@ def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, 
         assert np.mean((x - y) ** 2) / np.mean(y.astype(np.float64) ** 2) < 1e-7  # rounding, through Q8_1 inputs
 
 
+def test_gpu_launches_of_a_short_context_give_the_same_bits(backend, model_file):
+    """NVIDIA's launches (forced) in a context of MIN_ATTENTION_SPLIT
+    positions, too short to split (`vkq generate` sizes the context to the
+    prompt and the new tokens): one attention dispatch per layer whose
+    scores take key lanes and whose weighted sum value rows
+    (attention_launch). A prompt of 6 tokens in one chunk gives the logits
+    of one fed token by token, bit for bit, up to the context's last
+    position; the tokens are the device's own launches'."""
+    import vkq.llama.vector_ops as ops
+
+    ctx = MIN_ATTENTION_SPLIT
+    one = GpuLlama(model_file, backend, "auto", ctx=ctx, prompt_kernels="matvec")
+    chunked, single = (GpuLlama(None, backend, "auto", ctx=ctx, file=one.file, weights=_matvecs_of(one),
+                                launches="nvidia", prompt_kernels="matvec", prompt_chunk=chunk) for chunk in (8, 1))
+    attention = [op for op in chunked.step_graph._keep if isinstance(op, ops.Attention)]
+    assert attention and {op.split for op in attention} == {0}
+    assert all(op.launch.key_lanes > 1 and op.launch.value_rows > 1 for op in attention)
+    ids = one.tokenizer.encode(TEXT)[:6]
+    a, b, c = (m.greedy(ids, ctx - len(ids) + 1, stop_at_eos=False, keep_logits=True) for m in (chunked, single, one))
+    assert a.tokens == b.tokens == c.tokens
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
+
+
 @pytest.mark.parametrize("path", ["dmmv", pytest.param("mmvq", marks=pytest.mark.slow)])
 def test_matmul_prompt_gives_the_same_bits_however_it_is_cut(backend, model_file, path):
     """Through the mat-mats every chunk size (41 at once, 16, 7, and 1: a

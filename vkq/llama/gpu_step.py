@@ -456,7 +456,7 @@ class GpuLlama(Decoder):
             else:
                 g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
                                 self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
-                                heads=None if self.spread else 1))
+                                heads=None if self.spread else 1, spread=self.spread))
             matvec(layer.attn_output, attn)
             x_next = other(x)
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,

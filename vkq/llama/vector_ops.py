@@ -573,7 +573,8 @@ def _pow2_upto(n: int) -> list[int]:
 
 def _best_split_launch(shape: AttentionShape, wg: int, split: int) -> tuple[int, int, int]:
     """(depth, key_lanes, value_rows) of the shallowest split dispatch of wg
-    invocations (fewer lanes and rows where as deep: fewer trees)."""
+    invocations (split 0: the whole context's one dispatch; fewer lanes and
+    rows where as deep: fewer trees)."""
     return min((attention_depth(shape, wg, split, 1, key_lanes=lanes, value_rows=rows), lanes, rows)
                for lanes in _pow2_upto(min(wg, _ceil(shape.head_dim, 4))) for rows in _pow2_upto(wg))
 
@@ -583,22 +584,28 @@ def _best_combine_launch(shape: AttentionShape, wg: int, split: int) -> tuple[in
     return min((attention_depth(shape, wg, split, 1, combine=True, value_rows=rows), rows) for rows in _pow2_upto(wg))
 
 
-def attention_launch(device, shape: AttentionShape, split: int) -> AttentionLaunch:
+def attention_launch(device, shape: AttentionShape, split: int, spread: bool = True) -> AttentionLaunch:
     """The workgroups of shaders/attention.comp's dispatches for `split`
-    positions per workgroup (attention_split's): a CPU driver's (a loop
-    budget, or no spread), and a head's whole context (split 0), one
-    subgroup-wide workgroup (reducing_variant), lanes and rows 1; a GPU's
-    split, for each of the two dispatches the narrowest power-of-two
-    workgroup (from a subgroup up) whose loops, spread over key lanes and
-    value rows, take at most ATTENTION_GPU_DEPTH dependent loads per
-    invocation, else the shallowest the widest workgroup gets."""
+    positions per workgroup (attention_split's; 0: a head's whole context):
+    a CPU driver's (a loop budget, or the device does not spread) and
+    `spread` off, one subgroup-wide workgroup (reducing_variant), lanes and
+    rows 1; a GPU's, for each dispatch the narrowest power-of-two workgroup
+    (from a subgroup up) whose loops, spread over key lanes and value rows,
+    take at most ATTENTION_GPU_DEPTH dependent loads per invocation, else
+    the shallowest the widest workgroup gets. A GPU's context too short to
+    split (attention_split's 0: at most MIN_ATTENTION_SPLIT positions) is
+    spread so too, in its one dispatch (combine_wg and combine_rows unused):
+    one subgroup walking each position took 20 loads at one position for
+    SmolLM2's heads of 64, 37 for an 8B's of 128."""
     _, wg = reducing_variant(device, "attention")
-    if split == 0 or device.caps.max_loop_iterations is not None or not spreads(device):
+    if device.caps.max_loop_iterations is not None or not (spread and spreads(device)):
         return AttentionLaunch(wg)
     widest = max(wg, _widest_attention_wg(device, shape))
     sizes = [w for w in _pow2_upto(widest) if w >= wg]
     fits = [(w, _best_split_launch(shape, w, split)) for w in sizes]
     w, (_, lanes, rows) = next(((w, b) for w, b in fits if b[0] <= ATTENTION_GPU_DEPTH), fits[-1])
+    if split == 0:
+        return AttentionLaunch(w, lanes, rows)
     combines = [(w, _best_combine_launch(shape, w, split)) for w in sizes]
     cw, (_, crows) = next(((w, b) for w, b in combines if b[0] <= ATTENTION_GPU_DEPTH), combines[-1])
     return AttentionLaunch(w, lanes, rows, cw, crows)
@@ -641,9 +648,11 @@ class Attention(_Op):
     consecutive. With `xq`, out's Q8_1 blocks too (head_dim a multiple of 32).
     split: positions per workgroup, then a second dispatch combines them
     (default: attention_split, per device; 0: a head's positions in one
-    workgroup); on a GPU each split's loops spread over its workgroup
-    (attention_launch, kept as `launch`). heads: query heads of one K/V head per workgroup (default
-    attention_heads; it must divide n_head / n_head_kv).
+    workgroup); on a GPU each split's loops, or the whole context's,
+    spread over its workgroup (attention_launch, kept as `launch`; not with
+    `spread` off: one subgroup per workgroup, as on a CPU driver). heads:
+    query heads of one K/V head per workgroup (default attention_heads; it
+    must divide n_head / n_head_kv).
 
     One query (a decode step) is one dispatch. n queries (a chunk of a
     prompt) are two: every key and value appended, then every query
@@ -653,7 +662,7 @@ class Attention(_Op):
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None,
-                 n: int = 1, heads: int | None = None):
+                 n: int = 1, heads: int | None = None, spread: bool = True):
         super().__init__(device)
         s = shape
         check_attention_vectors("Attention", s, q, k, v, out, n)
@@ -664,7 +673,7 @@ class Attention(_Op):
             raise ValueError(f"Attention: the RoPE table holds {_size(table)} values, {s.capacity * s.n_rot} needed")
         if _size(pos) < n:
             raise ValueError(f"Attention: {n} queries, the positions tensor holds {_size(pos)}")
-        split = attention_split(device, s) if split is None else split
+        split = attention_split(device, s, spread) if split is None else split
         if not isinstance(split, int) or not 0 <= split <= s.capacity:
             raise ValueError(f"Attention: split {split!r}; 0 to the capacity {s.capacity} positions per workgroup")
         need = attention_scratch_size(device, s, split, n)
@@ -683,7 +692,7 @@ class Attention(_Op):
         variant, _ = reducing_variant(device, "attention")
         kps = [t.kp for t in tensors]
         self.split = split
-        self.launch = launch = attention_launch(device, s, split)
+        self.launch = launch = attention_launch(device, s, split, spread)
         n_split = -(-s.capacity // split) if split else 1
         attend = 0 if n == 1 else 2  # shaders/attention.comp's PASS: 0 one query, 1 + 2 a chunk
 
