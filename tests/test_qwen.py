@@ -259,6 +259,34 @@ def test_head_norm_op(backend, reduction, bias, norm):
     assert ref.nmse(got, want) < NMSE_F32
 
 
+def test_qwen2_bias_gpu_launch(backend, tmp_path):
+    """Qwen2's Q/K/V biases with NVIDIA's launches (forced): the step adds
+    them a head at a time (HeadNorm's workgroups of 32 over head_dim
+    values: the tiny file's Q|K, stacked, and V, each a workgroup per
+    head), so that
+    at Qwen2.5-0.5B's shape (14 + 2 * 2 heads of 64: 1,152 values) the op
+    is 18 workgroups at depth 2, where the whole vector as one "head" was
+    one workgroup at depth 36 (issue 47's bound: 16)."""
+    from vkq.commands.presets import PRESETS
+    from vkq.llama.vector_ops import launches_of
+
+    model = GpuLlama(write_qwen(tmp_path / "qwen2.gguf", "qwen2", scale=SCALE["qwen2"]), backend, "auto", ctx=16,
+                     launches="nvidia")
+    cfg = model.config
+    biases = [r.launch for r in model.step_launches() if r.label.startswith("bias ")]
+    assert sum(launch.groups[0] for launch in biases) == cfg.n_head + 2 * cfg.n_head_kv
+    assert {(launch.groups[1:], launch.invocations, launch.depth) for launch in biases} == {
+        ((1, 1), 32, -(-HEAD_DIM["qwen2"] // 32))}
+
+    spec = PRESETS["qwen2.5-0.5b"]
+    qkv = (spec.n_head + 2 * spec.n_head_kv) * spec.head_dim
+    dev = launches_of(backend.device, "nvidia")
+    (launch,) = HeadNorm(dev, Vectors(backend.tensor(qkv), qkv), spec.head_dim, bias=backend.tensor(qkv)).launches
+    assert (qkv, launch.groups, launch.invocations, launch.depth) == (1152, (18, 1, 1), 32, 2)
+    (whole,) = HeadNorm(dev, Vectors(backend.tensor(qkv), qkv), qkv, bias=backend.tensor(qkv)).launches
+    assert (whole.groups, whole.depth) == ((1, 1, 1), 36)
+
+
 def test_partial_neox_rope_on_the_graph_engine(backend, tmp_path):
     """RoPE over 32 of a head's 64 values in neox mode (pairs (i, i + 16), the
     rest left as they are): the graph engine's attention as the reference's."""

@@ -443,8 +443,9 @@ class GpuLlama(Decoder):
             for names in layer.qkv:
                 matvec(names, h)
             for names, bias in self.qkv_biases[i].items():
+                # (elementwise: a head at a time spreads the stacked Q/K/V over workgroups, the same bits)
                 rows = sum(next(gr for gr in f.groups if gr.names == names).rows)
-                g.add(HeadNorm(dev, Vectors(y[names], rows), rows, n, bias=bias),
+                g.add(HeadNorm(dev, Vectors(y[names], rows), cfg.head_dim, n, bias=bias),
                       label="bias " + "+".join(nm.split(".")[-2] for nm in names))  # (one label for every layer)
             for role, weight in self.head_norm_weights[i].items():
                 g.add(HeadNorm(dev, part(f"{pre}{role}.weight"), cfg.head_dim, n, weight=weight, eps=cfg.rms_eps),

@@ -752,8 +752,12 @@ class HeadNorm(_Op):
     """For n vectors of x, each of heads * head_dim values, in place: x +=
     bias (bias: a tensor of x.length values), then with `weight` (head_dim
     values) an RMSNorm of each head: x_h = x_h / sqrt(mean(x_h^2) + eps) *
-    weight. One workgroup per head and vector. The bias alone needs no
-    heads: head_dim may then be the whole vector."""
+    weight. One workgroup per head and vector. The bias alone is
+    elementwise (each invocation adds its own values; no reduction): any
+    divisor of the vector's length may stand for head_dim, the same bits,
+    and a head's width spreads a stacked Q/K/V over workgroups (Qwen2.5-0.5B's
+    1,152 values as one "head" were one workgroup of 32 at depth 36; heads
+    of 64, 18 workgroups at depth 2)."""
 
     def __init__(self, device, x: Vectors, head_dim: int, n: int = 1, *, bias=None, weight=None,
                  eps: float = 0.0):
