@@ -202,8 +202,9 @@ def test_graph_matmul_id(backend):
     out = backend.tensor(ROWS, n * N_USED)
     y1 = g.output(g.matmul_id(w, x, flat, config=REGISTERS, out=out, label="experts"))
     y2 = g.output(g.matmul_id(w, x, per_token, config=REGISTERS))
-    assert y1 is out and y2.shape == (n * N_USED, ROWS) and g.counts["matmul"] == 2
-    assert g.nodes[-1][0].startswith("MUL_MAT_ID mat-mat Q4_0") and g.nodes[-2][0].startswith("experts Q4_0")
+    assert y1 is out and y2.shape == (n * N_USED, ROWS) and g.counts["matmul"] == 2 and g.counts["group"] == 2
+    products = [label for label, _ in g.nodes if label != "group by expert"]
+    assert products[-1].startswith("MUL_MAT_ID mat-mat Q4_0") and products[-2].startswith("experts Q4_0")
     x.write(xv)
     flat.write(ids_v.reshape(-1))
     per_token.write(ids_v)
@@ -214,6 +215,40 @@ def test_graph_matmul_id(backend):
     per_token.write(np.full((n, N_USED), N_EXPERT, np.int32))
     with pytest.raises(ValueError, match=rf"out of range: \[{N_EXPERT}, {N_EXPERT}, .*not in \[0, {N_EXPERT}\)"):
         g.run()
+    g.destroy()
+
+
+def test_graph_sorts_each_value_of_ids_once(backend):
+    """Every matmul_id over the same ids reads one sort of its slots by
+    expert (a MoE layer's gate, up and down), until a node writes the ids
+    again (the next layer's router); the bits are those of Backend.matmul_id."""
+    from vkq.llama.vector_ops import ExpertRouting, Vectors
+
+    k = odd_k("Q4_0")
+    w, _, _ = experts(backend, "Q4_0", k)
+    n, layers = 9, 2
+    rng = np.random.default_rng(5)
+    logits_v = rng.standard_normal((layers, n, N_EXPERT)).astype(np.float32)
+    xv, slot_xv = token_x(n, k, False, seed=5), token_x(n, k, True, seed=6)
+    g = backend.graph()
+    x, slot_x = g.input(backend.tensor(k, n)), g.input(backend.tensor(k, n * N_USED))
+    ids, ys = backend.tensor(n * N_USED, dtype=np.int32), []
+    for layer in range(layers):
+        logits = g.input(backend.tensor(N_EXPERT, n))
+        logits.write(logits_v[layer])
+        g.add(ExpertRouting(backend.device, Vectors(logits, N_EXPERT), ids, backend.tensor(n * N_USED), N_USED, n))
+        ys.append(g.output(g.matmul_id(w, x, ids, config=REGISTERS)))  # (gate|up: a token's x shared)
+        ys.append(g.output(g.matmul_id(w, slot_x, ids, config=REGISTERS)))  # (down: an x per slot)
+    assert g.counts["matmul"] == 2 * layers and g.counts["group"] == layers
+    assert [label for label, _ in g.nodes].count("group by expert") == layers
+    x.write(xv)
+    slot_x.write(slot_xv.reshape(n * N_USED, k))
+    g.run()
+    for layer in range(layers):
+        chosen = np.argsort(-logits_v[layer], axis=1, kind="stable")[:, :N_USED].astype(np.int32)
+        for y, xs in zip(ys[2 * layer: 2 * layer + 2], (xv, slot_xv)):
+            np.testing.assert_array_equal(y.read(), backend.matmul_id(w, xs, chosen, config=REGISTERS)
+                                          .reshape(-1, ROWS))
     g.destroy()
 
 

@@ -14,7 +14,10 @@ reads or writes a tensor that a node since the last barrier wrote, or writes
 one that such a node read: independent mat-vecs run back to back. Mat-vecs
 on the int8 path quantize their x to Q8_1 once per value of x: every later
 mat-vec of the same x (and activation format) reads the same quantized
-tensor, until a node writes x again. Other operations join through `add`.
+tensor, until a node writes x again. Likewise MUL_MAT_ID mat-mats sort
+their ids' slots by expert once per value of ids: a mixture-of-experts
+layer's gate, up and down read one sort. Other operations join through
+`add`.
 
 The first replay records the Kompute sequence; after that the graph is
 fixed. Replays of one graph never overlap: `submit` while one is in flight,
@@ -45,7 +48,7 @@ import kp
 import numpy as np
 
 from .device.timing import timestamp_span
-from .ops import MAX_GROUPS_X, MatMul, MatVec, QuantizeQ8_1, fused_swiglu_fits, q8_1_words
+from .ops import MAX_GROUPS_X, GroupByExpert, MatMul, MatVec, QuantizeQ8_1, fused_swiglu_fits, q8_1_words
 from .resolve import MAX_COLS, MAX_MATMUL_COLS, check_weights, resolve, resolve_tiles
 from .tensor import Tensor
 
@@ -122,8 +125,9 @@ class Graph:
         self._read: set[int] = set()  # tensors read since the last barrier
         self._versions: dict[int, int] = {}  # tensor id -> nodes that wrote it so far
         self._quantized: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (x id, planes) -> (xq, x version)
+        self._grouped: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (ids id, n_expert) -> (groups, ids version)
         self.matvecs: list[tuple[object, object]] = []  # (weights, PipelineConfig) of every mat-vec
-        self.counts = {"barrier": 0, "quantize": 0, "matvec": 0, "matmul": 0, "op": 0}  # what was recorded
+        self.counts = {"barrier": 0, "quantize": 0, "group": 0, "matvec": 0, "matmul": 0, "op": 0}  # recorded
         self._seq = None
         self._submits = 0  # serial number of the last replay submitted
         self._flight = 0  # the serial of the replay in flight; 0: none
@@ -280,6 +284,21 @@ class Graph:
         self.counts["quantize"] += 1
         return xq
 
+    def _groups_for(self, ids: Tensor, n_expert: int) -> Tensor:
+        """ids' slots sorted by expert (ops.GroupByExpert), once per value of ids."""
+        key = (id(ids), n_expert)
+        version = self._versions.get(id(ids), 0)
+        cached = self._grouped.get(key)
+        if cached is not None and cached[1] == version:
+            return cached[0]
+        n_slots = ids.n * ids.length
+        groups = cached[0] if cached else Tensor(self.backend, n_expert + n_slots, 1, np.uint32, "slots by expert")
+        op = GroupByExpert(self.backend.device, ids.kp, groups.kp, n_expert)
+        self._node([kp.OpAlgoDispatch(op.algorithm)], [ids], [groups], keep=(op, groups), label="group by expert")
+        self._grouped[key] = (groups, version)
+        self.counts["group"] += 1
+        return groups
+
     def _matvec_node(self, w, cfg, x: Tensor, y: Tensor, ids: Tensor | None, n_slots: int, label: str | None,
                      glu: bool = False) -> None:
         xin = self._x_for(x, cfg)
@@ -391,8 +410,10 @@ class Graph:
         n_used; in [0, n_expert), checked as matvec_id's. x: n_tokens
         vectors (each shared by its token's slots) or n_slots (one per
         slot). y: n_slots vectors of `rows`, matvec_id's layout. The device
-        sorts the slots by expert, then reads each expert's weights once per
-        bn of its slots, not once per slot (vkq.ops.MatMul); a slot's bits
+        sorts the slots by expert (once per value of ids: every matmul_id
+        over the same ids reads that sort), then reads each expert's
+        weights once per bn of its slots, not once per slot
+        (vkq.ops.MatMul); a slot's bits
         depend only on its x, its expert and the tiles
         (vkq.resolve.resolve_tiles: `path`, `activations` or `config` as
         matmul's), not on the other tokens."""
@@ -417,12 +438,12 @@ class Graph:
         cfg = resolve_tiles(self.backend, w, x.n, path, config, activations, mul_mat_id=True)
         y = self._out(out, x, w.layout.rows, n_slots, "y")
         xin = self._x_for(x, cfg)
-        groups = Tensor(self.backend, n_expert + n_slots, 1, np.uint32, "slots by expert")
-        op = MatMul(self.backend.device, w, cfg, xin.kp, y.kp, ncols=x.n, y_stride=y.stride, ids=ids.kp,
-                    groups=groups.kp, n_slots=n_slots, slots_per_x=n_slots // x.n)
+        groups = self._groups_for(ids, n_expert)
+        op = MatMul(self.backend.device, w, cfg, xin.kp, y.kp, ncols=x.n, y_stride=y.stride, groups=groups.kp,
+                    n_slots=n_slots, slots_per_x=n_slots // x.n)
         collector = _Collector()
         op.record(collector)
-        self._node(collector.ops, [xin, ids], [y, groups], keep=(op, groups),
+        self._node(collector.ops, [xin, groups], [y], keep=op,
                    label=f"{label or 'MUL_MAT_ID mat-mat'} {w.qtype} {cfg.kernel}")
         self._weights[id(w)] = w
         self._ids_checks.append((ids, n_expert))
@@ -612,6 +633,6 @@ class Graph:
             self._seq.destroy()
         for keep in self._keep:
             for node in keep if isinstance(keep, tuple) else (keep,):
-                if isinstance(node, (MatVec, MatMul, QuantizeQ8_1)):
+                if isinstance(node, (MatVec, MatMul, QuantizeQ8_1, GroupByExpert)):
                     node.destroy()
         self._seq, self._ops, self._keep, self.nodes, self._destroyed = None, [], [], [], True

@@ -1,4 +1,5 @@
-"""Recordable GPU operations: the Q8_1 quantizer, the mat-vec and mat-mat dispatches.
+"""Recordable GPU operations: the Q8_1 quantizer, MUL_MAT_ID's sort by expert, the mat-vec and mat-mat
+dispatches.
 
 These build Kompute algorithms (one per weights buffer) bound to given
 input/output tensors; `record(seq)` appends their dispatches to a sequence.
@@ -180,6 +181,30 @@ class MatVec:
 GROUP_WG = 64
 
 
+class GroupByExpert:
+    """MUL_MAT_ID's used-expert slots sorted by expert
+    (shaders/group_by_expert.comp): ids, an int32 tensor of n_slots expert
+    ids in [0, n_expert) (the caller checks them), into groups, a uint32
+    tensor of n_expert + n_slots values that MatMul reads. One sort serves
+    every mat-mat over the same ids and experts count (a MoE layer's gate,
+    up and down)."""
+
+    def __init__(self, device: Device, ids, groups, n_expert: int):
+        if n_expert > MAX_GROUPS_X:
+            raise ValueError(f"MUL_MAT_ID sorts the slots with a workgroup per expert: {n_expert} experts; at "
+                             f"most {MAX_GROUPS_X}")
+        if groups.size() != n_expert + ids.size():
+            raise ValueError(f"groups of {groups.size()} for {ids.size()} slots of {n_expert} experts: it must "
+                             f"hold {n_expert + ids.size()}")
+        self.algorithm = device.algorithm([ids, groups], GROUP_BY_EXPERT, (n_expert, 1, 1), [GROUP_WG, n_expert], [])
+
+    def record(self, seq) -> None:
+        seq.record(kp.OpAlgoDispatch(self.algorithm))
+
+    def destroy(self) -> None:
+        self.algorithm.destroy()
+
+
 def id_tiles(n_slots: int, n_expert: int, bn: int) -> int:
     """Column tiles the MUL_MAT_ID kernel dispatches: the most that n_slots
     slots sorted by expert can fill, bn a tile, each expert's last tile
@@ -195,29 +220,25 @@ class MatMul:
     floats `y_stride` apart (default `rows`). `cfg` as
     vkq.resolve.resolve_tiles returns it (bindings fitted to these tensors).
 
-    MUL_MAT_ID (`ids`: an int32 tensor of exactly `n_slots` expert ids, in
-    range: the caller checks them; `groups`: a uint32 tensor of n_expert +
-    n_slots values for the op's own use): W is an expert stack, slot s
-    multiplies expert ids[s] by x vector s // slots_per_x (ncols *
-    slots_per_x == n_slots) and y holds n_slots vectors. A first dispatch
-    sorts the slots by expert into `groups` (shaders/group_by_expert.comp),
-    the mat-mat then runs a column tile per bn slots of an expert (its
-    "Experts" note): each expert's weights are read once per tile."""
+    MUL_MAT_ID (`groups`: `n_slots` used-expert slots sorted by expert, as
+    GroupByExpert writes them for this stack's n_expert): W is an expert
+    stack, slot s multiplies expert ids[s] by x vector s // slots_per_x
+    (ncols * slots_per_x == n_slots) and y holds n_slots vectors. The
+    mat-mat runs a column tile per bn slots of an expert (its "Experts"
+    note): each expert's weights are read once per tile."""
 
     def __init__(self, device: Device, weights, cfg: TileConfig, x_in, y, *, ncols: int,
-                 y_stride: int | None = None, ids=None, groups=None, n_slots: int = 0, slots_per_x: int = 1):
+                 y_stride: int | None = None, groups=None, n_slots: int = 0, slots_per_x: int = 1):
         lay = weights.layout
         self.cfg = cfg
         mmq = cfg.path == "mmvq"
-        mul_mat_id = ids is not None
-        if mul_mat_id != weights.is_expert_stack or mul_mat_id != (groups is not None):
-            raise ValueError(f"MUL_MAT_ID takes an expert stack, ids and groups, a plain product a matrix: got "
-                             f"{weights!r} with{'' if mul_mat_id else 'out'} ids")
-        if mul_mat_id and (n_slots != ncols * slots_per_x or ids.size() != n_slots
-                           or groups.size() != lay.n_expert + n_slots):
-            raise ValueError(f"MUL_MAT_ID: {n_slots} slots, ids of {ids.size()}, {ncols} vectors of x read by "
-                             f"{slots_per_x} slots each, groups of {groups.size()} for {lay.n_expert} experts: "
-                             f"the counts must agree")
+        mul_mat_id = groups is not None
+        if mul_mat_id != weights.is_expert_stack:
+            raise ValueError(f"MUL_MAT_ID takes an expert stack and its slots grouped by expert, a plain product a "
+                             f"matrix: got {weights!r} with{'' if mul_mat_id else 'out'} groups")
+        if mul_mat_id and (n_slots != ncols * slots_per_x or groups.size() != lay.n_expert + n_slots):
+            raise ValueError(f"MUL_MAT_ID: {n_slots} slots, {ncols} vectors of x read by {slots_per_x} slots each, "
+                             f"groups of {groups.size()} for {lay.n_expert} experts: the counts must agree")
         self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot, mul_mat_id, cfg.coopmat)
         texel = cfg.binding == "texel"
         spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
@@ -234,13 +255,7 @@ class MatMul:
         if col_groups > MAX_GROUPS_X:
             raise ValueError(f"{n_slots if mul_mat_id else ncols} columns take {col_groups} workgroups of "
                              f"{cfg.bn}; at most {MAX_GROUPS_X}")
-        if mul_mat_id and lay.n_expert > MAX_GROUPS_X:
-            raise ValueError(f"MUL_MAT_ID sorts the slots with a workgroup per expert: {lay.n_expert} experts; at "
-                             f"most {MAX_GROUPS_X}")
         self.algorithms = []
-        if mul_mat_id:
-            self.algorithms.append(device.algorithm([ids, groups], GROUP_BY_EXPERT, (lay.n_expert, 1, 1),
-                                                    [GROUP_WG, lay.n_expert], []))
         for buf in weights.buffers:
             groups_x = -(-buf.rows.count // cfg.bm)
             push = weights_push(buf, lay.nblocks, x_col_stride=lay.k_padded // CHUNK if mmq else lay.k_padded,
@@ -255,8 +270,8 @@ class MatMul:
     def record(self, seq) -> None:
         for i, algo in enumerate(self.algorithms):
             if i and self._barrier:
-                # After MUL_MAT_ID's sort: its output; between buffers: disjoint
-                # rows of y, for the validation layer (as MatVec).
+                # The buffers write disjoint rows of y; the barrier keeps the
+                # validation layer's hazard tracking clean (as MatVec).
                 seq.record(self._barrier())
             seq.record(kp.OpAlgoDispatch(algo))
 
