@@ -12,11 +12,8 @@ the file is removed (`vkq tune --reset` removes it with the tuning file).
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import math
-import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from ..blocks.formats import FORMATS, BlockFormat
 from ..device.caps import DeviceCaps
 from ..device.device_info import DeviceInfo
 from ..device.shader_variants import MatMulVariant, spirv_path
-from .tuning_store import device_key, tuning_path
+from .tuning_store import device_key, locked, remove, tuning_path, write_json
 
 CHECK_NMSE = 5e-4  # the project's bound for a kernel against float64, here against the float kernel
 # The self-check's case: rows and columns not multiples of the tiles (their
@@ -61,28 +58,13 @@ def load_checks(info: DeviceInfo) -> dict[str, dict]:
 def save_check(info: DeviceInfo, qtype: str, record: dict) -> Path:
     """Add one type's record, under a lock, written whole (temporary file + rename)."""
     path = checks_path(info)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(path):
         checks = {**load_checks(info), qtype: record}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"device": device_key(info), "checks": checks}, f, indent=1, sort_keys=True)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    return path
+        return write_json(path, {"device": device_key(info), "checks": checks})
 
 
 def reset(info: DeviceInfo) -> bool:
-    path = checks_path(info)
-    if path.exists():
-        path.unlink()
-        return True
-    return False
+    return remove(checks_path(info))
 
 
 def make_record(nmse: float | None, error: str | None = None) -> dict:

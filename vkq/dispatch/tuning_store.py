@@ -11,6 +11,7 @@ warning and is ignored: the dispatcher falls back to the vendor table.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -253,24 +254,19 @@ def check_dir() -> Path:
     return d
 
 
-def save_entry(info: DeviceInfo, qtype: str, entry: dict) -> tuple[Path, dict[str, dict]]:
-    """Add one type's results to this device's file; returns the file and
-    all its entries. Under an exclusive lock the file is read again, so that
-    what another `vkq tune` process saved since stays (an unusable file is
-    replaced), and written whole (`save`)."""
-    path = tuning_path(info)
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on `path` (a file beside it) for a read, change and
+    write by one process at a time; released when the block ends."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        entries = {**_read(info)[0], qtype: entry}
-        return save(info, entries), entries
+        yield
 
 
-def save(info: DeviceInfo, entries: dict[str, dict]) -> Path:
+def write_json(path: Path, data: dict) -> Path:
     """Write atomically: a reader sees the old file or the new one, never half."""
-    path = tuning_path(info)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"schema": SCHEMA, "device": device_key(info), "entries": entries}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -283,9 +279,28 @@ def save(info: DeviceInfo, entries: dict[str, dict]) -> Path:
     return path
 
 
-def reset(info: DeviceInfo) -> bool:
-    path = tuning_path(info)
+def remove(path: Path) -> bool:
+    """Delete a cache file; False if there was none."""
     if path.exists():
         path.unlink()
         return True
     return False
+
+
+def save_entry(info: DeviceInfo, qtype: str, entry: dict) -> tuple[Path, dict[str, dict]]:
+    """Add one type's results to this device's file; returns the file and
+    all its entries. Under an exclusive lock the file is read again, so that
+    what another `vkq tune` process saved since stays (an unusable file is
+    replaced), and written whole (`save`)."""
+    with locked(tuning_path(info)):
+        entries = {**_read(info)[0], qtype: entry}
+        return save(info, entries), entries
+
+
+def save(info: DeviceInfo, entries: dict[str, dict]) -> Path:
+    """Write this device's file whole, atomically (write_json)."""
+    return write_json(tuning_path(info), {"schema": SCHEMA, "device": device_key(info), "entries": entries})
+
+
+def reset(info: DeviceInfo) -> bool:
+    return remove(tuning_path(info))
