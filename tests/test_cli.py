@@ -326,3 +326,20 @@ def test_sigint_during_generate_is_one_line(tmp_path):
             proc.kill()
     assert proc.returncode == 130, rest
     assert "Traceback" not in rest and rest.strip() == "vkq generate: interrupted", rest
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["generate", "model.gguf", "-p", "hi", "--bogus"],
+     "vkq generate: error: unrecognized arguments: --bogus (`vkq generate --help` lists the options)"),
+    (["generate", "model.gguf"], "vkq generate: error: the following arguments are required: -p/--prompt"),
+    (["tune", "--types"], "vkq tune: error: argument --types: expected one argument"),
+    ([], "vkq: error: the following arguments are required: command (`vkq --help` lists the commands)"),
+])
+def test_a_command_line_mistake_is_one_line(capsys, argv, line):
+    """Not argparse's usage block first (ten lines for vkq generate): one
+    line naming the command, where its options are listed, exit status 2."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(line), err

@@ -400,7 +400,9 @@ def test_cli_refuses_a_prompt_longer_than_the_context(tiny_file, capsys):
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "16"]) == 2
     assert "the prompt (19 tokens) is longer than the context of 16 it was given" in capsys.readouterr().err
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "20", "-n", "5"]) == 2
-    assert "need 23 positions; the context is 20" in capsys.readouterr().err
+    assert "need 23 positions; the context is 20 (-c): give a smaller -n" in capsys.readouterr().err
+    assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-n", "100000000"]) == 2
+    assert "positions; the model's context length is" in capsys.readouterr().err
 
 
 def test_unknown_activations(backend, tiny_file):

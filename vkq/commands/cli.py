@@ -36,6 +36,16 @@ def probability(text: str) -> float:
     return value
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, but a mistake on the command line is one line, as
+    vkq's other errors: what is wrong and where the options are listed, not
+    the whole usage (vkq generate's is ten lines) before it. Exit status 2."""
+
+    def error(self, message: str):
+        listed = "commands" if hasattr(self, "subcommands") else "options"
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the {listed})\n")
+
+
 def block_types(text: str) -> list[str] | None:
     """--types: comma-separated block type names; None for "all"."""
     if text.strip().lower() == "all":
@@ -126,9 +136,10 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="vkq", description="Quantized mat-vec on Vulkan GPUs")
+    ap = OneLineParser(prog="vkq", description="Quantized mat-vec on Vulkan GPUs")
     ap.add_argument("--version", action="version", version=f"vkq {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
+    ap.subcommands = sub.choices  # name -> its parser
 
     p = sub.add_parser("info", help="list Vulkan devices, their capabilities and vkq's choices")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -315,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     something behind re-raises KeyboardInterrupt with a note of it)."""
     command = "vkq"
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named by the command's own parser (argparse's would say `vkq`)
+            parser.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         command = f"vkq {args.command}"
         status = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit

@@ -89,7 +89,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
             raise ValueError("--steps-per-submit chains the graph engine's decode steps; the host engine runs one "
                              "step per token: it needs --engine graph and a device path")
         if not 1 <= steps_per_submit <= STEPS_PER_SUBMIT_MAX:
-            raise ValueError(f"--steps-per-submit {steps_per_submit}: 1 to {STEPS_PER_SUBMIT_MAX}")
+            raise ValueError(f"--steps-per-submit {steps_per_submit}: 1 to {STEPS_PER_SUBMIT_MAX} decode steps "
+                             "per submit")
     if (speculative is not None or draft is not None) and profile:
         raise ValueError("--profile times the one-token decode step; speculative decoding (--speculative, --draft) "
                          "decodes in steps of several: give one of them")
@@ -105,11 +106,14 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if ctx is not None and n_prompt > ctx:
         raise ValueError(f"the prompt ({n_prompt} tokens) is longer than the context of {ctx} it was given")
     need = n_prompt + max(n_tokens - 1, 0)
+    given = ctx
     if ctx is None:
         ctx = file.config.default_context(need)
     if need > ctx or need > file.config.n_ctx_train:
+        limit = (f"the context is {given} (-c)" if given is not None and given < file.config.n_ctx_train else
+                 f"the model's context length is {file.config.n_ctx_train}")
         raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
-                         f"the context is {min(ctx, file.config.n_ctx_train)}")
+                         f"{limit}: give a smaller -n")
     draft_file = None if draft is None else LlamaFile(draft, fuse)
     if draft_file is not None:
         check_same_vocabulary(file, draft_file)  # refused before anything is uploaded

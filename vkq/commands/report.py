@@ -265,7 +265,7 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         not_measured["kernel_time"] = ("this device has no GPU timestamps: mat-vec times are the wall clock of "
                                        "a replay of back-to-back mat-vecs, and vkq bench's kernel t/s is missing")
     if not files:
-        not_measured["models"] = "no GGUF model given (--model FILE.gguf, a llama-architecture model)"
+        not_measured["models"] = "no GGUF model given (--model FILE.gguf: llama, qwen2, qwen3 or qwen3moe)"
     if server is None:
         not_measured["llama.cpp"] = "no llama-server given (--llama-server [PATH])"
     if runner is None:
