@@ -107,7 +107,26 @@ def matvec_depth(cfg: PipelineConfig, k: int) -> int:
     return -(-units // cfg.wg_size) if cfg.split_k else units
 
 
-class MatVec:
+class _PerBuffer:
+    """An op of one dispatch per weights buffer (`algorithms`, in the
+    buffers' order; `_barrier`: the device's compute_barrier)."""
+
+    algorithms: list
+
+    def record(self, seq) -> None:
+        for i, algo in enumerate(self.algorithms):
+            if i:
+                # The buffers write disjoint rows of y; the barrier keeps the
+                # validation layer's hazard tracking (whole-buffer) clean.
+                seq.record(self._barrier())
+            seq.record(kp.OpAlgoDispatch(algo))
+
+    def destroy(self) -> None:
+        for algo in self.algorithms:
+            algo.destroy()
+
+
+class MatVec(_PerBuffer):
     """y = W @ x for every weights buffer of one matrix (or expert stack).
 
     x_in: fp32 tensor (dmmv) or its Q8_1 tensor (mmvq), `ncols` columns of
@@ -159,19 +178,7 @@ class MatVec:
             self.algorithms.append(device.algorithm(tensors, self.variant, (gx, max(n_slots, 1), gz), spec, push,
                                                     kinds))
             self.launches.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, lay.k)))
-        self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
-
-    def record(self, seq) -> None:
-        for i, algo in enumerate(self.algorithms):
-            if i and self._barrier:
-                # The buffers write disjoint rows of y; the barrier keeps the
-                # validation layer's hazard tracking (whole-buffer) clean.
-                seq.record(self._barrier())
-            seq.record(kp.OpAlgoDispatch(algo))
-
-    def destroy(self) -> None:
-        for algo in self.algorithms:
-            algo.destroy()
+        self._barrier = device.compute_barrier
 
 
 # Invocations of a group_by_expert workgroup (one workgroup per expert): each
@@ -212,7 +219,7 @@ def id_tiles(n_slots: int, n_expert: int, bn: int) -> int:
     return (n_slots + min(n_expert, n_slots) * (bn - 1)) // bn
 
 
-class MatMul:
+class MatMul(_PerBuffer):
     """y = W @ x for many columns (shaders/mul_mm.comp), over every weights
     buffer of one matrix: x_in exactly `ncols` vectors of k_pad floats, or
     on the int8 path their Q8_1 blocks (the shader counts its columns from
@@ -265,16 +272,4 @@ class MatMul:
             self.algorithms.append(device.algorithm(tensors, self.variant, (min(groups_x, MAX_GROUPS_X), col_groups,
                                                                             -(-groups_x // MAX_GROUPS_X)),
                                                     spec, push, kinds))
-        self._barrier = device.compute_barrier if len(self.algorithms) > 1 else None
-
-    def record(self, seq) -> None:
-        for i, algo in enumerate(self.algorithms):
-            if i and self._barrier:
-                # The buffers write disjoint rows of y; the barrier keeps the
-                # validation layer's hazard tracking clean (as MatVec).
-                seq.record(self._barrier())
-            seq.record(kp.OpAlgoDispatch(algo))
-
-    def destroy(self) -> None:
-        for algo in self.algorithms:
-            algo.destroy()
+        self._barrier = device.compute_barrier
