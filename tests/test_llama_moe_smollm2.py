@@ -23,22 +23,17 @@ kept by content (tests/file_cache.py).
 """
 from __future__ import annotations
 
-import io
-from dataclasses import dataclass
-
-import numpy as np
 import pytest
 
 import vkq.blocks.reference as ref
-import vkq.llama.host as host
 from vkq.blocks.gguf_io import open_gguf
-from vkq.commands.compare import compare_file
 from vkq.llama.loading import load_model
 
 import llama_quant
 import moe_model
 from conftest import SMOLLM2_MISSING, smollm2_path
-from file_cache import cached_arrays, cached_file, file_digest, reference_sources
+from file_cache import cached_file, file_digest
+from reference_runs import LOGITS_NMSE, assert_compare_passes, cached_runs, check_decoder, route_to_next_best
 
 pytestmark = pytest.mark.slow
 
@@ -58,9 +53,6 @@ FILES = {
 }
 PROMPT = "The history of the printing press begins in"
 N_TOKENS = 12
-NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
-MIN_COMPARED = 6
-LOGITS_NMSE = 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -88,68 +80,29 @@ def test_llama_wrote_the_expert_types(moe_file):
 
 
 def test_compare_every_tensor(backend, moe_file):
-    out = io.StringIO()
-    status = compare_file(moe_file[1], backend, out=lambda line: print(line, file=out))
-    print("\n".join(out.getvalue().splitlines()[-3:]))
-    assert status == 0, out.getvalue()
-
-
-@dataclass
-class Run:
-    tokens: list[int]
-    logits: list[np.ndarray]
+    assert_compare_passes(backend, moe_file[1])
 
 
 @pytest.fixture(scope="module")
 def runs(moe_file):
-    """(prompt ids, the float64 reference's greedy run, llama.cpp's tokens, the
-    compared length); both runs kept by the file's content (file_cache)."""
-    from vkq.commands.llama_server import LlamaServer
-
+    """(the float64 reference's greedy run, llama.cpp's tokens), kept by the file's content (file_cache)."""
     name, path = moe_file
-    key = f"{file_digest(path)} {PROMPT!r} {N_TOKENS}"
-
-    def reference_run():
-        reference = load_model(path, path="numpy")
-        ids = reference.tokenizer.encode(PROMPT)
-        run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-        return {"ids": np.array(ids), "tokens": np.array(run.tokens), "logits": np.stack(run.logits)}
-
-    stored = cached_arrays(f"smol-moe-{name}-reference", f"{key} {reference_sources()}", reference_run)
-    ids = stored["ids"].tolist()
-    want = Run(stored["tokens"].tolist(), list(stored["logits"]))
-
-    def llama_cpp_run():
-        with LlamaServer(path) as server:
-            return {"tokens": np.array(server.complete(ids, N_TOKENS).tokens)}
-
-    llama_cpp = cached_arrays(f"smol-moe-{name}-llama-cpp", f"{key} {llama_quant.WHEEL}", llama_cpp_run)
-    margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in want.logits]
-    ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
-    n = ties[0] if ties else N_TOKENS  # the token at a near-tie may go either way
-    assert sum(m >= NEAR_TIE for m in margins) >= MIN_COMPARED, f"margins {margins}: a poor prompt"
-    print(f"{name}: reference tokens {want.tokens}; {n} compared")
-    return ids, want, llama_cpp["tokens"].tolist(), n
+    want, llama_cpp = cached_runs(f"smol-moe-{name}", path, PROMPT, N_TOKENS)
+    print(f"{name}: reference tokens {want.tokens}; {want.compared} compared")
+    return want, llama_cpp
 
 
 def test_llama_cpp_decodes_the_reference_tokens(runs):
-    _, want, llama_cpp, n = runs
-    assert llama_cpp[:n] == want.tokens[:n]
+    want, llama_cpp = runs
+    assert llama_cpp[:want.compared] == want.tokens[:want.compared]
 
 
 @pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
 def test_generate_matches_llama_cpp(backend, moe_file, runs, engine, path):
-    ids, want, llama_cpp, n = runs
-    model = load_model(moe_file[1], backend=backend, engine=engine, path=path)
-    got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-    assert got.tokens[:n] == llama_cpp[:n], f"{model.tokenizer.decode(got.tokens)!r}"
+    want, llama_cpp = runs
+    got = check_decoder(load_model(moe_file[1], backend=backend, engine=engine, path=path), want, llama_cpp)
     if engine == "graph":
         assert got.stats.submits_per_token == 1
-    forced = got.logits
-    if got.tokens != want.tokens:  # past a near-tie: the logits in the reference's context
-        forced = model.score(ids, want.tokens)
-    errors = [ref.nmse(a, b) for a, b in zip(forced, want.logits)]
-    assert max(errors) < LOGITS_NMSE, errors
 
 
 def test_a_wrong_expert_choice_would_be_seen(moe_file, runs, monkeypatch):
@@ -157,13 +110,7 @@ def test_a_wrong_expert_choice_would_be_seen(moe_file, runs, monkeypatch):
     far more than the tests allow (the experts differ enough)."""
     if moe_file[0] != "Q4_0":
         pytest.skip("once is enough")
-    ids, want, _, _ = runs
+    want, _ = runs
     reference = load_model(moe_file[1], path="numpy")
-    right = host.route
-
-    def next_best(logits, n_used):
-        chosen, weights = right(logits, n_used + 1)
-        return chosen[:, 1:], weights[:, 1:] / weights[:, 1:].sum(axis=1, keepdims=True)
-
-    monkeypatch.setattr(host, "route", next_best)  # read at every step: the loaded reference takes it
-    assert ref.nmse(reference.logits(ids), want.logits[0]) > 30 * LOGITS_NMSE
+    route_to_next_best(monkeypatch)
+    assert ref.nmse(reference.logits(want.ids), want.logits[0]) > 30 * LOGITS_NMSE

@@ -38,7 +38,6 @@ calibration text and the type layout.
 """
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass
 
@@ -48,13 +47,13 @@ import pytest
 import vkq.blocks.reference as ref
 from vkq.blocks.formats import FORMATS
 from vkq.blocks.gguf_io import open_gguf
-from vkq.commands.compare import compare_file
 from vkq.llama.loading import load_model
 
 import ggml_quant
 import llama_quant
 from conftest import SMOLLM2_MISSING, smollm2_path
 from file_cache import cached_arrays, cached_file, file_digest, reference_sources
+from reference_runs import LOGITS_NMSE, NEAR_TIE, assert_compare_passes, compared_run, margins
 
 pytestmark = pytest.mark.slow
 
@@ -97,9 +96,6 @@ MIXES = {
                  "In 1969, Apollo 11"),  # the printing press: a near-tie at its second token
 }
 N_TOKENS = 16
-NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
-MIN_COMPARED = 6  # steps that must not be near-ties (else the prompt is a poor one)
-LOGITS_NMSE = 1e-3
 
 
 @pytest.fixture(scope="module", params=list(MIXES))
@@ -133,21 +129,12 @@ def test_reference_is_ggmls(model_file, mix):
 
 
 def test_compare_every_tensor(backend, model_file):
-    out = io.StringIO()
-    status = compare_file(model_file, backend, out=lambda line: print(line, file=out))
-    print("\n".join(out.getvalue().splitlines()[-3:]))
-    assert status == 0, out.getvalue()
-
-
-@dataclass
-class Run:
-    tokens: list[int]
-    logits: list[np.ndarray]
+    assert_compare_passes(backend, model_file)
 
 
 @pytest.fixture(scope="module")
 def reference_run(model_file, mix):
-    """(prompt ids, the float64 reference's greedy run), kept by the file's content (file_cache)."""
+    """The float64 reference's greedy run (reference_runs.Run), kept by the file's content (file_cache)."""
     def run():
         model = load_model(model_file, path="numpy")
         ids = model.tokenizer.encode(mix.prompt)
@@ -156,7 +143,7 @@ def reference_run(model_file, mix):
 
     key = f"{file_digest(model_file)} {mix.prompt!r} {N_TOKENS} {reference_sources()}"
     stored = cached_arrays("smol-reference", key, run)
-    return stored["ids"].tolist(), Run(stored["tokens"].tolist(), list(stored["logits"]))
+    return compared_run(stored["ids"].tolist(), stored["tokens"].tolist(), list(stored["logits"]))
 
 
 def forced_logits(model, ids: list[int], tokens: list[int]) -> list[np.ndarray]:
@@ -172,10 +159,8 @@ def forced_logits(model, ids: list[int], tokens: list[int]) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("path", ["mmvq", "dmmv"])  # (auto: dmmv on lavapipe, for generate's q8_1x2)
 def test_generate_matches_reference(backend, model_file, reference_run, path):
-    ids, want = reference_run
-    margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in want.logits]
-    ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
-    n = ties[0] if ties else len(want.tokens)  # the token at a near-tie may go either way
+    want = reference_run
+    ids, n, steps = want.ids, want.compared, margins(want.logits)
     # The prompt through the device's prompt kernels on the float path (the mat-mats on lavapipe); on the int8
     # path through the mat-vecs: its mat-mats compile for seconds per type on lavapipe (a mix of up to 9 types),
     # and every type's int8 mat-mat is checked by tests/test_matmul.py.
@@ -184,12 +169,11 @@ def test_generate_matches_reference(backend, model_file, reference_run, path):
     got = model.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
     text = model.tokenizer.decode
     print(f"{path}: {text(want.tokens[:n])!r}, {n} tokens compared"
-          + (f" (near-tie at step {n}: margin {margins[n]:.3g})" if ties else ""))
+          + (f" (near-tie at step {n}: margin {steps[n]:.3g})" if n < len(steps) else ""))
     assert got.tokens[:n] == want.tokens[:n], f"{text(got.tokens)!r} != {text(want.tokens)!r}"
     # Every step, near-ties included, in the reference's context.
     forced = forced_logits(model, ids, want.tokens)
     errors = [ref.nmse(a, b) for a, b in zip(forced, want.logits)]
     assert max(errors) < LOGITS_NMSE, errors
-    decided = [i for i, m in enumerate(margins) if m >= NEAR_TIE]
-    assert len(decided) >= MIN_COMPARED, f"only {len(decided)} steps are not near-ties (margins {margins})"
+    decided = [i for i, m in enumerate(steps) if m >= NEAR_TIE]  # (at least MIN_COMPARED: compared_run)
     assert [int(np.argmax(forced[i])) for i in decided] == [want.tokens[i] for i in decided]

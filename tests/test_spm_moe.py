@@ -38,9 +38,9 @@ import llama_quant
 import moe_model
 import spm_vocab
 import vkq.blocks.reference as ref
-import vkq.llama.host as host
-from file_cache import cached_arrays, cached_file, file_digest, reference_sources
-from test_qwen import F32, LOGITS_NMSE, MIN_COMPARED, NEAR_TIE, Run, check_decoder
+from file_cache import cached_file, file_digest
+from reference_runs import LOGITS_NMSE, cached_runs, check_decoder, margins, route_to_next_best
+from test_qwen import F32
 from tiny_llama import write_gguf
 from vkq.blocks.gguf_io import open_gguf
 from vkq.blocks.spm import SpmTokenizer
@@ -85,32 +85,10 @@ def quantized(request, source):
 @pytest.fixture(scope="module")
 def runs(quantized):
     """(the float64 reference's run, llama.cpp's greedy tokens), kept by the file's content."""
-    from vkq.commands.llama_server import LlamaServer
-
-    quantized = quantized[1]
-    key = f"{file_digest(quantized)} {PROMPT!r} {N_TOKENS}"
-
-    def reference_run():
-        reference = LlamaModel(quantized, path_mode="numpy")
-        ids = reference.tokenizer.encode(PROMPT)
-        run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-        return {"ids": np.array(ids), "tokens": np.array(run.tokens), "logits": np.stack(run.logits)}
-
-    stored = cached_arrays("spm-moe-reference", f"{key} {reference_sources()}", reference_run)
-    ids, tokens, logits = stored["ids"].tolist(), stored["tokens"].tolist(), list(stored["logits"])
-
-    def llama_cpp_run():
-        with LlamaServer(quantized) as server:
-            return {"tokens": np.array(server.complete(ids, N_TOKENS).tokens)}
-
-    llama_cpp = cached_arrays("spm-moe-llama-cpp", f"{key} {llama_quant.WHEEL}", llama_cpp_run)["tokens"].tolist()
-    margins = [float(np.diff(np.sort(g)[-2:])[0]) for g in logits]
-    ties = [i for i, m in enumerate(margins) if m < NEAR_TIE]
-    n = ties[0] if ties else N_TOKENS  # the token at a near-tie may go either way
-    assert sum(m >= NEAR_TIE for m in margins) >= MIN_COMPARED, f"margins {margins}: a poor prompt"
-    print(f"{llama_quant.type_summary(quantized)}; reference {tokens}, llama.cpp {llama_cpp}; {n} compared; "
-          f"margins {np.round(margins, 2).tolist()}")
-    return Run(ids, tokens, logits, n), llama_cpp
+    want, llama_cpp = cached_runs("spm-moe", quantized[1], PROMPT, N_TOKENS)
+    print(f"{llama_quant.type_summary(quantized[1])}; reference {want.tokens}, llama.cpp {llama_cpp}; "
+          f"{want.compared} compared; margins {np.round(margins(want.logits), 2).tolist()}")
+    return want, llama_cpp
 
 
 def test_the_file_is_sentencepiece_and_mixtral_moe(quantized):
@@ -143,11 +121,5 @@ def test_a_wrong_expert_choice_would_be_seen(quantized, runs, monkeypatch):
         pytest.skip("once is enough")
     want, _ = runs
     reference = LlamaModel(quantized[1], path_mode="numpy")
-    right = host.route
-
-    def next_best(logits, n_used):
-        chosen, weights = right(logits, n_used + 1)
-        return chosen[:, 1:], weights[:, 1:] / weights[:, 1:].sum(axis=1, keepdims=True)
-
-    monkeypatch.setattr(host, "route", next_best)  # read at every step: the loaded reference takes it
+    route_to_next_best(monkeypatch)
     assert ref.nmse(reference.logits(want.ids), want.logits[0]) > 30 * LOGITS_NMSE
