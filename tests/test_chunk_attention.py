@@ -66,6 +66,31 @@ def cached(t, shape):
     return t.read().reshape(shape.n_head_kv, shape.capacity, shape.head_dim)
 
 
+def older_rows(r, shape, p0):
+    """Random keys and values (p0, Hkv, hd) of the positions before a chunk."""
+    return tuple(r.standard_normal((p0, shape.n_head_kv, shape.head_dim)).astype(np.float32) for _ in "kv")
+
+
+def expected64(shape, freqs, q, k, v, old_k, old_v, p0):
+    """float64 attention of a chunk's queries q (n, H, hd) at p0.. over the
+    p0 older keys and values as the cache holds them, then the chunk's own k
+    (rotated as the op rotates them) and v."""
+    positions = np.arange(p0, p0 + q.shape[0])
+    keys = np.concatenate([old_k, rope64(k, positions, freqs, shape.n_rot, shape.neox)])
+    values = np.concatenate([old_v, v]).astype(np.float64)
+    return attention64(rope64(q, positions, freqs, shape.n_rot, shape.neox), keys, values, shape.n_head,
+                       shape.n_head_kv, p0)
+
+
+def chunk_again(backend, shape, qkv, k_c, v_c, freqs, p0, n, split=None):
+    """qkv's queries p0 .. p0+n-1 as a chunk of their own, on caches holding
+    only the first p0 keys and values of k_c, v_c: its output and K cache."""
+    k_all, v_all = cached(k_c, shape).transpose(1, 0, 2), cached(v_c, shape).transpose(1, 0, 2)
+    k_part, v_part = caches(backend, shape, k_all[:p0], v_all[:p0])
+    part, _ = run_chunk(backend, shape, qkv[p0:p0 + n], p0, k_part, v_part, freqs, split=split)
+    return part, k_part
+
+
 CASES = [  # n_head, n_head_kv, head_dim, n_rot, neox, p0, n
     pytest.param(9, 3, 64, 64, False, 0, 37, id="smollm2-9x3x64-empty-37"),
     pytest.param(8, 2, 128, 128, False, 21, 20, id="gqa4-8x2x128-at21"),
@@ -82,24 +107,19 @@ def test_tiled_attention_matches_float64(backend, n_head, n_head_kv, head_dim, n
     shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=p0 + n + 9, neox=neox)
     freqs = inv_freq(n_rot, base=500.0)
     r = np.random.default_rng(head_dim + p0)
-    old_k = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
-    old_v = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
+    old_k, old_v = older_rows(r, shape, p0)
     q, k, v, qkv = step_inputs(r, shape, n)
     k_c, v_c = caches(backend, shape, old_k, old_v)
     got, _ = run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs)
 
-    positions = np.arange(p0, p0 + n)
-    q_rot, k_rot = rope64(q, positions, freqs, n_rot, neox), rope64(k, positions, freqs, n_rot, neox)
+    k_rot = rope64(k, np.arange(p0, p0 + n), freqs, n_rot, neox)
     k_cache, v_cache = cached(k_c, shape), cached(v_c, shape)
     assert np.array_equal(k_cache[:, :p0], old_k.transpose(1, 0, 2)), "older positions untouched"
     assert ref.nmse(k_cache[:, p0:p0 + n].transpose(1, 0, 2), k_rot) < NMSE_F32
     assert np.array_equal(v_cache[:, p0:p0 + n], v.transpose(1, 0, 2))
     assert np.isnan(k_cache[:, p0 + n:]).all() and np.isnan(v_cache[:, p0 + n:]).all()
-    keys = np.concatenate([old_k, k_rot]).astype(np.float64)
-    values = np.concatenate([old_v, v]).astype(np.float64)
-    want = attention64(q_rot, keys, values, n_head, n_head_kv, p0)
     assert np.isfinite(got).all()
-    assert ref.nmse(got, want) < NMSE_F32
+    assert ref.nmse(got, expected64(shape, freqs, q, k, v, old_k, old_v, p0)) < NMSE_F32
 
 
 def test_a_query_gives_the_same_bits_in_any_chunk(backend):
@@ -113,11 +133,8 @@ def test_a_query_gives_the_same_bits_in_any_chunk(backend):
     nothing = np.zeros((0, 3, 64), np.float32)
     k_c, v_c = caches(backend, shape, nothing, nothing)
     whole, _ = run_chunk(backend, shape, qkv, 0, k_c, v_c, freqs)
-    k_all, v_all = cached(k_c, shape).transpose(1, 0, 2), cached(v_c, shape).transpose(1, 0, 2)
-
     for p0, n in ((50, 37), (86, 1)):
-        k_part, v_part = caches(backend, shape, k_all[:p0], v_all[:p0])
-        part, _ = run_chunk(backend, shape, qkv[p0:p0 + n], p0, k_part, v_part, freqs)
+        part, k_part = chunk_again(backend, shape, qkv, k_c, v_c, freqs, p0, n)
         assert np.array_equal(cached(k_part, shape)[:, :p0 + n], cached(k_c, shape)[:, :p0 + n])
         assert part.tobytes() == whole[p0:p0 + n].tobytes(), (p0, n)
 
@@ -166,11 +183,7 @@ def test_tile_shapes_keep_the_bits(backend):
               AttentionTiles(16, 8, 3, False, 3, 4), AttentionTiles(8, 8, 3, True, 1, 2)):
         k_c, v_c = caches(backend, shape, old, -old)
         outs.append(run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=t)[0])
-    positions = np.arange(p0, p0 + n)
-    keys = np.concatenate([old, rope64(k, positions, freqs, 20)])
-    values = np.concatenate([-old, v]).astype(np.float64)
-    want = attention64(rope64(q, positions, freqs, 20), keys, values, 6, 2, p0)
-    assert ref.nmse(outs[0], want) < NMSE_F32
+    assert ref.nmse(outs[0], expected64(shape, freqs, q, k, v, old, -old, p0)) < NMSE_F32
     assert all(o.tobytes() == outs[0].tobytes() for o in outs[1:])
 
 
@@ -242,13 +255,8 @@ def test_split_positions(backend, split):
     k_c, v_c = caches(backend, shape, nothing, nothing)
     whole, op = run_chunk(backend, shape, qkv, 0, k_c, v_c, freqs, split=split)
     assert op.split == split and len(op.launches) == 3
-    positions = np.arange(100)
-    keys, values = rope64(k, positions, freqs, 64), v.astype(np.float64)
-    want = attention64(rope64(q, positions, freqs, 64), keys, values, 9, 3, 0)
-    assert ref.nmse(whole, want) < NMSE_F32
-    k_all, v_all = cached(k_c, shape).transpose(1, 0, 2), cached(v_c, shape).transpose(1, 0, 2)
-    k_part, v_part = caches(backend, shape, k_all[:50], v_all[:50])
-    part, _ = run_chunk(backend, shape, qkv[50:87], 50, k_part, v_part, freqs, split=split)
+    assert ref.nmse(whole, expected64(shape, freqs, q, k, v, nothing, nothing, 0)) < NMSE_F32
+    part, _ = chunk_again(backend, shape, qkv, k_c, v_c, freqs, 50, 37, split=split)
     assert part.tobytes() == whole[50:87].tobytes()
 
 
@@ -268,15 +276,10 @@ def test_tiled_attention_at_long_positions(backend, n_head, n_head_kv, head_dim,
     shape = AttentionShape(n_head, n_head_kv, head_dim, head_dim, capacity=positions)
     freqs = inv_freq(head_dim)
     r = np.random.default_rng(positions)
-    old_k = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
-    old_v = r.standard_normal((p0, n_head_kv, head_dim)).astype(np.float32)
+    old_k, old_v = older_rows(r, shape, p0)
     q, k, v, qkv = step_inputs(r, shape, n)
     k_c, v_c = caches(backend, shape, old_k, old_v)
     got, op = run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs)
     budget = backend.device.caps.max_loop_iterations
     assert op.split == (0 if budget is None or tiled_attention_loop_iterations(positions, 16) <= budget else 29952)
-    pp = np.arange(p0, positions)
-    keys = np.concatenate([old_k, rope64(k, pp, freqs, head_dim)])
-    values = np.concatenate([old_v, v]).astype(np.float64)
-    want = attention64(rope64(q, pp, freqs, head_dim), keys, values, n_head, n_head_kv, p0)
-    assert ref.nmse(got, want) < 1e-10
+    assert ref.nmse(got, expected64(shape, freqs, q, k, v, old_k, old_v, p0)) < 1e-10
