@@ -752,15 +752,22 @@ def test_attention_gpu_launch_of_a_short_context_q8_1_output(backend):
     dev = launches_of(backend.device, "nvidia")
     shape = AttentionShape(9, 3, 64, 64, capacity=8)
     assert attention_launch(dev, shape, 0).value_rows > 1
-    r = rng(8)
-    old = r.standard_normal((6, 3, 64)).astype(np.float32)
-    k_c, v_c, table, _ = attention_case(backend, shape, old, old[::-1].copy(), inv_freq(64))
-    scores = zeros(backend, attention_scratch_size(dev, shape, 0))
+    check_attention_q8_1_output(backend, dev, shape, positions=6, split=0, seed=8)
+
+
+def check_attention_q8_1_output(backend, dev, shape: AttentionShape, positions: int, split: int, seed: int) -> None:
+    """check_q8_1_output of an Attention step (X_PLANES 2) at `positions` cached
+    positions (random keys, their reverse the values) on dev's launches."""
+    r = rng(seed)
+    old = r.standard_normal((positions, shape.n_head_kv, shape.head_dim)).astype(np.float32)
+    k_c, v_c, table, _ = attention_case(backend, shape, old, old[::-1].copy(), inv_freq(shape.head_dim))
+    scores = zeros(backend, attention_scratch_size(dev, shape, split))
     qkv_t = upload(backend, step_inputs(r, shape, 1)[3])
-    pos = upload(backend, [6], np.int32)
-    out = backend.tensor(9 * 64)
-    check_q8_1_output(backend, lambda xq: Attention(dev, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table,
-                                                    pos, scores, Vectors(out, 9 * 64), xq=xq), out, 2)
+    pos = upload(backend, [positions], np.int32)
+    qd = shape.n_head * shape.head_dim
+    out = backend.tensor(qd)
+    check_q8_1_output(backend, lambda xq: Attention(dev, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table, pos,
+                                                    scores, Vectors(out, qd), xq=xq, split=split), out, 2)
 
 
 @pytest.mark.parametrize("positions", [1, 8, 9, 64, 512, 4096])
@@ -921,14 +928,5 @@ def test_attention_split_q8_1_output(backend, launches):
     """The combine's Q8_1 output, on this device's launches and on NVIDIA's
     (the combine's rows of splits)."""
     dev = launches_of(backend.device, launches)
-    shape = AttentionShape(9, 3, 64, 64, capacity=200)
-    r = rng(9)
-    old = r.standard_normal((150, 3, 64)).astype(np.float32)
-    k_c, v_c, table, _ = attention_case(backend, shape, old, old[::-1].copy(), inv_freq(64))
-    scores = zeros(backend, attention_scratch_size(dev, shape, 16))
-    qkv_t = upload(backend, step_inputs(r, shape, 1)[3])
-    pos = upload(backend, [150], np.int32)
-    out = backend.tensor(9 * 64)
-    check_q8_1_output(backend, lambda xq: Attention(dev, shape, *qkv_parts(qkv_t, shape), k_c, v_c, table,
-                                                    pos, scores, Vectors(out, 9 * 64), xq=xq, split=16),
-                      out, 2)
+    check_attention_q8_1_output(backend, dev, AttentionShape(9, 3, 64, 64, capacity=200), positions=150, split=16,
+                                seed=9)
