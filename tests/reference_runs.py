@@ -24,6 +24,7 @@ from vkq.commands.compare import compare_file
 NEAR_TIE = 0.05  # a reference top-1 margin (logits) under this may flip with float32 rounding
 MIN_COMPARED = 6  # steps that must not be near-ties (else the prompt is a poor one)
 LOGITS_NMSE = 1e-3
+ENGINES_AND_PATHS = [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")]  # (parametrize)
 
 
 @dataclasses.dataclass
@@ -94,10 +95,12 @@ def assert_compare_passes(backend, path) -> None:
     assert status == 0, out.getvalue()
 
 
-def route_to_next_best(monkeypatch) -> None:
-    """From now on every token is routed to its next-best experts (vkq.llama.host.route,
-    read at every step: a loaded host model takes it), for a test to see that a wrong
-    expert choice moves the logits by far more than LOGITS_NMSE."""
+def assert_next_best_routing_seen(path, want: Run, monkeypatch) -> None:
+    """Each token of the file's float64 reference routed to its next-best
+    experts instead (vkq.llama.host.route, read at every step): the first
+    logits move by far more than LOGITS_NMSE (the experts differ enough for
+    the tests to see a wrong expert choice)."""
+    reference = host.LlamaModel(path, path_mode="numpy")
     right = host.route
 
     def next_best(logits, n_used):
@@ -105,3 +108,4 @@ def route_to_next_best(monkeypatch) -> None:
         return chosen[:, 1:], weights[:, 1:] / weights[:, 1:].sum(axis=1, keepdims=True)
 
     monkeypatch.setattr(host, "route", next_best)
+    assert ref.nmse(reference.logits(want.ids), want.logits[0]) > 30 * LOGITS_NMSE

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import pytest
 
-import vkq.blocks.reference as ref
 from vkq.blocks.gguf_io import open_gguf
 from vkq.llama.loading import load_model
 
@@ -33,7 +32,8 @@ import llama_quant
 import moe_model
 from conftest import SMOLLM2_MISSING, smollm2_path
 from file_cache import cached_file, file_digest
-from reference_runs import LOGITS_NMSE, assert_compare_passes, cached_runs, check_decoder, route_to_next_best
+from reference_runs import (ENGINES_AND_PATHS, assert_compare_passes, assert_next_best_routing_seen, cached_runs,
+                            check_decoder)
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def test_llama_cpp_decodes_the_reference_tokens(runs):
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
 
 
-@pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
+@pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)
 def test_generate_matches_llama_cpp(backend, moe_file, runs, engine, path):
     want, llama_cpp = runs
     got = check_decoder(load_model(moe_file[1], backend=backend, engine=engine, path=path), want, llama_cpp)
@@ -110,7 +110,4 @@ def test_a_wrong_expert_choice_would_be_seen(moe_file, runs, monkeypatch):
     far more than the tests allow (the experts differ enough)."""
     if moe_file[0] != "Q4_0":
         pytest.skip("once is enough")
-    want, _ = runs
-    reference = load_model(moe_file[1], path="numpy")
-    route_to_next_best(monkeypatch)
-    assert ref.nmse(reference.logits(want.ids), want.logits[0]) > 30 * LOGITS_NMSE
+    assert_next_best_routing_seen(moe_file[1], runs[0], monkeypatch)

@@ -28,7 +28,7 @@ import pytest
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
-from reference_runs import LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, compared_run
+from reference_runs import ENGINES_AND_PATHS, LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, compared_run
 from test_llama_ops import NMSE_F32, reduction, run, upload  # noqa: F401 (reduction: a fixture)
 from tiny_qwen import EXPERT_FF, EXPERTS, HEAD_DIM, write_qwen
 from vkq.commands.cli import main
@@ -198,7 +198,7 @@ def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
+@pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)
 def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path):
     want, llama_cpp = quantized_runs
     decoder = GpuLlama if engine == "graph" else LlamaModel

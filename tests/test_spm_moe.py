@@ -37,9 +37,8 @@ import pytest
 import llama_quant
 import moe_model
 import spm_vocab
-import vkq.blocks.reference as ref
 from file_cache import cached_file, file_digest
-from reference_runs import LOGITS_NMSE, cached_runs, check_decoder, margins, route_to_next_best
+from reference_runs import ENGINES_AND_PATHS, assert_next_best_routing_seen, cached_runs, check_decoder, margins
 from test_qwen import F32
 from tiny_llama import write_gguf
 from vkq.blocks.gguf_io import open_gguf
@@ -107,7 +106,7 @@ def test_llama_cpp_decodes_the_reference_tokens(runs):
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
 
 
-@pytest.mark.parametrize("engine, path", [("graph", "mmvq"), ("graph", "dmmv"), ("host", "mmvq"), ("host", "dmmv")])
+@pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)
 def test_vkq_matches_llama_cpp(backend, quantized, runs, engine, path):
     want, llama_cpp = runs
     decoder = GpuLlama if engine == "graph" else LlamaModel
@@ -119,7 +118,4 @@ def test_a_wrong_expert_choice_would_be_seen(quantized, runs, monkeypatch):
     than the tests allow."""
     if quantized[0] != "Q4_0":
         pytest.skip("once is enough")
-    want, _ = runs
-    reference = LlamaModel(quantized[1], path_mode="numpy")
-    route_to_next_best(monkeypatch)
-    assert ref.nmse(reference.logits(want.ids), want.logits[0]) > 30 * LOGITS_NMSE
+    assert_next_best_routing_seen(quantized[1], runs[0], monkeypatch)
