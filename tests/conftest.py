@@ -141,6 +141,22 @@ def references(w64: np.ndarray, x: np.ndarray) -> dict[str, np.ndarray]:
 WORST_NMSE: dict[tuple[str, str], tuple[float, str]] = {}
 
 
+def assert_model_file_refused(path, match: str, capsys) -> None:
+    """A model file vkq cannot run: loading it raises a ValueError matching
+    `match`, and `vkq generate` exits 2 with one line that names the file
+    and matches too (not a traceback, not garbage text)."""
+    import re
+
+    from vkq.commands.cli import main
+    from vkq.llama.host import LlamaModel
+
+    with pytest.raises(ValueError, match=match):
+        LlamaModel(path, path_mode="numpy")
+    assert main(["generate", str(path), "-p", "hi", "--path", "numpy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vkq: error: {Path(path).name}: ") and re.search(match, err[0]), err
+
+
 def assert_matches(y: np.ndarray, refs: dict[str, np.ndarray], path: str, what: str = "") -> None:
     """y (one vector, or one column per column of x) is within ggml's bound of
     the exact product (outputs of EXACT_MIN_OUTPUTS values or more) and within

@@ -18,7 +18,6 @@ llama.cpp's own greedy tokens: tests/test_llama_moe_smollm2.py.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import gguf
@@ -35,6 +34,7 @@ from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel, route, silu
 from vkq.llama.vector_ops import ExpertRouting, RMSNorm, SwiGLU, Vectors, WeightedSlots
 
+from conftest import assert_model_file_refused
 from tiny_llama import write_gguf
 
 TINY_MOE = (8, 2)
@@ -355,12 +355,7 @@ BAD_FILES = {
 @pytest.mark.parametrize("what", list(BAD_FILES))
 def test_bad_moe_files_are_named(tmp_path, capsys, what):
     kwargs, match = BAD_FILES[what]
-    path = write_gguf(tmp_path / "bad.gguf", **{"experts": TINY_MOE, **kwargs})
-    with pytest.raises(ValueError, match=match):
-        LlamaModel(path, path_mode="numpy")
-    assert main(["generate", str(path), "-p", "hi", "--path", "numpy"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: bad.gguf: ") and re.search(match, err[0]), err
+    assert_model_file_refused(write_gguf(tmp_path / "bad.gguf", **{"experts": TINY_MOE, **kwargs}), match, capsys)
 
 
 def test_graph_engine_runs_with_a_fresh_backend(moe_file):

@@ -28,6 +28,7 @@ import pytest
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
+from conftest import assert_model_file_refused
 from reference_runs import ENGINES_AND_PATHS, LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, compared_run
 from test_llama_ops import NMSE_F32, reduction, run, upload  # noqa: F401 (reduction: a fixture)
 from tiny_qwen import EXPERT_FF, EXPERTS, HEAD_DIM, write_qwen
@@ -127,12 +128,7 @@ def test_what_the_architecture_adds_is_seen(tiny, tiny_run, wrong, monkeypatch):
     ("qwen3moe", dict(metadata={"qwen3moe.expert_weights_scale": 2.5}), "expert_weights_scale 2.5 is not supported"),
 ])
 def test_bad_files_are_named(tmp_path, capsys, arch, change, match):
-    path = write_qwen(tmp_path / "bad.gguf", arch, **change)
-    with pytest.raises(ValueError, match=match):
-        LlamaModel(path, path_mode="numpy")
-    assert main(["generate", str(path), "-p", "hi"]) == 2
-    err = capsys.readouterr().err
-    assert "bad.gguf" in err and len(err.strip().splitlines()) == 1
+    assert_model_file_refused(write_qwen(tmp_path / "bad.gguf", arch, **change), match, capsys)
 
 
 def test_a_llama_file_with_biases_is_refused(tmp_path):
