@@ -6,7 +6,6 @@ extension: its numbers are checked on a GPU (tools/gpu_campaign.sh)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,15 +21,9 @@ from vkq.dispatch import coopmat, tile_tuning, tiles
 from vkq.dispatch.choose import Dispatcher
 from vkq.dispatch.classify import DeviceClass
 
-ROOT = Path(__file__).resolve().parent.parent
+from test_shader_sources import load_compile_shaders
+
 Q4_0, F16 = FORMATS["Q4_0"], FORMATS["F16"]
-
-
-def load_compile_shaders():
-    spec = importlib.util.spec_from_file_location("compile_shaders", ROOT / "tools" / "compile_shaders.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_lavapipe_is_not_offered_the_kernel(backend):
