@@ -87,14 +87,14 @@ class Profile:
 class ShapeRow:
     label: str
     count: int  # dispatches of this launch per replay
-    launch: object | None  # a vkq.ops.Launch; None: an op that reports none (quantize, mat-mat)
+    launch: object | None  # a vkq.ops.Launch; None: an op that reports none (quantize, group by expert, mat-mat)
 
 
 def step_shape(graph) -> tuple[ShapeRow, ...]:
     """The launches of a recorded graph's ops (vkq.ops.Launch: workgroups,
     invocations, serial depth), one row per label and distinct launch, in
     order of first appearance; ops that report no launches (quantize,
-    mat-mat) one row per label, their launch None."""
+    group by expert, mat-mat) one row per label, their launch None."""
     counts: dict[tuple, int] = {}
     for label, node in graph.nodes:
         op = node[0] if isinstance(node, tuple) else node
