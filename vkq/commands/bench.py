@@ -278,15 +278,18 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | 
     work slowed reads low, and would put a mat-vec above 100%). progress:
     each step on stderr as it finishes (vkq.commands.console.Progress)."""
     tests = [("pp", n) for n in n_prompt] + [("tg", n) for n in ([n_gen] if isinstance(n_gen, int) else n_gen)]
-    bar = Progress(1 + len(models) * (1 + len(paths) * len(tests)) + probe_after, progress, label="vkq bench")
+    # The ETA counts tokens: the tests take nearly all the time, about in
+    # proportion to their tokens; the probes and uploads take seconds (the
+    # first ones 0, else the ETA would extrapolate them; the one after, 1).
+    bar = Progress(len(models) * len(paths) * sum(n for _, n in tests) + probe_after, progress, label="vkq bench")
     bar.step("measuring the device's memory bandwidth")
-    bar.finish(1, f"vkq bench: {backend.device_info.name}, memory read bandwidth "
+    bar.finish(0, f"vkq bench: {backend.device_info.name}, memory read bandwidth "
                   f"{memory_bandwidth(backend.device) / 1e9:.1f} GB/s")
     timestamps = backend.device_info.timestamps_supported
     measured = []
     for model in models:
         weights = upload(backend, model, bar)
-        bar.finish(1, f"vkq bench: {model.name}: {len(model.matrices)} matrices uploaded ({_size(model.nbytes)})")
+        bar.finish(0, f"vkq bench: {model.name}: {len(model.matrices)} matrices uploaded ({_size(model.nbytes)})")
         for path in paths:
             for kind, n in tests:
                 bar.step(f"{model.name}: {path}: {kind}{n}: record, warm up, {repetitions} x "
@@ -304,7 +307,7 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | 
                 measured.append((model, path, kind, n, wall, kernel, {p: used.count(p) for p in sorted(set(used))},
                                  matrices))
                 del step, timed
-                bar.finish(1, f"vkq bench: {model.name} {path} {kind}{n}: {statistics.mean(wall):.2f} t/s")
+                bar.finish(n, f"vkq bench: {model.name} {path} {kind}{n}: {statistics.mean(wall):.2f} t/s")
         del weights  # free the device memory before the next model
     if probe_after:
         bar.step("measuring the device's memory bandwidth again")

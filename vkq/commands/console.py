@@ -45,6 +45,14 @@ class Progress:
     def step(self, text: str) -> None:
         self.line.show(f"{self.label} {self.done_units}/{self.total}, {self.eta()}: {text}")
 
+    def note(self, line: str) -> None:
+        """A line of its own, on a terminal and in a log: what a long step is
+        about to spend its time on."""
+        self.line.clear()
+        if self.enabled:
+            self.stream.write(f"{line}\n")
+            self.stream.flush()
+
     def finish(self, units: int, line: str) -> None:
         self.done_units += units
         self.line.clear()

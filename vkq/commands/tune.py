@@ -65,6 +65,17 @@ ROUNDS, QUICK_ROUNDS = 3, 2  # interleaved samples per candidate of a group
 # than the fastest of 2-4.
 FINAL_ROUNDS = 8
 TILE_COLS = PROMPT_CHUNK  # columns of x the mat-mat's tiles are tuned at: a prompt chunk (vkq generate's)
+# --quick's mat-mat on a CPU driver: at most this many rows, the same K. A
+# sample needs SAMPLE_SECONDS, but holds at least one whole matrix, and a
+# 4096 x 4096 one by 512 columns took 0.8-1 s on lavapipe (2 cores): a race
+# of 2 tiles, 7 of them. A tile's time per FLOP does not depend on how many
+# row tiles there are once every core has many (1024 rows: 1,024 workgroups
+# of lavapipe's 64 x 8 tiles), and on lavapipe the table's tiles ran at 4096,
+# 1024 and 512 rows within their spread (docs/measurements.md, "vkq tune
+# --quick on lavapipe, 2026-11-27"). A GPU keeps the whole shape: 1024 rows
+# by 512 columns in 64 x 32 tiles are 256 workgroups, too few for its
+# compute units to show a tile's real speed.
+QUICK_CPU_TILE_ROWS = 1024
 PRUNE = 1.5  # a candidate this much slower than the fastest after one round is not timed again
 
 
@@ -220,6 +231,21 @@ def tune_path(tb: TypeBench, key: str, path: str, activations: str, passes: int,
     return cur
 
 
+def tile_shapes(dev, shapes, quick: bool) -> list[tuple[int, int]]:
+    """The shapes the mat-mat's tiles are timed on: the mat-vec's, but with
+    --quick on a CPU driver at most QUICK_CPU_TILE_ROWS rows each."""
+    if not (quick and dev.caps.device_type == "cpu"):
+        return list(shapes)
+    return list(dict.fromkeys((min(rows, QUICK_CPU_TILE_ROWS), k) for rows, k in shapes))
+
+
+def tile_bench(tb: TypeBench, quick: bool) -> TypeBench:
+    """The rotation the mat-mat's tiles are timed on: the mat-vec's own, or
+    one of tile_shapes where those differ."""
+    shapes = tile_shapes(tb.dev, tb.shapes, quick)
+    return tb if shapes == list(tb.shapes) else TypeBench(tb.backend, tb.fmt.name, shapes)
+
+
 def tile_variants(tb: TypeBench, k: int, quick: bool) -> list[tuple[str, str, str]]:
     """The mat-mat's variants to tune (tuning_store.entry_variants): every
     path and activation format, or with `quick` only the paths the tile
@@ -234,8 +260,12 @@ def tile_variants(tb: TypeBench, k: int, quick: bool) -> list[tuple[str, str, st
 
 
 # The tile groups tried, in order, around the tile table's entry (coordinate
-# descent, as the mat-vec's); --quick: one, with one new value (each new
-# pipeline compiles for seconds on lavapipe).
+# descent, as the mat-vec's); --quick: one, with one new value, and on a CPU
+# driver none: there a new tile shape's pipeline compiles for 10-40 s (Q4_K's
+# 8x8 per invocation on lavapipe, Mesa's shader cache cold, 2026-11-27: 10 s
+# on the float path, 30 s on the int8 path, 2 cores under load), more than
+# all the rest of a type's --quick; its tiles are then the table's, raced
+# path against path (the choice of path per activation format is measured).
 TILE_GROUPS = ("shared_tiles", "tile", "per_invocation", "bk_chunks", "binding", "value_lookup")
 QUICK_TILE_GROUPS = ("per_invocation",)
 
@@ -243,6 +273,8 @@ QUICK_TILE_GROUPS = ("per_invocation",)
 def tile_groups(tb: TypeBench, quick: bool) -> list[str]:
     """The groups that can matter here: texel bindings need vkq's Kompute
     patch; the value lookup, a type whose quants index 16 values."""
+    if quick and tb.dev.caps.device_type == "cpu":
+        return []
     return [name for name in (QUICK_TILE_GROUPS if quick else TILE_GROUPS)
             if (name != "binding" or tb.dev.patched_kp) and (name != "value_lookup" or has_value_pairs(tb.fmt.table))]
 
@@ -295,6 +327,7 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
     except ValueError:
         return None
     # How many units make a sample, and how many passes: from one unit, timed warm.
+    on_group("mat-mat", "sample size")
     one = Candidate(tb, first, 1, TILE_COLS, units=1)
     warm_up(one.sample, WARM_SECONDS)
     unit_seconds = one.sample()
@@ -406,12 +439,41 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
     # The best path, by what the default activations run at.
     result["best"] = min(tb.fmt.paths, key=lambda p: est[tuned[tuning_store.entry_key(p)]].seconds)
     tile_notes: dict[str, str] = {}
-    found = tune_tiles(tb, quick, on_group, tile_notes)
+    found = tune_tiles(tile_bench(tb, quick), quick, on_group, tile_notes)
     if found is not None:
         result["tiles"] = found
         if notes is not None:
             notes.update({f"tiles {key}": note for key, note in tile_notes.items()})
     return result
+
+
+def _shapes(shapes) -> str:
+    return ", ".join(f"{r}x{k}" for r, k in shapes)
+
+
+def _phases(bar: Progress, qtype: str, dev, quick: bool, t0: float, tiles_only: bool):
+    """on_group for one type: the status line names each race; a line of its
+    own (on a terminal and in a log) says what the type's next minute or so
+    is spent on, as the mat-vec's and then the mat-mat's measuring begin."""
+    fmt = get_format(qtype)
+    variants = [variant_label(key) for key, _, _ in tuning_store.entry_variants(fmt.paths)]
+    if not tiles_only:
+        groups = [name for name, _ in search_space(dev, fmt, quick)]
+        bar.note(f"{qtype}: the mat-vec's launch parameters: {', '.join(variants)}, each over "
+                 f"{', '.join(groups)}; then the table's and the tuned side by side")
+    started = []
+
+    def on_group(label: str, group: str) -> None:
+        if label.startswith("mat-mat") and not started:
+            started.append(True)
+            done = "" if tiles_only else f"mat-vec measured in {time.monotonic() - t0:.0f} s; "
+            bar.note(f"{qtype}: {done}the mat-mat's tiles at {TILE_COLS} columns, "
+                     + ("the tile table's on each path" if quick and dev.caps.device_type == "cpu" else
+                        "around the tile table's" + (" (--quick: on its paths, one new tile shape each)"
+                                                     if quick else "")))
+        bar.step(f"{qtype} {label} {group}")
+
+    return on_group
 
 
 def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> str:
@@ -445,7 +507,8 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     # (entries of a file written before the mat-mat was tuned: their tiles alone)
     tiles_only = [t for t in names if t in entries and "tiles" not in entries[t] and not retune]
     todo = [t for t in names if t not in skipped]
-    print(f"vkq tune: {info.name}; shapes {', '.join(f'{r}x{k}' for r, k in shapes)}; "
+    print(f"vkq tune: {info.name}; mat-vec on {_shapes(shapes)}, mat-mat on "
+          f"{_shapes(tile_shapes(backend.device, shapes, quick))} by {TILE_COLS} columns; "
           f"timer: {'GPU timestamps' if info.timestamps_supported else 'wall clock'}", file=sys.stderr)
     if skipped:
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
@@ -461,10 +524,11 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
         for qtype in todo:
             t0 = time.monotonic()
             notes: dict[str, str] = {}
-            on_group = lambda p, g, q=qtype: bar.step(f"{q} {p} {g}")  # noqa: E731
+            on_group = _phases(bar, qtype, backend.device, quick, t0, tiles_only=qtype in tiles_only)
             if qtype in tiles_only:
                 tile_notes: dict[str, str] = {}
-                found = tune_tiles(TypeBench(backend, qtype, shapes), quick, on_group, tile_notes)
+                found = tune_tiles(TypeBench(backend, qtype, tile_shapes(backend.device, shapes, quick)), quick,
+                                   on_group, tile_notes)
                 entry = {**entries[qtype], **({"tiles": found} if found is not None else {})}
                 notes.update({f"tiles {key}": note for key, note in tile_notes.items()})
             else:
