@@ -190,6 +190,27 @@ def test_gpu_default_tiles(int_dot):
             assert int8 or not FORMATS[qtype].has_int8_path or activations != "q8_1" or "no OpSDot" in cfg.source
 
 
+def test_lavapipe_tiles_fitted_to_k(backend):
+    """The lavapipe entry on its device (no pipeline built): whole units of
+    8 chunks where K has them; else the entry's short K step; past the loop
+    budget (a long K, each invocation decoding tm rows per step) tm halved,
+    each change named, and the result within the budget."""
+    d = backend.dispatcher
+    if tiles.entry_for(d.device_class)[0] != "software/lavapipe":
+        pytest.skip("not lavapipe")
+    entry = tiles.TILES["software/lavapipe"]
+    choose = lambda qtype, k: tiles.choose(d.device_class, d.caps, FORMATS[qtype], k)  # noqa: E731
+    whole = choose("Q4_1", 1536)
+    assert (whole.bk_chunks, whole.tm) == (8, entry["tm"]) and whole.whole_units
+    partial = choose("Q4_1", 576)  # 18 chunks
+    assert (partial.bk_chunks, partial.tm) == (entry["bk_chunks_without_units"], entry["tm"])
+    assert "K=576 is not whole units of 8 chunks" in partial.source
+    long_k = choose("Q8_0", 32768)
+    assert long_k.tm < entry["tm"] and f"tm {entry['tm']} -> " in long_k.source and "loop budget" in long_k.source
+    assert tiles.loop_iterations(long_k, 32768) <= d.caps.max_loop_iterations
+    assert tiles.loop_iterations(replace(long_k, tm=entry["tm"]), 32768) > d.caps.max_loop_iterations
+
+
 @pytest.mark.parametrize("qtype", [pytest.param(t, marks=[] if t in ("Q4_0", "Q4_K") else [pytest.mark.slow])
                                    for t in TYPES])
 def test_every_type_dispatchers_choice(backend, qtype):

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAVAPIPE = DeviceInfo.from_dict(json.loads((ROOT / "tests" / "devices" / "lavapipe.json").read_text()))
 CAPS = DeviceCaps.of(LAVAPIPE, int_dot=False)
 MATVEC = {"wg_size": 8, "rows_per_wg": 2, "chunks_per_thread": 1, "reduction": "shared", "split_k": True}
-# Tiles other than the lavapipe entry's (64x8, 4x8 per invocation), so that a choice shows where it came from.
+# Tiles other than the lavapipe entry's (64x8, 8x8 per invocation), so that a choice shows where it came from.
 TUNED = {"bm": 32, "bn": 8, "bk_chunks": 8, "tm": 8, "tn": 8, "shared_tiles": False, "binding": "storage",
          "value_lookup": "table"}
 
@@ -117,10 +117,10 @@ def test_mul_mat_id_holds_tuned_tiles_to_its_kernel_too():
     """MUL_MAT_ID's kernel walks the experts first (a loop of n_expert
     iterations): tuned tiles that fit the matrix but not that walk under
     lavapipe's loop budget leave the experts the table's tiles, which fit."""
-    d = dispatcher({"Q4_0": entry(tiles_entry())})
-    n_expert = 58000  # tuned 8x8 per invocation: 10256 iterations at K = 4096, the table's 4x8: 5136
+    d = dispatcher({"Q4_0": entry(tiles_entry(dmmv=dict(TUNED, tm=16, tn=4)))})
+    n_expert = 50000  # tuned 16x4 per invocation: 20496 iterations at K = 4096, the table's 8x8: 10256
     cfg = tile_tuning.choose(d, FORMATS["Q4_0"], 4096, n_expert=n_expert)
-    assert cfg.source.startswith("tuned tiles not used at K=4096") and "over 58000 experts" in cfg.source
+    assert cfg.source.startswith("tuned tiles not used at K=4096") and "over 50000 experts" in cfg.source
     assert not tiles.limit_problems(cfg, CAPS, 4096, n_expert)
     assert tile_tuning.choose(d, FORMATS["Q4_0"], 4096, n_expert=8).source.startswith("tiles tuned on this device")
 

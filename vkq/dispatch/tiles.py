@@ -181,10 +181,12 @@ PROMPT_KERNELS = ("matmul", "matvec")
 # "int8_needs_int_dot" True: the entry's int8 path only where OpSDot is
 # enabled, else the float path (its int32 emulation being the slower);
 # "prompt" the kernels of a prompt's chunks (PROMPT_KERNELS), with its own
-# basis.
+# basis; "bk_chunks_without_units" (no shared tiles) the K step where K is
+# not whole units of the entry's 8 chunks (else half the entry's step).
 TILES: dict[str, dict] = {
     "software/lavapipe": {
-        "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 4, "tn": 8,
+        "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "bm": 64, "bn": 8, "bk_chunks": 8, "tm": 8, "tn": 8,
+        "bk_chunks_without_units": 2,
         "shared_tiles": False, "binding": "texel", "value_lookup": "selects", "basis": "measured",
         "prompt": "matmul", "prompt_basis": "measured",
         "prompt_note": "docs/measurements.md, 'lavapipe, 2026-11-27: prompts through the mat-mat': SmolLM2 "
@@ -193,10 +195,14 @@ TILES: dict[str, dict] = {
                        "the gain is the attention's (each key read once per tile of queries), the mat-mats "
                        "themselves no faster than the mat-vecs on a CPU",
         "note": "lavapipe (Mesa 22.3): docs/measurements.md, 'lavapipe, 2026-11-27: tiled mat-mat': no "
-                "shared memory (read one lane at a time there: 6x slower); 4x16 per invocation ran as fast as "
-                "4x8 but took twice as long to compile (13 s); texel views and selects for the mat-vec's "
+                "shared memory (read one lane at a time there: 6x slower); texel views and selects for the mat-vec's "
                 "reasons; the int8 path 1.2x faster than the float path for q8_1 (Q4_0, Q4_K); q8_1x2, twice "
-                "the int8 dot products, not measured: the float path, as the mat-vec's measured rule gives it",
+                "the int8 dot products, not measured: the float path, as the mat-vec's measured rule gives it. "
+                "8x8 per invocation and, where K is not whole units, a K step of 2 chunks: docs/measurements.md, "
+                "'lavapipe, 2026-11-27: a prompt's mat-mats at 8x8 per invocation' (SmolLM2, 441-token prompt: "
+                "74.5-78.9 t/s against 57.5-60.2 with 4x8 and a K step of 4, one process, alternating; single "
+                "Q4_1 matrices of its shapes 1.2-1.5x on both paths; 4x16 between the two, 2x8 and 16x4 slower; "
+                "a step of 2 beat 4 and 6 at K=576, while at K=1536 whole units of 8 tie with 2); the same bits",
     },
     "*": {
         "path": {"q8_1": "mmvq", "q8_1x2": "dmmv"}, "int8_needs_int_dot": True, "bm": 64, "bn": 32,
@@ -273,11 +279,11 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
     `source`. The path: the caller's `path`, else VKQ_PATH, else the entry's
     (a type without an int8 path keeps dmmv); the int8 path with OpSDot
     where the device has it enabled, on `activations`.
-    Then the K step halved where K is not whole units of it (without shared
-    memory, a step of 8), bn halved while the workgroup is too large, the K
-    step and then bn halved while shared memory does not hold the tiles,
-    the K step doubled while the loop budget does not fit. ValueError if
-    nothing fits."""
+    Then the K step the entry's bk_chunks_without_units (else halved) where
+    K is not whole units of it (without shared memory, a step of 8), bn
+    halved while the workgroup is too large, the K step and then bn halved
+    while shared memory does not hold the tiles, the K step doubled and then
+    tm halved while the loop budget does not fit. ValueError if nothing fits."""
     key, entry = entry_for(device_class)
     notes = []
     path, origin, env_note = requested_path(fmt, path)
@@ -307,7 +313,8 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
         cfg = replace(cfg, **kw)
 
     if cfg.whole_units and -(-k // CHUNK) % UNIT_CHUNKS:
-        change(f"K={k} is not whole units of {UNIT_CHUNKS} chunks", bk_chunks=cfg.bk_chunks // 2)
+        change(f"K={k} is not whole units of {UNIT_CHUNKS} chunks",
+               bk_chunks=entry.get("bk_chunks_without_units", cfg.bk_chunks // 2))
     max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
     while cfg.wg_size > max_wg and cfg.bn > cfg.tn:
         change(f"the device's maximum workgroup is {max_wg}", bn=cfg.bn // 2)
@@ -320,6 +327,9 @@ def choose(device_class: DeviceClass, caps: DeviceCaps, fmt: BlockFormat, k: int
             and not replace(cfg, bk_chunks=2 * cfg.bk_chunks).whole_units \
             and replace(cfg, bk_chunks=2 * cfg.bk_chunks).shared_memory_bytes <= caps.max_shared_memory:
         change(f"loop budget of this driver ({budget} iterations) at K={k}", bk_chunks=2 * cfg.bk_chunks)
+    # (then fewer rows per invocation: each decodes tm rows' chunks per step)
+    while budget is not None and loop_iterations(cfg, k) > budget and cfg.tm > 1:
+        change(f"loop budget of this driver ({budget} iterations) at K={k}", tm=cfg.tm // 2)
     if notes:
         cfg = replace(cfg, source=f"{cfg.source}; {'; '.join(notes)}")
     problems = limit_problems(cfg, caps, k)
