@@ -136,7 +136,9 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = OneLineParser(prog="vkq", description="Quantized mat-vec on Vulkan GPUs")
+    ap = OneLineParser(prog="vkq", description="Quantized (GGUF) mat-vec and mat-mat on Vulkan devices, and greedy "
+                       "decoding of llama and Qwen GGUF models with them. `vkq COMMAND --help`: a command's options; "
+                       "docs/cli.md: every command.")
     ap.add_argument("--version", action="version", version=f"vkq {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     ap.subcommands = sub.choices  # name -> its parser
@@ -188,20 +190,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best",
-                       description="Measures launch parameters on this device for each block type (default all) and path and "
-                                   "keeps the best, each type as it finishes (an interrupted run resumes). On "
-                                   "lavapipe with other work beside it (2 cores, 2026-11-27): 42 minutes for all "
-                                   "28 types, 26-204 s per type; on an NVIDIA H100 (2026-11-25) about 20 s per type.")
+                       description="Measures launch parameters on this device for each block type (default all): the "
+                                   "mat-vec's per path, then the tiled mat-mat's, and keeps the best, each type as "
+                                   "it finishes (an interrupted run resumes). They are saved per device "
+                                   "(VKQ_TUNING_DIR, else vkq/tuning in XDG_CACHE_HOME or ~/.cache; --show "
+                                   "prints them, --reset removes them) and used by every vkq command on this "
+                                   "device from then on. On lavapipe with other work beside it (2 cores, "
+                                   "2026-11-27): 42 minutes for all 28 types, 26-204 s per type, before the "
+                                   "mat-mat was tuned too; on an NVIDIA H100 (2026-11-25) about 20 s per type.")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help="one 4096x4096 shape, fewer candidates (on lavapipe, 2026-11-27: Q4_0's mat-vec in 23 s against "
-                        "109 s; its mat-mat tiles add 40-100 s there)")
+                   help="one 4096x4096 shape, fewer candidates; on a CPU driver the mat-mat on 1024x4096 and the "
+                        "tile table's tiles alone, raced path against path (on lavapipe, 2 cores shared, "
+                        "2026-11-27: 12-45 s per type, mat-mat included)")
     p.add_argument("--retune", action="store_true",
                    help="measure again the types already in this device's tuning file (default: skip them, "
                         "so an interrupted run resumes where it stopped)")
     p.add_argument("--show", action="store_true", help="print this device's saved tuning results")
     p.add_argument("--reset", action="store_true", help="delete this device's tuning results")
-    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_tune)
 

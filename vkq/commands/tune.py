@@ -25,7 +25,8 @@ then on. Types already in the file are skipped unless
 `retune`, so an interrupted run resumes where it stopped.
 
 Then the tiled mat-mat's tiles (`tune_tiles`), on the same rotation and
-timing, x of a prompt chunk's 512 columns: coordinate descent from the tile
+timing (--quick on a CPU driver: on fewer rows, the table's tiles alone,
+tile_shapes and tile_groups), x of a prompt chunk's 512 columns: coordinate descent from the tile
 table's entry over tile shapes (vkq.dispatch.tiles.TileConfig), every
 candidate held to the device's limits (tiles.check) before it is built, the
 same final race; saved in the type's entry as "tiles", taken first by the
@@ -67,14 +68,14 @@ FINAL_ROUNDS = 8
 TILE_COLS = PROMPT_CHUNK  # columns of x the mat-mat's tiles are tuned at: a prompt chunk (vkq generate's)
 # --quick's mat-mat on a CPU driver: at most this many rows, the same K. A
 # sample needs SAMPLE_SECONDS, but holds at least one whole matrix, and a
-# 4096 x 4096 one by 512 columns took 0.8-1 s on lavapipe (2 cores): a race
-# of 2 tiles, 7 of them. A tile's time per FLOP does not depend on how many
-# row tiles there are once every core has many (1024 rows: 1,024 workgroups
-# of lavapipe's 64 x 8 tiles), and on lavapipe the table's tiles ran at 4096,
-# 1024 and 512 rows within their spread (docs/measurements.md, "vkq tune
-# --quick on lavapipe, 2026-11-27"). A GPU keeps the whole shape: 1024 rows
-# by 512 columns in 64 x 32 tiles are 256 workgroups, too few for its
-# compute units to show a tile's real speed.
+# 4096 x 4096 one by 512 columns took 0.8-1.3 s on lavapipe (2 cores), and a
+# race of 2 tiles runs 7 (each built, a warm-up, 2 rounds). A tile's time per FLOP does not depend on how
+# many row tiles there are once every core has many (1024 rows: 1,024
+# workgroups of lavapipe's 64 x 8 tiles), and on lavapipe no tile's figure
+# followed the rows from 4096 to 1024 and 512 beyond the noise
+# (docs/measurements.md, "`vkq tune --quick` with the mat-mat's tiles"). A
+# GPU keeps the whole shape: 1024 rows by 512 columns in 64 x 32 tiles are
+# 256 workgroups, too few for its compute units to show a tile's speed.
 QUICK_CPU_TILE_ROWS = 1024
 PRUNE = 1.5  # a candidate this much slower than the fastest after one round is not timed again
 
