@@ -350,6 +350,7 @@ def test_cli_draft(dense_pair, capsys, tmp_path):
     assert "speculative (draft tiny-q4_0.gguf): drafted " in spec.err and "tokens/step" in spec.err
     other = vocabulary_file(tmp_path / "other.gguf", lambda tokens, types: (tokens.append("Ġa"), types.append(1)))
     for extra, said in ((["--draft", str(other)], "draft other.gguf and target tiny.gguf do not share a vocabulary"),
+                        (["--draft", str(tmp_path / "missing.gguf")], "vkq: error: --draft: no GGUF file at "),
                         (["--draft", q4, "--speculative", "lookup"], "give one of them"),
                         (["--draft", q4, "--draft-max", "8"], "draft_max 8: 1 to 7"),
                         (["--draft-max", "3"], "it needs --draft or --speculative"),

@@ -114,7 +114,10 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                  f"the model's context length is {file.config.n_ctx_train}")
         raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
                          f"{limit}: give a smaller -n")
-    draft_file = None if draft is None else LlamaFile(draft, fuse)
+    try:
+        draft_file = None if draft is None else LlamaFile(draft, fuse)
+    except (ValueError, OSError) as e:  # (naming the option: the model's file was read already)
+        raise ValueError(f"--draft: {e}") from None
     if draft_file is not None:
         check_same_vocabulary(file, draft_file)  # refused before anything is uploaded
     decoder = load_model(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse,
