@@ -232,7 +232,9 @@ def main() -> int:
     cached = [] if args.force else [v for v in todo if from_cache(v, key(v), store)]
     built = [v for v in todo if v not in cached]
     if cached:
-        print(f"shaders: {len(cached)} of {len(variants)} variants copied from the cache {store}")
+        rest = len(variants) - len(todo)
+        print(f"shaders: {len(cached)} of {len(variants)} variants copied from the cache {store}"
+              + (f" (the other {rest} up to date)" if rest and not built else ""))
     if built:
         print(f"shaders: compiling {len(built)} of {len(variants)} variants ({TARGET_ENV}) ...", flush=True)
     with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
