@@ -192,8 +192,9 @@ TILES: dict[str, dict] = {
         "prompt_note": "docs/measurements.md, 'lavapipe, 2026-11-27: prompts through the mat-mat': SmolLM2 "
                        "(Q4_1), a 441-token prompt at 26.3 t/s through the mat-mats and the tiled attention "
                        "against 16.5 in chunks of 8 mat-vecs (1.59x), 32 tokens at 31.6 against 25.2 (1.26x); "
-                       "the gain is the attention's (each key read once per tile of queries), the mat-mats "
-                       "themselves no faster than the mat-vecs on a CPU",
+                       "the gain then was the attention's (each key read once per tile of queries); with the "
+                       "8x8 tiles since ('a prompt's mat-mats at 8x8 per invocation') the mat-mats are 1.2-1.5x "
+                       "too, the prompt 77-124 t/s against 60-87",
         "note": "lavapipe (Mesa 22.3): docs/measurements.md, 'lavapipe, 2026-11-27: tiled mat-mat': no "
                 "shared memory (read one lane at a time there: 6x slower); texel views and selects for the mat-vec's "
                 "reasons; the int8 path 1.2x faster than the float path for q8_1 (Q4_0, Q4_K); q8_1x2, twice "
