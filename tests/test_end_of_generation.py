@@ -182,6 +182,7 @@ def test_vkq_generate_stops_at_an_end(tmp_path, run, capsys):
         assert main(["generate", str(path), "-p", "the theme", "-n", str(N_TOKENS), *flags]) == 0
         out = capsys.readouterr()
         shown[flags] = out.out
-        assert f"decode: {N_TOKENS if flags else k + 1} tokens" in out.err
+        n = N_TOKENS if flags else k + 1
+        assert f"decode: {n} token{'' if n == 1 else 's'}" in out.err
     assert shown[()] == "the theme" + tok.decode(tokens[:k + 1], continuation=True) + "\n"
     assert shown[("--ignore-eos",)] == "the theme" + tok.decode(tokens, continuation=True) + "\n"

@@ -294,7 +294,7 @@ def test_stats_without_a_decode_step_give_no_rate(tiny_ref, n_tokens):
     """A prompt alone, or its one token: no decode step, so no decode rate
     (None, "no decode step"), never a 0.0 t/s; drafts that were never made
     have no acceptance (no "(0%)")."""
-    from vkq.llama.decoding import GenerationStats
+    from vkq.llama.decoding import GenerationStats, counted
 
     stats = tiny_ref.greedy([1, 2, 3], n_tokens).stats
     assert stats.decode_steps == 0 and stats.n_generated == n_tokens
@@ -302,7 +302,8 @@ def test_stats_without_a_decode_step_give_no_rate(tiny_ref, n_tokens):
     assert None is stats.submits_per_token is stats.tokens_per_step is stats.device_share is stats.draft_ms_per_step
     assert stats.prompt_tokens_per_second > 0
     text = stats.summary()
-    assert f"decode: {n_tokens} tokens, no decode step" in text and "0.0" not in text.splitlines()[1], text
+    assert f"decode: {counted(n_tokens, 'token')}, no decode step" in text, text
+    assert "0.0" not in text.splitlines()[1], text
     spec = GenerationStats("engine x", "kernels", n_prompt=3, n_generated=3, prompt_seconds=0.5, decode_steps=2,
                            decode_tokens=2, decode_seconds=0.2, decode_device_seconds=0.1, decode_submits=2,
                            speculative="lookup", draft_seconds=0.004)

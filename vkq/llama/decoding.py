@@ -90,14 +90,15 @@ class GenerationStats:
     def summary(self) -> str:
         dev_s = f"; {self.device_label} {self.prompt_device_seconds:.2f} s" if self.device_label else ""
         pp = self.prompt_tokens_per_second
-        lines = [f"prompt: {self.n_prompt} tokens in {self.prompt_seconds:.2f} s "
+        lines = [f"prompt: {counted(self.n_prompt, 'token')} in {self.prompt_seconds:.2f} s "
                  f"({'-' if pp is None else f'{pp:.1f}'} t/s{dev_s})"]
         if self.decode_steps:
             ms, dev = self.ms_per_token, self.device_ms_per_token
             split = (f" = {self.device_label} {dev:.1f} ms [{100 * self.device_share:.0f}%] + rest {ms - dev:.1f} ms"
                      if self.device_label else "")
             lines.append(
-                f"decode: {self.n_generated} tokens, {self.decode_steps} steps in {self.decode_seconds:.2f} s: "
+                f"decode: {counted(self.n_generated, 'token')}, {counted(self.decode_steps, 'step')} in "
+                f"{self.decode_seconds:.2f} s: "
                 f"{self.tokens_per_second:.2f} t/s ({ms:.1f} ms/token{split}; "
                 f"{submits_per_token(self.submits_per_token)}{self._chain_note()}{self._dispatch_note()}); "
                 f"{self.engine}")
@@ -107,7 +108,7 @@ class GenerationStats:
                              f"{share}; {self.tokens_per_step:.2f} tokens/step; drafting "
                              f"{self.draft_ms_per_step:.3g} ms/step")
         else:
-            lines.append(f"decode: {self.n_generated} tokens, no decode step; {self.engine}")
+            lines.append(f"decode: {counted(self.n_generated, 'token')}, no decode step; {self.engine}")
         return "\n".join(lines)
 
 
@@ -124,6 +125,11 @@ def submit_sizes(k: int, n_steps: int) -> list[int]:
     submit (steps_per_submit) for n_steps steps: k each, the rest in one."""
     n_steps = max(n_steps, 0)
     return [k] * (n_steps // k) + ([n_steps % k] if n_steps % k else [])
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 token', '48 tokens'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def submits_per_token(n: float) -> str:
