@@ -504,7 +504,7 @@ GPU_COMPUTE_UNITS = 132
 # partial result and the combine's share are per split).
 MIN_ATTENTION_SPLIT = 8
 # The serial depth each of a GPU's attention dispatches is held to, where
-# its widest workgroup can (attention_launch): issue 47's bound is 16.
+# its widest workgroup can (attention_launch): the bound the tests hold every vector op to is 16.
 ATTENTION_GPU_DEPTH = 8
 
 
