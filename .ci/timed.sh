@@ -42,7 +42,7 @@ budget_summary() {
     [ "$limit" -gt 0 ] || return 0
     if [ "$_timed_total" -gt "$limit" ]; then
         echo "== FAILED: CI took $((_timed_total / 60)) min, over its budget of $((limit / 60)) min (CI's hard limit is 90)."
-        echo "   Make the new tests cheaper or mark the long cases slow (README.md, \"Testing\")."
+        echo "   Make the new tests cheaper or mark the long cases slow (docs/testing.md)."
         exit 1
     fi
     if [ "$_timed_failed" = 1 ]; then

@@ -25,7 +25,8 @@ README = ROOT / "README.md"
 # The user's pages: the README and the reference it links to. docs/measurements.md
 # is a dated record (its counts are those of their day), checked for its links only.
 PAGES = (README, *(ROOT / "docs" / name for name in (
-    "cli.md", "python-api.md", "numerics.md", "types-and-devices.md", "install.md", "development.md")))
+    "cli.md", "python-api.md", "numerics.md", "types-and-devices.md", "install.md", "development.md",
+    "models.md", "testing.md")))
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
 
 # Commands of the README run for real, as written (each a few seconds on lavapipe).
