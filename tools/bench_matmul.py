@@ -41,7 +41,8 @@ import vkq  # noqa: E402
 from vkq.blocks.formats import get_format  # noqa: E402
 from vkq.blocks.synthetic import random_weights  # noqa: E402
 from vkq.commands.ggml_perf import GgmlPerf, ggml_type_name  # noqa: E402
-from vkq.coopmat_check import ensure_checked, nmse  # noqa: E402
+from vkq.blocks.reference import nmse  # noqa: E402
+from vkq.coopmat_check import ensure_checked  # noqa: E402
 from vkq.dispatch import coopmat, tile_tuning, tiles  # noqa: E402
 from vkq.device.timing import summarize  # noqa: E402
 from vkq.resolve import MAX_COLS  # noqa: E402

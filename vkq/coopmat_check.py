@@ -13,14 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from .blocks.formats import BlockFormat
+from .blocks.reference import nmse
 from .blocks.synthetic import random_weights
 from .dispatch import coopmat, tiles
 from .dispatch.choose import requested_path
-
-
-def nmse(got: np.ndarray, ref: np.ndarray) -> float:
-    ref64 = ref.astype(np.float64)
-    return float(np.sum((got.astype(np.float64) - ref64) ** 2) / max(np.sum(ref64 ** 2), np.finfo(np.float64).tiny))
 
 
 def run_check(backend, fmt: BlockFormat) -> dict:
