@@ -195,6 +195,11 @@ class Decoder(ABC):
         self.prompt_chunk = prompt_chunk
 
     @property
+    def tiled_prompt(self) -> bool:
+        """A prompt's chunks take the mat-mat kernels (prompt_kernels "matmul")."""
+        return self.prompt_kernels == "matmul"
+
+    @property
     def config(self):
         return self.file.config
 

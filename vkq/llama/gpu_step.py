@@ -184,11 +184,6 @@ class GpuLlama(Decoder):
         return self.step_graph
 
     @property
-    def tiled_prompt(self) -> bool:
-        """A prompt's chunks take the mat-mat kernels (prompt_kernels "matmul")."""
-        return self.prompt_kernels == "matmul"
-
-    @property
     def _tiled_chunk(self) -> int:
         """The mat-mat prompt steps' tokens (0: the prompt takes the decode step's)."""
         return self.prompt_chunk if self.tiled_prompt else 0

@@ -176,11 +176,6 @@ class LlamaModel(Decoder):
 
     # -- settings -----------------------------------------------------------------
     @property
-    def tiled_prompt(self) -> bool:
-        """A prompt's chunks take the mat-mat kernels (prompt_kernels "matmul")."""
-        return self.prompt_kernels == "matmul"
-
-    @property
     def calls_per_step(self) -> int:
         return len(self.file.groups)
 
