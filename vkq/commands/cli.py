@@ -101,7 +101,8 @@ def cmd_generate(args) -> int:
         # It runs every engine itself: an option it would ignore is refused, not dropped unsaid.
         ignored = [flag for flag, given in (("--engine", args.engine is not None), ("-c", args.ctx is not None),
                                             ("--timestamps", args.timestamps), ("--profile", args.profile),
-                                            ("--no-spread", args.no_spread), ("--shape", args.shape),
+                                            ("--no-spread", args.no_spread), ("--no-fold", args.no_fold),
+                                            ("--shape", args.shape),
                                             ("--speculative", args.speculative is not None),
                                             ("--draft", args.draft is not None),
                                             ("--draft-max", args.draft_max is not None),
@@ -114,7 +115,7 @@ def cmd_generate(args) -> int:
     return generate(args.model, args.prompt, args.n_tokens, engine=args.engine or "graph", path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
-                    spread=not args.no_spread, shape=args.shape, speculative=args.speculative,
+                    spread=not args.no_spread, fold=not args.no_fold, shape=args.shape, speculative=args.speculative,
                     ubatch=args.ubatch, prompt_kernels=args.prompt_kernels, draft=args.draft,
                     draft_max=args.draft_max, draft_p_min=args.draft_p_min,
                     steps_per_submit=args.steps_per_submit)
@@ -271,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph engine: the norms, argmax and attention in one workgroup per vector and per query "
                         "head (default: spread over the workgroups of a GPU, and the query heads of a K/V head in "
                         "one workgroup; for a before/after on the same device)")
+    p.add_argument("--no-fold", action="store_true",
+                   help="graph engine: every op in a dispatch of its own (default: the residual add folded into "
+                        "the mat-vec before the norm, the attention's and the argmax's second pass into their first; "
+                        "for a before/after on the same device)")
     p.add_argument("--shape", nargs="?", const="device", default=None, metavar="GPU",
                    help="graph engine: each op's launch (workgroups, invocations) and serial depth (loop "
                         "iterations with global loads one invocation runs in a row) in a decode step, as a table "

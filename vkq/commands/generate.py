@@ -46,7 +46,7 @@ def _prompt_kernels_text(decoder) -> str:
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
              activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, ignore_eos: bool = False,
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
-             spread: bool = True, shape: str | None = None, speculative: str | None = None,
+             spread: bool = True, fold: bool = True, shape: str | None = None, speculative: str | None = None,
              ubatch: int | None = None, prompt_kernels: str | None = None, draft: str | Path | None = None,
              draft_max: int | None = None, draft_p_min: float | None = None, steps_per_submit: int = 1) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
@@ -68,7 +68,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     graph engine's prompt tokens per submit; prompt_kernels: the kernels of
     its prompt chunks, "matmul" or "matvec" (default: the device's).
     steps_per_submit: the graph engine chains up to that many greedy
-    decode steps in one submit (Decoder.greedy's: the same text)."""
+    decode steps in one submit (Decoder.greedy's: the same text). spread,
+    fold: the graph engine's (vkq.llama.gpu_step.GpuLlama)."""
     if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
         raise ValueError(f"--shape {shape}: device, or a GPU class: {', '.join(sorted(GPU_LAUNCH_CAPS))}")
     if shape is not None and (engine == "host" or path == "numpy"):
@@ -122,7 +123,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         check_same_vocabulary(file, draft_file)  # refused before anything is uploaded
     decoder = load_model(model, engine=engine, path=path, activations=activations, ctx=ctx, fuse=fuse,
                          device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
-                         launches=launches, prompt_chunk=ubatch, prompt_kernels=prompt_kernels)
+                         fold=fold, launches=launches, prompt_chunk=ubatch, prompt_kernels=prompt_kernels)
     drafter = speculative
     if draft_file is not None:  # on the target's engine and device, its context where the draft's allows
         decoder.draft_limit(draft_max)  # (refused before the draft loads)

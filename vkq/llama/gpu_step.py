@@ -128,7 +128,10 @@ class GpuLlama(Decoder):
     loop budget still splits long attention). launches: a GPU class (a key
     of vector_ops.GPU_LAUNCH_CAPS) whose launches the vector ops take on
     this device (vector_ops.LaunchesOf: the launches `step_shape` measures,
-    run here). prompt_kernels: "matmul" or "matvec", the kernels of a
+    run here). fold (default on): ops folded into the dispatch before them
+    where that saves a pass over a vector or a dispatch, the same bits
+    (off: each op a dispatch of its own, a before/after on the same
+    device). prompt_kernels: "matmul" or "matvec", the kernels of a
     prompt's chunks (the module's note; default: the device class's,
     vkq.dispatch.tiles.prompt_kernels, `prompt_kernels_source` says why);
     prompt_chunk: a prompt's tokens per submit (default and most: 512 with
@@ -138,12 +141,14 @@ class GpuLlama(Decoder):
                  *, activations: str | None = None, fuse: bool = True, device: int | None = None,
                  ctx: int | None = None, file: LlamaFile | None = None, weights: VkqMatvecs | None = None,
                  timestamps: bool = False, profile: bool = False, prompt_chunk: int | None = None,
-                 prompt_kernels: str | None = None, spread: bool = True, launches: str | None = None):
+                 prompt_kernels: str | None = None, spread: bool = True, fold: bool = True,
+                 launches: str | None = None):
         mode = check_request(path_mode or "auto")
         self.activations = check_activations(activations or GENERATE_ACTIVATIONS)
         self.path_mode = mode
         check_prompt_kernels(prompt_kernels)
         self.spread = spread
+        self.fold = fold
         self.file = f = file if file is not None else LlamaFile(model_file, fuse)
         check_graph_engine(f)
         self._set_context(ctx)

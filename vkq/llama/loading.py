@@ -27,7 +27,7 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
                activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, fuse: bool = True,
                backend: Backend | None = None, device: int | None = None, file: LlamaFile | None = None,
                timestamps: bool = False, profile: bool = False, spread: bool = True,
-               launches: str | None = None, prompt_chunk: int | None = None,
+               fold: bool = True, launches: str | None = None, prompt_chunk: int | None = None,
                prompt_kernels: str | None = None) -> Decoder:
     """A llama GGUF model (a path) ready to generate text, greedily:
 
@@ -52,6 +52,7 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     file: the model already parsed (vkq.llama.model.LlamaFile).
     For the graph engine only: timestamps (time its kernels), profile (and
     keep every op's time), spread (its one-workgroup ops spread over a GPU),
+    fold (ops folded into the dispatch before them),
     launches (a GPU class's launches): vkq.llama.gpu_step.GpuLlama. For
     either engine on a device: prompt_chunk (a prompt's tokens per chunk)
     and prompt_kernels ("matmul" or "matvec": the kernels of a prompt's
@@ -63,7 +64,7 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
     if profile and (engine == "host" or path == "numpy"):
         raise ValueError("a profile times the ops of the graph engine's step: --profile needs --engine graph "
                          "and a device path")
-    for flag, given in (("--no-spread", not spread), ("--shape", launches is not None)):
+    for flag, given in (("--no-spread", not spread), ("--no-fold", not fold), ("--shape", launches is not None)):
         if given and (engine == "host" or path == "numpy"):
             raise ValueError(f"{flag} sets how the graph engine runs its step: it needs --engine graph "
                              "and a device path")
@@ -78,5 +79,5 @@ def load_model(model: str | Path, *, engine: str = "graph", path: str = "auto",
         return LlamaModel(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
                           prompt_chunk=prompt_chunk, prompt_kernels=prompt_kernels)
     return GpuLlama(model, backend, path, activations=activations, fuse=fuse, device=device, ctx=ctx, file=file,
-                    timestamps=timestamps, profile=profile, spread=spread, launches=launches,
+                    timestamps=timestamps, profile=profile, spread=spread, fold=fold, launches=launches,
                     prompt_chunk=prompt_chunk, prompt_kernels=prompt_kernels)
