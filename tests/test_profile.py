@@ -180,7 +180,7 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     assert got["RMSNorm output_norm"] == [((1, 1, 1), 512, 2, 1)]
     assert got["Attention"] == [((2, 13, 1), 32, 5, n_layer), ((4, 1, 1), 32, 4, n_layer)]
     assert got["Argmax"] == [((2, 1, 1), 64, 3, 1), ((1, 1, 1), 64, 1, 1)]
-    # the mat-vecs (this device's table's launches): every one counted (matvec_depth's test below)
+    # the mat-vecs (NVIDIA's table's launches: tests/test_shape_nvidia.py): every one counted
     assert all(None not in v for k, v in got.items() if k.startswith(("attn_", "ffn_", "output ")))
     chunk = launches_by_label(model.step_launches(3))
     assert chunk["RMSNorm"] == [((1, 3, 1), 512, 2, 2 * n_layer)]

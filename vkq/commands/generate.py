@@ -20,7 +20,7 @@ from ..llama.lookup import P_MIN
 from ..llama.host import LlamaModel
 from ..llama.loading import load_model
 from ..llama.model import LlamaFile
-from ..llama.profile import shape_table
+from ..llama.profile import GPU_TABLE_CLASSES, shape_table
 from ..llama.vector_ops import GPU_LAUNCH_CAPS
 
 
@@ -58,7 +58,9 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     shape: a table of the decode step's launches and serial depths
     (vkq.llama.profile.step_shape), as this device takes them ("device")
     or as a GPU class does (a key of vector_ops.GPU_LAUNCH_CAPS: the step
-    then runs with that class's launches here too). speculative: "lookup",
+    then runs with that class's vector-op launches here too; its mat-vecs
+    shown as that class's table chooses them, vkq.llama.profile.MatvecView,
+    while this device runs its own). speculative: "lookup",
     speculative greedy decoding (Decoder.greedy's: the same text), its
     drafted and accepted tokens and tokens per step beside t/s; draft: a
     GGUF file of the model's vocabulary drafts instead, on the same engine
@@ -170,9 +172,11 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                   file=sys.stderr)
     if shape is not None:
         whose = "this device's" if launches is None else f"{launches}'s (forced here)"
+        matvecs = ("the mat-vecs' launches this device's table's" if launches is None else
+                   f"the mat-vecs' paths and launches as the table of {GPU_TABLE_CLASSES[launches].key} chooses "
+                   f"them, not run here; the other ops as recorded on this device's paths")
         print(f"\nlaunches of a decode step, {whose}, at a full context of {decoder.ctx} positions (serial depth: "
-              f"loop iterations with global loads one invocation runs in a row; the mat-vecs' launches this device's "
-              f"table's):\n"
+              f"loop iterations with global loads one invocation runs in a row; {matvecs}):\n"
               f"{shape_table(decoder.step_launches())}", file=sys.stderr)
     return 0
 

@@ -88,7 +88,7 @@ from .context_fit import PROMPT_STEPS_KEPT, fit_context
 from .decoding import Decoder, check_prompt_kernels, submit_sizes
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
-from .profile import Profile, step_shape
+from .profile import MatvecView, Profile, step_shape
 from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
                          Q8_1Output, RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split,
                          launches_of, rope_table)
@@ -232,8 +232,12 @@ class GpuLlama(Decoder):
     def step_launches(self, n: int = 1):
         """The launches of the step for n tokens (1: a decode step), per op
         (vkq.llama.profile.step_shape: workgroups, invocations, serial depth),
-        as this decoder's vector ops take them (`launches`)."""
-        return step_shape(self._step(*(("decode", 1) if n == 1 else self._chunk_key(n))).graph)
+        as this decoder's vector ops take them (`launches`); with `launches`
+        a GPU class, the mat-vecs' as that class's table chooses them
+        (vkq.llama.profile.MatvecView: their path and launch, not run here)."""
+        view = None if self.launches is None else MatvecView.of(self.backend.device, self.launches, self.path_mode,
+                                                                self.activations)
+        return step_shape(self._step(*(("decode", 1) if n == 1 else self._chunk_key(n))).graph, view)
 
     def profiled_steps(self, n: int = 1, chained: bool = False) -> int:
         """Replays of the step for n tokens (chained: of n chained decode steps) that a profile can cover."""

@@ -11,15 +11,23 @@ the read-back of the outputs. A GPU may overlap ops that no barrier
 separates: their times then split the overlap between them.
 
 `step_shape` needs no timing: a recorded graph's launches per label
-(workgroups, invocations, serial depth: vkq.ops.Launch).
+(workgroups, invocations, serial depth: vkq.ops.Launch); with a
+`MatvecView`, its mat-vecs' as another device class's dispatcher would
+launch them (`vkq generate --shape nvidia`).
 """
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..dispatch.choose import Dispatcher
+from ..dispatch.classify import DeviceClass
+from ..dispatch.config import PipelineConfig
+from ..dispatch.paths import resolve_path
 from ..markdown import markdown
+from ..ops import MAX_GROUPS_X, Launch, MatVec, matvec_depth
+from .vector_ops import GPU_LAUNCH_CAPS, launches_of
 
 
 @dataclass(frozen=True)
@@ -90,15 +98,98 @@ class ShapeRow:
     launch: object | None  # a vkq.ops.Launch; None: an op that reports none (quantize, group by expert, mat-mat)
 
 
-def step_shape(graph) -> tuple[ShapeRow, ...]:
+# The vendor table's class each GPU class of vector_ops.GPU_LAUNCH_CAPS takes
+# its mat-vecs' launches from: for "nvidia" an H100's (whose 132 SMs the
+# class's caps take), Turing or newer.
+GPU_TABLE_CLASSES = {
+    "nvidia": DeviceClass("nvidia", "turing+", "proprietary", ("vkq.llama.profile: an H100's class",)),
+}
+
+
+def matvec_launches(cfg: PipelineConfig, weights, n_slots: int = 0) -> list[Launch]:
+    """The launches of vkq.ops.MatVec over `weights` on `cfg`, one per
+    weights buffer, as MatVec counts them (its rows per workgroup, x by
+    groups of MAX_GROUPS_X, y by used-expert slots), computed without a
+    pipeline: for a choice this device does not run (MatvecView)."""
+    rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
+    out = []
+    for buf in weights.buffers:
+        groups = -(-buf.rows.count // rows_per_group)
+        gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
+        out.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, weights.layout.k)))
+    return out
+
+
+@dataclass(frozen=True)
+class MatvecView:
+    """A step's mat-vecs as another device class's dispatcher chooses them:
+    its vendor table (no tuning: none was run there), under the caps the
+    vector ops take for that class (vector_ops.LaunchesOf), for each
+    matrix's path request (the decoder's `path_mode`) and int8 activations.
+    Nothing is built or run with it: the step here runs this device's."""
+
+    gpu_class: str
+    dispatcher: Dispatcher
+    path_mode: str | None
+    activations: str
+
+    @classmethod
+    def of(cls, device, gpu_class: str, path_mode: str | None, activations: str) -> "MatvecView":
+        if gpu_class not in GPU_LAUNCH_CAPS or gpu_class not in GPU_TABLE_CLASSES:
+            raise ValueError(f"the mat-vecs of {gpu_class!r}: one of {', '.join(sorted(GPU_TABLE_CLASSES))}")
+        caps = launches_of(device, gpu_class).caps
+        return cls(gpu_class, Dispatcher(caps, GPU_TABLE_CLASSES[gpu_class], {}), path_mode, activations)
+
+    @property
+    def table_class(self) -> str:
+        return self.dispatcher.device_class.key
+
+    def choose(self, weights, ncols: int, glu: bool) -> PipelineConfig:
+        """The pipeline that class's dispatcher picks for a mat-vec of
+        `ncols` columns (MUL_MAT_ID: 1) over `weights`; glu: a fused
+        SwiGLU's, its rows per workgroup even (as vkq.resolve.resolve)."""
+        lay = weights.layout
+        cfg = self.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, resolve_path(lay.fmt, self.path_mode),
+                                     self.activations)
+        return replace(cfg, rows_per_wg=cfg.rows_per_wg + 1) if glu and cfg.rows_per_wg % 2 else cfg
+
+
+def _matvec_nodes(graph) -> dict[int, tuple]:
+    """id(MatVec op) -> (its weights, columns, used-expert slots, glu) of the graph's mat-vecs:
+    Graph.matvecs holds (weights, op.cfg) in the order of its MatVec nodes;
+    the output tensor (the graph's tensor the op's third binding is) has a
+    vector per column (MUL_MAT_ID: per slot, of one column each) and, with
+    a fused SwiGLU, half the weights' rows (vkq.Graph.matvec's checks)."""
+    ops = [op for _, op in graph.nodes if isinstance(op, MatVec)]
+    if len(ops) != len(graph.matvecs) or any(op.cfg is not cfg for op, (_, cfg) in zip(ops, graph.matvecs)):
+        raise RuntimeError("the graph's mat-vec nodes and Graph.matvecs differ")
+    tensors = {id(t.kp): t for t in graph._tensors.values()}
+    out = {}
+    for op, (w, _) in zip(ops, graph.matvecs):
+        y = tensors[id(op.algorithms[0].get_tensors()[2])]
+        ids = op.variant.mul_mat_id
+        out[id(op)] = (w, 1 if ids else y.n, y.n if ids else 0, y.length != w.layout.rows)
+    return out
+
+
+def step_shape(graph, matvecs: MatvecView | None = None) -> tuple[ShapeRow, ...]:
     """The launches of a recorded graph's ops (vkq.ops.Launch: workgroups,
     invocations, serial depth), one row per label and distinct launch, in
     order of first appearance; ops that report no launches (quantize,
-    group by expert, mat-mat) one row per label, their launch None."""
+    group by expert, mat-mat) one row per label, their launch None.
+    matvecs: the mat-vecs' launches and paths (in their labels) as that
+    view's dispatcher chooses them, not the recorded ones."""
+    nodes = _matvec_nodes(graph) if matvecs is not None else {}
     counts: dict[tuple, int] = {}
     for label, node in graph.nodes:
         op = node[0] if isinstance(node, tuple) else node
         launches = getattr(op, "launches", None)
+        if id(op) in nodes:
+            w, ncols, n_slots, glu = nodes[id(op)]
+            cfg = matvecs.choose(w, ncols, glu)
+            # (Graph labels a mat-vec "<role> <type> <path>": the path, the view's)
+            label = f"{label.removesuffix(' ' + op.cfg.path)} {cfg.path}"
+            launches = matvec_launches(cfg, w, n_slots)
         for launch in launches or [None] * len(getattr(op, "algorithms", [None])):
             counts[(label, launch)] = counts.get((label, launch), 0) + 1
     return tuple(ShapeRow(label, n, launch) for (label, launch), n in counts.items())
