@@ -11,6 +11,7 @@
   the recorded graph (a chunk's mat-vecs n columns, the output head one);
 - the serial depth of the presets' mat-vecs on NVIDIA's table (issue 47
   part 2: the weights' own streaming, not bounded, but counted truly);
+- the decoder's path request (--path) holds on the view;
 - the CLI's caption names the table's class.
 """
 from __future__ import annotations
@@ -123,6 +124,17 @@ def test_a_chunks_matvecs_are_chosen_for_its_columns(backend, tiny):
     n_layer = model.config.n_layer
     layer = [(96, 64, 3, False), (32, 64, 3, False), (64, 64, 3, False), (256, 64, 3, True), (64, 128, 3, False)]
     assert calls.calls == layer * n_layer + [(260, 64, 1, False)]
+
+
+def test_the_views_path_request(backend, tiny):
+    """The decoder's path request holds on the view as on the step (--path
+    dmmv: NVIDIA's table's dequantize-path launch); a class without a table
+    class is refused in one line."""
+    model = GpuLlama(tiny, backend, "dmmv", ctx=40, launches="nvidia")
+    rows = matvec_rows(model.step_launches())
+    assert rows and all(label.endswith(" dmmv") and r.invocations == 32 for label, v in rows.items() for r, _ in v)
+    with pytest.raises(ValueError, match="the mat-vecs of 'amd': one of nvidia"):
+        MatvecView.of(backend.device, "amd", "auto", GENERATE_ACTIVATIONS)
 
 
 @pytest.mark.parametrize("preset", ["smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"])
