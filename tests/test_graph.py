@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import numpy as np
 import pytest
 
@@ -211,6 +212,42 @@ def test_submit_then_wait(backend):
     assert np.array_equal(y.read(), backend.matvec(w, random_x(64), config=g.matvecs[0][1]))
     with pytest.raises(RuntimeError, match="fixed"):
         g.matvec(w, x)
+
+
+def test_waiting_for_the_device_lets_other_threads_run(backend):
+    """Graph.wait releases Python's GIL while the device works (kp patch
+    0012): a thread counting meanwhile keeps counting through the middle of
+    the wait, where a wait that held the GIL would let it run only for a
+    switch interval (5 ms) now and then, if at all."""
+    w = upload(backend, "Q4_0", 4096, 4096)
+    g = backend.graph()
+    x = g.input(backend.tensor(4096))
+    y = x
+    for _ in range(32):  # (a chain of mat-vecs: tens of ms on a CPU driver, and a GPU's wait is no shorter a call)
+        y = g.matvec(w, y)
+    g.output(y)
+    x.write(random_x(4096))
+    g.run()  # (the first replay records and compiles)
+    ticks, stop = [], threading.Event()
+
+    def count():  # (sleep(0) hands the GIL back at once: the main thread is never kept from its wait)
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    replay = g.submit()
+    t0 = time.perf_counter()
+    replay.wait()
+    t1 = time.perf_counter()
+    stop.set()
+    counter.join()
+    span = t1 - t0
+    if span < 0.03:
+        pytest.skip(f"the replay took {1e3 * span:.1f} ms: too short to tell a wait that holds the GIL")
+    middle = [t for t in ticks if t0 + 0.01 < t < t1 - 0.01]
+    assert middle, f"no other thread ran in the middle of a {1e3 * span:.0f} ms wait"
 
 
 def test_timestamps(backend):

@@ -122,8 +122,9 @@ class Backend:
 
     Thread-safe: calls from several threads on one Backend (same or different
     weights) give exactly the single-threaded results. A lock orders what
-    shares state: each cached call's tensors and the device's one queue;
-    Kompute holds Python's GIL while it waits for the GPU anyway."""
+    shares state: each cached call's tensors and the device's one queue.
+    A wait for the device releases Python's GIL (kp patch 0012): other
+    threads run meanwhile."""
 
     def __init__(self, device: int | None = None, *, activations: str = DEFAULT_ACTIVATIONS):
         self.activations = check_activations(activations)
