@@ -77,12 +77,13 @@ SERVER=(--llama-server)
 part models $((LIMIT_MODELS * ${#MODELS[@]} / 2)) "${VKQ[@]}" report --types Q4_0 --quick "${MODELS[@]}" "${SERVER[@]}" \
   --n-prompt $N_PROMPT --n-gen $N_GEN -o md
 
-# 3. Where a decode step's time goes, with the norms, argmax and attention spread over the GPU
-#    and SwiGLU fused into gate|up (the default) and, for the before/after in one run, the
-#    one-workgroup launches (--no-spread) and no fusions (--no-fuse); each op's launch and
-#    serial depth beside it (--shape).
+# 3. Where a decode step's time goes, with the norms, argmax and attention spread over the GPU,
+#    SwiGLU fused into gate|up and ops folded into the dispatch before them (the default) and,
+#    for the before/after in one run, the one-workgroup launches (--no-spread), no stacked
+#    matrices (--no-fuse) and no folded ops (--no-fold); each op's launch and serial depth
+#    beside it (--shape).
 for f in "$F/smollm2-135m-Q4_0.gguf" "$F/llama-3.1-8b-Q4_0.gguf"; do
-  for launches in spread no-spread no-fuse; do
+  for launches in spread no-spread no-fuse no-fold; do
     flag=(); [ $launches != spread ] && flag=(--$launches)
     [ -f "$f" ] && part "profile-$(basename "$f" .gguf)-$launches" 120 "${VKQ[@]}" generate "$f" \
       -p "The history of the printing press" -n 64 --ignore-eos --profile --shape "${flag[@]}"
