@@ -43,6 +43,17 @@
 // exp(s - m_c), and its unnormalized weighted sum of the values. A second
 // dispatch of this shader (COMBINE, specialization constant 3), one
 // workgroup per head, rescales and adds them (exp(m_c - max m)) into out.
+// With FOLD (specialization constant 9) there is no second dispatch: each
+// split workgroup, its partial results written, draws a ticket from its
+// (head group, query)'s counter in the scratch, and the one that draws the
+// last runs the combine of its heads itself, then sets the counter back to
+// 0 for the next dispatch (the scratch starts at zeros). It takes the
+// COMBINE dispatch's workgroup of COMBINE_WG invocations (specialization
+// constant 10) and its COMBINE_ROWS (11) as segments of its own wider
+// workgroup, a head each, with the same reductions over the same
+// segment-local invocations (the host folds only where COMBINE_WG divides
+// the workgroup): the same order of every sum, so the same bits as the
+// COMBINE dispatch's (reduce.glsl: segment_reduce).
 // A partial result is a record of 4 + head_dim (to a whole vec4) floats:
 // m_c, l_c, two unused, then the sums, records from the first multiple of
 // 4 after the scores, so that its sums are whole vec4s.
@@ -64,7 +75,7 @@
 // fixed tree in shared memory; VALUE_ROWS (8) rows of invocations take the
 // weighted sum, row r the split's positions t0 + r, t0 + r + VALUE_ROWS, ...,
 // their sums added in a fixed tree over the rows; the COMBINE pass takes
-// the splits so, over its VALUE_ROWS rows. 1 and 1: one invocation scores a
+// the splits so, over its COMBINE_ROWS rows. 1 and 1: one invocation scores a
 // position and one sums a vec4 over all of them (a CPU driver's launches).
 // Every order is fixed by the launch, so a chunk's queries and a decode
 // step's take the same one.
@@ -75,7 +86,8 @@
 // back by the workgroup that wrote them (the COMBINE pass's, with SPLIT).
 //
 // Bindings: 0 q, 1 k, 2 v (the new vectors, unrotated), 3 K cache, 4 V cache,
-// 5 RoPE table, 6 pos, 7 scores (scratch), 8 out, 9 xq.
+// 5 RoPE table, 6 pos, 7 scores (scratch: per query the scores, the partial
+// results, then the fold's counters, one per head group), 8 out, 9 xq.
 // Variants: REDUCE_SUBGROUP (reduce.glsl).
 
 #extension GL_GOOGLE_include_directive : require
@@ -93,6 +105,11 @@ layout(constant_id = 6) const bool NEOX = false;
 // powers of two that divide the workgroup (the host picks them).
 layout(constant_id = 7) const uint KEY_LANES = 1;
 layout(constant_id = 8) const uint VALUE_ROWS = 1;
+layout(constant_id = 9) const bool FOLD = false;
+// The combine's workgroup and rows of splits (COMBINE and FOLD): powers of
+// two, COMBINE_ROWS dividing COMBINE_WG, COMBINE_WG dividing the workgroup.
+layout(constant_id = 10) const uint COMBINE_WG = 1;
+layout(constant_id = 11) const uint COMBINE_ROWS = 1;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -106,8 +123,12 @@ layout(std430, binding = 4) readonly buffer VCache4 { vec4 v_cache4[]; };
 layout(std430, binding = 5) readonly restrict buffer Table { vec2 cos_sin[]; };
 layout(std430, binding = 6) readonly restrict buffer Pos { int pos[]; };
 layout(std430, binding = 7) buffer Scores { float scores[]; };
-// The partial results' sums, four at a time (their records are whole vec4s).
-layout(std430, binding = 7) readonly buffer Scores4 { vec4 scores4[]; };
+// The partial results, and their sums four at a time (their records are
+// whole vec4s): coherent, since with FOLD another workgroup of the same
+// dispatch reads them; and the fold's counters.
+layout(std430, binding = 7) coherent buffer Partials { float partials[]; };
+layout(std430, binding = 7) coherent readonly buffer Partials4 { vec4 partials4[]; };
+layout(std430, binding = 7) coherent buffer Tickets { uint tickets[]; };
 layout(std430, binding = 8) coherent restrict buffer Out { float o[]; };
 layout(std430, binding = 9) writeonly restrict buffer XQ { uvec4 xq[]; };
 
@@ -129,6 +150,7 @@ shared vec4 q_rot[HEADS * HD4];
 shared vec4 k_rot[HD4];
 // The weighted sums' rows before their tree (VALUE_ROWS > 1).
 shared vec4 row_sums[WG_SIZE];
+shared bool last_of_splits;  // FOLD: this workgroup drew the last ticket
 
 #include "reduce.glsl"
 #include "q8_1.glsl"
@@ -185,16 +207,21 @@ uint partial(uint qi, uint h, uint c, uint n_split) {
     return qi * p.scratch_step + first + (h * n_split + c) * (4u + (p.head_dim + 3u) / 4u * 4u);
 }
 
-// The fixed tree over the VALUE_ROWS rows of row_sums (cols invocations a
-// row): row 0 gets the sum of every row's. Every invocation calls it.
-vec4 sum_rows(vec4 x, uint tid, uint cols) {
-    if (VALUE_ROWS == 1u) {
+// The scratch's fold counter of head group b (workgroup x) for query qi, after every partial result.
+uint ticket(uint qi, uint b, uint n_split) {
+    return partial(qi, p.n_head, 0u, n_split) + b;
+}
+
+// The fixed tree over the `rows` rows of row_sums (cols invocations a row,
+// this invocation's row `row`; tid indexes row_sums): row 0 gets the sum
+// of every row's. Every invocation calls it.
+vec4 sum_rows(vec4 x, uint tid, uint row, uint rows, uint cols) {
+    if (rows == 1u) {
         return x;
     }
-    const uint row = tid / cols;
     row_sums[tid] = x;
     barrier();
-    for (uint s = VALUE_ROWS / 2u; s > 0u; s >>= 1) {
+    for (uint s = rows / 2u; s > 0u; s >>= 1) {
         if (row < s) {
             row_sums[tid] += row_sums[tid + s * cols];
         }
@@ -222,12 +249,14 @@ float sum_lanes(float x, uint tid) {
     return x;
 }
 
-// out's head h of query qi (its values already in o) as Q8_1 blocks, when asked.
-void store_out_q8_1(uint tid, uint qi, uint h, uint ob) {
+// out's head h of query qi (its values already in o) as Q8_1 blocks, when
+// asked (and `store`), by `width` invocations, this one `lane` of them.
+// Every invocation calls it.
+void store_out_q8_1(uint lane, uint width, uint qi, uint h, uint ob, bool store) {
     if (X_PLANES > 0u) {
         memoryBarrierBuffer();
         barrier();
-        for (uint b = tid; b < p.head_dim / 32u; b += WG_SIZE) {
+        for (uint b = lane; store && b < p.head_dim / 32u; b += width) {
             vec4 vals[8];
             for (uint j = 0u; j < 8u; j++) {
                 for (uint c = 0u; c < 4u; c++) {
@@ -239,45 +268,60 @@ void store_out_q8_1(uint tid, uint qi, uint h, uint ob) {
     }
 }
 
-// The second pass with SPLIT: out = sum_c e_c acc_c / sum_c e_c l_c, e_c =
-// exp(m_c - max m). The maximum and the denominator over the workgroup; each
-// vec4 of the sums over VALUE_ROWS rows of invocations, row r the splits r,
-// r + VALUE_ROWS, ..., then sum_rows.
-void combine_splits(uint tid, uint qi, uint h, uint position) {
+// The second pass with SPLIT, head h of query qi, by the COMBINE_WG
+// invocations from `first` (this one `first + lane`; `has_head` false: a
+// segment with no head, which joins the barriers and writes nothing):
+// out = sum_c e_c acc_c / sum_c e_c l_c, e_c = exp(m_c - max m). The
+// maximum and the denominator over the segment; each vec4 of the sums
+// over COMBINE_ROWS rows of invocations, row r the splits r, r +
+// COMBINE_ROWS, ..., then sum_rows. Every invocation calls it.
+void combine_splits(uint first, uint lane, uint qi, uint h, uint position, bool has_head) {
     const uint n_split = (p.capacity + SPLIT - 1u) / SPLIT;
-    const uint used = position / SPLIT + 1u;
+    const uint used = has_head ? position / SPLIT + 1u : 0u;
     float m = -1.0 / 0.0;
-    for (uint c = tid; c < used; c += WG_SIZE) {
-        m = max(m, scores[partial(qi, h, c, n_split)]);
+    for (uint c = lane; c < used; c += COMBINE_WG) {
+        m = max(m, partials[partial(qi, h, c, n_split)]);
     }
-    m = workgroup_max(m);
+    m = segment_reduce(m, 1u, first, COMBINE_WG);
     float l = 0.0;
-    for (uint c = tid; c < used; c += WG_SIZE) {
+    for (uint c = lane; c < used; c += COMBINE_WG) {
         const uint pb = partial(qi, h, c, n_split);
-        l += exp(scores[pb] - m) * scores[pb + 1u];
+        l += exp(partials[pb] - m) * partials[pb + 1u];
     }
-    const float inv_l = 1.0 / workgroup_sum(l);
+    const float inv_l = 1.0 / segment_reduce(l, 0u, first, COMBINE_WG);
     const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
-    const uint cols = WG_SIZE / VALUE_ROWS;
-    const uint row = tid / cols;
+    const uint cols = COMBINE_WG / COMBINE_ROWS;
+    const uint row = lane / cols;
     const uint vec4s = (p.head_dim + 3u) / 4u;
     for (uint k = 0u; k * cols < vec4s; k++) {  // (uniform: sum_rows has barriers)
-        const uint i = k * cols + tid % cols;
+        const uint i = k * cols + lane % cols;
         vec4 acc = vec4(0.0);
         if (i < vec4s) {
-            for (uint c = row; c < used; c += VALUE_ROWS) {
+            for (uint c = row; c < used; c += COMBINE_ROWS) {
                 const uint pb = partial(qi, h, c, n_split);
-                acc += exp(scores[pb] - m) * scores4[(pb + 4u) / 4u + i];
+                acc += exp(partials[pb] - m) * partials4[(pb + 4u) / 4u + i];
             }
         }
-        acc = sum_rows(acc, tid, cols);
-        if (row == 0u && i < vec4s) {
+        acc = sum_rows(acc, first + lane, row, COMBINE_ROWS, cols);
+        if (has_head && row == 0u && i < vec4s) {
             for (uint c = 0u; c < 4u && 4u * i + c < p.head_dim; c++) {
                 o[ob + 4u * i + c] = acc[c] * inv_l;
             }
         }
     }
-    store_out_q8_1(tid, qi, h, ob);
+    store_out_q8_1(lane, COMBINE_WG, qi, h, ob, has_head);
+}
+
+// FOLD: the combine of the workgroup's HEADS heads from h0, a head per
+// segment of COMBINE_WG invocations, as many heads at once as segments.
+void combine_heads(uint tid, uint qi, uint h0, uint position) {
+    const uint segments = WG_SIZE / COMBINE_WG;
+    const uint lane = tid % COMBINE_WG;
+    const uint first = tid - lane;
+    for (uint j0 = 0u; j0 < HEADS; j0 += segments) {  // (uniform: combine_splits has barriers)
+        const uint j = j0 + tid / COMBINE_WG;
+        combine_splits(first, lane, qi, h0 + min(j, HEADS - 1u), position, j < HEADS);
+    }
 }
 
 // Pass 1 of a chunk: KV head g's rotated key and value of query qi into the caches.
@@ -307,7 +351,7 @@ void main() {
         return;
     }
     if (COMBINE) {
-        combine_splits(tid, qi, gl_WorkGroupID.x, position);
+        combine_splits(0u, tid, qi, gl_WorkGroupID.x, position, true);
         return;
     }
     // Pass 2 reads every key and value from the caches, the query's own too.
@@ -456,7 +500,7 @@ void main() {
             }
         }
         for (uint j = 0u; j < HEADS; j++) {
-            acc[j] = sum_rows(acc[j], tid, cols);
+            acc[j] = sum_rows(acc[j], tid, row, VALUE_ROWS, cols);
         }
         if (row > 0u || i >= vec4s) {
             continue;
@@ -473,7 +517,7 @@ void main() {
                     a += scores[sb + j * p.capacity + position] * (cached ? v_cache[own + d] : v[vb + d]);
                 }
                 if (SPLIT > 0u) {
-                    scores[pb + 4u + d] = a;
+                    partials[pb + 4u + d] = a;
                 } else {
                     o[ob + d] = a * (1.0 / sum[j]);
                 }
@@ -485,11 +529,32 @@ void main() {
         if (SPLIT > 0u) {
             if (tid == 0u) {
                 const uint pb = partial(qi, h, split, n_split);
-                scores[pb] = m[j];
-                scores[pb + 1u] = sum[j];
+                partials[pb] = m[j];
+                partials[pb + 1u] = sum[j];
             }
         } else {
-            store_out_q8_1(tid, qi, h, p.out_off + qi * p.out_step + h * p.head_dim);
+            store_out_q8_1(tid, WG_SIZE, qi, h, p.out_off + qi * p.out_step + h * p.head_dim, true);
         }
+    }
+    if (FOLD && SPLIT > 0u) {
+        // Every split with positions (position / SPLIT + 1 of them) draws a
+        // ticket once its partial results are out; the last combines them.
+        memoryBarrierBuffer();
+        barrier();
+        if (tid == 0u) {
+            const uint at = ticket(qi, gl_WorkGroupID.x, n_split);
+            const bool last = atomicAdd(tickets[at], 1u) == position / SPLIT;
+            if (last) {
+                atomicExchange(tickets[at], 0u);
+            }
+            last_of_splits = last;
+        }
+        memoryBarrierShared();
+        barrier();
+        if (!last_of_splits) {
+            return;  // (the whole workgroup)
+        }
+        memoryBarrierBuffer();
+        combine_heads(tid, qi, h0, position);
     }
 }

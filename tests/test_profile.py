@@ -171,8 +171,9 @@ def test_step_shape_of_nvidia_launches_matches_a_hand_count(backend, tiny):
     - Argmax: 260 values in 2 parts (one per 256) of 130, 64 invocations
       each: 3; then the 2 parts picked from: 1.
     A chunk of 3 tokens: the same per vector, 3 rows of workgroups, and the
-    chunk's append pass (RoPE's loop: 1)."""
-    model = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia", prompt_kernels="matvec")
+    chunk's append pass (RoPE's loop: 1). With fold off: each op's own
+    dispatches (the folded ones: tests/test_fold_second_pass.py)."""
+    model = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia", prompt_kernels="matvec", fold=False)
     got = launches_by_label(model.step_launches())
     n_layer = model.config.n_layer
     assert got["EmbedRows"] == [((1, 1, 1), 64, 1, 1)]

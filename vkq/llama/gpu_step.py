@@ -461,7 +461,7 @@ class GpuLlama(Decoder):
             else:
                 g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
                                 self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
-                                heads=None if self.spread else 1, spread=self.spread))
+                                heads=None if self.spread else 1, spread=self.spread, fold=self.fold))
             matvec(layer.attn_output, attn)
             x_next = other(x)
             g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
@@ -503,7 +503,8 @@ class GpuLlama(Decoder):
         logits = g.output(b.tensor(f.n_vocab, n_out, name="logits"))
         matvec(f.output_group, h_last, out=logits)
         next_token = g.output(b.tensor(n_out, dtype=np.int32, name="next token"))
-        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1))
+        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1,
+                     fold=self.fold))
         return _Step(n, g, tokens, positions, logits, next_token, every_row, tiled)
 
     def warm_up(self, n_prompt: int = 0, speculative: bool = False, steps_per_submit: int = 1,

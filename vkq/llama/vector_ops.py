@@ -508,6 +508,46 @@ MIN_ATTENTION_SPLIT = 8
 ATTENTION_GPU_DEPTH = 8
 
 
+def attention_fold_rounds(launch: AttentionLaunch, split: int, heads: int) -> int:
+    """Rounds of combines the split dispatch's last workgroup runs where the
+    combine is folded into it (shaders/attention.comp: FOLD): its heads'
+    combines side by side, as many at once as the combine's workgroups fit
+    in its own, each the COMBINE dispatch's launch (so the same bits); 0
+    where the combine's workgroup is wider than the split's (the COMBINE
+    dispatch's sums cannot be taken in the same order there), or there is
+    no split."""
+    cw = launch.combine_wg or launch.wg
+    if not split or cw > launch.wg:
+        return 0
+    return _ceil(heads, launch.wg // cw)
+
+
+def attention_folds(shape: AttentionShape, launch: AttentionLaunch, split: int, heads: int,
+                    q8_1: bool = False) -> bool:
+    """Whether Attention folds the combine into the split dispatch: where it
+    can (attention_fold_rounds) and the folded dispatch's depth (its last
+    workgroup's split and rounds of combines) is within the two dispatches'
+    together or within twice ATTENTION_GPU_DEPTH: one dispatch and one
+    barrier fewer, for few or no more dependent loads (a head group's
+    combines in one workgroup can take rounds where the COMBINE dispatch
+    takes a workgroup per head)."""
+    rounds = attention_fold_rounds(launch, split, heads)
+    if not rounds:
+        return False
+    split_depth, combine_depth = _attention_pass_depths(shape, launch, split, heads, q8_1)
+    return split_depth + rounds * combine_depth <= max(split_depth + combine_depth, 2 * ATTENTION_GPU_DEPTH)
+
+
+def _attention_pass_depths(shape: AttentionShape, launch: AttentionLaunch, split: int, heads: int,
+                           q8_1: bool, append: bool = False) -> tuple[int, int]:
+    """(depth of the split dispatch, or a chunk's append pass; of the COMBINE dispatch) for this launch."""
+    pass_depth = attention_depth(shape, launch.wg, split, heads, q8_1, False, append, launch.key_lanes,
+                                 launch.value_rows)
+    combine_depth = attention_depth(shape, launch.combine_wg or launch.wg, split, heads, q8_1, True,
+                                    value_rows=launch.combine_rows) if split else 0
+    return pass_depth, combine_depth
+
+
 def attention_split(device, shape: AttentionShape, spread: bool = True) -> int:
     """Positions per workgroup for this device (0: a head's whole context in
     one workgroup): under a loop budget (llvmpipe's, vkq.device.caps), the
@@ -613,13 +653,14 @@ def attention_launch(device, shape: AttentionShape, split: int, spread: bool = T
 
 def attention_scratch_size(device, shape: AttentionShape, split: int | None = None, queries: int = 1) -> int:
     """Floats of an Attention's scratch for `queries` queries at once: per
-    query the scores, then (split) the partial results."""
+    query the scores, then (split) the partial results and the fold's
+    counters (one per head group; a new tensor's zeros are their start)."""
     split = attention_split(device, shape) if split is None else split
     if not split:
         return queries * shape.n_head * shape.capacity
-    # the partial results' records are whole vec4s (shaders/attention.comp: partial)
+    # the partial results' records are whole vec4s (shaders/attention.comp: partial), and so the next query's
     records = shape.n_head * _ceil(shape.capacity, split) * (4 + 4 * _ceil(shape.head_dim, 4))
-    return queries * (4 * _ceil(shape.n_head * shape.capacity, 4) + records)
+    return queries * (4 * _ceil(shape.n_head * shape.capacity, 4) + records + 4 * _ceil(shape.n_head, 4))
 
 
 def check_attention_vectors(op: str, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, out: Vectors,
@@ -652,7 +693,11 @@ class Attention(_Op):
     spread over its workgroup (attention_launch, kept as `launch`; not with
     `spread` off: one subgroup per workgroup, as on a CPU driver). heads:
     query heads of one K/V head per workgroup (default attention_heads; it
-    must divide n_head / n_head_kv).
+    must divide n_head / n_head_kv). fold: no second dispatch where
+    attention_folds says so (kept as `folded`): the split dispatch's last
+    workgroup of each head group combines its splits itself, the same bits
+    (the scratch's counters must be zeros at the first replay, as a new
+    tensor's are; the shader keeps them so).
 
     One query (a decode step) is one dispatch. n queries (a chunk of a
     prompt) are two: every key and value appended, then every query
@@ -662,7 +707,7 @@ class Attention(_Op):
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None,
-                 n: int = 1, heads: int | None = None, spread: bool = True):
+                 n: int = 1, heads: int | None = None, spread: bool = True, fold: bool = False):
         super().__init__(device)
         s = shape
         check_attention_vectors("Attention", s, q, k, v, out, n)
@@ -702,17 +747,25 @@ class Attention(_Op):
             raise ValueError(f"Attention: {heads!r} heads per workgroup; a divisor of the {group} query heads "
                              f"of a K/V head, at most {MAX_ATTENTION_HEADS}")
 
-        def dispatch(groups, combine, pass_):  # (_Op.record puts a barrier between two dispatches)
-            wg, lanes, rows = ((launch.combine_wg or launch.wg, 1, launch.combine_rows) if combine else
-                               (launch.wg, launch.key_lanes, launch.value_rows))
-            depth = attention_depth(s, wg, split, heads, xq is not None, combine, pass_ == 1, lanes, rows)
+        q8_1 = xq is not None
+        self.folded = fold and attention_folds(s, launch, split, heads, q8_1)
+        cw, crows = launch.combine_wg or launch.wg, launch.combine_rows
+
+        def dispatch(groups, combine, pass_, folded=False):  # (_Op.record puts a barrier between two dispatches)
+            wg, lanes, rows = (cw, 1, 1) if combine else (launch.wg, launch.key_lanes, launch.value_rows)
+            depth, combine_depth = _attention_pass_depths(s, launch, split, heads, q8_1, pass_ == 1)
+            if combine:
+                depth = combine_depth
+            elif folded:  # its last workgroup's split, then its rounds of combines
+                depth += attention_fold_rounds(launch, split, heads) * combine_depth
             self._dispatch(kps, variant, groups, [wg, planes, split, int(combine), pass_, heads, int(s.neox), lanes,
-                                                  rows], push, depth)
+                                                  rows, int(folded), cw if combine or folded else 1,
+                                                  crows if combine or folded else 1], push, depth)
 
         if n > 1:
             dispatch((s.n_head_kv, 1, n), False, 1)
-        dispatch((s.n_head // heads, _groups(n_split, 1), n), False, attend)
-        if split:
+        dispatch((s.n_head // heads, _groups(n_split, 1), n), False, attend, self.folded)
+        if split and not self.folded:
             dispatch((s.n_head, 1, n), True, attend)
 
 
@@ -837,9 +890,11 @@ class Argmax(_Op):
     """out[v] = argmax of vector v (int32), for n vectors: numpy's choice
     (the first of equal values; the first NaN if any). `parts`: ranges each
     vector is split into over as many workgroups, then a second dispatch
-    picks the best of them (default argmax_parts; shaders/argmax.comp)."""
+    picks the best of them (default argmax_parts; shaders/argmax.comp);
+    with `fold`, the last of a vector's workgroups picks it instead, in one
+    dispatch (the same index)."""
 
-    def __init__(self, device, x: Vectors, out, n: int = 1, parts: int | None = None):
+    def __init__(self, device, x: Vectors, out, n: int = 1, parts: int | None = None, fold: bool = False):
         super().__init__(device)
         x.check(n, "Argmax x")
         if _size(out) < n:
@@ -849,14 +904,19 @@ class Argmax(_Op):
         if not isinstance(parts, int) or not 1 <= parts <= min(x.length, MAX_GROUPS_X):
             raise ValueError(f"Argmax: {parts!r} parts; 1 to {min(x.length, MAX_GROUPS_X)}")
         self.parts = parts
+        self.folded = fold and parts > 1
         self.reads, self.writes = (x.tensor,), (out,)
         push = [x.length, x.offset, x.step, parts]
-        scratch = device.tensor(2 * n * parts, np.uint32)  # (value bits, index) per part: only this op's
+        # (value bits, index) per part and vector, then the fold's counter per vector: only this op's,
+        # uploaded as zeros (the counters' start; no graph uploads a tensor it is not given)
+        scratch = device.upload(np.zeros(2 * n * parts + n, np.uint32))
         tensors = [x.tensor.kp, out.kp, scratch]
         variant, length = VectorOpVariant("argmax"), x.length
+        depth = [argmax_depth(length, parts, ARGMAX_WG, pass_) for pass_ in (0, 1, 2)]
         if parts == 1:
-            self._dispatch(tensors, variant, (n, 1, 1), [ARGMAX_WG, 0], push, argmax_depth(length, 1, ARGMAX_WG, 0))
+            self._dispatch(tensors, variant, (n, 1, 1), [ARGMAX_WG, 0, 0], push, depth[0])
+        elif self.folded:  # (its last workgroup's part, then the pick)
+            self._dispatch(tensors, variant, (parts, n, 1), [ARGMAX_WG, 1, 1], push, depth[1] + depth[2])
         else:  # (_Op.record puts a barrier between the two)
-            self._dispatch(tensors, variant, (parts, n, 1), [ARGMAX_WG, 1], push,
-                           argmax_depth(length, parts, ARGMAX_WG, 1))
-            self._dispatch(tensors, variant, (n, 1, 1), [ARGMAX_WG, 2], push, argmax_depth(length, parts, ARGMAX_WG, 2))
+            self._dispatch(tensors, variant, (parts, n, 1), [ARGMAX_WG, 1, 0], push, depth[1])
+            self._dispatch(tensors, variant, (n, 1, 1), [ARGMAX_WG, 2, 0], push, depth[2])
