@@ -6,7 +6,10 @@ from (its key), so every make target of a CI run and every later clone on the
 same machine makes it once. A miss makes it again: the cache only ever
 saves time, never decides a result. The key of a reference run includes the
 source of the code that computes it (reference_sources()), so a changed
-reference is run again.
+reference is run again. A file is marked at every use; the files of the same
+name under other keys that no run has used for STALE_DAYS go when a new one
+is made (a changed key leaves its old file behind; two checkouts using two
+keys at once each keep theirs).
 
 Where: $VKQ_TEST_CACHE, else $XDG_CACHE_HOME/vkq/tests (~/.cache/vkq/tests).
 """
@@ -14,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+STALE_DAYS = 7
 
 
 def cache_dir() -> Path:
@@ -38,12 +43,26 @@ def cached_file(name: str, key: str, make: Callable[[Path], object], suffix: str
     """The file made by make(path) for this key: made now on a miss (written
     under another name and renamed, so a reader never sees half of it)."""
     path = _path(name, key, suffix)
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(f"{path.name}.{os.getpid()}.part")
-        make(part)
-        part.replace(path)
+    if path.is_file():
+        os.utime(path)  # (used now: not stale)
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    make(part)
+    part.replace(path)
+    _drop_stale(name, suffix, keep=path)
     return path
+
+
+def _drop_stale(name: str, suffix: str, keep: Path) -> None:
+    """Remove the files of this name under other keys unused for STALE_DAYS."""
+    cutoff = time.time() - STALE_DAYS * 86400
+    for other in keep.parent.glob(f"{name}-{'[0-9a-f]' * 16}{suffix}"):
+        try:
+            if other != keep and other.stat().st_mtime < cutoff:
+                other.unlink()
+        except FileNotFoundError:  # (another run removed it first)
+            pass
 
 
 def cached_arrays(name: str, key: str, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
