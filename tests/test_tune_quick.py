@@ -57,4 +57,5 @@ def test_each_phase_is_a_line_in_a_log(backend, tmp_path, monkeypatch, capsys):
                            + ("GPU timestamps" if backend.device_info.timestamps_supported else "wall clock"))
     assert err[1].startswith("Q4_0: the mat-vec's launch parameters: dmmv, mmvq, mmvq q8_1x2, each over ")
     assert err[2].startswith("Q4_0: mat-vec measured in ") and "the mat-mat's tiles at 512 columns" in err[2]
-    assert err[3].startswith("Q4_0: best dmmv") and len(err) == 4, err
+    assert err[3].startswith("Q4_0: best dmmv; ") and err[3].endswith(" s (done)"), err
+    assert err[4].startswith("  dmmv 1.00 GB/s (table 1.00; spread 0.0%") and len(err) == 5, err

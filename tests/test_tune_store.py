@@ -147,4 +147,4 @@ def test_a_winner_inside_the_noise_keeps_the_tables_choice():
     assert tune.final_choice(table, table, noisy, noisy) == (table, noisy, None)
     entry = {"best": "dmmv", "gbps": {"dmmv": [9.1, 9.1]}, "spread": {"dmmv": 0.05}}
     assert tune._summary("Q4_0", entry, 3.0, {"dmmv": note}) == (
-        f"Q4_0: best dmmv; dmmv 9.10 GB/s (table 9.10; spread 5.0%; {note}); 3 s")
+        f"Q4_0: best dmmv; 3 s\n  dmmv 9.10 GB/s (table 9.10; spread 5.0%; {note})")

@@ -57,5 +57,6 @@ class Progress:
         self.done_units += units
         self.line.clear()
         if self.enabled:
-            self.stream.write(f"{line} ({self.eta() if self.done_units < self.total else 'done'})\n")
+            head, sep, rest = line.partition("\n")  # (a block of lines: the progress note on its first)
+            self.stream.write(f"{head} ({self.eta() if self.done_units < self.total else 'done'}){sep}{rest}\n")
             self.stream.flush()

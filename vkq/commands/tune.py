@@ -488,7 +488,8 @@ def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> 
         parts += [f"mat-mat {variant_label(key)} {after:.1f} GFLOP/s (table {before:.1f}; spread "
                   f"{100 * t['spread'][key]:.1f}%" + (f"; {notes['tiles ' + key]}" if "tiles " + key in notes else "")
                   + ")" for key, (before, after) in t["gflops"].items()]
-    return f"{qtype}: best {e['best']}; " + "; ".join(parts) + f"; {seconds:.0f} s"
+    # (a line per figure: all of them on one line ran to some 600 characters)
+    return "\n".join([f"{qtype}: best {e['best']}; {seconds:.0f} s"] + ["  " + part for part in parts])
 
 
 def run(types: list[str] | None = None, quick: bool = False, retune: bool = False, progress: bool = True,
