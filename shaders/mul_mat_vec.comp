@@ -22,6 +22,15 @@
 // unfused mat-vec's output would give (the same float operations on the same
 // values). nrows counts W's rows; y has half as many.
 //
+// ACCUMULATE (specialization constant 9): y += W x, the output added into
+// what y holds (a llama layer's residual stream: the residual add folded
+// into the mat-vec that produces it, so the norm after it reads one vector,
+// not two). y[i] = y[i] + (W x)[i]: the bits of the unfused mat-vec's output
+// added to y afterwards (float addition commutes). Each output is read and
+// written by the one invocation that owns it, so in place is safe. Not with
+// MUL_MAT_ID (its slots are not one vector) nor GLU (the host refuses both:
+// silu(g) * u + y could be contracted into one fma, other bits).
+//
 // Bindings: 0 W, 1 x, 2 y, then 3 ids (MUL_MAT_ID), then the three texel
 // views of W (TEXEL_WEIGHTS; binding 0 is then not read).
 //
@@ -57,6 +66,7 @@ layout(constant_id = 6) const bool VALUES_BY_SELECTS = false;
 // is then the stride between those vectors.
 layout(constant_id = 7) const uint SLOTS_PER_X = 1;
 layout(constant_id = 8) const bool GLU = false;
+layout(constant_id = 9) const bool ACCUMULATE = false;
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4
@@ -87,6 +97,8 @@ uvec4 load_x(uint i) { return x_words[i]; }
 #endif
 
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+// (y's values before the dispatch, read with ACCUMULATE: the same buffer)
+layout(std430, binding = 2) readonly buffer YIn { float y_in[]; };
 #ifdef MUL_MAT_ID
 layout(std430, binding = 3) readonly restrict buffer Ids { int ids[]; };
 #endif
@@ -151,6 +163,12 @@ uint w_row(uint out0, uint r) {
 #define OUT_VALUE(o, col) (GLU ? silu(acc[(o) * NCOLS + (col)] * (1.0 / X_SCALE)) \
                                  * (acc[((o) + out_per_group()) * NCOLS + (col)] * (1.0 / X_SCALE)) \
                                : acc[(o) * NCOLS + (col)] * (1.0 / X_SCALE))
+
+// Output o of column col into y at index i: written, or with ACCUMULATE
+// added to what y holds there.
+void put_out(uint i, float value) {
+    y[i] = ACCUMULATE ? y_in[i] + value : value;
+}
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -276,7 +294,7 @@ void main() {
         for (uint i = 0u; i < out_per_group() * NCOLS; i++) {
             const uint o = i / NCOLS, col = i % NCOLS;
             if (row0 + o < out_rows()) {
-                y[y0 + col * p.y_col_stride + row0 + o] = OUT_VALUE(o, col);
+                put_out(y0 + col * p.y_col_stride + row0 + o, OUT_VALUE(o, col));
             }
         }
         return;
@@ -326,7 +344,7 @@ void main() {
     for (uint i = tid; i < out_per_group() * NCOLS; i += WG_SIZE) {
         const uint o = i / NCOLS, col = i % NCOLS;
         if (row0 + o < out_rows()) {
-            y[y0 + col * p.y_col_stride + row0 + o] = OUT_VALUE(o, col);
+            put_out(y0 + col * p.y_col_stride + row0 + o, OUT_VALUE(o, col));
         }
     }
 }

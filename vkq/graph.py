@@ -300,32 +300,43 @@ class Graph:
         return groups
 
     def _matvec_node(self, w, cfg, x: Tensor, y: Tensor, ids: Tensor | None, n_slots: int, label: str | None,
-                     glu: bool = False) -> None:
+                     glu: bool = False, accumulate: bool = False) -> None:
         xin = self._x_for(x, cfg)
         op = MatVec(self.backend.device, w, cfg, xin.kp, y.kp, ncols=1 if ids is not None else x.n,
                     ids=None if ids is None else ids.kp, n_slots=n_slots, shared_x=ids is not None and x.n == 1,
-                    slots_per_x=n_slots // x.n if ids is not None else 1, y_stride=y.stride, glu=glu)
+                    slots_per_x=n_slots // x.n if ids is not None else 1, y_stride=y.stride, glu=glu,
+                    accumulate=accumulate)
         collector = _Collector()
         op.record(collector)
         kind = "mat-vec" if ids is None else "MUL_MAT_ID"
-        self._node(collector.ops, [xin] + ([ids] if ids is not None else []), [y], keep=op,
-                   label=f"{label or kind} {w.qtype} {op.cfg.path}")
+        # (accumulating, it reads y too: ordered after y's last writer)
+        self._node(collector.ops, [xin] + ([ids] if ids is not None else []) + ([y] if accumulate else []), [y],
+                   keep=op, label=f"{label or kind} {w.qtype} {op.cfg.path}")
         self._weights[id(w)] = w
         self.matvecs.append((w, op.cfg))
         self.counts["matvec"] += 1
 
     @_locked
     def matvec(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
-               config=None, out: Tensor | None = None, label: str | None = None, glu: bool = False) -> Tensor:
+               config=None, out: Tensor | None = None, label: str | None = None, glu: bool = False,
+               accumulate: bool = False) -> Tensor:
         """y = W @ x for each of x's vectors (1 to MAX_COLS): a tensor of x.n vectors of `rows` values.
         label: the matrix's role in a profile (its block type and path are added).
         glu: W stacks a gate matrix and an up matrix of rows / 2 rows each (in
         one weights buffer: `fused_swiglu_fits`), and y = silu(W_gate x) * (W_up x),
         rows / 2 values per vector: ggml's SwiGLU fused into the mat-vec, the
-        bits of SwiGLU over the unfused mat-vec's output."""
+        bits of SwiGLU over the unfused mat-vec's output.
+        accumulate: out += W @ x, each column into its own vector of `out`
+        (given): a residual add folded into the mat-vec that produces it, the
+        bits of the unfused product added to out afterwards; not with glu."""
         self._open()
-        if not isinstance(glu, (bool, np.bool_)):  # "yes" or 1 would pass as true, "" or None as false
-            raise TypeError(f"glu must be True or False, got {glu!r}")
+        for name, flag in (("glu", glu), ("accumulate", accumulate)):
+            if not isinstance(flag, (bool, np.bool_)):  # "yes" or 1 would pass as true, "" or None as false
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        if accumulate and glu:
+            raise ValueError("accumulate takes a plain mat-vec: a fused SwiGLU (glu) is not added into out")
+        if accumulate and out is None:
+            raise ValueError("accumulate adds W x into `out`: give out")
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
         if glu and not fused_swiglu_fits(w):
@@ -333,7 +344,7 @@ class Graph:
                              f"weights buffer; it has {w.layout.rows} rows in {len(w.buffers)} buffer(s)")
         cfg = resolve(self.backend, w, x.n, path, config, activations, glu=glu)
         y = self._out(out, x, w.layout.rows // (2 if glu else 1), x.n, "y")
-        self._matvec_node(w, cfg, x, y, None, 0, label, glu)
+        self._matvec_node(w, cfg, x, y, None, 0, label, glu, accumulate)
         return y
 
     @_locked

@@ -136,16 +136,24 @@ class MatVec(_PerBuffer):
     y: `ncols` (or `n_slots`) vectors of `rows` floats, `y_stride` apart
     (default `rows`). glu: W is a stacked gate|up matrix in one buffer and
     y = silu(W_gate x) * (W_up x), rows / 2 floats per vector
-    (shaders/mul_mat_vec.comp's GLU; an even rows_per_wg).
+    (shaders/mul_mat_vec.comp's GLU; an even rows_per_wg). accumulate:
+    y += W @ x, the product added into what y holds (its ACCUMULATE: y is
+    read and written; the bits of the product added afterwards), not with
+    MUL_MAT_ID or glu.
     `cfg` as vkq.resolve.resolve returns it: bindings fitted to the device's
     limits for these tensors; `self.cfg` is what runs.
     """
 
     def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
                  ids=None, n_slots: int = 0, shared_x: bool = False, slots_per_x: int = 1,
-                 y_stride: int | None = None, glu: bool = False):
+                 y_stride: int | None = None, glu: bool = False, accumulate: bool = False):
         lay = weights.layout
         mul_mat_id = ids is not None
+        if accumulate and (mul_mat_id or glu):
+            # (MUL_MAT_ID's slots are not y's one vector per column; with glu,
+            # silu(g) * u + y may be contracted into one fma: other bits)
+            raise ValueError(f"accumulate (y += W x) takes a plain mat-vec, not "
+                             f"{'MUL_MAT_ID' if mul_mat_id else 'a fused SwiGLU (glu)'}")
         if glu and (mul_mat_id or not fused_swiglu_fits(weights) or cfg.rows_per_wg % 2):
             raise ValueError(f"a fused SwiGLU takes a gate|up matrix of even rows in one buffer and an even "
                              f"rows_per_wg: got {weights!r}, {len(weights.buffers)} buffer(s), rows_per_wg "
@@ -157,7 +165,7 @@ class MatVec(_PerBuffer):
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
         y_stride = lay.rows // (2 if glu else 1) if y_stride is None else y_stride
         spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
-                int(cfg.value_lookup == "selects"), slots_per_x, int(glu)]
+                int(cfg.value_lookup == "selects"), slots_per_x, int(glu), int(accumulate)]
         # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
         kinds += ["storage"] if mul_mat_id else []

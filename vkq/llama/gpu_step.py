@@ -17,6 +17,11 @@ runs on the device, layer by layer:
       s = silu(W_gate h) * (W_up h);  d = W_down s         mat-vec with SwiGLU, mat-vec
     h = rms_norm(x += d, output_norm);  logits = W_out h;  argmax
 
+With fold (GpuLlama's) the residual adds x += o and x += d run in the
+mat-vecs that make o and d (Graph.matvec's accumulate: the same bits), and
+the norm after each reads x alone; a mixture-of-experts layer's weighted
+slots and the mat-mat prompt steps' products stay added by the norm.
+
 A mixture-of-experts layer's FFN (Mixtral's layout) instead:
 
       ids = top-k of l = W_router h, w = softmax(l)[ids]    mat-vec, ExpertRouting
@@ -381,9 +386,10 @@ class GpuLlama(Decoder):
             """The group's product takes the mat-mat kernel (the output head's, one column, never)."""
             return tiled and names != f.output_group
 
-        def matvec(names, x_in, ids=None, out=None, glu=False) -> None:
-            """The group's mat-vec (MUL_MAT_ID with ids; glu: SwiGLU fused), or
-            mat-mat, labelled by its matrices' roles for profiles."""
+        def matvec(names, x_in, ids=None, out=None, glu=False, accumulate=False) -> None:
+            """The group's mat-vec (MUL_MAT_ID with ids; glu: SwiGLU fused;
+            accumulate: added into out), or mat-mat, labelled by its matrices'
+            roles for profiles."""
             role = "output" if names == f.output_group else "+".join(nm.split(".")[-2] for nm in names)
             kw = dict(activations=self.activations, out=y[names] if out is None else out,
                       label=role + ("+swiglu" if glu else ""))
@@ -394,7 +400,12 @@ class GpuLlama(Decoder):
             elif tiled_product(names):
                 g.matmul(self.weights[names], x_in, path(names), tiled=True, **kw)
             else:
-                g.matvec(self.weights[names], x_in, path(names), glu=glu, **kw)
+                g.matvec(self.weights[names], x_in, path(names), glu=glu, accumulate=accumulate, **kw)
+
+        def folds(names) -> bool:
+            """The residual add x += W a runs in this group's mat-vec (fold), not
+            in the norm after it: a plain mat-vec's (not a mat-mat's)."""
+            return self.fold and not tiled_product(names)
 
         def reads_q8_1(names) -> bool:
             """The group's product takes the int8 path (the mat-vec's path of one
@@ -462,11 +473,16 @@ class GpuLlama(Decoder):
                 g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
                                 self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
                                 heads=None if self.spread else 1, spread=self.spread, fold=self.fold))
-            matvec(layer.attn_output, attn)
-            x_next = other(x)
-            g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
-                          residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, spread=self.spread))
-            x = x_next
+            if folds(layer.attn_output):
+                matvec(layer.attn_output, attn, out=x.tensor, accumulate=True)  # x += o
+                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, xq=hq,
+                              spread=self.spread))
+            else:
+                matvec(layer.attn_output, attn)
+                x_next = other(x)
+                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
+                              residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, spread=self.spread))
+                x = x_next
             if layer.router is None:
                 if fused_swiglu(layer):
                     matvec(layer.gate_up[0], h, out=swiglu, glu=True)
@@ -475,8 +491,12 @@ class GpuLlama(Decoder):
                         matvec(names, h)
                     g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
                                  Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q))
-                matvec(layer.down, swiglu)
-                residual, slots = part(pre + "ffn_down.weight"), None
+                if folds(layer.down):
+                    matvec(layer.down, swiglu, out=x.tensor, accumulate=True)  # x += d
+                    residual, slots = None, None
+                else:
+                    matvec(layer.down, swiglu)
+                    residual, slots = part(pre + "ffn_down.weight"), None
                 continue
             # The experts: router, top-k, MUL_MAT_ID of gate|up for the chosen ones, SwiGLU, down, weighted sum.
             matvec(layer.router, h)
@@ -492,13 +512,13 @@ class GpuLlama(Decoder):
         first = n - n_out
         per_token = slots.k if slots else 1  # residual vectors per token
         last_residual = Vectors(residual.tensor, cfg.n_embd, residual.offset + first * per_token * residual.step,
-                                residual.step)
+                                residual.step) if residual else None
         last_slots = WeightedSlots(slots.weights, slots.k, first * slots.k) if slots else None
         last = first * x.tensor.stride
         x_next = other(x)
         g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
                       cfg.rms_eps, n_out, residual=last_residual, xq=h_last_q, slots=last_slots,
-                      x_out=Vectors(x_next.tensor, cfg.n_embd, last), spread=self.spread),
+                      x_out=Vectors(x_next.tensor, cfg.n_embd, last) if residual else None, spread=self.spread),
               label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, n_out, name="logits"))
         matvec(f.output_group, h_last, out=logits)
