@@ -15,7 +15,8 @@
 //                    buffer view of 16-byte texels, not as a storage buffer
 //
 // GLU (specialization constant 8): W is a stacked gate|up matrix (the gate
-// rows, then as many up rows) and y = silu(W_gate x) * (W_up x), ggml's
+// rows, then as many up rows; MUL_MAT_ID: each expert's) and
+// y = silu(W_gate x) * (W_up x), ggml's
 // SwiGLU, fused into the mat-vec: a workgroup's NUM_ROWS rows (an even
 // number) are NUM_ROWS/2 gate rows and the up rows of the same index, so it
 // holds both halves of each output; y[i] is the bits that a SwiGLU over the

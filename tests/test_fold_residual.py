@@ -10,7 +10,11 @@ accumulate, shaders/mul_mat_vec.comp's ACCUMULATE; GpuLlama's fold).
 - in a model: fold on and off give the same logits and tokens (decode
   steps, a prompt through the mat-vecs in chunks, feed_rows; a dense and a
   mixture-of-experts model), with the same dispatches per token while the
-  dense layers' norms no longer read a residual.
+  dense layers' norms no longer read a residual;
+- SwiGLU fused into a mixture-of-experts layer's gate|up MUL_MAT_ID
+  (Graph.matvec_id's glu, behind fold): the bits of the SwiGLU op over the
+  unfused MUL_MAT_ID's slots, and in the tiny MoE model with stacked gate|up
+  experts fold on and off agree, the SwiGLU op gone with fold on.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import vkq.blocks.reference as ref
 from vkq.blocks.formats import FORMATS
 from vkq.blocks.synthetic import random_weights
 from vkq.llama.gpu_step import GpuLlama
-from vkq.llama.vector_ops import RMSNorm
+from vkq.llama.vector_ops import RMSNorm, SwiGLU, Vectors
 from vkq.ops import MatVec
 
 from conftest import NMSE_GGML, force_split
@@ -124,11 +128,13 @@ def norms_reading_a_residual(decoder) -> int:
     return sum(isinstance(op, RMSNorm) and len(op.reads) > 2 for _, op in decoder.graph.nodes)
 
 
-def assert_fold_changes_no_bits(path, backend, dense: bool, path_mode: str = "auto"):
+def assert_fold_changes_no_bits(path, backend, dense: bool, path_mode: str = "auto", decoders=None):
+    """decoders: (fold on, fold off) of the file at path, made already."""
     kw = dict(ctx=32, prompt_kernels="matvec")
-    on, off = (GpuLlama(path, backend, path_mode, fold=fold, **kw) for fold in (True, False))
+    on, off = decoders or tuple(GpuLlama(path, backend, path_mode, fold=fold, **kw) for fold in (True, False))
     n_layer = on.config.n_layer
-    assert on.graph.dispatch_counts()[0] == off.graph.dispatch_counts()[0]
+    if decoders is None:  # (only the residual folds: each norm stays a dispatch)
+        assert on.graph.dispatch_counts()[0] == off.graph.dispatch_counts()[0]
     # (without fold, every norm but the first layer's attn_norm adds a residual)
     assert norms_reading_a_residual(off) == 2 * n_layer
     # (MoE: the norms after an FFN still add the experts' weighted slots)
@@ -157,3 +163,42 @@ def test_a_dense_model_gives_the_same_bits(backend, tmp_path, path_mode):
 def test_a_moe_model_gives_the_same_bits(backend, tmp_path):
     assert_fold_changes_no_bits(write_gguf(tmp_path / "moe.gguf", experts=(8, 2), scale=4.0), backend,
                                 dense=False)
+
+
+@pytest.mark.parametrize("qtype, path", [("Q4_0", "dmmv"), ("Q4_0", "mmvq"),
+                                         pytest.param("Q4_K", "mmvq", marks=pytest.mark.slow)])
+def test_swiglu_fused_into_mul_mat_id(backend, qtype, path):
+    n_expert, n_ff, ids_host = 4, 19, np.array([3, 0, 3, 1, 2, 0], np.int32)  # 3 tokens, 2 experts each
+    data = random_weights(FORMATS[qtype], n_expert * 2 * n_ff, K, np.random.default_rng(6))
+    w = backend.upload(qtype, (n_expert, 2 * n_ff, K), data)
+    x_host = np.random.default_rng(7).uniform(-1, 1, (3, K)).astype(np.float32)
+    n_slots = ids_host.size
+    x, ids = backend.tensor(K, 3), backend.tensor(n_slots, dtype=np.int32)
+    x.write(x_host)
+    ids.write(ids_host)
+    g = backend.graph()
+    y = g.matvec_id(w, x, ids, path)
+    apart = backend.tensor(n_ff, n_slots)
+    g.add(SwiGLU(backend.device, Vectors(y, n_ff), Vectors(y, n_ff, n_ff), Vectors(apart, n_ff), n_slots))
+    fused = g.matvec_id(w, x, ids, path, glu=True)
+    assert (fused.length, fused.n) == (n_ff, n_slots)
+    g.output(apart)
+    g.output(fused)
+    g.run()
+    assert fused.read().tobytes() == apart.read().tobytes()
+    w64 = ref.dequantize(qtype, (n_expert * 2 * n_ff, K), data).astype(np.float64).reshape(n_expert, 2 * n_ff, K)
+    gu = np.stack([w64[e] @ x_host[s // 2] for s, e in enumerate(ids_host)])
+    gate, up = gu[:, :n_ff], gu[:, n_ff:]
+    assert ref.nmse(fused.read().reshape(n_slots, n_ff), gate / (1 + np.exp(-gate)) * up) < NMSE_GGML
+
+
+def test_a_moe_model_fuses_swiglu_into_its_experts_with_fold(backend, tmp_path):
+    # (gate and up experts of one type: one stacked MUL_MAT_ID group per layer)
+    path = write_gguf(tmp_path / "moe.gguf", experts=(8, 2), expert_types={"ffn_up_exps": "Q8_0"}, scale=4.0)
+    on, off = (GpuLlama(path, backend, "auto", fold=fold, ctx=32, prompt_kernels="matvec") for fold in (True, False))
+    n_layer = on.config.n_layer
+    labels = [label for label in on.graph._labels if label.startswith("ffn_gate_exps+ffn_up_exps")]
+    assert len(labels) == n_layer and all(label.startswith("ffn_gate_exps+ffn_up_exps+swiglu ") for label in labels)
+    assert sum(label == "SwiGLU" for label in on.graph._labels) == 0
+    assert sum(label == "SwiGLU" for label in off.graph._labels) == n_layer
+    assert_fold_changes_no_bits(path, backend, dense=False, decoders=(on, off))

@@ -350,14 +350,21 @@ class Graph:
     @_locked
     def matvec_id(self, experts, x: Tensor, ids: Tensor, path: str | None = None, *,
                   activations: str | None = None, config=None, out: Tensor | None = None,
-                  label: str | None = None) -> Tensor:
+                  label: str | None = None, glu: bool = False) -> Tensor:
         """MUL_MAT_ID: y[i] = experts[ids[i]] @ x (one x shared), @ x[i] (one x
         per used expert), or @ x[i // (n_used / x.n)] (x.n vectors, each read
         by as many consecutive ids: the experts of a chunk of tokens); ids: an
         int32 tensor of n_used values in [0, n_expert), checked on the host,
-        or written by an op that keeps them so (see the module's note)."""
+        or written by an op that keeps them so (see the module's note).
+        glu: every expert stacks gate and up matrices (as matvec's glu), and
+        y[i] = silu(gate_e x) * (up_e x), e = ids[i]: rows / 2 values per slot."""
         self._open()
+        if not isinstance(glu, (bool, np.bool_)):
+            raise TypeError(f"glu must be True or False, got {glu!r}")
         w = check_weights(self.backend, experts, expert_stack=True)
+        if glu and not fused_swiglu_fits(w):
+            raise ValueError(f"glu: {w!r} must stack gate and up matrices of equal rows (an even row count) in one "
+                             f"weights buffer; it has {w.layout.rows} rows in {len(w.buffers)} buffer(s)")
         ids = self._own(ids, "ids")
         if ids.dtype != np.int32 or ids.n != 1:
             raise ValueError(f"ids {ids!r} must be one int32 vector of the used experts")
@@ -371,8 +378,8 @@ class Graph:
         if n_used % x.n:
             raise ValueError(f"x {x!r} must hold 1 vector (shared), {n_used} (one per id) or a divisor of "
                              f"{n_used} (each read by as many consecutive ids)")
-        cfg = resolve(self.backend, w, 1, path, config, activations, n_x=x.n)
-        return self._add_matvec(w, x, cfg, ids=ids, out=out, label=label)
+        cfg = resolve(self.backend, w, 1, path, config, activations, n_x=x.n, glu=glu)
+        return self._add_matvec(w, x, cfg, ids=ids, out=out, label=label, glu=glu)
 
     @_locked
     def matmul(self, weights, x: Tensor, path: str | None = None, *, activations: str | None = None,
@@ -462,13 +469,13 @@ class Graph:
         return y
 
     def _add_matvec(self, w, x: Tensor, cfg, *, ids: Tensor | None = None, out: Tensor | None = None,
-                    label: str | None = None) -> Tensor:
-        """A mat-vec (MUL_MAT_ID with ids) of checked weights, x and ids on a
-        configuration vkq.resolve returned (Backend's calls resolve theirs once,
-        to share one graph per pipeline)."""
+                    label: str | None = None, glu: bool = False) -> Tensor:
+        """A mat-vec (MUL_MAT_ID with ids; glu: SwiGLU fused) of checked weights,
+        x and ids on a configuration vkq.resolve returned (Backend's calls
+        resolve theirs once, to share one graph per pipeline)."""
         n_out = x.n if ids is None else ids.length
-        y = self._out(out, x, w.layout.rows, n_out, "y")
-        self._matvec_node(w, cfg, x, y, ids, 0 if ids is None else n_out, label)
+        y = self._out(out, x, w.layout.rows // (2 if glu else 1), n_out, "y")
+        self._matvec_node(w, cfg, x, y, ids, 0 if ids is None else n_out, label, glu)
         if ids is not None:
             self._ids_checks.append((ids, w.layout.n_expert))
         return y

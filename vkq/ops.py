@@ -93,9 +93,10 @@ class QuantizeQ8_1:
 
 def fused_swiglu_fits(weights) -> bool:
     """Whether a mat-vec with a fused SwiGLU (glu) can take these weights: a
-    matrix of an even row count (a gate|up stack) in one weights buffer, so
-    that a workgroup reads a gate row and its up row from the same buffer."""
-    return not weights.is_expert_stack and weights.layout.rows % 2 == 0 and len(weights.buffers) == 1
+    matrix (or an expert stack of matrices) of an even row count (a gate|up
+    stack) in one weights buffer, so that a workgroup reads a gate row and
+    its up row from the same buffer."""
+    return weights.layout.rows % 2 == 0 and len(weights.buffers) == 1
 
 
 def matvec_depth(cfg: PipelineConfig, k: int) -> int:
@@ -134,8 +135,9 @@ class MatVec(_PerBuffer):
     expert in `ids[slot]` and x column `slot // slots_per_x` (or column 0
     when shared_x).
     y: `ncols` (or `n_slots`) vectors of `rows` floats, `y_stride` apart
-    (default `rows`). glu: W is a stacked gate|up matrix in one buffer and
-    y = silu(W_gate x) * (W_up x), rows / 2 floats per vector
+    (default `rows`). glu: W is a stacked gate|up matrix (MUL_MAT_ID: every
+    expert's) in one buffer and y = silu(W_gate x) * (W_up x), rows / 2 floats
+    per vector
     (shaders/mul_mat_vec.comp's GLU; an even rows_per_wg). accumulate:
     y += W @ x, the product added into what y holds (its ACCUMULATE: y is
     read and written; the bits of the product added afterwards), not with
@@ -154,7 +156,7 @@ class MatVec(_PerBuffer):
             # silu(g) * u + y may be contracted into one fma: other bits)
             raise ValueError(f"accumulate (y += W x) takes a plain mat-vec, not "
                              f"{'MUL_MAT_ID' if mul_mat_id else 'a fused SwiGLU (glu)'}")
-        if glu and (mul_mat_id or not fused_swiglu_fits(weights) or cfg.rows_per_wg % 2):
+        if glu and (not fused_swiglu_fits(weights) or cfg.rows_per_wg % 2):
             raise ValueError(f"a fused SwiGLU takes a gate|up matrix of even rows in one buffer and an even "
                              f"rows_per_wg: got {weights!r}, {len(weights.buffers)} buffer(s), rows_per_wg "
                              f"{cfg.rows_per_wg}")

@@ -396,7 +396,7 @@ class GpuLlama(Decoder):
             if ids is not None and tiled:
                 g.matmul_id(self.weights[names], x_in, ids, path(names), **kw)
             elif ids is not None:
-                g.matvec_id(self.weights[names], x_in, ids, path(names), **kw)
+                g.matvec_id(self.weights[names], x_in, ids, path(names), glu=glu, **kw)
             elif tiled_product(names):
                 g.matmul(self.weights[names], x_in, path(names), tiled=True, **kw)
             else:
@@ -435,11 +435,13 @@ class GpuLlama(Decoder):
                   if cfg.head_dim % 32 == 0 and not tiled else None)
 
         def fused_swiglu(layer) -> bool:
-            """A dense layer's gate and up stacked in one matrix (gate first) that
-            takes SwiGLU fused into its mat-vec."""
+            """A layer's gate and up stacked in one matrix (gate first) that takes
+            SwiGLU fused into its mat-vec: a dense layer's, and with fold a
+            mixture-of-experts layer's stacks (MUL_MAT_ID)."""
             gu = layer.gate_up
-            return (not tiled and layer.router is None and len(gu) == 1 and len(gu[0]) == 2
-                    and gu[0][0].endswith("ffn_gate.weight") and gu[0][1].endswith("ffn_up.weight")
+            roles = ("ffn_gate_exps", "ffn_up_exps") if layer.router else ("ffn_gate", "ffn_up")
+            return (not tiled and (layer.router is None or self.fold) and len(gu) == 1 and len(gu[0]) == 2
+                    and all(nm.endswith(f".{role}.weight") for nm, role in zip(gu[0], roles))
                     and fused_swiglu_fits(self.weights[gu[0]]))
 
         # (a fused SwiGLU writes floats only: the graph quantizes them where down takes the int8 path)
@@ -501,10 +503,13 @@ class GpuLlama(Decoder):
             # The experts: router, top-k, MUL_MAT_ID of gate|up for the chosen ones, SwiGLU, down, weighted sum.
             matvec(layer.router, h)
             g.add(ExpertRouting(dev, part(pre + "ffn_gate_inp.weight"), expert_ids, expert_weights, k_used, n))
-            for names in layer.gate_up:
-                matvec(names, h, expert_ids)
-            gate, up = part(pre + "ffn_gate_exps.weight"), part(pre + "ffn_up_exps.weight")
-            g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n_slots, xq=swiglu_q))
+            if fused_swiglu(layer):
+                matvec(layer.gate_up[0], h, expert_ids, out=swiglu, glu=True)
+            else:
+                for names in layer.gate_up:
+                    matvec(names, h, expert_ids)
+                gate, up = part(pre + "ffn_gate_exps.weight"), part(pre + "ffn_up_exps.weight")
+                g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n_slots, xq=swiglu_q))
             matvec(layer.down, swiglu, expert_ids)
             residual = Vectors(y[layer.down], cfg.n_embd)
             slots = WeightedSlots(expert_weights, k_used)
