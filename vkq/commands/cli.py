@@ -274,8 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "one workgroup; for a before/after on the same device)")
     p.add_argument("--no-fold", action="store_true",
                    help="graph engine: every op in a dispatch of its own (default: the residual add folded into "
-                        "the mat-vec before the norm, the attention's and the argmax's second pass into their first; "
-                        "for a before/after on the same device)")
+                        "the mat-vec before the norm, an MoE layer's SwiGLU into its gate|up, the attention's and the "
+                        "argmax's second pass into their first; for a before/after on the same device)")
     p.add_argument("--shape", nargs="?", const="device", default=None, metavar="GPU",
                    help="graph engine: each op's launch (workgroups, invocations) and serial depth (loop "
                         "iterations with global loads one invocation runs in a row) in a decode step, as a table "
