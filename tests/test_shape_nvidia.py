@@ -23,7 +23,7 @@ from vkq.blocks.formats import FORMATS
 from vkq.commands.cli import main
 from vkq.dispatch import tables
 from vkq.llama.gpu_step import GpuLlama
-from vkq.llama.profile import GPU_TABLE_CLASSES, MatvecView, matvec_launches, step_shape
+from vkq.llama.profile import GPU_TABLE_CLASSES, MatvecView, step_shape
 from vkq.llama.vector_ops import GPU_LAUNCH_CAPS
 from vkq.ops import MatVec, matvec_depth
 
@@ -87,17 +87,12 @@ def test_nvidia_view_shows_the_nvidia_tables_launch(backend, tiny):
     assert all(label.endswith(" dmmv") and r.invocations != 32 for label, v in own.items() for r, _ in v)
 
 
-def test_launch_arithmetic_is_matvecs(backend, tiny_moe):
-    """matvec_launches on a recorded MatVec's configuration gives the
-    launches MatVec recorded: dense mat-vecs, MUL_MAT_ID over 2 used
-    experts' slots (y by slots) and the fused SwiGLU alike."""
+def test_expert_and_swiglu_rows_of_the_nvidia_view(backend, tiny_moe):
+    """The view's rows of a MUL_MAT_ID (y by its 2 used experts' slots) and
+    of a fused SwiGLU take NVIDIA's launch (32 invocations), as its dense
+    mat-vecs do."""
     model = GpuLlama(tiny_moe, backend, "auto", ctx=40, launches="nvidia")
-    graph = model.step_graph
-    ops = [op for _, op in graph.nodes if isinstance(op, MatVec)]
-    assert any(op.variant.mul_mat_id for op in ops)
-    for op, (w, cfg) in zip(ops, graph.matvecs):
-        n_slots = op.launches[0].groups[1] if op.variant.mul_mat_id else 0
-        assert matvec_launches(cfg, w, n_slots) == op.launches
+    assert any(op.variant.mul_mat_id for _, op in model.step_graph.nodes if isinstance(op, MatVec))
     experts = [r for r in model.step_launches() if r.label.startswith(("ffn_gate_exps", "ffn_up_exps", "ffn_down"))]
     assert experts and all(r.launch is not None and r.launch.groups[1] == 2 and r.launch.invocations == 32
                            for r in experts), experts

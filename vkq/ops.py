@@ -127,6 +127,21 @@ class _PerBuffer:
             algo.destroy()
 
 
+def matvec_launches(cfg: PipelineConfig, weights, n_slots: int = 0) -> list[Launch]:
+    """MatVec's launches over `weights` on `cfg`, one per weights buffer:
+    its rows per workgroup (with glu a group's rows are half gate rows, half
+    up rows: as many groups for half the outputs), x by groups of
+    MAX_GROUPS_X and z past them, y by used-expert slots. Also what another
+    device's choice would launch (vkq.llama.profile.MatvecView)."""
+    rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
+    out = []
+    for buf in weights.buffers:
+        groups = -(-buf.rows.count // rows_per_group)
+        gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
+        out.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, weights.layout.k)))
+    return out
+
+
 class MatVec(_PerBuffer):
     """y = W @ x for every weights buffer of one matrix (or expert stack).
 
@@ -173,21 +188,17 @@ class MatVec(_PerBuffer):
         kinds += ["storage"] if mul_mat_id else []
         if texel_weights:
             kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"]
-        # (with glu a group's rows are half gate rows, half up rows: as many groups for half the outputs)
-        rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
+        # What it was made for (a profile's view of another device's choice: vkq.llama.profile.MatvecView).
+        self.weights, self.ncols, self.n_slots, self.glu = weights, ncols, n_slots, glu
+        self.launches: list[Launch] = matvec_launches(cfg, weights, n_slots)  # one per algorithm
         self.algorithms = []
-        self.launches: list[Launch] = []  # one per algorithm
-        for buf in weights.buffers:
-            groups = -(-buf.rows.count // rows_per_group)
-            gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
+        for buf, launch in zip(weights.buffers, self.launches):
             push = weights_push(buf, lay.nblocks, x_col_stride=x_stride, x_slot_stride=0 if shared_x else x_stride,
                                 y_col_stride=y_stride, y_slot_stride=y_stride)
             tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else [])
             if texel_weights:
                 tensors += [buf.tensor] * 3
-            self.algorithms.append(device.algorithm(tensors, self.variant, (gx, max(n_slots, 1), gz), spec, push,
-                                                    kinds))
-            self.launches.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, lay.k)))
+            self.algorithms.append(device.algorithm(tensors, self.variant, launch.groups, spec, push, kinds))
         self._barrier = device.compute_barrier
 
 

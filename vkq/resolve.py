@@ -70,6 +70,15 @@ def check_config_type(config) -> None:
         raise TypeError(f"config must be a vkq.dispatch.config.PipelineConfig, got {type(config).__name__}")
 
 
+def paired_rows(cfg: PipelineConfig) -> PipelineConfig:
+    """cfg with its rows per workgroup rounded up to an even number: a fused
+    SwiGLU's gate and up rows in pairs (a row's sums are the same)."""
+    if cfg.rows_per_wg % 2 == 0:
+        return cfg
+    return replace(cfg, rows_per_wg=cfg.rows_per_wg + 1, source=f"{cfg.source}; rows_per_wg {cfg.rows_per_wg} -> "
+                   f"{cfg.rows_per_wg + 1}: gate and up rows in pairs")
+
+
 def resolve(backend, weights: Weights, ncols: int, path: str | None = None, config: PipelineConfig | None = None,
             activations: str | None = None, n_x: int | None = None, glu: bool = False) -> PipelineConfig:
     """The configuration a mat-vec of `ncols` columns (MUL_MAT_ID: 1) runs
@@ -81,9 +90,7 @@ def resolve(backend, weights: Weights, ncols: int, path: str | None = None, conf
     if config is None:
         cfg = choose(backend, weights, ncols, path, activations)
         if glu and cfg.rows_per_wg % 2:
-            cfg = check_config(replace(cfg, rows_per_wg=cfg.rows_per_wg + 1, source=f"{cfg.source}; rows_per_wg "
-                                       f"{cfg.rows_per_wg} -> {cfg.rows_per_wg + 1}: gate and up rows in pairs"),
-                               caps, fmt, k, ncols)
+            cfg = check_config(paired_rows(cfg), caps, fmt, k, ncols)
     elif activations is not None:
         raise ValueError("give activations or config, not both (config.x_planes sets the activations)")
     else:

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..dispatch.choose import Dispatcher
 from ..dispatch.classify import DeviceClass
 from ..dispatch.config import PipelineConfig
 from ..dispatch.paths import resolve_path
 from ..markdown import markdown
-from ..ops import MAX_GROUPS_X, Launch, MatVec, matvec_depth
+from ..ops import MatVec, matvec_launches
+from ..resolve import paired_rows
 from .vector_ops import GPU_LAUNCH_CAPS, launches_of
 
 
@@ -106,20 +107,6 @@ GPU_TABLE_CLASSES = {
 }
 
 
-def matvec_launches(cfg: PipelineConfig, weights, n_slots: int = 0) -> list[Launch]:
-    """The launches of vkq.ops.MatVec over `weights` on `cfg`, one per
-    weights buffer, as MatVec counts them (its rows per workgroup, x by
-    groups of MAX_GROUPS_X, y by used-expert slots), computed without a
-    pipeline: for a choice this device does not run (MatvecView)."""
-    rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
-    out = []
-    for buf in weights.buffers:
-        groups = -(-buf.rows.count // rows_per_group)
-        gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
-        out.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, weights.layout.k)))
-    return out
-
-
 @dataclass(frozen=True)
 class MatvecView:
     """A step's mat-vecs as another device class's dispatcher chooses them:
@@ -151,25 +138,7 @@ class MatvecView:
         lay = weights.layout
         cfg = self.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, resolve_path(lay.fmt, self.path_mode),
                                      self.activations)
-        return replace(cfg, rows_per_wg=cfg.rows_per_wg + 1) if glu and cfg.rows_per_wg % 2 else cfg
-
-
-def _matvec_nodes(graph) -> dict[int, tuple]:
-    """id(MatVec op) -> (its weights, columns, used-expert slots, glu) of the graph's mat-vecs:
-    Graph.matvecs holds (weights, op.cfg) in the order of its MatVec nodes;
-    the output tensor (the graph's tensor the op's third binding is) has a
-    vector per column (MUL_MAT_ID: per slot, of one column each) and, with
-    a fused SwiGLU, half the weights' rows (vkq.Graph.matvec's checks)."""
-    ops = [op for _, op in graph.nodes if isinstance(op, MatVec)]
-    if len(ops) != len(graph.matvecs) or any(op.cfg is not cfg for op, (_, cfg) in zip(ops, graph.matvecs)):
-        raise RuntimeError("the graph's mat-vec nodes and Graph.matvecs differ")
-    tensors = {id(t.kp): t for t in graph._tensors.values()}
-    out = {}
-    for op, (w, _) in zip(ops, graph.matvecs):
-        y = tensors[id(op.algorithms[0].get_tensors()[2])]
-        ids = op.variant.mul_mat_id
-        out[id(op)] = (w, 1 if ids else y.n, y.n if ids else 0, y.length != w.layout.rows)
-    return out
+        return paired_rows(cfg) if glu else cfg
 
 
 def step_shape(graph, matvecs: MatvecView | None = None) -> tuple[ShapeRow, ...]:
@@ -179,17 +148,15 @@ def step_shape(graph, matvecs: MatvecView | None = None) -> tuple[ShapeRow, ...]
     group by expert, mat-mat) one row per label, their launch None.
     matvecs: the mat-vecs' launches and paths (in their labels) as that
     view's dispatcher chooses them, not the recorded ones."""
-    nodes = _matvec_nodes(graph) if matvecs is not None else {}
     counts: dict[tuple, int] = {}
     for label, node in graph.nodes:
         op = node[0] if isinstance(node, tuple) else node
         launches = getattr(op, "launches", None)
-        if id(op) in nodes:
-            w, ncols, n_slots, glu = nodes[id(op)]
-            cfg = matvecs.choose(w, ncols, glu)
+        if matvecs is not None and isinstance(op, MatVec):
+            cfg = matvecs.choose(op.weights, op.ncols, op.glu)
             # (Graph labels a mat-vec "<role> <type> <path>": the path, the view's)
             label = f"{label.removesuffix(' ' + op.cfg.path)} {cfg.path}"
-            launches = matvec_launches(cfg, w, n_slots)
+            launches = matvec_launches(cfg, op.weights, op.n_slots)
         for launch in launches or [None] * len(getattr(op, "algorithms", [None])):
             counts[(label, launch)] = counts.get((label, launch), 0) + 1
     return tuple(ShapeRow(label, n, launch) for (label, launch), n in counts.items())
