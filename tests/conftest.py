@@ -221,6 +221,20 @@ def backend() -> vkq.Backend:
     return vkq.Backend()
 
 
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """tests/tiny_llama.py's model file, for the tests that only read it."""
+    from tiny_llama import write_gguf
+    return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_moe(tmp_path_factory):
+    """The same with every FFN a mixture of 8 experts, 2 used."""
+    from tiny_llama import write_gguf
+    return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny-moe.gguf", experts=(8, 2))
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     """No test sees the caller's VKQ_* settings unless it sets them itself."""

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from test_llama_ops import attention_case, inv_freq, qkv_parts, rng, step_inputs, upload, zeros
-from tiny_llama import write_gguf
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.vector_ops import (Argmax, Attention, AttentionShape, Q8_1Output, Vectors, attention_fold_rounds,
                                   attention_heads, attention_launch, attention_scratch_size, attention_split,
@@ -213,19 +212,14 @@ def test_argmax_fold_gives_the_same_index(backend, parts):
             assert out.read().tolist() == want, (i, parts)
 
 
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory):
-    return write_gguf(tmp_path_factory.mktemp("fold") / "tiny.gguf")
-
-
-def test_decode_with_fold_gives_the_same_logits(backend, model_file):
+def test_decode_with_fold_gives_the_same_logits(backend, tiny):
     """The tiny model on NVIDIA's launches (its attention split by 8 positions
     in a context of 40, its argmax in parts) with fold on and off: every
     attention's combine and the argmax's pick folded, and the same tokens
     and logits, bit for bit, a prompt in one chunk and 20 tokens after it."""
     import vkq.llama.vector_ops as ops
 
-    on = GpuLlama(model_file, backend, "auto", ctx=40, launches="nvidia", prompt_kernels="matvec")
+    on = GpuLlama(tiny, backend, "auto", ctx=40, launches="nvidia", prompt_kernels="matvec")
     off = GpuLlama(None, backend, "auto", ctx=40, file=on.file, weights=_matvecs_of(on), launches="nvidia",
                    prompt_kernels="matvec", fold=False)
     folded = [op for op in on.step_graph._keep if isinstance(op, (ops.Attention, ops.Argmax))]
@@ -240,7 +234,7 @@ def test_decode_with_fold_gives_the_same_logits(backend, model_file):
     assert all(x.tobytes() == y.tobytes() for x, y in zip(a.logits, b.logits))
 
 
-def test_step_shape_of_the_folded_ops_matches_a_hand_count(backend, model_file):
+def test_step_shape_of_the_folded_ops_matches_a_hand_count(backend, tiny):
     """The tiny model's step shape with NVIDIA's launches at 100 positions
     (tests/test_profile.py counts the unfolded ops by hand: the attention's
     13 splits at depth 5 and its combine, a workgroup of 32 per head, at 4;
@@ -248,7 +242,7 @@ def test_step_shape_of_the_folded_ops_matches_a_hand_count(backend, model_file):
     dispatch of the splits' workgroups, its last workgroup of a head group
     combining the group's 2 heads in 2 rounds (the combine's 32 invocations
     fill its 32): 5 + 2 * 4 = 13; the argmax one dispatch of 3 + 1."""
-    model = GpuLlama(model_file, backend, "auto", ctx=100, launches="nvidia", prompt_kernels="matvec")
+    model = GpuLlama(tiny, backend, "auto", ctx=100, launches="nvidia", prompt_kernels="matvec")
     rows = {}
     for r in model.step_launches():
         rows.setdefault(r.label, []).append((r.launch.groups, r.launch.invocations, r.launch.depth, r.count))

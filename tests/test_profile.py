@@ -20,18 +20,6 @@ from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.model import LlamaFile
 from vkq.llama.profile import Profile
 
-from tiny_llama import write_gguf
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return write_gguf(tmp_path_factory.mktemp("profile") / "tiny.gguf")
-
-
-@pytest.fixture(scope="module")
-def tiny_moe(tmp_path_factory):
-    return write_gguf(tmp_path_factory.mktemp("profile") / "tiny-moe.gguf", experts=(8, 2))
-
 
 def test_of_replays_groups_by_label_and_takes_medians():
     samples = [[("a", 1.0), ("barrier", 0.5), ("a", 2.0), ("b", 4.0)],

@@ -27,19 +27,8 @@ from vkq.llama.profile import GPU_TABLE_CLASSES, MatvecView, step_shape
 from vkq.llama.vector_ops import GPU_LAUNCH_CAPS
 from vkq.ops import MatVec, matvec_depth
 
-from tiny_llama import write_gguf
 
 MATVEC_ROLES = ("attn_", "ffn_", "output ")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return write_gguf(tmp_path_factory.mktemp("shape") / "tiny.gguf")
-
-
-@pytest.fixture(scope="module")
-def tiny_moe(tmp_path_factory):
-    return write_gguf(tmp_path_factory.mktemp("shape") / "tiny-moe.gguf", experts=(8, 2))
 
 
 def matvec_rows(rows) -> dict[str, list]:
