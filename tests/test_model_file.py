@@ -138,7 +138,7 @@ def test_every_preset_the_gpu_campaign_writes_is_writable():
 
     text = (ROOT / "tools" / "gpu_campaign.sh").read_text()
     lists = re.findall(r'PRESETS=\$\{PRESETS:-"([^"]*)"\}', text)
-    assert len(lists) == 2  # the small and the gpu scale
+    assert len(lists) == 3  # the small, the quick and the gpu scale
     named = [p for presets in lists for p in presets.split()]
     assert {"qwen2.5-0.5b:Q4_0", "qwen3-0.6b:Q4_0"} <= set(named)
     for p in named:

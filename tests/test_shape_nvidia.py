@@ -93,9 +93,9 @@ class _Calls:
     def __init__(self, view: MatvecView):
         self.view, self.calls = view, []
 
-    def choose(self, weights, ncols, glu):
-        self.calls.append((weights.layout.rows, weights.layout.k, ncols, glu))
-        return self.view.choose(weights, ncols, glu)
+    def choose(self, layout, ncols, glu):
+        self.calls.append((layout.rows, layout.k, ncols, glu))
+        return self.view.choose(layout, ncols, glu)
 
 
 def test_a_chunks_matvecs_are_chosen_for_its_columns(backend, tiny):

@@ -127,18 +127,19 @@ class _PerBuffer:
             algo.destroy()
 
 
-def matvec_launches(cfg: PipelineConfig, weights, n_slots: int = 0) -> list[Launch]:
-    """MatVec's launches over `weights` on `cfg`, one per weights buffer:
-    its rows per workgroup (with glu a group's rows are half gate rows, half
-    up rows: as many groups for half the outputs), x by groups of
-    MAX_GROUPS_X and z past them, y by used-expert slots. Also what another
-    device's choice would launch (vkq.llama.profile.MatvecView)."""
+def matvec_launches(cfg: PipelineConfig, k: int, buffer_rows, n_slots: int = 0) -> list[Launch]:
+    """MatVec's launches on `cfg` over rows of k values, one per weights
+    buffer of buffer_rows[i] rows: its rows per workgroup (with glu a
+    group's rows are half gate rows, half up rows: as many groups for half
+    the outputs), x by groups of MAX_GROUPS_X and z past them, y by
+    used-expert slots. Also what another device's choice would launch
+    (vkq.llama.profile.MatvecView)."""
     rows_per_group = cfg.rows_per_wg * (1 if cfg.split_k else cfg.wg_size)
     out = []
-    for buf in weights.buffers:
-        groups = -(-buf.rows.count // rows_per_group)
+    for rows in buffer_rows:
+        groups = -(-rows // rows_per_group)
         gx, gz = min(groups, MAX_GROUPS_X), -(-groups // MAX_GROUPS_X)
-        out.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, weights.layout.k)))
+        out.append(Launch((gx, max(n_slots, 1), gz), cfg.wg_size, matvec_depth(cfg, k)))
     return out
 
 
@@ -188,9 +189,11 @@ class MatVec(_PerBuffer):
         kinds += ["storage"] if mul_mat_id else []
         if texel_weights:
             kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"]
-        # What it was made for (a profile's view of another device's choice: vkq.llama.profile.MatvecView).
-        self.weights, self.ncols, self.n_slots, self.glu = weights, ncols, n_slots, glu
-        self.launches: list[Launch] = matvec_launches(cfg, weights, n_slots)  # one per algorithm
+        # What it was made for (a profile's view of another device's choice: vkq.llama.profile.MatvecView);
+        # not the weights themselves, which a cached call's graph must not keep alive.
+        self.layout, self.buffer_rows = lay, tuple(buf.rows.count for buf in weights.buffers)
+        self.ncols, self.n_slots, self.glu = ncols, n_slots, glu
+        self.launches: list[Launch] = matvec_launches(cfg, lay.k, self.buffer_rows, n_slots)  # one per algorithm
         self.algorithms = []
         for buf, launch in zip(weights.buffers, self.launches):
             push = weights_push(buf, lay.nblocks, x_col_stride=x_stride, x_slot_stride=0 if shared_x else x_stride,

@@ -131,12 +131,13 @@ class MatvecView:
     def table_class(self) -> str:
         return self.dispatcher.device_class.key
 
-    def choose(self, weights, ncols: int, glu: bool) -> PipelineConfig:
+    def choose(self, layout, ncols: int, glu: bool) -> PipelineConfig:
         """The pipeline that class's dispatcher picks for a mat-vec of
-        `ncols` columns (MUL_MAT_ID: 1) over `weights`; glu: a fused
-        SwiGLU's, its rows per workgroup even (as vkq.resolve.resolve)."""
-        lay = weights.layout
-        cfg = self.dispatcher.choose(lay.fmt, lay.rows, lay.k, ncols, resolve_path(lay.fmt, self.path_mode),
+        `ncols` columns (MUL_MAT_ID: 1) over a matrix of this layout
+        (vkq.blocks.layout.MatrixLayout); glu: a fused SwiGLU's, its rows per
+        workgroup even (as vkq.resolve.resolve)."""
+        fmt = layout.fmt
+        cfg = self.dispatcher.choose(fmt, layout.rows, layout.k, ncols, resolve_path(fmt, self.path_mode),
                                      self.activations)
         return paired_rows(cfg) if glu else cfg
 
@@ -153,10 +154,10 @@ def step_shape(graph, matvecs: MatvecView | None = None) -> tuple[ShapeRow, ...]
         op = node[0] if isinstance(node, tuple) else node
         launches = getattr(op, "launches", None)
         if matvecs is not None and isinstance(op, MatVec):
-            cfg = matvecs.choose(op.weights, op.ncols, op.glu)
+            cfg = matvecs.choose(op.layout, op.ncols, op.glu)
             # (Graph labels a mat-vec "<role> <type> <path>": the path, the view's)
             label = f"{label.removesuffix(' ' + op.cfg.path)} {cfg.path}"
-            launches = matvec_launches(cfg, op.weights, op.n_slots)
+            launches = matvec_launches(cfg, op.layout.k, op.buffer_rows, op.n_slots)
         for launch in launches or [None] * len(getattr(op, "algorithms", [None])):
             counts[(label, launch)] = counts.get((label, launch), 0) + 1
     return tuple(ShapeRow(label, n, launch) for (label, launch), n in counts.items())
