@@ -84,6 +84,19 @@ class Replay:
         self.graph._finish(self.serial)
 
 
+def _check_flag(name: str, flag) -> None:
+    if not isinstance(flag, (bool, np.bool_)):  # "yes" or 1 would pass as true, "" or None as false
+        raise TypeError(f"{name} must be True or False, got {flag!r}")
+
+
+def _check_glu(w, glu) -> None:
+    """A fused SwiGLU (glu) asked of weights that can take it (ops.fused_swiglu_fits)."""
+    _check_flag("glu", glu)
+    if glu and not fused_swiglu_fits(w):
+        raise ValueError(f"glu: {w!r} must stack gate and up matrices of equal rows (an even row count) in one "
+                         f"weights buffer; it has {w.layout.rows} rows in {len(w.buffers)} buffer(s)")
+
+
 def _locked(method):
     """Runs a Graph method under its backend's lock: a graph's state changes
     (building, recording, submitting, waiting, destroying) never interleave
@@ -330,18 +343,14 @@ class Graph:
         (given): a residual add folded into the mat-vec that produces it, the
         bits of the unfused product added to out afterwards; not with glu."""
         self._open()
-        for name, flag in (("glu", glu), ("accumulate", accumulate)):
-            if not isinstance(flag, (bool, np.bool_)):  # "yes" or 1 would pass as true, "" or None as false
-                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        _check_flag("accumulate", accumulate)
         if accumulate and glu:
             raise ValueError("accumulate takes a plain mat-vec: a fused SwiGLU (glu) is not added into out")
         if accumulate and out is None:
             raise ValueError("accumulate adds W x into `out`: give out")
         w = check_weights(self.backend, weights, expert_stack=False)
+        _check_glu(w, glu)
         x = self._check_x(x, w.layout.k, MAX_COLS, "x")
-        if glu and not fused_swiglu_fits(w):
-            raise ValueError(f"glu: {w!r} must stack gate and up matrices of equal rows (an even row count) in one "
-                             f"weights buffer; it has {w.layout.rows} rows in {len(w.buffers)} buffer(s)")
         cfg = resolve(self.backend, w, x.n, path, config, activations, glu=glu)
         y = self._out(out, x, w.layout.rows // (2 if glu else 1), x.n, "y")
         self._matvec_node(w, cfg, x, y, None, 0, label, glu, accumulate)
@@ -359,12 +368,8 @@ class Graph:
         glu: every expert stacks gate and up matrices (as matvec's glu), and
         y[i] = silu(gate_e x) * (up_e x), e = ids[i]: rows / 2 values per slot."""
         self._open()
-        if not isinstance(glu, (bool, np.bool_)):
-            raise TypeError(f"glu must be True or False, got {glu!r}")
         w = check_weights(self.backend, experts, expert_stack=True)
-        if glu and not fused_swiglu_fits(w):
-            raise ValueError(f"glu: {w!r} must stack gate and up matrices of equal rows (an even row count) in one "
-                             f"weights buffer; it has {w.layout.rows} rows in {len(w.buffers)} buffer(s)")
+        _check_glu(w, glu)
         ids = self._own(ids, "ids")
         if ids.dtype != np.int32 or ids.n != 1:
             raise ValueError(f"ids {ids!r} must be one int32 vector of the used experts")
@@ -396,8 +401,7 @@ class Graph:
         as for the mat-vecs. vkq.resolve.plan says which a column count
         gets. label: as matvec's."""
         self._open()
-        if not isinstance(tiled, (bool, np.bool_)):
-            raise TypeError(f"tiled must be True or False, got {tiled!r}")
+        _check_flag("tiled", tiled)
         w = check_weights(self.backend, weights, expert_stack=False)
         x = self._check_x(x, w.layout.k, MAX_MATMUL_COLS, "x")
         if x.n <= MAX_COLS and not tiled:
