@@ -23,7 +23,8 @@ from vkq.blocks.formats import FORMATS
 from vkq.commands.cli import main
 from vkq.dispatch import tables
 from vkq.llama.gpu_step import GpuLlama
-from vkq.llama.profile import GPU_TABLE_CLASSES, MatvecView, step_shape
+from vkq.dispatch.classify import DeviceClass
+from vkq.llama.profile import MatvecView, step_shape
 from vkq.llama.vector_ops import GPU_LAUNCH_CAPS
 from vkq.ops import MatVec, matvec_depth
 
@@ -40,7 +41,7 @@ def matvec_rows(rows) -> dict[str, list]:
 
 
 def test_every_gpu_class_has_a_table_class():
-    assert set(GPU_TABLE_CLASSES) == set(GPU_LAUNCH_CAPS)
+    assert all(isinstance(c.table_class, DeviceClass) for c in GPU_LAUNCH_CAPS.values())
 
 
 def test_nvidia_view_shows_the_nvidia_tables_launch(backend, tiny):
@@ -50,7 +51,7 @@ def test_nvidia_view_shows_the_nvidia_tables_launch(backend, tiny):
     96 Q and K rows take 48 workgroups; lavapipe's table the dequantize
     path here, 8 invocations a workgroup. The device's view is the step's
     recorded launches."""
-    cls = GPU_TABLE_CLASSES["nvidia"]
+    cls = GPU_LAUNCH_CAPS["nvidia"].table_class
     model = GpuLlama(tiny, backend, "auto", ctx=40, launches="nvidia")
     got = matvec_rows(model.step_launches())
     n_layer = model.config.n_layer

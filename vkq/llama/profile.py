@@ -22,7 +22,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..dispatch.choose import Dispatcher
-from ..dispatch.classify import DeviceClass
 from ..dispatch.config import PipelineConfig
 from ..dispatch.paths import resolve_path
 from ..markdown import markdown
@@ -99,14 +98,6 @@ class ShapeRow:
     launch: object | None  # a vkq.ops.Launch; None: an op that reports none (quantize, group by expert, mat-mat)
 
 
-# The vendor table's class each GPU class of vector_ops.GPU_LAUNCH_CAPS takes
-# its mat-vecs' launches from: for "nvidia" an H100's (whose 132 SMs the
-# class's caps take), Turing or newer.
-GPU_TABLE_CLASSES = {
-    "nvidia": DeviceClass("nvidia", "turing+", "proprietary", ("vkq.llama.profile: an H100's class",)),
-}
-
-
 @dataclass(frozen=True)
 class MatvecView:
     """A step's mat-vecs as another device class's dispatcher chooses them:
@@ -122,10 +113,10 @@ class MatvecView:
 
     @classmethod
     def of(cls, device, gpu_class: str, path_mode: str | None, activations: str) -> "MatvecView":
-        if gpu_class not in GPU_LAUNCH_CAPS or gpu_class not in GPU_TABLE_CLASSES:
-            raise ValueError(f"the mat-vecs of {gpu_class!r}: one of {', '.join(sorted(GPU_TABLE_CLASSES))}")
+        if gpu_class not in GPU_LAUNCH_CAPS:
+            raise ValueError(f"the mat-vecs of {gpu_class!r}: one of {', '.join(sorted(GPU_LAUNCH_CAPS))}")
         caps = launches_of(device, gpu_class).caps
-        return cls(gpu_class, Dispatcher(caps, GPU_TABLE_CLASSES[gpu_class], {}), path_mode, activations)
+        return cls(gpu_class, Dispatcher(caps, GPU_LAUNCH_CAPS[gpu_class].table_class, {}), path_mode, activations)
 
     @property
     def table_class(self) -> str:

@@ -46,6 +46,7 @@ import numpy as np
 
 from ..blocks.formats import CHUNK
 from ..device.shader_variants import GetRowsVariant, VectorOpVariant
+from ..dispatch.classify import DeviceClass
 from ..ops import MAX_GROUPS_X, Launch, q8_1_words, weights_push
 from .config import MAX_EXPERTS, MAX_EXPERTS_USED
 
@@ -102,21 +103,26 @@ class LaunchesOf:
 
 @dataclass(frozen=True)
 class LaunchCaps:
-    """What the vector ops' launches depend on (vkq.device.caps.DeviceCaps's fields of the same names)."""
+    """What the vector ops' launches depend on (vkq.device.caps.DeviceCaps's
+    fields of the same names), and the vendor table's class the class's
+    mat-vecs are chosen from (vkq.llama.profile.MatvecView)."""
 
     device_type: str
     subgroup_size: int
     subgroup_arithmetic: bool
     max_workgroup_invocations: int
-    compute_units: int | None = None
+    compute_units: int | None
+    table_class: DeviceClass
 
 
 # GPU classes whose launches a step can be recorded with on any device
 # (LaunchesOf; `vkq generate --shape nvidia`): their reported caps; for the
 # compute units, a proxy of the class (an H100's 132 SMs), which only sizes
-# the attention's splits (attention_split).
+# the attention's splits (attention_split), and for the table an H100's
+# class (Turing or newer).
 GPU_LAUNCH_CAPS = {
-    "nvidia": LaunchCaps("discrete", 32, True, 1024, 132),  # every NVIDIA GPU since Kepler: warps of 32
+    "nvidia": LaunchCaps("discrete", 32, True, 1024, 132,  # every NVIDIA GPU since Kepler: warps of 32
+                         DeviceClass("nvidia", "turing+", "proprietary", ("vkq.llama: an H100's class",))),
 }
 
 
