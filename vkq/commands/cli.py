@@ -279,8 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", nargs="?", const="device", default=None, metavar="GPU",
                    help="graph engine: each op's launch (workgroups, invocations) and serial depth (loop "
                         "iterations with global loads one invocation runs in a row) in a decode step, as a table "
-                        "after the text; --shape nvidia: the vector ops launched as on an NVIDIA GPU, here too, and the "
-                        "mat-vecs as NVIDIA's table chooses them")
+                        "after the text; --shape nvidia: the vector ops launched as on an NVIDIA GPU, here too, and "
+                        "the mat-vecs as NVIDIA's table chooses them")
     p.add_argument("-ub", "--ubatch", type=positive_int, default=None, metavar="N",
                    help=f"prompt tokens per chunk (default and most: {PROMPT_CHUNK} through the "
                         f"mat-mat kernels, {PROMPT_CHUNK_MATVEC} through the mat-vecs; 1: token by token)")

@@ -173,8 +173,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if shape is not None:
         whose = "this device's" if launches is None else f"{launches}'s (forced here)"
         matvecs = ("the mat-vecs' launches this device's table's" if launches is None else
-                   f"the mat-vecs' paths and launches as the table of {GPU_LAUNCH_CAPS[launches].table_class.key} chooses "
-                   f"them, not run here; the other ops as recorded on this device's paths")
+                   f"the mat-vecs' paths and launches as the table of {GPU_LAUNCH_CAPS[launches].table_class.key} "
+                   f"chooses them, not run here; the other ops as recorded on this device's paths")
         print(f"\nlaunches of a decode step, {whose}, at a full context of {decoder.ctx} positions (serial depth: "
               f"loop iterations with global loads one invocation runs in a row; {matvecs}):\n"
               f"{shape_table(decoder.step_launches())}", file=sys.stderr)
