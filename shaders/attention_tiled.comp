@@ -33,6 +33,12 @@
 // a broadcast). Without (CPU drivers), every invocation reads the tile from
 // the caches, with no barrier (a barrier costs lavapipe more than the loads;
 // it reads shared memory lane by lane where addresses differ).
+// TEXEL_KV (a define; CPU drivers, whole-vec4 heads): the caches' vec4s are
+// read through uniform texel buffer views (bindings 7, 8: u32x4 texels of
+// the caches' buffers), not as storage buffers: lavapipe runs a storage
+// load as a loop over the lanes with a bounds check per value, a texel
+// fetch as one gather (a 512-token chunk at SmolLM2's shape took half the
+// time). The same values: the same bits.
 //
 // head_dim and n_rot are specialization constants (HEAD_DIM, at most
 // MAX_HEAD_DIM; N_ROT), so that the loops over a head's values have constant
@@ -49,7 +55,7 @@
 // sum runs in attention.comp's order.
 //
 // Bindings: 0 q (unrotated), 1 K cache, 2 V cache, 3 RoPE table, 4 pos, 5 out,
-// 6 partials (SPLIT).
+// 6 partials (SPLIT), 7 and 8 the K and V caches as texels (TEXEL_KV).
 // The caches are (n_head_kv, capacity, head_dim).
 
 #extension GL_EXT_control_flow_attributes : require
@@ -86,8 +92,17 @@ layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 0) readonly buffer Q4 { vec4 q4[]; };
 layout(std430, binding = 1) readonly buffer KCache { float k_cache[]; };
 layout(std430, binding = 2) readonly buffer VCache { float v_cache[]; };
+#ifdef TEXEL_KV
+layout(binding = 7) uniform usamplerBuffer k_texels;
+layout(binding = 8) uniform usamplerBuffer v_texels;
+vec4 key4(uint i) { return uintBitsToFloat(texelFetch(k_texels, int(i))); }
+vec4 value4(uint i) { return uintBitsToFloat(texelFetch(v_texels, int(i))); }
+#else
 layout(std430, binding = 1) readonly buffer KCache4 { vec4 k_cache4[]; };
 layout(std430, binding = 2) readonly buffer VCache4 { vec4 v_cache4[]; };
+vec4 key4(uint i) { return k_cache4[i]; }
+vec4 value4(uint i) { return v_cache4[i]; }
+#endif
 layout(std430, binding = 3) readonly restrict buffer Table { vec2 cos_sin[]; };
 layout(std430, binding = 4) readonly restrict buffer Pos { int pos[]; };
 layout(std430, binding = 5) writeonly buffer Out { float o[]; };
@@ -110,7 +125,7 @@ shared vec4 v_tile[KV_TILE];
 // Values 4i .. 4i+3 of the cached head at element `base` (0 past HEAD_DIM).
 vec4 cached_key(uint base, uint i) {
     if (ALIGNED) {
-        return k_cache4[base / 4u + i];
+        return key4(base / 4u + i);
     }
     vec4 x = vec4(0.0);
     [[unroll]] for (uint c = 0u; c < 4u; c++) {
@@ -123,7 +138,7 @@ vec4 cached_key(uint base, uint i) {
 
 vec4 cached_value(uint base, uint i) {
     if (ALIGNED) {
-        return v_cache4[base / 4u + i];
+        return value4(base / 4u + i);
     }
     vec4 x = vec4(0.0);
     [[unroll]] for (uint c = 0u; c < 4u; c++) {

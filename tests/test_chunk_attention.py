@@ -171,7 +171,8 @@ def test_tile_shapes_keep_the_bits(backend):
     """The GPU's way (K/V tiles through shared memory, with barriers) on this
     device, and other ways of spreading rows over invocations (a row per
     invocation, several heads and queries per invocation, more queries per
-    workgroup): float64's results, and at one key tile the same bits."""
+    workgroup), the caches read as storage or as texels: float64's results,
+    and at one key tile the same bits."""
     shape = AttentionShape(6, 2, 20, 20, capacity=60)
     freqs = inv_freq(20)
     r = np.random.default_rng(11)
@@ -180,7 +181,8 @@ def test_tile_shapes_keep_the_bits(backend):
     q, k, v, qkv = step_inputs(r, shape, n)
     outs = []
     for t in (AttentionTiles(4, 8, 1, True), AttentionTiles(2, 8, 3, True), AttentionTiles(8, 8, 3, False),
-              AttentionTiles(16, 8, 3, False, 3, 4), AttentionTiles(8, 8, 3, True, 1, 2)):
+              AttentionTiles(16, 8, 3, False, 3, 4), AttentionTiles(8, 8, 3, True, 1, 2),
+              AttentionTiles(16, 8, 3, False, 3, 4, texel_kv=True)):
         k_c, v_c = caches(backend, shape, old, -old)
         outs.append(run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=t)[0])
     assert ref.nmse(outs[0], expected64(shape, freqs, q, k, v, old, -old, p0)) < NMSE_F32
@@ -241,6 +243,20 @@ def test_tiled_attention_refuses(backend):
         # (5 iterations per position with a key per tile: 13,106 positions within the budget, then a split)
         assert make(shape=long, k_c=caches_, v_c=caches_, tiles=AttentionTiles(8, 1, 3, False),
                     table=zeros(backend, long.capacity * 8)).split == 13106
+
+
+def test_texel_caches_need_whole_vec4_heads(backend):
+    """texel_kv reads a head as vec4 texels: a head_dim of 6 is refused
+    before anything is recorded, and attention_tiles never picks it there."""
+    shape = AttentionShape(2, 1, 6, 6, capacity=8)
+    qkv = backend.tensor(4 * 6, 2)
+    k_c, v_c = zeros(backend, shape.cache_size), zeros(backend, shape.cache_size)
+    out = backend.tensor(12, 2)
+    with pytest.raises(ValueError, match="texel_kv needs .* a head_dim that is a multiple of 4"):
+        TiledAttention(backend.device, shape, *qkv_parts(qkv, shape), k_c, v_c, zeros(backend, 8 * 6),
+                       upload(backend, np.arange(2), np.int32), Vectors(out, 12), 2,
+                       tiles=AttentionTiles(8, 8, 2, False, texel_kv=True))
+    assert not attention_tiles(backend.device, shape).texel_kv
 
 
 @pytest.mark.parametrize("split", [16, 32])

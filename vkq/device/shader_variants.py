@@ -180,26 +180,29 @@ class GetRowsVariant:
 @dataclass(frozen=True)
 class VectorOpVariant:
     """A vector op of the llama decode step (vkq/llama/vector_ops.py), shaders/<op>.comp;
-    `subgroup`: its workgroup reductions use subgroup arithmetic (shaders/reduce.glsl)."""
+    `subgroup`: its workgroup reductions use subgroup arithmetic (shaders/reduce.glsl);
+    `texel_kv`: it reads the KV caches through texel views (attention_tiled.comp's TEXEL_KV)."""
 
     op: str
     subgroup: bool = False
+    texel_kv: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.op}_sg" if self.subgroup else self.op
+        return self.op + ("_sg" if self.subgroup else "") + ("_tkv" if self.texel_kv else "")
 
     @property
     def source(self) -> str:
         return f"{self.op}.comp"
 
     def defines(self) -> dict[str, str]:
-        return {"REDUCE_SUBGROUP": "1"} if self.subgroup else {}
+        return {**({"REDUCE_SUBGROUP": "1"} if self.subgroup else {}), **({"TEXEL_KV": "1"} if self.texel_kv else {})}
 
 
 REDUCING_OPS = ("rms_norm", "attention", "expert_routing", "head_norm")  # the ops with workgroup reductions
-LLAMA_OPS = tuple(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)) + tuple(
-    VectorOpVariant(op) for op in ("swiglu", "argmax", "attention_tiled"))
+LLAMA_OPS = (*(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)),
+             *(VectorOpVariant(op) for op in ("swiglu", "argmax", "attention_tiled")),
+             VectorOpVariant("attention_tiled", texel_kv=True))
 
 
 def all_variants() -> list:

@@ -33,6 +33,10 @@ from .vector_ops import (AttentionShape, Vectors, _ceil, _f32_bits, _groups, _Op
 CPU_LANES = 8
 CPU_LANE_VALUES = 384
 CPU_KEY_TILE = 16
+# On a CPU driver with vkq's kp, the caches of whole-vec4 heads are read
+# through texel views (attention_tiled.comp's TEXEL_KV), where they fit the
+# device's maxTexelBufferElements: on lavapipe (SmolLM2's shape, a 512-token
+# chunk on an empty cache) 14-17 against 28-34 ms (2026-11-27).
 # On a GPU: queries per workgroup, and the most keys per tile; the K and V
 # tiles in shared memory stay within GPU_SHARED_BYTES (Vulkan's guaranteed
 # minimum), so a tile is smaller for a wide head. Not measured on a GPU yet.
@@ -54,6 +58,7 @@ class AttentionTiles:
     shared_kv: bool
     lane_heads: int = 1  # query heads per invocation (a divisor of heads)
     lane_queries: int = 1  # queries per invocation (a divisor of bq)
+    texel_kv: bool = False  # the caches read through texel views (whole-vec4 heads)
 
     @property
     def wg_size(self) -> int:
@@ -74,7 +79,8 @@ def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
         lane_queries = 1
         while lane_heads * lane_queries * 2 * shape.head_dim <= CPU_LANE_VALUES:
             lane_queries *= 2
-        return AttentionTiles(CPU_LANES * lane_queries, CPU_KEY_TILE, heads, False, lane_heads, lane_queries)
+        return AttentionTiles(CPU_LANES * lane_queries, CPU_KEY_TILE, heads, False, lane_heads, lane_queries,
+                              texel_kv_fits(device, shape))
     limit = min(GPU_SHARED_BYTES, caps.max_shared_memory)
     bkv = GPU_KEY_TILE
     while bkv > 1 and AttentionTiles(1, bkv, 1, True).shared_bytes(shape.head_dim) > limit:
@@ -83,6 +89,13 @@ def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
     while bq > 1 and bq * heads > caps.max_workgroup_invocations:
         bq //= 2
     return AttentionTiles(bq, bkv, heads, True)
+
+
+def texel_kv_fits(device, shape: AttentionShape) -> bool:
+    """Whether this device can read shape's caches through u32x4 texel views:
+    vkq's kp, heads of whole vec4s, a cache within maxTexelBufferElements."""
+    return (device.patched_kp and shape.head_dim % 4 == 0
+            and shape.cache_size // 4 <= device.caps.max_texel_buffer_elements)
 
 
 def tiled_attention_loop_iterations(positions: int, bkv: int) -> int:
@@ -183,6 +196,10 @@ class TiledAttention(_Op):
         if tiles.shared_bytes(s.head_dim) > caps.max_shared_memory:
             raise ValueError(f"TiledAttention: K/V tiles of {tiles.shared_bytes(s.head_dim)} bytes; the device's "
                              f"shared memory is {caps.max_shared_memory}")
+        texels = 4 * caps.max_texel_buffer_elements
+        if tiles.texel_kv and not (texel_kv_fits(device, s) and max(_size(k_cache), _size(v_cache)) <= texels):
+            raise ValueError(f"TiledAttention: texel_kv needs vkq's kp, a head_dim that is a multiple of 4 and "
+                             f"caches of at most {texels} values (the device's texel views); {s}")
         split = tiled_attention_split(device, s, tiles) if split is None else split
         most = max_tiled_attention_positions(device, tiles.bkv)
         if not isinstance(split, int) or split < 0 or split % tiles.bkv \
@@ -221,12 +238,16 @@ class TiledAttention(_Op):
         partials = device.tensor(split_partials_size(s, n, split)) if split else out.tensor.kp
         push = [q.offset, q.step, out.offset, out.step, n, n_split, s.n_head, s.n_head_kv, s.capacity, scale]
         tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)] + [partials]
+        kinds = None
+        if tiles.texel_kv:
+            tensors += [k_cache.kp, v_cache.kp]
+            kinds = ["storage"] * 7 + ["texel_u32x4"] * 2
+        attend = VectorOpVariant("attention_tiled", texel_kv=tiles.texel_kv)
         groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), _groups(n_split, 1))
         spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
                 s.n_rot, tiles.lane_heads, tiles.lane_queries,
                 int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim))), split]
-        self._dispatch(tensors, VectorOpVariant("attention_tiled"), groups, spec, push,
-                       tiled_attention_depth(s, tiles, split))
+        self._dispatch(tensors, attend, groups, spec, push, tiled_attention_depth(s, tiles, split), kinds)
         if split:
-            self._dispatch(tensors, VectorOpVariant("attention_tiled"), (_groups(n * s.n_head, COMBINE_WG), 1, 1),
-                           [COMBINE_WG] + spec[1:] + [1], push, tiled_attention_combine_depth(n_split))
+            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1), [COMBINE_WG] + spec[1:] + [1],
+                           push, tiled_attention_combine_depth(n_split), kinds)

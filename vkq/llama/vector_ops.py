@@ -196,9 +196,10 @@ class _Op:
         self.algorithms: list = []
         self.launches: list[Launch] = []  # one per algorithm
 
-    def _dispatch(self, tensors, variant, groups, spec, push, depth: int) -> None:
-        """An algorithm of `groups` workgroups of spec[0] invocations, and its Launch."""
-        self.algorithms.append(self.device.algorithm(tensors, variant, groups, spec, push))
+    def _dispatch(self, tensors, variant, groups, spec, push, depth: int, binding_kinds=None) -> None:
+        """An algorithm of `groups` workgroups of spec[0] invocations, and its
+        Launch; binding_kinds as Device.algorithm's (default: storage buffers)."""
+        self.algorithms.append(self.device.algorithm(tensors, variant, groups, spec, push, binding_kinds))
         self.launches.append(Launch(tuple(groups), spec[0], depth))
 
     def record(self, seq) -> None:
