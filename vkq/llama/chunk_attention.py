@@ -36,7 +36,8 @@ CPU_KEY_TILE = 16
 # On a CPU driver with vkq's kp, the caches of whole-vec4 heads are read
 # through texel views (attention_tiled.comp's TEXEL_KV), where they fit the
 # device's maxTexelBufferElements: on lavapipe (SmolLM2's shape, a 512-token
-# chunk on an empty cache) 14-17 against 28-34 ms (2026-11-27).
+# chunk on an empty cache, the attend alone) 14-18 against 23-30 ms (2026-11-27,
+# docs/measurements.md).
 # On a GPU: queries per workgroup, and the most keys per tile; the K and V
 # tiles in shared memory stay within GPU_SHARED_BYTES (Vulkan's guaranteed
 # minimum), so a tile is smaller for a wide head. Not measured on a GPU yet.
