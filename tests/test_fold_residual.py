@@ -128,6 +128,11 @@ def norms_reading_a_residual(decoder) -> int:
     return sum(isinstance(op, RMSNorm) and len(op.reads) > 2 for _, op in decoder.graph.nodes)
 
 
+def residual_streams(decoder) -> int:
+    """The decode step's residual-stream tensors (a norm that adds a residual writes the other one)."""
+    return sum(t.name in ("x0", "x1") for t in decoder.graph._tensors.values())
+
+
 def assert_fold_changes_no_bits(path, backend, dense: bool, path_mode: str = "auto", decoders=None):
     """decoders: (fold on, fold off) of the file at path, made already."""
     kw = dict(ctx=32, prompt_kernels="matvec")
@@ -139,6 +144,7 @@ def assert_fold_changes_no_bits(path, backend, dense: bool, path_mode: str = "au
     assert norms_reading_a_residual(off) == 2 * n_layer
     # (MoE: the norms after an FFN still add the experts' weighted slots)
     assert norms_reading_a_residual(on) == (0 if dense else n_layer)
+    assert (residual_streams(on), residual_streams(off)) == ((1 if dense else 2), 2)
     prompt = on.tokenizer.encode("the theory that the three then-")  # 19 tokens: chunks of MAX_COLS and a rest
     assert len(prompt) % on.prompt_chunk
     for dec in (on, off):

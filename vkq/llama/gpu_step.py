@@ -353,13 +353,17 @@ class GpuLlama(Decoder):
         n_slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
         # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID).
         y = {gr.names: scratch(sum(gr.rows), n_slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
-        # The residual stream, in two tensors a norm reads one of and writes the other
-        # (RMSNorm: a vector spread over workgroups is not written back in place).
-        streams = [Vectors(scratch(cfg.n_embd, n, name=f"x{j}"), cfg.n_embd) for j in (0, 1)]
+        # The residual stream, in two tensors a norm that adds a residual reads one
+        # of and writes the other (RMSNorm: a vector spread over workgroups is not
+        # written back in place); the second is made at its first use (with fold a
+        # dense model's decode adds every residual in its mat-vecs: one tensor).
+        streams = [Vectors(scratch(cfg.n_embd, n, name="x0"), cfg.n_embd)]
         x = streams[0]
 
         def other(stream: Vectors) -> Vectors:
             """The stream a norm writes when it reads `stream`."""
+            if len(streams) == 1:
+                streams.append(Vectors(scratch(cfg.n_embd, n, name="x1"), cfg.n_embd))
             return streams[1] if stream is streams[0] else streams[0]
 
         h = scratch(cfg.n_embd, n, name="h")  # a norm's output: the input of a stage's mat-vecs
@@ -453,9 +457,9 @@ class GpuLlama(Decoder):
         for i, layer in enumerate(f.layers):
             pre = f"blk.{i}."
             norm = self.norm_weights[i]
-            x_next = other(x)
+            x_next = other(x) if residual else None
             g.add(RMSNorm(dev, x, norm["attn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, residual=residual,
-                          xq=hq, slots=slots, x_out=x_next if residual else None, spread=self.spread))
+                          xq=hq, slots=slots, x_out=x_next, spread=self.spread))
             x = x_next if residual else x
             for names in layer.qkv:
                 matvec(names, h)
@@ -520,10 +524,9 @@ class GpuLlama(Decoder):
                                 residual.step) if residual else None
         last_slots = WeightedSlots(slots.weights, slots.k, first * slots.k) if slots else None
         last = first * x.tensor.stride
-        x_next = other(x)
         g.add(RMSNorm(dev, Vectors(x.tensor, cfg.n_embd, last), self.out_norm, Vectors(h_last, cfg.n_embd),
                       cfg.rms_eps, n_out, residual=last_residual, xq=h_last_q, slots=last_slots,
-                      x_out=Vectors(x_next.tensor, cfg.n_embd, last) if residual else None, spread=self.spread),
+                      x_out=Vectors(other(x).tensor, cfg.n_embd, last) if residual else None, spread=self.spread),
               label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, n_out, name="logits"))
         matvec(f.output_group, h_last, out=logits)
