@@ -8,6 +8,8 @@ import re
 import shlex
 import subprocess
 
+import numpy as np
+
 from vkq.commands.cli import build_parser
 
 from conftest import ROOT
@@ -58,15 +60,53 @@ def test_every_model_file_command_parses():
         assert args.tokenizer_only or args.tokenizer == "/tmp/t.gguf"
 
 
-def test_the_coopmat_part_parses():
-    """Part coopmat's tools/bench_matmul.py line (the device-only part: here it only parses)."""
+def bench_matmul_module():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_matmul", ROOT / "tools" / "bench_matmul.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_coopmat_part_parses():
+    """Part coopmat's tools/bench_matmul.py line (the device-only part: here it only parses)."""
+    bench = bench_matmul_module()
     text = SCRIPT.read_text().replace("\\\n", " ")
     lines = re.findall(r'bench_matmul\.py" (.*)', text)
     assert len(lines) == 1
     args = bench.build_parser().parse_args(shlex.split(lines[0]))
     assert args.kernel == "coopmat" and args.n == 512 and set(args.types.split(",")) == {"Q4_0", "F16"}
+
+
+def test_the_coopmat_race_runs_every_candidate(backend, monkeypatch, capsys):
+    """tools/bench_matmul.py --kernel coopmat races each candidate tile with
+    the tiled kernel. lavapipe has no cooperative matrices: the device is
+    made to say it has them and each candidate runs as a plain tiled kernel
+    of its tile's rows and columns (the race's bookkeeping is under test, not
+    the kernel), one candidate refused as a device would."""
+    import dataclasses
+
+    from vkq.dispatch import coopmat, tiles
+
+    bench = bench_matmul_module()
+    caps = dataclasses.replace(backend.device.caps, coopmat_missing=None)
+    monkeypatch.setattr(backend.device, "caps", caps)
+    monkeypatch.setattr(bench, "ensure_checked", lambda *a: None)
+    monkeypatch.setattr(coopmat, "status", lambda *a: (coopmat.OFFERED, "pretended"))
+    table = bench.tile_tuning.tiled(backend.dispatcher, bench.get_format("Q8_0"), 256)
+
+    def as_plain_tiles(caps, fmt, k, shape):
+        if shape == tiles.COOPMAT_CANDIDATES[-1]:
+            raise ValueError("refused here")
+        return dataclasses.replace(table, bm=shape[0], bn=8)
+
+    monkeypatch.setattr(tiles, "coopmat_config", as_plain_tiles)
+    assert bench.coopmat_against_tiled(backend, ["Q8_0"], [(96, 256)], 24, 2, np.random.default_rng(0)) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| Q8_0 | 96 x 256 |")]
+    names = ["x".join(map(str, s)) for s in tiles.COOPMAT_CANDIDATES]
+    assert len(rows) == 2 * (len(names) - 1)  # (printed as they finish, then in the table)
+    assert [r.split(" | ")[4] for r in rows[-(len(names) - 1):]] == names[:-1]
+    assert all(float(r.split(" | ")[7]) < 1e-10 for r in rows)  # (the same tiles' sums in another order)
+    assert f"coopmat {names[-1]}: not run: ValueError: refused here" in out

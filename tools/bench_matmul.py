@@ -17,7 +17,10 @@
   the dispatcher takes without it, each a graph of the mat-mat alone timed as
   for --ggml, alternating, on the same weights: first the type's self-check
   (vkq.coopmat_check, kept in the tuning directory), then, where the kernel
-  is offered, both timed and their NMSE at this shape; where it is not, why.
+  is offered, each of its candidate tiles (vkq.dispatch.tiles.
+  COOPMAT_CANDIDATES, the first the dispatcher's) and the tiled kernel timed,
+  with each candidate's NMSE against the tiled kernel at this shape; where it
+  is not offered, why.
 
 Usage: python tools/bench_matmul.py [--types Q4_0,Q4_K] [--shapes 4096x4096,4096x14336] [--n 512] [--reps 3]
                                     [--ggml build/bin/test-backend-ops | --kernel coopmat]
@@ -170,7 +173,11 @@ def against_ggml(backend, ggml_path, types, shapes, n, reps, rng) -> None:
 
 
 def coopmat_against_tiled(backend, types, shapes, n, reps, rng) -> int:
-    """--kernel coopmat; 1 where the device has no cooperative matrices at all."""
+    """--kernel coopmat; 1 where the device has no cooperative matrices at all.
+    Every tile of tiles.COOPMAT_CANDIDATES that fits the device is timed
+    against the tiled kernel, alternating, with its NMSE against it (the
+    self-check covers COOPMAT_TILE's tile only: a wrong candidate shows
+    here)."""
     disp, caps = backend.dispatcher, backend.device.caps
     if not caps.coopmat:
         print(f"cooperative matrix: {coopmat.summary(caps, disp.coopmat_checks)}")
@@ -185,27 +192,38 @@ def coopmat_against_tiled(backend, types, shapes, n, reps, rng) -> int:
             if status != coopmat.OFFERED:
                 continue
             w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
-            tiled, cm = tile_tuning.tiled(disp, fmt, k), tiles.coopmat_config(caps, fmt, k)
+            tiled = tile_tuning.tiled(disp, fmt, k)
             x = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-            err = nmse(backend.matmul(w, x, config=cm), backend.matmul(w, x, config=tiled))
-            sides = {"tiled": VkqMatMul(backend, fmt, rows, k, n, rng, w, tiled),
-                     "coopmat": VkqMatMul(backend, fmt, rows, k, n, rng, w, cm)}
+            expected = backend.matmul(w, x, config=tiled)
+            sides = {"tiled": VkqMatMul(backend, fmt, rows, k, n, rng, w, tiled)}
+            errors = {}
+            for shape in tiles.COOPMAT_CANDIDATES:
+                name = "coopmat " + "x".join(map(str, shape))
+                try:
+                    cm = tiles.coopmat_config(caps, fmt, k, shape)
+                    errors[name] = nmse(backend.matmul(w, x, config=cm), expected)
+                    sides[name] = VkqMatMul(backend, fmt, rows, k, n, rng, w, cm)
+                except (ValueError, RuntimeError) as e:  # (a tile the device or its driver refuses)
+                    print(f"  {name}: not run: {type(e).__name__}: {e}", flush=True)
             times = {name: [] for name in sides}
             for r in range(reps):
-                for name in (("tiled", "coopmat") if r % 2 == 0 else ("coopmat", "tiled")):
+                for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
                     times[name].append(sides[name].sample())
             best = {name: summarize(v).seconds for name, v in times.items()}
-            rows_out.append(f"| {fmt.name} | {rows} x {k} | {n} | {best['tiled'] * 1e6:.0f} | "
-                            f"{best['coopmat'] * 1e6:.0f} | {best['tiled'] / best['coopmat']:.2f}x | {err:.1e} | "
-                            f"{sides['tiled'].describe} |")
-            print(rows_out[-1], flush=True)
+            for name in sides:
+                if name == "tiled":
+                    continue
+                rows_out.append(f"| {fmt.name} | {rows} x {k} | {n} | {best['tiled'] * 1e6:.0f} | {name[8:]} | "
+                                f"{best[name] * 1e6:.0f} | {best['tiled'] / best[name]:.2f}x | {errors[name]:.1e} | "
+                                f"{sides[name].describe} | {sides['tiled'].describe} |")
+                print(rows_out[-1], flush=True)
             for side in sides.values():
                 side.graph.destroy()
             w.free()
     timer = "GPU timestamps" if backend.device_info.timestamps_supported else "wall clock"
-    print(f"\n| type | rows x K | n | tiled us ({timer}) | coopmat us | speed-up | NMSE coopmat vs tiled | "
-          f"tiled kernel |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print(f"\n| type | rows x K | n | tiled us ({timer}) | coopmat tile (bm x bn x K chunks x tm x tn) | "
+          f"coopmat us | speed-up | NMSE coopmat vs tiled | coopmat kernel | tiled kernel |")
+    print("|---|---|---:|---:|---|---:|---:|---:|---|---|")
     print("\n".join(rows_out))
     return 0
 

@@ -348,16 +348,32 @@ COOPMAT_TILE = {
             "two products); a K step of 32 (one chunk, the decoders' unit); shared memory 10 KiB of "
             "float16 tiles and 16 KiB of sums",
 }
+COOPMAT_SHAPE = ("bm", "bn", "bk_chunks", "tm", "tn")  # what a cooperative-matrix tile is made of
+# Other tiles for the kernel, raced against COOPMAT_TILE's by
+# tools/bench_matmul.py --kernel coopmat (none measured on a GPU yet): a
+# longer K step (half the barriers), twice the rows or the columns per
+# subgroup (8 fragments: each loaded fragment serves four products), and
+# eight subgroups of 2 fragments (more warps to hide the loads). Each holds
+# its tiles and sums within 48 KiB of shared memory (NVIDIA's per workgroup).
+COOPMAT_CANDIDATES = (
+    (64, 64, 1, 32, 32),
+    (64, 64, 2, 32, 32),
+    (128, 64, 1, 64, 32),
+    (64, 128, 1, 32, 64),
+    (64, 64, 1, 16, 32),
+)
 
 
-def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int) -> TileConfig:
-    """COOPMAT_TILE on this device: a subgroup of the device's subgroup size
-    per block, bn halved while the workgroup or its shared memory does not
-    fit (each change named in `source`). ValueError if nothing fits."""
+def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int, shape: tuple[int, ...] | None = None) -> TileConfig:
+    """COOPMAT_TILE (or `shape`, (bm, bn, bk_chunks, tm, tn), one of
+    COOPMAT_CANDIDATES) on this device: a subgroup of the device's subgroup
+    size per block, bn halved while the workgroup or its shared memory does
+    not fit (each change named in `source`). ValueError if nothing fits."""
     e = COOPMAT_TILE
-    cfg = TileConfig(bm=e["bm"], bn=e["bn"], bk_chunks=e["bk_chunks"], tm=e["tm"], tn=e["tn"],
-                     coopmat_subgroup=caps.subgroup_size, source=f"coopmat tile [{e['basis']}]",
-                     evidence=frozenset({e["basis"]}))
+    dims = dict(zip(COOPMAT_SHAPE, shape)) if shape is not None else {name: e[name] for name in COOPMAT_SHAPE}
+    source = f"coopmat tile [{e['basis']}]" if shape is None else "coopmat tile candidate [guess]"
+    cfg = TileConfig(**dims, coopmat_subgroup=caps.subgroup_size, source=source,
+                     evidence=frozenset({e["basis"] if shape is None else "guess"}))
     notes = []
     max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
     while (cfg.wg_size > max_wg or cfg.shared_memory_bytes > caps.max_shared_memory) and cfg.bn > cfg.tn:
