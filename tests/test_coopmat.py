@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,14 +15,16 @@ import numpy as np
 import pytest
 
 from vkq.blocks.formats import FORMATS
+from vkq.commands import tune
 from vkq.coopmat_check import ensure_checked
 from vkq.device.caps import DeviceCaps
 from vkq.device.shader_variants import MatMulVariant, all_variants, needs_coopmat_compiler, spirv_path
-from vkq.dispatch import coopmat, tile_tuning, tiles
+from vkq.dispatch import coopmat, tile_tuning, tiles, tuning_store
 from vkq.dispatch.choose import Dispatcher
 from vkq.dispatch.classify import DeviceClass
 
 from test_shader_sources import load_compile_shaders
+from test_tile_tuning import LAVAPIPE, FakeCandidate, entry, tiles_entry
 
 Q4_0, F16 = FORMATS["Q4_0"], FORMATS["F16"]
 
@@ -46,8 +49,8 @@ def test_lavapipe_is_not_offered_the_kernel(backend):
 GPU_CAPS = DeviceCaps("nvidia", "discrete-gpu", 32, True, True, 49152, 1024, coopmat_missing=None)
 
 
-def gpu_dispatcher(checks: dict) -> Dispatcher:
-    return Dispatcher(GPU_CAPS, DeviceClass("nvidia", "unknown", "proprietary", ("test",)), {}, checks)
+def gpu_dispatcher(checks: dict, tuned: dict | None = None) -> Dispatcher:
+    return Dispatcher(GPU_CAPS, DeviceClass("nvidia", "unknown", "proprietary", ("test",)), tuned or {}, checks)
 
 
 @pytest.fixture
@@ -146,3 +149,135 @@ def test_without_glslang_13_the_build_skips_them_with_a_note(monkeypatch, capsys
     assert cs.main() == 0
     out = capsys.readouterr().out
     assert "1 cooperative-matrix variants skipped: no glslang >= 13" in out and "0 variants up to date" in out
+
+
+# What `vkq tune` keeps of the kernel's race (tuning_store.coopmat_record):
+# against tiles_entry's tiled kernels (dmmv 12.5 GFLOP/s, best for both
+# formats), faster for q8_1, not for q8_1x2.
+RACED = tuning_store.coopmat_record(20.0, 0.01, {"q8_1": True, "q8_1x2": False})
+
+
+def test_the_race_is_saved_read_back_and_decides(spirv_built, tmp_path, monkeypatch):
+    """The kernel where its race in `vkq tune` says it won, or where there
+    is none (a file of before, K below the tuned k_min); the tuned tiles
+    where it lost, their source saying so with the figures."""
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    tuning_store.save(LAVAPIPE, {"Q4_0": entry(tiles_entry(coopmat=RACED)), "Q8_0": entry(tiles_entry())})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = tuning_store.load(LAVAPIPE)
+    assert loaded["Q4_0"]["tiles"]["coopmat"] == RACED and "coopmat" not in loaded["Q8_0"]["tiles"]
+    d = gpu_dispatcher({"Q4_0": coopmat.make_record(2e-7), "Q8_0": coopmat.make_record(2e-7)}, loaded)
+    won = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1")
+    assert won.coopmat and won.source.endswith(
+        "faster in this device's vkq tune at 512 columns: 20.0 GFLOP/s against the tiled kernel's 12.5 (dmmv)")
+    lost = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1x2")
+    assert not lost.coopmat and (lost.bm, lost.tm) == (32, 8), lost
+    assert lost.source.startswith("cooperative matrices not used: not clearly faster in this device's vkq tune at "
+                                  "512 columns: 20.0 GFLOP/s against the tiled kernel's 12.5 (dmmv)")
+    assert "tiles tuned on this device" in lost.source
+    assert tile_tuning.choose(d, Q4_0, 2048, activations="q8_1x2").coopmat  # (below k_min: no race serves)
+    old = tile_tuning.choose(d, FORMATS["Q8_0"], 4096, activations="q8_1x2")  # (no race: its self-check alone)
+    assert old.coopmat and "vkq tune" not in old.source
+    slower = gpu_dispatcher(d.coopmat_checks, {"Q4_0": entry(tiles_entry(
+        coopmat=tuning_store.coopmat_record(5.0, 0.0, {"q8_1": False})))})
+    assert tile_tuning.choose(slower, Q4_0, 4096).source.startswith(
+        "cooperative matrices not used: slower in this device's vkq tune at 512 columns: 5.0 GFLOP/s")
+
+
+@pytest.mark.parametrize("bad", [
+    {"gflops": 0, "spread": 0.0, "won": {}},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": 1}},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q9": True}},
+    {"gflops": 5.0, "won": {}},
+    {"gflops": 5.0, "spread": 0.0, "won": {}, "colour": "red"},
+    [],
+], ids=repr)
+def test_an_invalid_race_makes_the_file_ignored(tmp_path, monkeypatch, bad):
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    tuning_store.save(LAVAPIPE, {"Q4_0": entry(tiles_entry(coopmat=bad))})
+    with pytest.warns(UserWarning, match="invalid tuning file .*Q4_0/tiles/coopmat"):
+        assert tuning_store.load(LAVAPIPE) == {}
+
+
+class RaceCandidate(FakeCandidate):
+    """FakeCandidate's tiled times (their best 0.25 s), the kernel's `coopmat_seconds`."""
+
+    coopmat_seconds = 1.0
+
+    def sample(self) -> float:
+        return RaceCandidate.coopmat_seconds if self.cfg.coopmat else super().sample()
+
+
+@pytest.fixture
+def coopmat_device(backend, spirv_built, monkeypatch):
+    """This backend as a device with the kernel (builds are faked: RaceCandidate), no type checked yet,
+    the self-check faked to pass (its calls in `checked`)."""
+    monkeypatch.setattr(backend.device, "caps", dataclasses.replace(backend.device.caps, coopmat_missing=None))
+    monkeypatch.setattr(backend.dispatcher, "coopmat_checks", {})
+    monkeypatch.setattr(tune, "Candidate", RaceCandidate)
+    monkeypatch.setattr(tune, "warm_up", lambda run, seconds: run())
+    checked = []
+
+    def check(b, fmt):
+        checked.append(fmt.name)
+        b.dispatcher.coopmat_checks[fmt.name] = coopmat.make_record(1e-7)
+
+    monkeypatch.setattr(tune, "run_check", check)
+    return checked
+
+
+@pytest.mark.parametrize("seconds, won, q8_1", [
+    (0.1, {"q8_1": True, "q8_1x2": True}, "taken over"),
+    (0.33, {"q8_1": False, "q8_1x2": True}, "not clearly faster than"),  # (by 1% than mmvq's 1/3 s)
+    (1.0, {"q8_1": False, "q8_1x2": False}, "slower than"),
+])
+def test_tune_checks_the_kernel_and_races_it_against_the_tiles(backend, coopmat_device, seconds, won, q8_1):
+    """Unchecked: `vkq tune` runs the self-check, then times the kernel in
+    the tiles' final race against the tiles each activation format gets
+    (--quick on lavapipe: the table's, faked to mmvq 1/3 s for q8_1 and dmmv
+    1/2 s for q8_1x2); it wins only by more than 2%."""
+    tb = tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1)
+    FakeCandidate.built, RaceCandidate.coopmat_seconds = [], seconds
+    t = tune.tune_tiles(tb, quick=True)
+    assert coopmat_device == ["Q4_0"]
+    assert tuning_store.tile_problems("Q4_0", t) == []
+    assert t["best"] == {"q8_1": "mmvq", "q8_1x2": "dmmv"}
+    assert sum(cfg.coopmat for cfg, _ in FakeCandidate.built) == 1  # (in the final race, once)
+    gflops = 2 * 64 * 256 * tune.TILE_COLS / seconds / 1e9
+    assert t["coopmat"] == tuning_store.coopmat_record(gflops, 0.0, won)
+    tune.tune_tiles(tb, quick=True)
+    assert coopmat_device == ["Q4_0"]  # (checked: not again)
+    summary = tune._summary("Q4_0", {"best": "dmmv", "gbps": {}, "tiles": t}, 1.0).splitlines()[-2]
+    assert summary == f"  mat-mat coopmat q8_1 {gflops:.1f} GFLOP/s (spread 0.0%): {q8_1} the tiled mmvq 0.1", summary
+    show = tune.table({"Q4_0": entry(t)}, ["Q4_0"])
+    assert "Cooperative-matrix mat-mat, raced against the tiles above" in show
+    row = next(line for line in show.splitlines() if line.startswith("| Q4_0 | q8_1x2 "))
+    assert "| dmmv " in row and row.rstrip(" |").endswith("yes" if won["q8_1x2"] else "the tiles)"), row
+
+
+def test_tune_does_not_race_a_refused_kernel_and_says_why(backend, coopmat_device):
+    backend.dispatcher.coopmat_checks["Q4_0"] = coopmat.make_record(3e-3)
+    notes = {}
+    t = tune.tune_tiles(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), quick=True, notes=notes)
+    assert "coopmat" not in t and coopmat_device == []
+    assert notes["coopmat"].startswith("not raced: failed its self-check on this device: NMSE 0.003")
+    assert "  mat-mat coopmat not raced: failed its self-check" in tune._summary(
+        "Q4_0", {"best": "dmmv", "gbps": {}, "tiles": t}, 1.0, {"tiles " + k: v for k, v in notes.items()})
+
+
+def test_saved_tiles_without_a_race_are_measured_again_where_the_kernel_is_offered(backend, coopmat_device):
+    assert tune.coopmat_unraced(backend, "Q4_0", entry(tiles_entry()))  # (unchecked: it will be)
+    assert not tune.coopmat_unraced(backend, "Q4_0", entry(tiles_entry(coopmat=RACED)))
+    assert not tune.coopmat_unraced(backend, "Q4_0", entry())  # (no tiles: measured anyway)
+    backend.dispatcher.coopmat_checks["Q4_0"] = coopmat.make_record(3e-3)
+    assert not tune.coopmat_unraced(backend, "Q4_0", entry(tiles_entry()))  # (refused)
+
+
+def test_on_a_device_without_the_kernel_tune_says_so_once(backend):
+    if backend.device.caps.coopmat:
+        pytest.skip("this device has the kernel")
+    notes = {}
+    assert tune.coopmat_contender(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), [256],
+                                  lambda label, group: None, notes) is None
+    assert notes == {}  # (`vkq tune` says it in one line for the device: test_tune_quick)

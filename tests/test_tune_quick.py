@@ -24,14 +24,20 @@ def test_quick_tiles_on_fewer_rows_on_a_cpu_driver_only():
 
 
 def test_tile_bench_is_the_matvec_one_unless_the_shapes_differ(backend):
+    """One rule for both of `vkq tune`'s tile phases: after the mat-vec's
+    (its bench given) and for the tiles alone (none given)."""
     if backend.device.caps.device_type != "cpu":
         pytest.skip("the rows are capped on a CPU driver")
-    tb = tune.TypeBench(backend, "Q4_0", [(2 * tune.QUICK_CPU_TILE_ROWS, 256)], max_copies=1)
-    assert tune.tile_bench(tb, quick=False) is tb
-    quick = tune.tile_bench(tb, quick=True)
-    assert quick.shapes == [(tune.QUICK_CPU_TILE_ROWS, 256)] and quick.fmt.name == "Q4_0"
+    shapes = [(2 * tune.QUICK_CPU_TILE_ROWS, 256)]
+    tb = tune.TypeBench(backend, "Q4_0", shapes, max_copies=1)
+    assert tune.tile_bench(backend, "Q4_0", shapes, False, tb) is tb
+    for matvec in (tb, None):
+        quick = tune.tile_bench(backend, "Q4_0", shapes, True, matvec)
+        assert quick.shapes == [(tune.QUICK_CPU_TILE_ROWS, 256)] and quick.fmt.name == "Q4_0"
     small = tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1)
-    assert tune.tile_bench(small, quick=True) is small
+    assert tune.tile_bench(backend, "Q4_0", [(64, 256)], True, small) is small
+    alone = tune.tile_bench(backend, "Q4_0", [(64, 256)], True)
+    assert alone is not small and alone.shapes == [(64, 256)]
 
 
 def test_each_phase_is_a_line_in_a_log(backend, tmp_path, monkeypatch, capsys):
@@ -53,9 +59,12 @@ def test_each_phase_is_a_line_in_a_log(backend, tmp_path, monkeypatch, capsys):
     assert tune.run(["Q4_0"], quick=True, shapes=[(4096, 256)]) == 0
     err = capsys.readouterr().err.splitlines()
     tiles = tune._shapes(tune.tile_shapes(backend.device, [(4096, 256)], quick=True))
-    assert err[0].endswith(f"mat-vec on 4096x256, mat-mat on {tiles} by {tune.TILE_COLS} columns; timer: "
-                           + ("GPU timestamps" if backend.device_info.timestamps_supported else "wall clock"))
-    assert err[1].startswith("Q4_0: the mat-vec's launch parameters: dmmv, mmvq, mmvq q8_1x2, each over ")
-    assert err[2].startswith("Q4_0: mat-vec measured in ") and "the mat-mat's tiles at 512 columns" in err[2]
-    assert err[3].startswith("Q4_0: best dmmv; ") and err[3].endswith(" s (done)"), err
-    assert err[4].startswith("  dmmv 1.00 GB/s (table 1.00; spread 0.0%") and len(err) == 5, err
+    assert err.pop(0).endswith(f"mat-vec on 4096x256, mat-mat on {tiles} by {tune.TILE_COLS} columns; timer: "
+                               + ("GPU timestamps" if backend.device_info.timestamps_supported else "wall clock"))
+    if backend.device.caps.coopmat_missing:  # (one line for the device, here none per type)
+        assert err.pop(0) == ("vkq tune: the cooperative-matrix mat-mat is not available on this device "
+                              f"({backend.device.caps.coopmat_missing}): the tiled kernels alone")
+    assert err[0].startswith("Q4_0: the mat-vec's launch parameters: dmmv, mmvq, mmvq q8_1x2, each over ")
+    assert err[1].startswith("Q4_0: mat-vec measured in ") and "the mat-mat's tiles at 512 columns" in err[1]
+    assert err[2].startswith("Q4_0: best dmmv; ") and err[2].endswith(" s (done)"), err
+    assert err[3].startswith("  dmmv 1.00 GB/s (table 1.00; spread 0.0%") and len(err) == 4, err

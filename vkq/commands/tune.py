@@ -30,7 +30,13 @@ tile_shapes and tile_groups), x of a prompt chunk's 512 columns: coordinate desc
 table's entry over tile shapes (vkq.dispatch.tiles.TileConfig), every
 candidate held to the device's limits (tiles.check) before it is built, the
 same final race; saved in the type's entry as "tiles", taken first by the
-dispatcher's mat-mat choice (vkq.dispatch.tile_tuning).
+dispatcher's mat-mat choice (vkq.dispatch.tile_tuning). Where the device
+offers the cooperative-matrix kernel for the type (its self-check run here
+first where it has none, vkq.coopmat_check), that kernel runs in the same
+final race, and the "tiles" object keeps its GFLOP/s and, per activation
+format, whether it was clearly faster than the tiles chosen for it
+(`faster`, as final_choice): the dispatcher takes it only where it was
+(tuning_store.CoopmatRace).
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.lookup_tables import has_value_pairs
 from ..blocks.synthetic import random_weights
+from ..coopmat_check import run_check
 from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
                              wall_samples, warm_up)
 from ..device.shader_variants import MATMUL_BINDINGS
@@ -240,11 +247,48 @@ def tile_shapes(dev, shapes, quick: bool) -> list[tuple[int, int]]:
     return list(dict.fromkeys((min(rows, QUICK_CPU_TILE_ROWS), k) for rows, k in shapes))
 
 
-def tile_bench(tb: TypeBench, quick: bool) -> TypeBench:
-    """The rotation the mat-mat's tiles are timed on: the mat-vec's own, or
-    one of tile_shapes where those differ."""
-    shapes = tile_shapes(tb.dev, tb.shapes, quick)
-    return tb if shapes == list(tb.shapes) else TypeBench(tb.backend, tb.fmt.name, shapes)
+def tile_bench(backend, qtype: str, shapes, quick: bool, matvec: TypeBench | None = None) -> TypeBench:
+    """The rotation the mat-mat's tiles are timed on, of tile_shapes: the
+    mat-vec's own (`matvec`, where it was built) where those are its shapes."""
+    wanted = tile_shapes(backend.device, shapes, quick)
+    if matvec is not None and wanted == list(matvec.shapes):
+        return matvec
+    return TypeBench(backend, qtype, wanted)
+
+
+def measure_tiles(backend, qtype: str, shapes, quick: bool, on_group, notes: dict,
+                  matvec: TypeBench | None = None) -> dict | None:
+    """A type's "tiles" object (tune_tiles on tile_bench's rotation); its
+    notes added to `notes` as "tiles <key>"."""
+    tile_notes: dict[str, str] = {}
+    found = tune_tiles(tile_bench(backend, qtype, shapes, quick, matvec), quick, on_group, tile_notes)
+    notes.update({f"tiles {key}": note for key, note in tile_notes.items()})
+    return found
+
+
+def coopmat_contender(tb: TypeBench, ks, on_group, notes: dict | None) -> TileConfig | None:
+    """The cooperative-matrix kernel for the tiles' final race, where the
+    device offers it for the type (its self-check run first where the type
+    has none on this device: vkq.coopmat_check.run_check), fitted at every K
+    measured; else None, with why in notes["coopmat"] (but for a device
+    without the kernel at all, which `run` says once)."""
+    caps, checks = tb.dev.caps, tb.backend.dispatcher.coopmat_checks
+    offer, why = coopmat.status(caps, tb.fmt, checks)
+    if offer == coopmat.UNCHECKED:
+        on_group("mat-mat coopmat", "self-check")
+        run_check(tb.backend, tb.fmt)
+        offer, why = coopmat.status(caps, tb.fmt, checks)
+    if offer == coopmat.OFFERED:
+        try:
+            cfg = tiles.coopmat_config(caps, tb.fmt, ks[-1])
+            for k in ks:
+                tiles.check(cfg, caps, tb.fmt, k)
+            return cfg
+        except ValueError as e:
+            why = str(e)
+    if notes is not None and not coopmat.device_missing(caps):
+        notes["coopmat"] = f"not raced: {why}"
+    return None
 
 
 def tile_variants(tb: TypeBench, k: int, quick: bool) -> list[tuple[str, str, str]]:
@@ -361,9 +405,13 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
     if not tuned:
         return None
     # The final word, as the mat-vec's: the table's and the tuned tiles side
-    # by side (--quick: the descent's one race already timed them together).
+    # by side (--quick: the descent's one race already timed them together),
+    # and where the device offers it the cooperative-matrix kernel beside
+    # them all (in --quick too: it is compared with the tiles chosen here).
+    coop = coopmat_contender(tb, ks, on_group, notes)
     need = list(dict.fromkeys([*from_table.values(), *tuned.values()]))
-    todo = need if not quick else [c for c in need if c not in seen]
+    todo = need if not quick or coop is not None else [c for c in need if c not in seen]
+    todo += [coop] if coop is not None else []
     if todo:
         on_group("mat-mat all", "final")
         cands = [Candidate(tb, c, passes, TILE_COLS, units) for c in todo]
@@ -391,6 +439,10 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
         if measured:
             incumbent = tb.table_tiles(None, acts, k0).path
             result["best"][acts] = best(measured, incumbent if incumbent in measured else next(iter(measured)))
+    if coop is not None:  # (taken where clearly faster than the tiles each activation format gets: `faster`)
+        c = seen[coop]
+        won = {acts: faster(c, final[tuning_store.entry_key(path, acts)]) for acts, path in result["best"].items()}
+        result["coopmat"] = tuning_store.coopmat_record(flops / c.seconds / 1e9, c.spread, won)
     return result
 
 
@@ -439,13 +491,27 @@ def tune_type(backend, qtype: str, shapes, quick: bool, on_group=lambda path, gr
         result["spread"][key] = round(t.spread, 4)
     # The best path, by what the default activations run at.
     result["best"] = min(tb.fmt.paths, key=lambda p: est[tuned[tuning_store.entry_key(p)]].seconds)
-    tile_notes: dict[str, str] = {}
-    found = tune_tiles(tile_bench(tb, quick), quick, on_group, tile_notes)
+    found = measure_tiles(backend, qtype, shapes, quick, on_group, notes if notes is not None else {}, tb)
     if found is not None:
         result["tiles"] = found
-        if notes is not None:
-            notes.update({f"tiles {key}": note for key, note in tile_notes.items()})
     return result
+
+
+def coopmat_unraced(backend, qtype: str, entry: dict) -> bool:
+    """Whether a saved type's tiles were measured without the
+    cooperative-matrix kernel's race where this device offers the kernel
+    for it now (or will once it is checked) and it fits there: `vkq tune`
+    then measures the type's tiles again (a mat-vec entry stays)."""
+    found, fmt, caps = entry.get("tiles"), FORMATS[qtype], backend.device.caps
+    if found is None or "coopmat" in found:
+        return False
+    if coopmat.status(caps, fmt, backend.dispatcher.coopmat_checks)[0] not in (coopmat.OFFERED, coopmat.UNCHECKED):
+        return False
+    try:
+        tiles.coopmat_config(caps, fmt, found["k_min"])
+        return True
+    except ValueError:
+        return False
 
 
 def _shapes(shapes) -> str:
@@ -477,6 +543,13 @@ def _phases(bar: Progress, qtype: str, dev, quick: bool, t0: float, tiles_only: 
     return on_group
 
 
+def coopmat_verdict(race: tuning_store.CoopmatRace) -> str:
+    """The cooperative-matrix kernel's race, for one activation format, in a few words."""
+    if race.won:
+        return "taken over"
+    return "not clearly faster than" if race.gflops > race.tiled_gflops else "slower than"
+
+
 def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> str:
     notes = notes or {}
     parts = [f"{variant_label(key)} {after:.2f} GB/s (table {before:.2f}; spread {100 * e['spread'][key]:.1f}%"
@@ -488,6 +561,12 @@ def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> 
         parts += [f"mat-mat {variant_label(key)} {after:.1f} GFLOP/s (table {before:.1f}; spread "
                   f"{100 * t['spread'][key]:.1f}%" + (f"; {notes['tiles ' + key]}" if "tiles " + key in notes else "")
                   + ")" for key, (before, after) in t["gflops"].items()]
+    if t and "coopmat" in t:
+        races = [tuning_store.coopmat_race(t, a) for a in t["coopmat"]["won"]]
+        parts += [f"mat-mat coopmat {a} {r.gflops:.1f} GFLOP/s (spread {100 * r.spread:.1f}%): {coopmat_verdict(r)} "
+                  f"the tiled {variant_label(r.key)} {r.tiled_gflops:.1f}" for a, r in zip(t["coopmat"]["won"], races)]
+    elif "tiles coopmat" in notes:
+        parts.append(f"mat-mat coopmat {notes['tiles coopmat']}")
     # (a line per figure: all of them on one line ran to some 600 characters)
     return "\n".join([f"{qtype}: best {e['best']}; {seconds:.0f} s"] + ["  " + part for part in parts])
 
@@ -505,19 +584,30 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     backend = Backend(device)
     info = backend.device_info
     entries = tuning_store.load(info)
-    skipped = [t for t in names if t in entries and "tiles" in entries[t] and not retune]
-    # (entries of a file written before the mat-mat was tuned: their tiles alone)
-    tiles_only = [t for t in names if t in entries and "tiles" not in entries[t] and not retune]
+    saved = [t for t in names if t in entries and not retune]
+    # (entries of a file written before the mat-mat was tuned, or before the
+    # cooperative-matrix kernel was raced here: their tiles alone)
+    no_tiles = [t for t in saved if "tiles" not in entries[t]]
+    unraced = [t for t in saved if coopmat_unraced(backend, t, entries[t])]
+    tiles_only = no_tiles + unraced
+    skipped = [t for t in saved if t not in tiles_only]
     todo = [t for t in names if t not in skipped]
     print(f"vkq tune: {info.name}; mat-vec on {_shapes(shapes)}, mat-mat on "
           f"{_shapes(tile_shapes(backend.device, shapes, quick))} by {TILE_COLS} columns; "
           f"timer: {'GPU timestamps' if info.timestamps_supported else 'wall clock'}", file=sys.stderr)
+    missing = coopmat.device_missing(backend.device.caps)
+    if missing:
+        print(f"vkq tune: the cooperative-matrix mat-mat is not available on this device ({missing}): "
+              "the tiled kernels alone", file=sys.stderr)
     if skipped:
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
               "(--retune measures them again)", file=sys.stderr)
-    if tiles_only:
-        print(f"vkq tune: {', '.join(tiles_only)} in {tuning_store.tuning_path(info)} without the mat-mat's tiles: "
-              "measuring those alone (--retune measures everything again)", file=sys.stderr)
+    for which, why in ((no_tiles, "without the mat-mat's tiles"),
+                       (unraced, "with tiles not raced against the cooperative-matrix kernel, which this device "
+                                 "now offers")):
+        if which:
+            print(f"vkq tune: {', '.join(which)} in {tuning_store.tuning_path(info)} {why}: measuring the tiles "
+                  "alone (--retune measures everything again)", file=sys.stderr)
     # (a type's units: its mat-vec variants, and as many for its mat-mat's)
     units = {t: (1 if t in tiles_only else 2) * len(tuning_store.entry_variants(FORMATS[t].paths)) for t in todo}
     bar = Progress(sum(units.values()), progress)
@@ -528,11 +618,8 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
             notes: dict[str, str] = {}
             on_group = _phases(bar, qtype, backend.device, quick, t0, tiles_only=qtype in tiles_only)
             if qtype in tiles_only:
-                tile_notes: dict[str, str] = {}
-                found = tune_tiles(TypeBench(backend, qtype, tile_shapes(backend.device, shapes, quick)), quick,
-                                   on_group, tile_notes)
+                found = measure_tiles(backend, qtype, shapes, quick, on_group, notes)
                 entry = {**entries[qtype], **({"tiles": found} if found is not None else {})}
-                notes.update({f"tiles {key}": note for key, note in tile_notes.items()})
             else:
                 entry = tune_type(backend, qtype, shapes, quick, on_group, notes=notes)
             path, entries = tuning_store.save_entry(info, qtype, entry)  # saved type by type
@@ -577,6 +664,20 @@ def table(entries: dict, types) -> str:
             {"columns", "for K >=", "table GFLOP/s", "tuned GFLOP/s", "gain", "spread"}) + (
             "\n\nGFLOP/s: 2 x rows x K x columns per second of GPU time. Tuned tiles serve every mat-mat (more than "
             "8 columns) from the smallest K they were measured at; smaller K take the tile table's entry.")
+    coop_cells = []
+    for qtype in types:
+        t = (entries.get(qtype) or {}).get("tiles") or {}
+        for acts in (t.get("coopmat") or {}).get("won", {}):
+            race = tuning_store.coopmat_race(t, acts)
+            coop_cells.append([qtype, acts, f"{race.gflops:.1f}", f"{100 * race.spread:.1f}%",
+                               f"{variant_label(race.key)} {race.tiled_gflops:.1f}",
+                               "yes" if race.won else f"no ({coopmat_verdict(race)} the tiles)"])
+    if coop_cells:
+        out += "\n\nCooperative-matrix mat-mat, raced against the tiles above:\n\n" + markdown(
+            ["type", "activations", "coopmat GFLOP/s", "spread", "tiled GFLOP/s", "taken"], coop_cells,
+            {"coopmat GFLOP/s", "spread"}) + (
+            "\n\nThe kernel is taken for a plain mat-mat with no path asked for where it was faster than the tiles "
+            "the activation format gets by more than 2% and half the larger spread; where it was not, the tiles.")
     return out
 
 

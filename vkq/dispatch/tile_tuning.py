@@ -16,8 +16,12 @@ says why.
 Before either: the cooperative-matrix kernel, where vkq.dispatch.coopmat
 offers it for the type (the device's feature enabled, the kernel checked
 on this device) and the caller asked for no path (argument or VKQ_PATH):
-a plain mat-mat only, not MUL_MAT_ID. Not measured against the others on
-any GPU yet (docs/architecture.md, "Mat-mat kernels").
+a plain mat-mat only, not MUL_MAT_ID. Where this device's `vkq tune` raced
+it against the tuned tiles that serve this K and these activations
+(tuning_store.coopmat_race) and it was not clearly faster, the tiled
+kernel, its `source` saying so with the figures; without such a race (no
+`vkq tune` since the kernel was offered, a file of before, K below the
+tuned k_min), the kernel on its self-check alone.
 """
 from __future__ import annotations
 
@@ -56,6 +60,21 @@ def figures(found: dict, key: str) -> str:
     return measured
 
 
+def race_figures(found: dict, race: tuning_store.CoopmatRace) -> str:
+    """What the cooperative-matrix kernel's race in `vkq tune` says, for a `source`."""
+    path, activations = tuning_store.ENTRY_KEYS[race.key]
+    figures = (f"{race.gflops:.1f} GFLOP/s against the tiled kernel's {race.tiled_gflops:.1f} ({path}"
+               + (f", {activations})" if path == "mmvq" else ")"))
+    if race.won:
+        verdict, after = "faster", ""
+    elif race.gflops > race.tiled_gflops:
+        noise = 100 * max(race.spread, race.tiled_spread or 0)
+        verdict, after = "not clearly faster", f", within 2% or the noise ({noise:.0f}% spread)"
+    else:
+        verdict, after = "slower", ""
+    return f"{verdict} in this device's vkq tune at {found['n']} columns: {figures}{after}"
+
+
 def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
            activations: str = DEFAULT_ACTIVATIONS, n_expert: int | None = None) -> tiles.TileConfig:
     """The tiles of a mat-mat of a `fmt` matrix of K columns on the
@@ -66,9 +85,16 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
     if n_expert is None and requested_path(fmt, path)[0] is None:
         offer, why = coopmat.status(dispatcher.caps, fmt, dispatcher.coopmat_checks)
         if offer == coopmat.OFFERED:
+            found = tuned_tiles(dispatcher.tuned, fmt, k)
+            race = tuning_store.coopmat_race(found, activations) if found is not None else None
+            if race is not None and not race.won:  # (measured here: the tiled kernel was as fast or faster)
+                cfg = tiled(dispatcher, fmt, k, path, activations, n_expert)
+                return replace(cfg, source=f"cooperative matrices not used: {race_figures(found, race)}; "
+                                           f"{cfg.source}")
             try:
                 cfg = tiles.coopmat_config(dispatcher.caps, fmt, k)
-                return replace(cfg, source=f"{cfg.source}; {why}")
+                return replace(cfg, source=f"{cfg.source}; {why}"
+                               + (f"; {race_figures(found, race)}" if race is not None else ""))
             except ValueError as e:  # (the device's limits: the other kernels, saying so)
                 cfg = tiled(dispatcher, fmt, k, path, activations, n_expert)
                 return replace(cfg, source=f"cooperative matrices not used: {e}; {cfg.source}")

@@ -18,6 +18,7 @@ import os
 import re
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
@@ -145,14 +146,77 @@ def figure_problems(where: str, entry: dict, figures: dict) -> list[str]:
 # optional "tiles" object: {"n": columns measured, "k_min": K, "shapes":
 # [[rows, K], ...], "best": {activations: path}, key: TileConfig params
 # (TILE_PARAMS) per ENTRY_KEYS key, "gflops": {key: [table, tuned]},
-# "spread": {key: s}}. An entry without it (files of before) is valid: the
-# mat-mat then takes the tile table.
+# "spread": {key: s}, optionally "coopmat": the cooperative-matrix kernel's
+# race, CoopmatRace below}. An entry without it (files of before) is valid:
+# the mat-mat then takes the tile table.
 TILE_PARAMS = ("bm", "bn", "bk_chunks", "tm", "tn", "shared_tiles", "binding", "value_lookup")
 TILE_FIGURES = {
     "gflops": (FIGURES["gbps"][0], "[table, tuned] positive GFLOP/s"),
     "spread": FIGURES["spread"],
 }
-TILE_KEYS = {"n", "k_min", "shapes", "best", *ENTRY_KEYS, *TILE_FIGURES}
+TILE_KEYS = {"n", "k_min", "shapes", "best", "coopmat", *ENTRY_KEYS, *TILE_FIGURES}
+
+
+# The cooperative-matrix mat-mat raced against the tuned tiles by `vkq tune`
+# on a device that offers it for the type (the same final race, the same
+# rotation), a "tiles" object's optional "coopmat": {"gflops": its GFLOP/s,
+# "spread": its spread, "won": {activations: whether it was clearly faster
+# (vkq.device.timing.faster) than the tiles "best" gives those
+# activations}}. The tiled kernel's figures are that key's "gflops"[1] and
+# "spread", from the same race. Without it (files of before, a device
+# without the kernel) the dispatcher offers the kernel on its self-check
+# alone (vkq.dispatch.tile_tuning).
+@dataclass(frozen=True)
+class CoopmatRace:
+    """The record's word for one activation format: the kernel against the tiled `key`."""
+
+    won: bool
+    gflops: float
+    spread: float
+    key: str  # the tiled kernel's ENTRY_KEYS key
+    tiled_gflops: float
+    tiled_spread: float | None
+
+
+def coopmat_record(gflops: float, spread: float, won: dict[str, bool]) -> dict:
+    """The "coopmat" object of a "tiles" object (see CoopmatRace)."""
+    return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won)}
+
+
+def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
+    """What a valid "tiles" object says of the kernel for these activations;
+    None where it holds no race for them."""
+    rec = tiles.get("coopmat")
+    if rec is None or activations not in rec["won"]:
+        return None
+    key = entry_key(tiles["best"][activations], activations)
+    return CoopmatRace(rec["won"][activations], rec["gflops"], rec["spread"], key, tiles["gflops"][key][1],
+                       tiles.get("spread", {}).get(key))
+
+
+def coopmat_problems(where: str, tiles: dict) -> list[str]:
+    """What is wrong with a "tiles" object's "coopmat" (absent: nothing)."""
+    if "coopmat" not in tiles:
+        return []
+    rec, where = tiles["coopmat"], f"{where}/coopmat"
+    if not isinstance(rec, dict):
+        return [f"{where}: not an object"]
+    problems = [f"{where}: unknown key {key!r}" for key in rec if key not in ("gflops", "spread", "won")]
+    if not (_number(rec.get("gflops")) and rec["gflops"] > 0):
+        problems.append(f"{where}: gflops {rec.get('gflops')!r} is not a positive number")
+    if not (_number(rec.get("spread")) and rec["spread"] >= 0):
+        problems.append(f"{where}: spread {rec.get('spread')!r} is not a fraction >= 0")
+    won, best = rec.get("won"), tiles.get("best")
+    if not isinstance(won, dict):
+        return problems + [f"{where}: won {won!r} is not an object of activation format -> true or false"]
+    for activations, v in won.items():
+        if not isinstance(v, bool):
+            problems.append(f"{where}/won/{activations}: {v!r} is not true or false")
+        elif not isinstance(best, dict) or activations not in best:
+            problems.append(f"{where}/won: {activations!r} has no best tiles to be raced against")
+        elif entry_key(best[activations], activations) not in tiles.get("gflops", {}):
+            problems.append(f"{where}/won: {activations}: the tiles it was raced against have no GFLOP/s")
+    return problems
 
 
 def _positive_int(v) -> bool:
@@ -198,7 +262,7 @@ def tile_problems(qtype: str, tiles) -> list[str]:
                 problems.append(f"{where}/best: {activations!r}: {path!r} is not an activation format and a path")
             elif entry_key(path, activations) not in tiles:
                 problems.append(f"{where}/best: {activations}: {path} has no tiles")
-    return problems + figure_problems(where, tiles, TILE_FIGURES)
+    return problems + figure_problems(where, tiles, TILE_FIGURES) + coopmat_problems(where, tiles)
 
 
 def load(info: DeviceInfo) -> dict[str, dict]:
