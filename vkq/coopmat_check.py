@@ -1,7 +1,8 @@
 """The cooperative-matrix mat-mat's self-check on this device: what lets the
 dispatcher offer it for a block type (vkq.dispatch.coopmat).
 
-At a type's first mat-mat with no path asked for, on a device whose
+At a type's first mat-mat with no path asked for (ensure_checked), or in
+`vkq tune`'s tile phase for the type (run_check), on a device whose
 cooperative-matrix features are enabled, the kernel multiplies a small
 random matrix of the type (coopmat.CHECK_SHAPE) beside the float tiled
 kernel; the NMSE between the two, or the error that kept it from running,

@@ -6,9 +6,12 @@ is never chosen blind: the device must have enabled its features
 (glslang 13, tools/compile_shaders.py), and for each block type it must
 have checked itself on this device against the float kernel: NMSE at most
 CHECK_NMSE on a small random case, run at the type's first mat-mat
-(vkq.resolve) and remembered per device beside `vkq tune`'s results, in a
-file of its own (`checks_path`). A type whose check failed is refused until
-the file is removed (`vkq tune --reset` removes it with the tuning file).
+(vkq.resolve) or by `vkq tune` and remembered per device beside `vkq tune`'s
+results, in a file of its own (`checks_path`). A type whose check failed is
+refused until the file is removed (`vkq tune --reset` removes it with the
+tuning file). Offered is not yet taken: where `vkq tune` raced the kernel
+against the tuned tiles and it was not clearly faster, the dispatcher takes
+the tiles (vkq.dispatch.tile_tuning).
 """
 from __future__ import annotations
 
@@ -101,7 +104,7 @@ def status(caps: DeviceCaps, fmt: BlockFormat, checks: dict[str, dict]) -> tuple
                              f"glslang >= 13)")
     record = checks.get(fmt.name)
     if record is None:
-        return UNCHECKED, "not yet checked on this device (it is, at its first mat-mat)"
+        return UNCHECKED, "not yet checked on this device (it is at its first mat-mat, or by vkq tune)"
     if not passes(record):
         why = record.get("error") or f"NMSE {record.get('nmse')!r} against the float kernel > {CHECK_NMSE:g}"
         return REFUSED, f"failed its self-check on this device: {why}"
@@ -119,4 +122,4 @@ def summary(caps: DeviceCaps, checks: dict[str, dict]) -> str:
     parts = [f"{what} for {', '.join(by_status[what]) if len(by_status[what]) < len(FORMATS) else 'every type'}"
              for what in (OFFERED, REFUSED, UNCHECKED, UNAVAILABLE) if what in by_status]
     return ("16x16x16 float16 -> float32; " + "; ".join(parts)
-            + (" (checked against the float kernel at a type's first mat-mat)" if UNCHECKED in by_status else ""))
+            + (" (checked against the float kernel at a type's first mat-mat or by vkq tune)" if UNCHECKED in by_status else ""))
