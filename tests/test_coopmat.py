@@ -281,3 +281,26 @@ def test_on_a_device_without_the_kernel_tune_says_so_once(backend):
     assert tune.coopmat_contender(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), [256],
                                   lambda label, group: None, notes) is None
     assert notes == {}  # (`vkq tune` says it in one line for the device: test_tune_quick)
+
+
+def test_tune_measures_again_the_tiles_of_a_type_not_raced(backend, coopmat_device, tmp_path, monkeypatch, capsys):
+    """A saved type whose tiles have no race, on a device that now offers
+    the kernel: its tiles alone measured again (the mat-vec entry kept); a
+    type with a race is skipped."""
+    import vkq.backend
+
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    monkeypatch.setattr(vkq.backend, "Backend", lambda device=None: backend)
+    tuning_store.save(backend.device_info, {"Q4_0": entry(tiles_entry()), "Q8_0": entry(tiles_entry(coopmat=RACED))})
+
+    def no_matvec(*args, **kwargs):
+        raise AssertionError("the mat-vec measured again")
+
+    monkeypatch.setattr(tune, "tune_type", no_matvec)
+    monkeypatch.setattr(tune, "tune_tiles", lambda tb, quick, on_group, notes: tiles_entry(coopmat=RACED))
+    assert tune.run(["Q4_0", "Q8_0"], quick=True, progress=False, shapes=[(64, 256)]) == 0
+    assert tuning_store.load(backend.device_info)["Q4_0"] == entry(tiles_entry(coopmat=RACED))
+    err = capsys.readouterr().err
+    assert "Q8_0 already in " in err and "not available on this device" not in err
+    assert "Q4_0 in " in err and ("with tiles not yet raced against this device's cooperative-matrix kernel: "
+                                  "measuring the tiles alone") in err

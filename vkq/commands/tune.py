@@ -603,8 +603,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
         print(f"vkq tune: {', '.join(skipped)} already in {tuning_store.tuning_path(info)}: skipped "
               "(--retune measures them again)", file=sys.stderr)
     for which, why in ((no_tiles, "without the mat-mat's tiles"),
-                       (unraced, "with tiles not raced against the cooperative-matrix kernel, which this device "
-                                 "now offers")):
+                       (unraced, "with tiles not yet raced against this device's cooperative-matrix kernel")):
         if which:
             print(f"vkq tune: {', '.join(which)} in {tuning_store.tuning_path(info)} {why}: measuring the tiles "
                   "alone (--retune measures everything again)", file=sys.stderr)
