@@ -57,7 +57,7 @@ if [ "$SCALE" = small ]; then
   KERNEL_TYPES=Q4_0,Q2_K; LIMIT_MODELS=900; LIMIT_TUNE=300
 elif [ "$SCALE" = quick ]; then
   PRESETS=${PRESETS:-"smollm2-135m:Q4_0 llama-3.1-8b:Q4_0"}; N_PROMPT=${N_PROMPT:-512}; N_GEN=${N_GEN:-64}
-  LIMIT_MODELS=150
+  LIMIT_MODELS=150; TUNE_TYPES=Q4_0; LIMIT_TUNE=120
 elif [ "$SCALE" = gpu ]; then
   PRESETS=${PRESETS:-"smollm2-135m:Q4_0 llama-3.2-1b:Q4_0 llama-3.2-1b:Q4_K_M llama-3.1-8b:Q4_0 llama-3.1-8b:Q4_K_M
     qwen2.5-0.5b:Q4_0 qwen3-0.6b:Q4_0"}
@@ -72,12 +72,13 @@ fi
 
 # 0. Correct on the GPU: the tests of the kernels and launches CI runs on lavapipe only, on this
 #    device (its own tables, the other vendors' launches, the mat-mats, the cooperative matrix's
-#    check, the folded and fused ops, a tiny model's step). A test that fails stops the run: a fast
-#    wrong kernel is worse than none (a part cut by its time limit does not).
+#    check, the folded and fused ops, the prompt's tiled attention, a tiny model's step). A test
+#    that fails stops the run: a fast wrong kernel is worse than none (a part cut by its time limit
+#    does not).
 correct() {
   part correct 150 "$PY" -m pytest -x -q -p no:randomly -m "not slow" tests/test_gpu_table_configs.py \
     tests/test_matmul.py tests/test_coopmat.py tests/test_fused_swiglu.py tests/test_fold_second_pass.py \
-    tests/test_fold_residual.py tests/test_llama_ops.py tests/test_steps_per_submit.py
+    tests/test_fold_residual.py tests/test_llama_ops.py tests/test_steps_per_submit.py tests/test_chunk_attention.py
   if grep -q "^correct: exit 1 " "$OUT/summary.txt"; then
     echo "stopped: a test failed on this device (correct.log)" | tee -a "$OUT/summary.txt"
     exit 1
@@ -167,10 +168,12 @@ kernels() {
   part kernels 240 "${VKQ[@]}" report --quick --types "$KERNEL_TYPES" "${GGML[@]}" -o md
 }
 
-# 5. vkq tune, twice: do its choices and figures repeat?
+# 5. vkq tune, twice: do its choices and figures repeat? (quick: once, last, in what time is left:
+#    Q4_0's mat-vec and mat-mat tiles, and the cooperative-matrix race, measured for the GPU tables.)
 tune() {
   part tune-1 "$LIMIT_TUNE" "${VKQ[@]}" tune --quick --retune --types "$TUNE_TYPES" --no-progress
-  part tune-2 "$LIMIT_TUNE" "${VKQ[@]}" tune --quick --retune --types "$TUNE_TYPES" --no-progress
+  [ "$SCALE" = quick ] || part tune-2 "$LIMIT_TUNE" "${VKQ[@]}" tune --quick --retune --types "$TUNE_TYPES" \
+    --no-progress
   part tune-show 30 "${VKQ[@]}" tune --show
 }
 
@@ -186,6 +189,7 @@ if [ "$SCALE" = quick ]; then
   models
   chained "$BIG_FILE"
   profiles "$SMOL_FILE"
+  tune
 else
   files
   models
