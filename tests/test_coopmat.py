@@ -192,10 +192,15 @@ def test_the_race_is_saved_read_back_and_decides(spirv_built, tmp_path, monkeypa
     {"gflops": 5.0, "won": {}},
     {"gflops": 5.0, "spread": 0.0, "won": {}, "colour": "red"},
     [],
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "(tiles)": {"gflops": 7}},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "(tiles)": {"best": {"q8_1": ["dmmv"]}}},
 ], ids=repr)
 def test_an_invalid_race_makes_the_file_ignored(tmp_path, monkeypatch, bad):
+    """Whatever the JSON holds: a warning, never an exception."""
     monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
-    tuning_store.save(LAVAPIPE, {"Q4_0": entry(tiles_entry(coopmat=bad))})
+    bad, tiles_over = (({k: v for k, v in bad.items() if k != "(tiles)"}, bad.get("(tiles)", {}))
+                       if isinstance(bad, dict) else (bad, {}))
+    tuning_store.save(LAVAPIPE, {"Q4_0": entry(tiles_entry(coopmat=bad, **tiles_over))})
     with pytest.warns(UserWarning, match="invalid tuning file .*Q4_0/tiles/coopmat"):
         assert tuning_store.load(LAVAPIPE) == {}
 

@@ -212,9 +212,10 @@ def coopmat_problems(where: str, tiles: dict) -> list[str]:
     for activations, v in won.items():
         if not isinstance(v, bool):
             problems.append(f"{where}/won/{activations}: {v!r} is not true or false")
-        elif not isinstance(best, dict) or activations not in best:
+        elif not isinstance(best, dict) or best.get(activations) not in PATHS:
             problems.append(f"{where}/won: {activations!r} has no best tiles to be raced against")
-        elif entry_key(best[activations], activations) not in tiles.get("gflops", {}):
+        elif not isinstance(gflops := tiles.get("gflops"), dict) or entry_key(best[activations], activations) \
+                not in gflops:
             problems.append(f"{where}/won: {activations}: the tiles it was raced against have no GFLOP/s")
     return problems
 
