@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best",
                        description="Measures launch parameters on this device for each block type (default all): the "
-                                   "mat-vec's per path, then the tiled mat-mat's, and keeps the best, each type as "
+                                   "mat-vec's per path, then the tiled mat-mat's (racing the cooperative-matrix "
+                                   "kernel against it where the device has one), and keeps the best, each type as "
                                    "it finishes (an interrupted run resumes). They are saved per device "
                                    "(VKQ_TUNING_DIR, else vkq/tuning in XDG_CACHE_HOME or ~/.cache; --show "
                                    "prints them, --reset removes them) and used by every vkq command on this "
