@@ -120,6 +120,21 @@ def test_coopmat_tiles_are_held_to_the_kernel_and_the_device():
             dataclasses.replace(cfg, **bad)
 
 
+def test_coopmat_candidates_fit_nvidia_and_amd_as_they_are():
+    """tools/bench_matmul.py races each candidate tile on a GPU: each is the
+    shader's (fragments within MAX_COOPMAT_FRAGMENTS), and fits NVIDIA's 48 KiB
+    and subgroups of 32 and AMD's 64 KiB and subgroups of 64 unchanged (a tile
+    halved to fit would race twice); the first is the dispatcher's own."""
+    amd = dataclasses.replace(GPU_CAPS, vendor="amd", subgroup_size=64, max_shared_memory=65536)
+    assert tiles.COOPMAT_CANDIDATES[0] == tuple(tiles.COOPMAT_TILE[n] for n in tiles.COOPMAT_SHAPE)
+    assert len(set(tiles.COOPMAT_CANDIDATES)) == len(tiles.COOPMAT_CANDIDATES)
+    for caps in (GPU_CAPS, amd):
+        for shape in tiles.COOPMAT_CANDIDATES:
+            cfg = tiles.coopmat_config(caps, Q4_0, 4096, shape)
+            assert tuple(getattr(cfg, n) for n in tiles.COOPMAT_SHAPE) == shape, cfg.source
+            assert cfg.wg_size <= 1024 and cfg.shared_memory_bytes <= caps.max_shared_memory
+
+
 def test_coopmat_spirv_validates_for_vulkan_1_3():
     """Every type's coopmat variant is built and valid where glslang 13 is found."""
     cs = load_compile_shaders()
