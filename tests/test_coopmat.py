@@ -209,6 +209,12 @@ def test_the_race_is_saved_read_back_and_decides(spirv_built, tmp_path, monkeypa
     [],
     {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "(tiles)": {"gflops": 7}},
     {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "(tiles)": {"best": {"q8_1": ["dmmv"]}}},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 24, 32]},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 32]},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 32, True]},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": "64x64"},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [4096, 64, 1, 32, 32]},
+    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 32, 32], "nmse": -1},
 ], ids=repr)
 def test_an_invalid_race_makes_the_file_ignored(tmp_path, monkeypatch, bad):
     """Whatever the JSON holds: a warning, never an exception."""
@@ -221,30 +227,57 @@ def test_an_invalid_race_makes_the_file_ignored(tmp_path, monkeypatch, bad):
 
 
 class RaceCandidate(FakeCandidate):
-    """FakeCandidate's tiled times (their best 0.25 s), the kernel's `coopmat_seconds`."""
+    """FakeCandidate's tiled times (their best 0.25 s), the kernel's
+    `coopmat_seconds` (a tile in `tile_seconds`: its own)."""
 
     coopmat_seconds = 1.0
+    tile_seconds: dict = {}
 
     def sample(self) -> float:
-        return RaceCandidate.coopmat_seconds if self.cfg.coopmat else super().sample()
+        if not self.cfg.coopmat:
+            return super().sample()
+        return RaceCandidate.tile_seconds.get(tiles.coopmat_shape(self.cfg), RaceCandidate.coopmat_seconds)
+
+
+# The candidate tiles as lavapipe's limits fit them (subgroups of 8, 32 KiB
+# of shared memory: three have bn halved), COOPMAT_TILE's first.
+LAVAPIPE_COOPMAT_TILES = [(64, 64, 1, 32, 32), (64, 32, 2, 32, 32), (128, 32, 1, 64, 32), (64, 64, 1, 32, 64),
+                          (64, 64, 1, 16, 32)]
 
 
 @pytest.fixture
 def coopmat_device(backend, spirv_built, monkeypatch):
     """This backend as a device with the kernel (builds are faked: RaceCandidate), no type checked yet,
-    the self-check faked to pass (its calls in `checked`)."""
+    the self-check faked to pass (its calls in `checked`), and the other candidate tiles' checks faked
+    (config_nmse: `tile_nmse`'s NMSE or exception per tile, else 2e-7; the tiles checked in `tile_checks`)."""
     monkeypatch.setattr(backend.device, "caps", dataclasses.replace(backend.device.caps, coopmat_missing=None))
     monkeypatch.setattr(backend.dispatcher, "coopmat_checks", {})
     monkeypatch.setattr(tune, "Candidate", RaceCandidate)
     monkeypatch.setattr(tune, "warm_up", lambda run, seconds: run())
+    monkeypatch.setattr(RaceCandidate, "tile_seconds", {})
     checked = []
 
     def check(b, fmt):
         checked.append(fmt.name)
         b.dispatcher.coopmat_checks[fmt.name] = coopmat.make_record(1e-7)
 
+    def config_nmse(b, fmt, cfg):
+        shape = tiles.coopmat_shape(cfg)
+        TILE_CHECKS.append(shape)
+        found = TILE_NMSE.get(shape, 2e-7)
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    TILE_CHECKS.clear()
+    TILE_NMSE.clear()
     monkeypatch.setattr(tune, "run_check", check)
+    monkeypatch.setattr(tune, "config_nmse", config_nmse)
     return checked
+
+
+TILE_CHECKS: list = []  # the tiles coopmat_device's config_nmse checked
+TILE_NMSE: dict = {}  # tile -> NMSE or exception for coopmat_device's config_nmse
 
 
 @pytest.mark.parametrize("seconds, won, q8_1", [
@@ -263,17 +296,84 @@ def test_tune_checks_the_kernel_and_races_it_against_the_tiles(backend, coopmat_
     assert coopmat_device == ["Q4_0"]
     assert tuning_store.tile_problems("Q4_0", t) == []
     assert t["best"] == {"q8_1": "mmvq", "q8_1x2": "dmmv"}
-    assert sum(cfg.coopmat for cfg, _ in FakeCandidate.built) == 1  # (in the final race, once)
+    # (each candidate tile in the final race, once; all as fast: the first, COOPMAT_TILE's, recorded with
+    # its self-check's NMSE)
+    assert [tiles.coopmat_shape(cfg) for cfg, _ in FakeCandidate.built if cfg.coopmat] == LAVAPIPE_COOPMAT_TILES
+    assert TILE_CHECKS == LAVAPIPE_COOPMAT_TILES[1:]
     gflops = 2 * 64 * 256 * tune.TILE_COLS / seconds / 1e9
-    assert t["coopmat"] == tuning_store.coopmat_record(gflops, 0.0, won)
+    assert t["coopmat"] == tuning_store.coopmat_record(gflops, 0.0, won, (64, 64, 1, 32, 32), 1e-7)
     tune.tune_tiles(tb, quick=True)
     assert coopmat_device == ["Q4_0"]  # (checked: not again)
-    summary = tune._summary("Q4_0", {"best": "dmmv", "gbps": {}, "tiles": t}, 1.0).splitlines()[-2]
+    lines = tune._summary("Q4_0", {"best": "dmmv", "gbps": {}, "tiles": t}, 1.0).splitlines()
+    assert lines[-3] == ("  mat-mat coopmat tile 64x64, K step 32, 32x32 per subgroup, the fastest that passed its "
+                         "check (NMSE 1.0e-07 against the float kernel)")
+    summary = lines[-2]
     assert summary == f"  mat-mat coopmat q8_1 {gflops:.1f} GFLOP/s (spread 0.0%): {q8_1} the tiled mmvq 0.1", summary
     show = tune.table({"Q4_0": entry(t)}, ["Q4_0"])
     assert "Cooperative-matrix mat-mat, raced against the tiles above" in show
     row = next(line for line in show.splitlines() if line.startswith("| Q4_0 | q8_1x2 "))
     assert "| dmmv " in row and row.rstrip(" |").endswith("yes" if won["q8_1x2"] else "the tiles)"), row
+    assert "| 64x64, K step 32, 32x32 per subgroup, the fastest that passed its check |" in row
+
+
+def test_tune_races_the_candidate_tiles_that_pass_their_check_and_keeps_the_fastest(backend, coopmat_device):
+    """Each candidate tile is checked against the float kernel first; one
+    off by more than CHECK_NMSE, or whose pipeline the driver refuses, is
+    not raced (though it would have been the fastest), with a note; the
+    fastest of the rest is recorded with its tile and NMSE."""
+    refused, failed, fastest = LAVAPIPE_COOPMAT_TILES[2], LAVAPIPE_COOPMAT_TILES[1], LAVAPIPE_COOPMAT_TILES[3]
+    TILE_NMSE.update({failed: 3e-3, fastest: 3e-7, refused: RuntimeError("vkCreateComputePipelines failed")})
+    RaceCandidate.tile_seconds.update({failed: 0.01, refused: 0.01, fastest: 0.1})
+    FakeCandidate.built, RaceCandidate.coopmat_seconds = [], 1.0
+    notes = {}
+    t = tune.tune_tiles(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), quick=True, notes=notes)
+    raced = [tiles.coopmat_shape(cfg) for cfg, _ in FakeCandidate.built if cfg.coopmat]
+    assert raced == [s for s in LAVAPIPE_COOPMAT_TILES if s not in (failed, refused)]
+    gflops = 2 * 64 * 256 * tune.TILE_COLS / 0.1 / 1e9
+    assert t["coopmat"] == tuning_store.coopmat_record(gflops, 0.0, {"q8_1": True, "q8_1x2": True}, fastest, 3e-7)
+    assert tuning_store.tile_problems("Q4_0", t) == []
+    assert notes["coopmat candidates"] == (
+        "tiles left out: 64x32, K step 64, 32x32 per subgroup (NMSE 3.0e-03 against the float kernel > 0.0005); "
+        "128x32, K step 32, 64x32 per subgroup (RuntimeError: vkCreateComputePipelines failed)")
+    lines = tune._summary("Q4_0", {"best": "dmmv", "gbps": {}, "tiles": t}, 1.0,
+                          {"tiles " + k: v for k, v in notes.items()}).splitlines()
+    assert lines[-3].startswith("  mat-mat coopmat tile 64x64, K step 32, 32x64 per subgroup, the fastest that "
+                                "passed its check (NMSE 3.0e-07 against the float kernel); tiles left out: 64x32")
+    TILE_NMSE.update({s: 1.0 for s in LAVAPIPE_COOPMAT_TILES})  # (every other tile failing: the self-checked one)
+    t = tune.tune_tiles(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), quick=True)
+    assert t["coopmat"]["tile"] == list(LAVAPIPE_COOPMAT_TILES[0]) and t["coopmat"]["nmse"] == 1e-7
+
+
+TUNED_TILE = tuning_store.coopmat_record(20.0, 0.01, {"q8_1": True, "q8_1x2": False}, (64, 64, 2, 32, 64), 3e-7)
+
+
+def test_the_dispatcher_takes_the_tuned_tile_where_it_won(spirv_built):
+    """Where the race won: its tile, named with where it came from; where
+    it does not fit at this K, COOPMAT_TILE's, saying so; a record of
+    before (no tile): COOPMAT_TILE's."""
+    checks = {"Q4_0": coopmat.make_record(2e-7)}
+    d = gpu_dispatcher(checks, {"Q4_0": entry(tiles_entry(coopmat=TUNED_TILE))})
+    won = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1")
+    assert won.coopmat and tiles.coopmat_shape(won) == (64, 64, 2, 32, 64), won
+    assert won.source.startswith("coopmat tile 64x64, K step 64, 32x64 per subgroup tuned on this device (vkq tune: "
+                                 "the fastest of the candidate tiles that passed the self-check, NMSE 3.0e-07"), won
+    assert won.source.endswith("faster in this device's vkq tune at 512 columns: 20.0 GFLOP/s against the tiled "
+                               "kernel's 12.5 (dmmv)")
+    assert not tile_tuning.choose(d, Q4_0, 4096, activations="q8_1x2").coopmat  # (lost: the tiles)
+    # A loop budget (as a CPU driver's) that COOPMAT_TILE's fits at K=4096 and a tuned tile of twice the
+    # chunks per invocation does not.
+    budget = tiles.loop_iterations(tiles.coopmat_config(GPU_CAPS, Q4_0, 4096), 4096)
+    tight = dataclasses.replace(GPU_CAPS, max_loop_iterations=budget)
+    d = Dispatcher(tight, DeviceClass("nvidia", "unknown", "proprietary", ("test",)), {"Q4_0": entry(tiles_entry(
+        coopmat=tuning_store.coopmat_record(20.0, 0.01, {"q8_1": True}, (128, 32, 1, 64, 32), 3e-7)))}, checks)
+    odd = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1")
+    assert odd.coopmat and tiles.coopmat_shape(odd) == tiles.COOPMAT_CANDIDATES[0], odd
+    assert odd.source.startswith("coopmat tile [guess]: the tile tuned on this device (128x32, K step 32, 64x32 "
+                                 "per subgroup) does not fit at K=4096 (no cooperative-matrix mat-mat"), odd.source
+    old = gpu_dispatcher(checks, {"Q4_0": entry(tiles_entry(coopmat=RACED))})
+    before = tile_tuning.choose(old, Q4_0, 4096, activations="q8_1")
+    assert before.coopmat and tiles.coopmat_shape(before) == tiles.COOPMAT_CANDIDATES[0]
+    assert before.source.startswith("coopmat tile [guess]")
 
 
 def test_tune_does_not_race_a_refused_kernel_and_says_why(backend, coopmat_device):
@@ -298,8 +398,8 @@ def test_on_a_device_without_the_kernel_tune_says_so_once(backend):
     if backend.device.caps.coopmat:
         pytest.skip("this device has the kernel")
     notes = {}
-    assert tune.coopmat_contender(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), [256],
-                                  lambda label, group: None, notes) is None
+    assert tune.coopmat_contenders(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), [256],
+                                   lambda label, group: None, notes) == []
     assert notes == {}  # (`vkq tune` says it in one line for the device: test_tune_quick)
 
 

@@ -7,7 +7,8 @@ cooperative-matrix features are enabled, the kernel multiplies a small
 random matrix of the type (coopmat.CHECK_SHAPE) beside the float tiled
 kernel; the NMSE between the two, or the error that kept it from running,
 is kept per device and type, and the kernel is offered only where it is
-within coopmat.CHECK_NMSE.
+within coopmat.CHECK_NMSE. `vkq tune` holds each other tile it races for
+the kernel to the same check (config_nmse).
 """
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ from .dispatch import coopmat, tiles
 from .dispatch.choose import requested_path
 
 
-def run_check(backend, fmt: BlockFormat) -> dict:
-    """Check the kernel for fmt on the backend's device; record and return the result."""
+def config_nmse(backend, fmt: BlockFormat, cfg: tiles.TileConfig) -> float:
+    """The NMSE of `cfg`'s mat-mat against the float tiled kernel's on
+    coopmat.CHECK_SHAPE (a random matrix of fmt, the same for every call);
+    ValueError or RuntimeError where cfg does not fit or the driver refuses
+    its pipeline."""
     disp, caps = backend.dispatcher, backend.device.caps
     rows, k, n = coopmat.CHECK_SHAPE
     rng = np.random.default_rng(0)
@@ -29,13 +33,19 @@ def run_check(backend, fmt: BlockFormat) -> dict:
     w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
     try:
         ref = backend.matmul(w, x, config=tiles.choose(disp.device_class, caps, fmt, k, "dmmv"))
-        got = backend.matmul(w, x, config=tiles.coopmat_config(caps, fmt, k))
-        record = coopmat.make_record(nmse(got, ref))
-    except (ValueError, RuntimeError) as e:  # (a pipeline the driver refused: the kernel is refused)
-        record = coopmat.make_record(None, f"{type(e).__name__}: {e}")
+        return nmse(backend.matmul(w, x, config=cfg), ref)
     finally:
         w.free()
-    disp.coopmat_checks[fmt.name] = record
+
+
+def run_check(backend, fmt: BlockFormat) -> dict:
+    """Check the kernel for fmt on the backend's device; record and return the result."""
+    try:
+        cfg = tiles.coopmat_config(backend.device.caps, fmt, coopmat.CHECK_SHAPE[1])
+        record = coopmat.make_record(config_nmse(backend, fmt, cfg))
+    except (ValueError, RuntimeError) as e:  # (a pipeline the driver refused: the kernel is refused)
+        record = coopmat.make_record(None, f"{type(e).__name__}: {e}")
+    backend.dispatcher.coopmat_checks[fmt.name] = record
     coopmat.save_check(backend.device_info, fmt.name, record)
     return record
 

@@ -33,9 +33,12 @@ same final race; saved in the type's entry as "tiles", taken first by the
 dispatcher's mat-mat choice (vkq.dispatch.tile_tuning). Where the device
 offers the cooperative-matrix kernel for the type (its self-check run here
 first where it has none, vkq.coopmat_check), that kernel runs in the same
-final race, and the "tiles" object keeps its GFLOP/s and, per activation
-format, whether it was clearly faster than the tiles chosen for it
-(`faster`, as final_choice): the dispatcher takes it only where it was
+final race at each of its candidate tiles (tiles.COOPMAT_CANDIDATES) that
+fits the device and passes the self-check's NMSE against the float kernel
+here (coopmat_contenders), and the "tiles" object keeps the fastest: its
+tile, NMSE, GFLOP/s and, per activation format, whether it was clearly
+faster than the tiles chosen for it (`faster`, as final_choice): the
+dispatcher takes it, at that tile, only where it was
 (tuning_store.CoopmatRace).
 """
 from __future__ import annotations
@@ -50,7 +53,7 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.lookup_tables import has_value_pairs
 from ..blocks.synthetic import random_weights
-from ..coopmat_check import run_check
+from ..coopmat_check import config_nmse, run_check
 from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
                              wall_samples, warm_up)
 from ..device.shader_variants import MATMUL_BINDINGS
@@ -266,29 +269,70 @@ def measure_tiles(backend, qtype: str, shapes, quick: bool, on_group, notes: dic
     return found
 
 
-def coopmat_contender(tb: TypeBench, ks, on_group, notes: dict | None) -> TileConfig | None:
-    """The cooperative-matrix kernel for the tiles' final race, where the
-    device offers it for the type (its self-check run first where the type
-    has none on this device: vkq.coopmat_check.run_check), fitted at every K
-    measured; else None, with why in notes["coopmat"] (but for a device
-    without the kernel at all, which `run` says once)."""
+@dataclass(frozen=True)
+class CoopmatContender:
+    """One tile of the cooperative-matrix kernel in the tiles' final race, checked on this device."""
+
+    cfg: TileConfig
+    nmse: float  # against the float tiled kernel on coopmat.CHECK_SHAPE (vkq.coopmat_check.config_nmse)
+
+
+def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[CoopmatContender]:
+    """The cooperative-matrix kernel's tiles for the tiles' final race, where
+    the device offers it for the type (its self-check run first where the
+    type has none on this device: vkq.coopmat_check.run_check): each of
+    tiles.COOPMAT_CANDIDATES that fits the device at every K measured (once,
+    where fitting makes two the same) and whose NMSE against the float kernel
+    is within coopmat.CHECK_NMSE here (the self-check's own tile: its record).
+    None offered: [], with why in notes["coopmat"] (but for a device without
+    the kernel at all, which `run` says once); candidates left out (a failed
+    check, a pipeline the driver refused) named in notes["coopmat candidates"]."""
     caps, checks = tb.dev.caps, tb.backend.dispatcher.coopmat_checks
     offer, why = coopmat.status(caps, tb.fmt, checks)
     if offer == coopmat.UNCHECKED:
         on_group("mat-mat coopmat", "self-check")
         run_check(tb.backend, tb.fmt)
         offer, why = coopmat.status(caps, tb.fmt, checks)
-    if offer == coopmat.OFFERED:
+    if offer != coopmat.OFFERED:
+        if notes is not None and not coopmat.device_missing(caps):
+            notes["coopmat"] = f"not raced: {why}"
+        return []
+    try:
+        checked = tiles.coopmat_shape(tiles.coopmat_config(caps, tb.fmt, coopmat.CHECK_SHAPE[1]))
+    except ValueError:
+        checked = None
+    fitting, first_problem = {}, None
+    for shape in tiles.COOPMAT_CANDIDATES:
         try:
-            cfg = tiles.coopmat_config(caps, tb.fmt, ks[-1])
+            cfg = tiles.coopmat_config(caps, tb.fmt, ks[-1], shape)
             for k in ks:
                 tiles.check(cfg, caps, tb.fmt, k)
-            return cfg
         except ValueError as e:
-            why = str(e)
-    if notes is not None and not coopmat.device_missing(caps):
-        notes["coopmat"] = f"not raced: {why}"
-    return None
+            first_problem = first_problem or str(e)
+            continue
+        fitting.setdefault(tiles.coopmat_shape(cfg), cfg)  # (two halved to the same tile: raced once)
+    out, left_out = [], []
+    for shape, cfg in fitting.items():
+        label = tiles.coopmat_tile_label(shape)
+        if shape == checked:  # (the self-check's own tile and case: its record says it)
+            out.append(CoopmatContender(cfg, checks[tb.fmt.name]["nmse"]))
+            continue
+        on_group("mat-mat coopmat", f"check {label}")
+        try:
+            err = config_nmse(tb.backend, tb.fmt, cfg)
+        except (ValueError, RuntimeError) as e:  # (a pipeline the driver refused)
+            left_out.append(f"{label} ({type(e).__name__}: {e})")
+            continue
+        if coopmat.passes({"nmse": err}):
+            out.append(CoopmatContender(cfg, err))
+        else:
+            left_out.append(f"{label} (NMSE {err:.1e} against the float kernel > {coopmat.CHECK_NMSE:g})")
+    if notes is not None:
+        if left_out:
+            notes["coopmat candidates"] = "tiles left out: " + "; ".join(left_out)
+        if not out:
+            notes["coopmat"] = f"not raced: {first_problem or 'no candidate tile passed its check on this device'}"
+    return out
 
 
 def tile_variants(tb: TypeBench, k: int, quick: bool) -> list[tuple[str, str, str]]:
@@ -408,10 +452,10 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
     # by side (--quick: the descent's one race already timed them together),
     # and where the device offers it the cooperative-matrix kernel beside
     # them all (in --quick too: it is compared with the tiles chosen here).
-    coop = coopmat_contender(tb, ks, on_group, notes)
+    coop = coopmat_contenders(tb, ks, on_group, notes)
     need = list(dict.fromkeys([*from_table.values(), *tuned.values()]))
-    todo = need if not quick or coop is not None else [c for c in need if c not in seen]
-    todo += [coop] if coop is not None else []
+    todo = need if not quick or coop else [c for c in need if c not in seen]
+    todo += [c.cfg for c in coop]
     if todo:
         on_group("mat-mat all", "final")
         cands = [Candidate(tb, c, passes, TILE_COLS, units) for c in todo]
@@ -439,10 +483,12 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
         if measured:
             incumbent = tb.table_tiles(None, acts, k0).path
             result["best"][acts] = best(measured, incumbent if incumbent in measured else next(iter(measured)))
-    if coop is not None:  # (taken where clearly faster than the tiles each activation format gets: `faster`)
-        c = seen[coop]
+    if coop:  # (its fastest tile, taken where clearly faster than the tiles each activation format gets: `faster`)
+        fastest = min(coop, key=lambda c: seen[c.cfg].seconds)
+        c = seen[fastest.cfg]
         won = {acts: faster(c, final[tuning_store.entry_key(path, acts)]) for acts, path in result["best"].items()}
-        result["coopmat"] = tuning_store.coopmat_record(flops / c.seconds / 1e9, c.spread, won)
+        result["coopmat"] = tuning_store.coopmat_record(flops / c.seconds / 1e9, c.spread, won,
+                                                        tiles.coopmat_shape(fastest.cfg), fastest.nmse)
     return result
 
 
@@ -543,6 +589,14 @@ def _phases(bar: Progress, qtype: str, dev, quick: bool, t0: float, tiles_only: 
     return on_group
 
 
+def coopmat_tile_label(rec: dict) -> str:
+    """A "coopmat" record's tile in a few words (a record without one: COOPMAT_TILE's)."""
+    if "tile" in rec:
+        return f"{tiles.coopmat_tile_label(tuple(rec['tile']))}, the fastest that passed its check"
+    default = tuple(tiles.COOPMAT_TILE[n] for n in tiles.COOPMAT_SHAPE)
+    return f"{tiles.coopmat_tile_label(default)}, the default (raced alone)"
+
+
 def coopmat_verdict(race: tuning_store.CoopmatRace) -> str:
     """The cooperative-matrix kernel's race, for one activation format, in a few words."""
     if race.won:
@@ -563,6 +617,10 @@ def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> 
                   + ")" for key, (before, after) in t["gflops"].items()]
     if t and "coopmat" in t:
         races = [tuning_store.coopmat_race(t, a) for a in t["coopmat"]["won"]]
+        rec = t["coopmat"]
+        parts.append(f"mat-mat coopmat tile {coopmat_tile_label(rec)}"
+                     + (f" (NMSE {rec['nmse']:.1e} against the float kernel)" if "nmse" in rec else "")
+                     + (f"; {notes['tiles coopmat candidates']}" if "tiles coopmat candidates" in notes else ""))
         parts += [f"mat-mat coopmat {a} {r.gflops:.1f} GFLOP/s (spread {100 * r.spread:.1f}%): {coopmat_verdict(r)} "
                   f"the tiled {variant_label(r.key)} {r.tiled_gflops:.1f}" for a, r in zip(t["coopmat"]["won"], races)]
     elif "tiles coopmat" in notes:
@@ -668,15 +726,18 @@ def table(entries: dict, types) -> str:
         t = (entries.get(qtype) or {}).get("tiles") or {}
         for acts in (t.get("coopmat") or {}).get("won", {}):
             race = tuning_store.coopmat_race(t, acts)
-            coop_cells.append([qtype, acts, f"{race.gflops:.1f}", f"{100 * race.spread:.1f}%",
+            coop_cells.append([qtype, acts, coopmat_tile_label(t["coopmat"]), f"{race.gflops:.1f}",
+                               f"{100 * race.spread:.1f}%",
                                f"{variant_label(race.key)} {race.tiled_gflops:.1f}",
                                "yes" if race.won else f"no ({coopmat_verdict(race)} the tiles)"])
     if coop_cells:
         out += "\n\nCooperative-matrix mat-mat, raced against the tiles above:\n\n" + markdown(
-            ["type", "activations", "coopmat GFLOP/s", "spread", "tiled GFLOP/s", "taken"], coop_cells,
-            {"coopmat GFLOP/s", "spread"}) + (
-            "\n\nThe kernel is taken for a plain mat-mat with no path asked for where it was faster than the tiles "
-            "the activation format gets by more than 2% and half the larger spread; where it was not, the tiles.")
+            ["type", "activations", "coopmat tile", "coopmat GFLOP/s", "spread", "tiled GFLOP/s", "taken"],
+            coop_cells, {"coopmat GFLOP/s", "spread"}) + (
+            "\n\nThe kernel's tile: the fastest of its candidates that passed the self-check's NMSE on this "
+            "device. The kernel is taken, at that tile, for a plain mat-mat with no path asked for where it was "
+            "faster than the tiles the activation format gets by more than 2% and half the larger spread; where "
+            "it was not, the tiles.")
     return out
 
 

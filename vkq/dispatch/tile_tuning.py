@@ -21,7 +21,11 @@ it against the tuned tiles that serve this K and these activations
 (tuning_store.coopmat_race) and it was not clearly faster, the tiled
 kernel, its `source` saying so with the figures; without such a race (no
 `vkq tune` since the kernel was offered, a file of before, K below the
-tuned k_min), the kernel on its self-check alone.
+tuned k_min), the kernel on its self-check alone. Its tile: where the race
+won, the one `vkq tune` found fastest there (its candidates,
+tiles.COOPMAT_CANDIDATES, each checked against the float kernel first),
+fitted at this K; else, and for a race recorded before tiles were raced,
+COOPMAT_TILE's (coopmat_tile).
 """
 from __future__ import annotations
 
@@ -92,13 +96,34 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
                 return replace(cfg, source=f"cooperative matrices not used: {race_figures(found, race)}; "
                                            f"{cfg.source}")
             try:
-                cfg = tiles.coopmat_config(dispatcher.caps, fmt, k)
+                cfg = coopmat_tile(dispatcher.caps, fmt, k, race)
                 return replace(cfg, source=f"{cfg.source}; {why}"
                                + (f"; {race_figures(found, race)}" if race is not None else ""))
             except ValueError as e:  # (the device's limits: the other kernels, saying so)
                 cfg = tiled(dispatcher, fmt, k, path, activations, n_expert)
                 return replace(cfg, source=f"cooperative matrices not used: {e}; {cfg.source}")
     return tiled(dispatcher, fmt, k, path, activations, n_expert)
+
+
+def coopmat_tile(caps, fmt: BlockFormat, k: int, race: tuning_store.CoopmatRace | None) -> tiles.TileConfig:
+    """The cooperative-matrix kernel's tile: the one `vkq tune` raced fastest
+    on this device where its race won and names it, fitted at K; COOPMAT_TILE's
+    without such a race, for a record of before (one tile raced:
+    COOPMAT_TILE's), or where the tuned tile does not fit at this K
+    (`source` saying so). ValueError where COOPMAT_TILE's does not fit either."""
+    if race is None or not race.won or race.tile is None:
+        return tiles.coopmat_config(caps, fmt, k)
+    label = tiles.coopmat_tile_label(race.tile)
+    try:
+        cfg = tiles.coopmat_config(caps, fmt, k, race.tile)
+    except ValueError as e:
+        cfg = tiles.coopmat_config(caps, fmt, k)
+        return replace(cfg, source=f"{cfg.source}: the tile tuned on this device ({label}) does not fit at "
+                                   f"K={k} ({e})")
+    nmse = f", NMSE {race.nmse:.1e} against the float kernel" if race.nmse is not None else ""
+    fitted = cfg.source.partition("; ")[2]  # (coopmat_config's own notes, where it had to fit the tile)
+    return replace(cfg, source=f"coopmat tile {label} tuned on this device (vkq tune: the fastest of the "
+                               f"candidate tiles that passed the self-check{nmse})" + (f"; {fitted}" if fitted else ""))
 
 
 def tiled(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,

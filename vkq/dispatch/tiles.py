@@ -364,6 +364,17 @@ COOPMAT_CANDIDATES = (
 )
 
 
+def coopmat_shape(cfg: TileConfig) -> tuple[int, ...]:
+    """A cooperative-matrix config's tile, (bm, bn, bk_chunks, tm, tn) (COOPMAT_SHAPE)."""
+    return tuple(getattr(cfg, name) for name in COOPMAT_SHAPE)
+
+
+def coopmat_tile_label(shape: tuple[int, ...]) -> str:
+    """A cooperative-matrix tile in a few words: (64, 64, 1, 32, 32) -> "64x64, K step 32, 32x32 per subgroup"."""
+    bm, bn, bk_chunks, tm, tn = shape
+    return f"{bm}x{bn}, K step {bk_chunks * CHUNK}, {tm}x{tn} per subgroup"
+
+
 def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int, shape: tuple[int, ...] | None = None) -> TileConfig:
     """COOPMAT_TILE (or `shape`, (bm, bn, bk_chunks, tm, tn), one of
     COOPMAT_CANDIDATES) on this device: a subgroup of the device's subgroup

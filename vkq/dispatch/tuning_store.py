@@ -159,13 +159,21 @@ TILE_KEYS = {"n", "k_min", "shapes", "best", "coopmat", *ENTRY_KEYS, *TILE_FIGUR
 
 # The cooperative-matrix mat-mat raced against the tuned tiles by `vkq tune`
 # on a device that offers it for the type (the same final race, the same
-# rotation), a "tiles" object's optional "coopmat": {"gflops": its GFLOP/s,
+# rotation), a "tiles" object's optional "coopmat": the fastest of its
+# candidate tiles (vkq.dispatch.tiles.COOPMAT_CANDIDATES that fit the device
+# and passed the self-check's NMSE there), {"gflops": its GFLOP/s,
 # "spread": its spread, "won": {activations: whether it was clearly faster
 # (vkq.device.timing.faster) than the tiles "best" gives those
-# activations}}. The tiled kernel's figures are that key's "gflops"[1] and
-# "spread", from the same race. Without it (files of before, a device
-# without the kernel) the dispatcher offers the kernel on its self-check
-# alone (vkq.dispatch.tile_tuning).
+# activations}, "tile": [bm, bn, bk_chunks, tm, tn] (tiles.COOPMAT_SHAPE),
+# "nmse": its NMSE against the float kernel}. "tile" and "nmse" are absent
+# in records of before (the race of COOPMAT_TILE's alone): such a record
+# means COOPMAT_TILE. The tiled kernel's figures are that key's "gflops"[1]
+# and "spread", from the same race. Without a record (files of before, a
+# device without the kernel) the dispatcher offers the kernel on its
+# self-check alone (vkq.dispatch.tile_tuning).
+COOPMAT_KEYS = ("gflops", "spread", "won", "tile", "nmse")
+
+
 @dataclass(frozen=True)
 class CoopmatRace:
     """The record's word for one activation format: the kernel against the tiled `key`."""
@@ -176,11 +184,17 @@ class CoopmatRace:
     key: str  # the tiled kernel's ENTRY_KEYS key
     tiled_gflops: float
     tiled_spread: float | None
+    tile: tuple[int, ...] | None = None  # (bm, bn, bk_chunks, tm, tn); None: a record of before, COOPMAT_TILE's
+    nmse: float | None = None  # the tile's NMSE against the float kernel (None: a record of before)
 
 
-def coopmat_record(gflops: float, spread: float, won: dict[str, bool]) -> dict:
-    """The "coopmat" object of a "tiles" object (see CoopmatRace)."""
-    return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won)}
+def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...] | None = None,
+                   nmse: float | None = None) -> dict:
+    """The "coopmat" object of a "tiles" object (see CoopmatRace); tile and
+    nmse None only for a record as `vkq tune` wrote them before it raced tiles."""
+    return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won),
+            **({"tile": list(tile)} if tile is not None else {}),
+            **({"nmse": float(f"{nmse:.3e}")} if nmse is not None else {})}
 
 
 def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
@@ -191,7 +205,8 @@ def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
         return None
     key = entry_key(tiles["best"][activations], activations)
     return CoopmatRace(rec["won"][activations], rec["gflops"], rec["spread"], key, tiles["gflops"][key][1],
-                       tiles.get("spread", {}).get(key))
+                       tiles.get("spread", {}).get(key), tuple(rec["tile"]) if "tile" in rec else None,
+                       rec.get("nmse"))
 
 
 def coopmat_problems(where: str, tiles: dict) -> list[str]:
@@ -201,7 +216,7 @@ def coopmat_problems(where: str, tiles: dict) -> list[str]:
     rec, where = tiles["coopmat"], f"{where}/coopmat"
     if not isinstance(rec, dict):
         return [f"{where}: not an object"]
-    problems = [f"{where}: unknown key {key!r}" for key in rec if key not in ("gflops", "spread", "won")]
+    problems = [f"{where}: unknown key {key!r}" for key in rec if key not in COOPMAT_KEYS]
     if not (_number(rec.get("gflops")) and rec["gflops"] > 0):
         problems.append(f"{where}: gflops {rec.get('gflops')!r} is not a positive number")
     if not (_number(rec.get("spread")) and rec["spread"] >= 0):
@@ -217,7 +232,26 @@ def coopmat_problems(where: str, tiles: dict) -> list[str]:
         elif not isinstance(gflops := tiles.get("gflops"), dict) or entry_key(best[activations], activations) \
                 not in gflops:
             problems.append(f"{where}/won: {activations}: the tiles it was raced against have no GFLOP/s")
+    if "tile" in rec:
+        problems += coopmat_tile_problems(where, rec["tile"])
+    if "nmse" in rec and not (_number(rec["nmse"]) and rec["nmse"] >= 0):
+        problems.append(f"{where}: nmse {rec['nmse']!r} is not a number >= 0")
     return problems
+
+
+def coopmat_tile_problems(where: str, tile) -> list[str]:
+    """What is wrong with a record's "tile": five positive integers that
+    make a tile the kernel supports (the shader's rules at the smallest
+    subgroup; whether it fits a device is the dispatcher's check at use)."""
+    from .tiles import COOPMAT_SHAPE, COOPMAT_SUBGROUPS, TileConfig  # (as tile_problems)
+
+    if not isinstance(tile, list) or len(tile) != len(COOPMAT_SHAPE) or not all(_positive_int(v) for v in tile):
+        return [f"{where}: tile {tile!r} is not [{', '.join(COOPMAT_SHAPE)}], positive integers"]
+    try:
+        TileConfig(**dict(zip(COOPMAT_SHAPE, tile)), coopmat_subgroup=COOPMAT_SUBGROUPS[0])
+    except ValueError as e:
+        return [f"{where}: tile {tile!r}: {e}"]
+    return []
 
 
 def _positive_int(v) -> bool:
