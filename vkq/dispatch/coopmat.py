@@ -11,7 +11,8 @@ results, in a file of its own (`checks_path`). A type whose check failed is
 refused until the file is removed (`vkq tune --reset` removes it with the
 tuning file). Offered is not yet taken: where `vkq tune` raced the kernel
 against the tuned tiles and it was not clearly faster, the dispatcher takes
-the tiles (vkq.dispatch.tile_tuning).
+the tiles (vkq.dispatch.tile_tuning); where it was, the kernel at the
+candidate tile that raced fastest (each checked as above first).
 """
 from __future__ import annotations
 
