@@ -169,12 +169,12 @@ def test_without_glslang_13_the_build_skips_them_with_a_note(monkeypatch, capsys
 # What `vkq tune` keeps of the kernel's race (tuning_store.coopmat_record):
 # against tiles_entry's tiled kernels (dmmv 12.5 GFLOP/s, best for both
 # formats), faster for q8_1, not for q8_1x2.
-RACED = tuning_store.coopmat_record(20.0, 0.01, {"q8_1": True, "q8_1x2": False})
+RACED = tuning_store.coopmat_record(20.0, 0.01, {"q8_1": True, "q8_1x2": False}, tiles.COOPMAT_TILE_SHAPE, 2e-7)
 
 
 def test_the_race_is_saved_read_back_and_decides(spirv_built, tmp_path, monkeypatch):
     """The kernel where its race in `vkq tune` says it won, or where there
-    is none (a file of before, K below the tuned k_min); the tuned tiles
+    is none (tiles tuned without it, K below the tuned k_min); the tuned tiles
     where it lost, their source saying so with the figures."""
     monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
     tuning_store.save(LAVAPIPE, {"Q4_0": entry(tiles_entry(coopmat=RACED)), "Q8_0": entry(tiles_entry())})
@@ -195,26 +195,34 @@ def test_the_race_is_saved_read_back_and_decides(spirv_built, tmp_path, monkeypa
     old = tile_tuning.choose(d, FORMATS["Q8_0"], 4096, activations="q8_1x2")  # (no race: its self-check alone)
     assert old.coopmat and "vkq tune" not in old.source
     slower = gpu_dispatcher(d.coopmat_checks, {"Q4_0": entry(tiles_entry(
-        coopmat=tuning_store.coopmat_record(5.0, 0.0, {"q8_1": False})))})
+        coopmat=tuning_store.coopmat_record(5.0, 0.0, {"q8_1": False}, tiles.COOPMAT_TILE_SHAPE, 2e-7)))})
     assert tile_tuning.choose(slower, Q4_0, 4096).source.startswith(
         "cooperative matrices not used: slower in this device's vkq tune at 512 columns: 5.0 GFLOP/s")
 
 
+def race(**changes) -> dict:
+    """A valid "coopmat" record (a tile and its NMSE) with these keys changed; a value None: the key left out."""
+    rec = {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 32, 32], "nmse": 1e-7, **changes}
+    return {k: v for k, v in rec.items() if v is not None}
+
+
 @pytest.mark.parametrize("bad", [
-    {"gflops": 0, "spread": 0.0, "won": {}},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": 1}},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q9": True}},
-    {"gflops": 5.0, "won": {}},
-    {"gflops": 5.0, "spread": 0.0, "won": {}, "colour": "red"},
+    race(gflops=0, won={}),
+    race(won={"q8_1": 1}),
+    race(won={"q9": True}),
+    race(spread=None, won={}),
+    race(won={}, colour="red"),
     [],
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "(tiles)": {"gflops": 7}},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "(tiles)": {"best": {"q8_1": ["dmmv"]}}},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 24, 32]},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 32]},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 32, True]},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": "64x64"},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [4096, 64, 1, 32, 32]},
-    {"gflops": 5.0, "spread": 0.0, "won": {"q8_1": True}, "tile": [64, 64, 1, 32, 32], "nmse": -1},
+    race(**{"(tiles)": {"gflops": 7}}),
+    race(**{"(tiles)": {"best": {"q8_1": ["dmmv"]}}}),
+    race(tile=[64, 64, 1, 24, 32]),
+    race(tile=[64, 64, 1, 32]),
+    race(tile=[64, 64, 1, 32, True]),
+    race(tile="64x64"),
+    race(tile=[4096, 64, 1, 32, 32]),
+    race(nmse=-1),
+    race(tile=None),
+    race(nmse=None),
 ], ids=repr)
 def test_an_invalid_race_makes_the_file_ignored(tmp_path, monkeypatch, bad):
     """Whatever the JSON holds: a warning, never an exception."""
@@ -349,8 +357,7 @@ TUNED_TILE = tuning_store.coopmat_record(20.0, 0.01, {"q8_1": True, "q8_1x2": Fa
 
 def test_the_dispatcher_takes_the_tuned_tile_where_it_won(spirv_built):
     """Where the race won: its tile, named with where it came from; where
-    it does not fit at this K, COOPMAT_TILE's, saying so; a record of
-    before (no tile): COOPMAT_TILE's."""
+    it does not fit at this K, COOPMAT_TILE's, saying so."""
     checks = {"Q4_0": coopmat.make_record(2e-7)}
     d = gpu_dispatcher(checks, {"Q4_0": entry(tiles_entry(coopmat=TUNED_TILE))})
     won = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1")
@@ -370,10 +377,6 @@ def test_the_dispatcher_takes_the_tuned_tile_where_it_won(spirv_built):
     assert odd.coopmat and tiles.coopmat_shape(odd) == tiles.COOPMAT_CANDIDATES[0], odd
     assert odd.source.startswith("coopmat tile [guess]: the tile tuned on this device (128x32, K step 32, 64x32 "
                                  "per subgroup) does not fit at K=4096 (no cooperative-matrix mat-mat"), odd.source
-    old = gpu_dispatcher(checks, {"Q4_0": entry(tiles_entry(coopmat=RACED))})
-    before = tile_tuning.choose(old, Q4_0, 4096, activations="q8_1")
-    assert before.coopmat and tiles.coopmat_shape(before) == tiles.COOPMAT_CANDIDATES[0]
-    assert before.source.startswith("coopmat tile [guess]")
 
 
 def test_tune_does_not_race_a_refused_kernel_and_says_why(backend, coopmat_device):

@@ -38,10 +38,16 @@ def config_nmse(backend, fmt: BlockFormat, cfg: tiles.TileConfig) -> float:
         w.free()
 
 
+def checked_config(caps, fmt: BlockFormat) -> tiles.TileConfig:
+    """The kernel's launch the self-check runs: COOPMAT_TILE's at the check's K
+    (ValueError where it does not fit the device)."""
+    return tiles.coopmat_config(caps, fmt, coopmat.CHECK_SHAPE[1])
+
+
 def run_check(backend, fmt: BlockFormat) -> dict:
     """Check the kernel for fmt on the backend's device; record and return the result."""
     try:
-        cfg = tiles.coopmat_config(backend.device.caps, fmt, coopmat.CHECK_SHAPE[1])
+        cfg = checked_config(backend.device.caps, fmt)
         record = coopmat.make_record(config_nmse(backend, fmt, cfg))
     except (ValueError, RuntimeError) as e:  # (a pipeline the driver refused: the kernel is refused)
         record = coopmat.make_record(None, f"{type(e).__name__}: {e}")

@@ -53,7 +53,7 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.lookup_tables import has_value_pairs
 from ..blocks.synthetic import random_weights
-from ..coopmat_check import config_nmse, run_check
+from ..coopmat_check import checked_config, config_nmse, run_check
 from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
                              wall_samples, warm_up)
 from ..device.shader_variants import MATMUL_BINDINGS
@@ -298,7 +298,7 @@ def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[
             notes["coopmat"] = f"not raced: {why}"
         return []
     try:
-        checked = tiles.coopmat_shape(tiles.coopmat_config(caps, tb.fmt, coopmat.CHECK_SHAPE[1]))
+        checked = tiles.coopmat_shape(checked_config(caps, tb.fmt))
     except ValueError:
         checked = None
     fitting, first_problem = {}, None
@@ -590,11 +590,8 @@ def _phases(bar: Progress, qtype: str, dev, quick: bool, t0: float, tiles_only: 
 
 
 def coopmat_tile_label(rec: dict) -> str:
-    """A "coopmat" record's tile in a few words (a record without one: COOPMAT_TILE's)."""
-    if "tile" in rec:
-        return f"{tiles.coopmat_tile_label(tuple(rec['tile']))}, the fastest that passed its check"
-    default = tuple(tiles.COOPMAT_TILE[n] for n in tiles.COOPMAT_SHAPE)
-    return f"{tiles.coopmat_tile_label(default)}, the default (raced alone)"
+    """A "coopmat" record's tile in a few words."""
+    return f"{tiles.coopmat_tile_label(tuple(rec['tile']))}, the fastest that passed its check"
 
 
 def coopmat_verdict(race: tuning_store.CoopmatRace) -> str:
@@ -618,8 +615,8 @@ def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> 
     if t and "coopmat" in t:
         races = [tuning_store.coopmat_race(t, a) for a in t["coopmat"]["won"]]
         rec = t["coopmat"]
-        parts.append(f"mat-mat coopmat tile {coopmat_tile_label(rec)}"
-                     + (f" (NMSE {rec['nmse']:.1e} against the float kernel)" if "nmse" in rec else "")
+        parts.append(f"mat-mat coopmat tile {coopmat_tile_label(rec)} (NMSE {rec['nmse']:.1e} against the float "
+                     "kernel)"
                      + (f"; {notes['tiles coopmat candidates']}" if "tiles coopmat candidates" in notes else ""))
         parts += [f"mat-mat coopmat {a} {r.gflops:.1f} GFLOP/s (spread {100 * r.spread:.1f}%): {coopmat_verdict(r)} "
                   f"the tiled {variant_label(r.key)} {r.tiled_gflops:.1f}" for a, r in zip(t["coopmat"]["won"], races)]

@@ -20,11 +20,10 @@ a plain mat-mat only, not MUL_MAT_ID. Where this device's `vkq tune` raced
 it against the tuned tiles that serve this K and these activations
 (tuning_store.coopmat_race) and it was not clearly faster, the tiled
 kernel, its `source` saying so with the figures; without such a race (no
-`vkq tune` since the kernel was offered, a file of before, K below the
-tuned k_min), the kernel on its self-check alone. Its tile: where the race
-won, the one `vkq tune` found fastest there (its candidates,
-tiles.COOPMAT_CANDIDATES, each checked against the float kernel first),
-fitted at this K; else, and for a race recorded before tiles were raced,
+`vkq tune` since the kernel was offered, K below the tuned k_min), the
+kernel on its self-check alone. Its tile: where the race won, the one `vkq
+tune` found fastest there (its candidates, tiles.COOPMAT_CANDIDATES, each
+checked against the float kernel first), fitted at this K; else
 COOPMAT_TILE's (coopmat_tile).
 """
 from __future__ import annotations
@@ -107,11 +106,10 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
 
 def coopmat_tile(caps, fmt: BlockFormat, k: int, race: tuning_store.CoopmatRace | None) -> tiles.TileConfig:
     """The cooperative-matrix kernel's tile: the one `vkq tune` raced fastest
-    on this device where its race won and names it, fitted at K; COOPMAT_TILE's
-    without such a race, for a record of before (one tile raced:
-    COOPMAT_TILE's), or where the tuned tile does not fit at this K
-    (`source` saying so). ValueError where COOPMAT_TILE's does not fit either."""
-    if race is None or not race.won or race.tile is None:
+    on this device where its race won, fitted at K; COOPMAT_TILE's without
+    such a race, or where the tuned tile does not fit at this K (`source`
+    saying so). ValueError where COOPMAT_TILE's does not fit either."""
+    if race is None or not race.won:
         return tiles.coopmat_config(caps, fmt, k)
     label = tiles.coopmat_tile_label(race.tile)
     try:
@@ -120,10 +118,10 @@ def coopmat_tile(caps, fmt: BlockFormat, k: int, race: tuning_store.CoopmatRace 
         cfg = tiles.coopmat_config(caps, fmt, k)
         return replace(cfg, source=f"{cfg.source}: the tile tuned on this device ({label}) does not fit at "
                                    f"K={k} ({e})")
-    nmse = f", NMSE {race.nmse:.1e} against the float kernel" if race.nmse is not None else ""
     fitted = cfg.source.partition("; ")[2]  # (coopmat_config's own notes, where it had to fit the tile)
     return replace(cfg, source=f"coopmat tile {label} tuned on this device (vkq tune: the fastest of the "
-                               f"candidate tiles that passed the self-check{nmse})" + (f"; {fitted}" if fitted else ""))
+                               f"candidate tiles that passed the self-check, NMSE {race.nmse:.1e} against the float "
+                               f"kernel)" + (f"; {fitted}" if fitted else ""))
 
 
 def tiled(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,

@@ -349,6 +349,7 @@ COOPMAT_TILE = {
             "float16 tiles and 16 KiB of sums",
 }
 COOPMAT_SHAPE = ("bm", "bn", "bk_chunks", "tm", "tn")  # what a cooperative-matrix tile is made of
+COOPMAT_TILE_SHAPE = tuple(COOPMAT_TILE[name] for name in COOPMAT_SHAPE)
 # Other tiles for the kernel, raced against COOPMAT_TILE's by
 # tools/bench_matmul.py --kernel coopmat (none measured on a GPU yet): a
 # longer K step (half the barriers), twice the rows or the columns per
@@ -356,7 +357,7 @@ COOPMAT_SHAPE = ("bm", "bn", "bk_chunks", "tm", "tn")  # what a cooperative-matr
 # eight subgroups of 2 fragments (more warps to hide the loads). Each holds
 # its tiles and sums within 48 KiB of shared memory (NVIDIA's per workgroup).
 COOPMAT_CANDIDATES = (
-    (64, 64, 1, 32, 32),
+    COOPMAT_TILE_SHAPE,
     (64, 64, 2, 32, 32),
     (128, 64, 1, 64, 32),
     (64, 128, 1, 32, 64),
@@ -381,7 +382,7 @@ def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int, shape: tuple[int,
     size per block, bn halved while the workgroup or its shared memory does
     not fit (each change named in `source`). ValueError if nothing fits."""
     e = COOPMAT_TILE
-    dims = dict(zip(COOPMAT_SHAPE, shape)) if shape is not None else {name: e[name] for name in COOPMAT_SHAPE}
+    dims = dict(zip(COOPMAT_SHAPE, COOPMAT_TILE_SHAPE if shape is None else shape))
     source = f"coopmat tile [{e['basis']}]" if shape is None else "coopmat tile candidate [guess]"
     cfg = TileConfig(**dims, coopmat_subgroup=caps.subgroup_size, source=source,
                      evidence=frozenset({e["basis"] if shape is None else "guess"}))

@@ -165,12 +165,10 @@ TILE_KEYS = {"n", "k_min", "shapes", "best", "coopmat", *ENTRY_KEYS, *TILE_FIGUR
 # "spread": its spread, "won": {activations: whether it was clearly faster
 # (vkq.device.timing.faster) than the tiles "best" gives those
 # activations}, "tile": [bm, bn, bk_chunks, tm, tn] (tiles.COOPMAT_SHAPE),
-# "nmse": its NMSE against the float kernel}. "tile" and "nmse" are absent
-# in records of before (the race of COOPMAT_TILE's alone): such a record
-# means COOPMAT_TILE. The tiled kernel's figures are that key's "gflops"[1]
-# and "spread", from the same race. Without a record (files of before, a
-# device without the kernel) the dispatcher offers the kernel on its
-# self-check alone (vkq.dispatch.tile_tuning).
+# "nmse": its NMSE against the float kernel}. The tiled kernel's figures
+# are that key's "gflops"[1] and "spread", from the same race. Without a
+# record (tiles tuned on a device without the kernel) the dispatcher offers
+# the kernel on its self-check alone (vkq.dispatch.tile_tuning).
 COOPMAT_KEYS = ("gflops", "spread", "won", "tile", "nmse")
 
 
@@ -184,17 +182,14 @@ class CoopmatRace:
     key: str  # the tiled kernel's ENTRY_KEYS key
     tiled_gflops: float
     tiled_spread: float | None
-    tile: tuple[int, ...] | None = None  # (bm, bn, bk_chunks, tm, tn); None: a record of before, COOPMAT_TILE's
-    nmse: float | None = None  # the tile's NMSE against the float kernel (None: a record of before)
+    tile: tuple[int, ...]  # (bm, bn, bk_chunks, tm, tn)
+    nmse: float  # the tile's NMSE against the float kernel
 
 
-def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...] | None = None,
-                   nmse: float | None = None) -> dict:
-    """The "coopmat" object of a "tiles" object (see CoopmatRace); tile and
-    nmse None only for a record as `vkq tune` wrote them before it raced tiles."""
-    return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won),
-            **({"tile": list(tile)} if tile is not None else {}),
-            **({"nmse": float(f"{nmse:.3e}")} if nmse is not None else {})}
+def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...], nmse: float) -> dict:
+    """The "coopmat" object of a "tiles" object (see CoopmatRace)."""
+    return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won), "tile": list(tile),
+            "nmse": float(f"{nmse:.3e}")}
 
 
 def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
@@ -205,8 +200,7 @@ def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
         return None
     key = entry_key(tiles["best"][activations], activations)
     return CoopmatRace(rec["won"][activations], rec["gflops"], rec["spread"], key, tiles["gflops"][key][1],
-                       tiles.get("spread", {}).get(key), tuple(rec["tile"]) if "tile" in rec else None,
-                       rec.get("nmse"))
+                       tiles.get("spread", {}).get(key), tuple(rec["tile"]), rec["nmse"])
 
 
 def coopmat_problems(where: str, tiles: dict) -> list[str]:
@@ -232,10 +226,9 @@ def coopmat_problems(where: str, tiles: dict) -> list[str]:
         elif not isinstance(gflops := tiles.get("gflops"), dict) or entry_key(best[activations], activations) \
                 not in gflops:
             problems.append(f"{where}/won: {activations}: the tiles it was raced against have no GFLOP/s")
-    if "tile" in rec:
-        problems += coopmat_tile_problems(where, rec["tile"])
-    if "nmse" in rec and not (_number(rec["nmse"]) and rec["nmse"] >= 0):
-        problems.append(f"{where}: nmse {rec['nmse']!r} is not a number >= 0")
+    problems += coopmat_tile_problems(where, rec.get("tile"))
+    if not (_number(rec.get("nmse")) and rec["nmse"] >= 0):
+        problems.append(f"{where}: nmse {rec.get('nmse')!r} is not a number >= 0")
     return problems
 
 
