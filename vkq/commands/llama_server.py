@@ -247,7 +247,8 @@ class LlamaServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 code, last = self.proc.returncode, self._last_line()
-                raise LlamaServerFailed(died(code, self.cpu) + (f" (its last line: {last})" if code >= 0 and last else ""))
+                said = f" (its last line: {last})" if code >= 0 and last else ""
+                raise LlamaServerFailed(died(code, self.cpu) + said)
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                     if json.load(r).get("status") == "ok":
