@@ -14,8 +14,9 @@ and the "qwen2" pre-tokenizer):
 - slow: llama.cpp's quantizer writes each model as Q4_0 and Q4_K_M (from
   F32; at these widths its Q4_K_M is Q5_0 and Q8_0, its fallbacks for rows
   not of 256-value blocks, but for the Qwen3 files' attn_output in Q4_K),
-  llama-server decodes the reference's greedy tokens up to its first
-  near-tie, and so does vkq on both engines and both paths, its
+  llama-server decoded the reference's greedy tokens up to its first
+  near-tie (its tokens kept as data: tests/llama_cpp_reference.py; run
+  again where it runs), and so does vkq on both engines and both paths, its
   teacher-forced logits within NMSE 1e-3 of the reference's.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
@@ -174,13 +176,10 @@ def quantized(request, tiny, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def quantized_runs(quantized):
-    """(the reference's run, llama.cpp's greedy tokens) of the quantized file."""
-    from vkq.commands.llama_server import LlamaServer
-
+    """(the reference's run, llama.cpp's recorded greedy tokens) of the quantized file."""
     path = quantized[2]
     want = reference_run(path)
-    with LlamaServer(path) as server:
-        llama_cpp = server.complete(want.ids, N_TOKENS).tokens
+    llama_cpp = llama_cpp_reference.recorded("test_qwen", "-".join(quantized[:2]), path, want.ids, N_TOKENS)
     print(f"{quantized[:2]}: {llama_quant.type_summary(path)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
           f"{want.compared} compared")
     return want, llama_cpp
@@ -190,6 +189,13 @@ def quantized_runs(quantized):
 def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
     want, llama_cpp = quantized_runs
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+@pytest.mark.slow
+def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs):
+    want = quantized_runs[0]
+    llama_cpp_reference.check_live("test_qwen", "-".join(quantized[:2]), quantized[2], want.ids, N_TOKENS,
+                                   want.compared)
 
 
 @pytest.mark.slow

