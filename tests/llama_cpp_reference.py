@@ -139,3 +139,84 @@ def check_live(module: str, case: str, path, ids: list[int], n_tokens: int, comp
         pytest.skip(why)
     got = live(path, ids, n_tokens)
     assert got[:compared] == want[:compared], f"{case}: llama-server gives {got}, the data {want}"
+
+
+# -- libllama's answers about a file (its tokenizer, its quantizer's types) ------------------------
+
+ANSWERS_COMMAND = {
+    "vocab": "tests/test_end_of_generation.py tests/test_spm_tokenizer.py tests/test_qwen.py "
+             "-k 'ends or equal_llama_cpp or equals_llama_cpp'",
+    "type_mixes": "tests/test_llama_mixes.py",
+}
+_MISSING = object()
+
+
+class Answers:
+    """libllama's answers to the questions tests ask about one file, kept in
+    tests/data/llama_cpp_reference/<name>.json by the file's sha256.
+
+    answer(kind, key, ask): where libllama runs, ask() is asked and must equal
+    the recorded answer; elsewhere the recorded answer stands in for it. A
+    question the data lacks fails, naming the command that records the
+    answers (VKQ_RECORD_LLAMA_CPP=1: ask() and record). Answers are JSON
+    values (bytes as hex, sets as sorted lists: the caller converts)."""
+
+    def __init__(self, name: str, path, live: bool, label: str):
+        self.name, self.label, self.live = name, label, live
+        self.sha = _sha256(path)
+        self.record = os.environ.get(RECORD) == "1"
+        self.command = f"{RECORD}=1 python -m pytest -p no:randomly {ANSWERS_COMMAND[name]}"
+        if self.record and not live:
+            import llama_quant
+
+            pytest.fail(f"{RECORD}: cannot record libllama's answers here: {llama_quant.unavailable()}")
+        files = _load(name).get("files", {})
+        self.entry = files.get(self.sha, {}) if not self.record else {"file": label}
+        self.asked = False
+
+    def answer(self, kind: str, key: str, ask):
+        if self.record:
+            value = ask()
+            self.entry.setdefault(kind, {})[key] = value
+            self.asked = True
+            return value
+        recorded = self.entry.get(kind, {}).get(key, _MISSING)
+        if recorded is _MISSING:
+            pytest.fail(f"tests/data/llama_cpp_reference/{self.name}.json has no answer of libllama's {kind} to "
+                        f"{key[:60]!r} on {self.label} (sha256 {self.sha[:16]}...). Record the answers where "
+                        f"libllama runs: {self.command}")
+        if self.live:
+            value = ask()
+            assert value == recorded, f"libllama's {kind} of {key[:60]!r} on {self.label} is {value!r}, the data " \
+                                      f"{recorded!r}: record the answers again ({self.command})"
+        return recorded
+
+    def close(self) -> None:
+        if self.record and self.asked:  # (merged with what other tests recorded, a file a line)
+            from vkq.commands.llama_server import WHEEL
+
+            data = _load(self.name)
+            files = data.get("files", {})
+            old = files.get(self.sha, {})
+            for kind, answers in self.entry.items():
+                old[kind] = {**old.get(kind, {}), **answers} if isinstance(answers, dict) else answers
+            files[self.sha] = old
+            _write_files(self.name, {"llama.cpp": f"b10434 (commit 7e4c0a9): libllama of the pip package {WHEEL}",
+                                     "command": self.command, "files": files})
+
+
+def _write_files(name: str, data: dict) -> None:
+    head = {k: v for k, v in data.items() if k != "files"}
+    lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()] + ['  "files": {']
+    lines += [f"    {json.dumps(sha)}: {json.dumps(data['files'][sha], sort_keys=True, ensure_ascii=False)}," for sha in
+              sorted(data["files"], key=lambda s: (data["files"][s].get("file", ""), s))]
+    if data["files"]:
+        lines[-1] = lines[-1].rstrip(",")
+    lines += ["  }", "}"]
+    DATA.mkdir(parents=True, exist_ok=True)
+    (DATA / f"{name}.json").write_text("\n".join(lines) + "\n")
+
+
+def digest(values) -> str:
+    """A short key for a long question (a list of ids)."""
+    return hashlib.sha256(json.dumps(values).encode()).hexdigest()[:16]

@@ -51,9 +51,6 @@ N_TOKENS = 10
 F32 = {r: "F32" for r in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
                           "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")}
 
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
-
-
 def reference_run(path) -> Run:
     reference = LlamaModel(path, path_mode="numpy")
     ids = reference.tokenizer.encode(PROMPT)
@@ -144,14 +141,13 @@ def test_a_llama_file_with_biases_is_refused(tmp_path):
 TEXTS = ["the 12 theses", "x 123 1212 12.5", "it's 2024\n\n  ok", "a1b22c333"]
 
 
-@needs_libllama
 def test_qwen2_pre_tokenizer_equals_llama_cpp(tiny):
     """Digits one by one (the vocabulary merges "1 2": llama 3's regex would
     keep "12" whole, Qwen's never), as llama.cpp's tokenizer splits them."""
-    from llama_vocab import LlamaVocab
+    from llama_vocab import Witness
 
     tok = LlamaModel(tiny[1], path_mode="numpy").tokenizer
-    with LlamaVocab(tiny[1]) as witness:
+    with Witness(tiny[1], f"tiny {tiny[0]}") as witness:
         for text in TEXTS:
             assert tok.encode(text) == witness.tokenize(text), text
     twelve = tok.encode("12")[-1]
