@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := .make
 
-.PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed clean
+.PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed mesa26 test-mesa26 clean
 
 bench: setup
 	$(VENV)/bin/vkq bench -p 64 -n 64
@@ -71,6 +71,20 @@ test-subgroups: setup
 	  && LP_NATIVE_VECTOR_WIDTH=$$width $(PYTEST) -x -q -m "not slow" -p no:randomly $(SUBGROUP_TESTS) \
 	  || exit 1; \
 	done
+
+# A newer Mesa (Debian trixie-backports, 26.1.x) unpacked outside the
+# checkout (~/.cache/vkq/mesa26; tools/mesa26.sh pins each package by its
+# SHA-256; downloaded once, offline after): lavapipe 26 and the null AMD and
+# NVIDIA GPUs. Run a command on it with `tools/mesa26.sh lvp|radv[:GPU]|nvk[:CHIP] COMMAND`.
+mesa26:
+	tools/mesa26.sh fetch
+
+# What Debian 12's lavapipe (Mesa 22.3) cannot run, on lavapipe 26: the
+# cooperative-matrix tests (its VK_KHR_cooperative_matrix) and the GPU
+# tables' launches run on a CPU driver.
+MESA26_TESTS := tests/test_coopmat.py tests/test_gpu_table_configs.py tests/test_shape_nvidia.py
+test-mesa26: setup mesa26
+	tools/mesa26.sh lvp $(PY) -m pytest --durations=15 -x -q -m "not slow" -p no:randomly $(MESA26_TESTS)
 
 # vkq as a user installs it: sdist, wheel, a fresh venv, every command run
 # from outside the checkout (tools/smoke_installed.sh).
