@@ -1,0 +1,259 @@
+"""`vkq pipelines`: every pipeline vkq's dispatcher would create on a device
+for a model's shapes, compiled there by the driver, with the driver's own
+figures of each (vkq.device.pipeline_stats: registers, spills, scratch or
+local memory, shared memory, waves per SIMD or warps per SM, instructions)
+and what chose it (the table entry, tuning or limit behind the launch).
+
+What is planned, for each matrix shape of the model (a preset, the 8B by
+default, or a GGUF file's tensors):
+- the mat-vec on each path the block type has, at 1 to MAX_COLS columns
+  (the decode step, batched decode and speculative verification);
+- MUL_MAT_ID's mat-vec over each expert stack;
+- the tiled mat-mat of a prompt chunk on the dispatcher's path and each
+  path, MUL_MAT_ID's over the expert stacks, and the cooperative-matrix
+  kernel where the device offers its extension (whatever its self-check,
+  which a device that does not execute cannot run).
+
+On a device that does not run its dispatches (Mesa's null GPUs,
+tools/mesa26.sh) this is what can be known of the GPU's compiler; on a real
+GPU the same report reads that driver's figures.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field, replace
+
+from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
+from ..blocks.formats import FORMATS
+from ..blocks.layout import MatrixLayout
+from ..blocks.lookup_tables import has_value_pairs
+from ..device.caps import COOPMAT_EXTENSION, DeviceCaps
+from ..device.device_info import device_index_from_env
+from ..device.memory import buffer_limit
+from ..device.pipeline_stats import PipelineSpec, PipelineStats, compile_isolated, device_info_isolated
+from ..device.shader_variants import spirv_path
+from ..dispatch import tile_tuning, tiles
+from ..dispatch.choose import Dispatcher, fit_bindings
+from ..dispatch.config import describe
+from ..markdown import markdown
+from ..ops import (WEIGHTS_PARAMS, matmul_bindings, matmul_spec, matmul_variant, matvec_bindings, matvec_spec,
+                   matvec_variant, q8_1_words)
+from ..resolve import MAX_COLS
+from .presets import Model, resolve
+
+DEFAULT_MODEL = "llama-3.1-8b:Q4_K_M"
+PROMPT_COLUMNS = 512  # a prompt chunk's columns (vkq.llama.config.PROMPT_CHUNK)
+OPS = ("mat-vec", "MUL_MAT_ID", "mat-mat", "MUL_MAT_ID mat-mat", "coopmat")
+
+
+@dataclass
+class Planned:
+    """One pipeline of the plan: the op, block type, path and columns it is
+    for, its launch in words, what chose it, the matrices that use it."""
+
+    op: str
+    qtype: str
+    path: str
+    columns: int
+    launch: str
+    entry: str
+    pipeline: PipelineSpec | None
+    default: bool = False  # the dispatcher's own path for this shape (no path asked)
+    matrices: list[str] = field(default_factory=list)
+    error: str = ""  # why no launch fits (then no pipeline)
+
+
+def caps_as_opened(info) -> DeviceCaps:
+    """The device's caps as vkq's Device opens it with vkq's Kompute (the
+    int-dot feature where the device has it, the cooperative-matrix features
+    where it offers the extension), without opening it."""
+    return DeviceCaps.of(info, info.integer_dot_product, COOPMAT_EXTENSION in info.extensions)
+
+
+def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: int, k: int, ncols: int,
+            path: str | None, activations: str) -> Planned:
+    caps = dispatcher.caps
+    fmt = FORMATS[qtype]
+    try:
+        cfg = dispatcher.choose(fmt, rows, k, ncols, path, activations)
+    except ValueError as e:
+        return Planned(op, qtype, path or "", ncols, "", "", None, error=str(e))
+    if cfg.path == "mmvq":
+        cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
+    if cfg.value_lookup != "table" and not has_value_pairs(fmt.table):
+        cfg = replace(cfg, value_lookup="table")
+    k_pad = MatrixLayout(fmt, 1, rows, k).k_padded
+    x_words = q8_1_words(ncols, k_pad, cfg.x_planes) if cfg.path == "mmvq" else ncols * k_pad
+    cfg = fit_bindings(cfg, caps, 4 * x_words, min(rows * fmt.row_bytes(k), max_buffer))
+    mul_mat_id = op == "MUL_MAT_ID"
+    variant = matvec_variant(qtype, cfg, mul_mat_id)
+    spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matvec_spec(cfg, ncols)),
+                        tuple(matvec_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS))
+    launch = f"{cfg.kernel}, {describe(cfg.params())}"
+    return Planned(op, qtype, cfg.path, ncols, launch, cfg.source, spec)
+
+
+def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | None, activations: str,
+            n_expert: int | None = None) -> Planned:
+    fmt = FORMATS[qtype]
+    try:
+        if op == "coopmat":
+            cfg = tiles.coopmat_config(dispatcher.caps, fmt, k)
+        else:
+            cfg = tile_tuning.choose(dispatcher, fmt, k, path, activations, n_expert=n_expert)
+    except ValueError as e:
+        return Planned(op, qtype, path or "", PROMPT_COLUMNS, "", "", None, error=str(e))
+    if cfg.value_lookup != "table" and not has_value_pairs(fmt.table):
+        cfg = replace(cfg, value_lookup="table")
+    mul_mat_id = n_expert is not None
+    variant = matmul_variant(qtype, cfg, mul_mat_id)
+    spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matmul_spec(cfg, 1, n_expert or 1)),
+                        tuple(matmul_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS))
+    return Planned(op, qtype, cfg.path, PROMPT_COLUMNS, cfg.describe(), cfg.source, spec)
+
+
+def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str = GENERATE_ACTIVATIONS,
+         types: set[str] | None = None, ops: set[str] | None = None,
+         columns: set[int] | None = None) -> list[Planned]:
+    """Every pipeline the dispatcher would create for the model's matrices on
+    its device (the module's list), each once: entries of one pipeline merge,
+    their matrices listed together (max_buffer: the largest buffer of weights,
+vkq.device.memory.buffer_limit). Filters: block types, ops (OPS), columns."""
+    caps = dispatcher.caps
+    shapes: dict[tuple, list[str]] = {}
+    for m in model.matrices:
+        if types is None or m.qtype in types:
+            shapes.setdefault((m.qtype, *m.shape), []).append(m.name)
+    planned: list[Planned] = []
+
+    def add(p: Planned, names: list[str]) -> None:
+        p.matrices = [f"{len(names)} x {names[0]}" if len(names) > 1 else names[0]]
+        planned.append(p)
+
+    for (qtype, *shape), names in shapes.items():
+        fmt = FORMATS[qtype]
+        rows, k = shape[-2], shape[-1]
+        stack = len(shape) == 3
+        if not stack:
+            default = dispatcher.choose(fmt, rows, k, 1, None, activations).path if fmt.paths else None
+            for path in fmt.paths:
+                for n in range(1, MAX_COLS + 1):
+                    p = _matvec(dispatcher, max_buffer, "mat-vec", qtype, rows, k, n, path, activations)
+                    p.default = path == default
+                    add(p, names)
+            for path in (None, *fmt.paths):
+                p = _matmul(dispatcher, "mat-mat", qtype, k, path, activations)
+                p.default = path is None
+                add(p, names)
+            if caps.coopmat:
+                add(_matmul(dispatcher, "coopmat", qtype, k, None, activations), names)
+        else:
+            for path in fmt.paths:
+                add(_matvec(dispatcher, max_buffer, "MUL_MAT_ID", qtype, rows, k, 1, path, activations), names)
+                add(_matmul(dispatcher, "MUL_MAT_ID mat-mat", qtype, k, path, activations, shape[0]), names)
+    planned = [p for p in planned if (ops is None or p.op in ops) and (columns is None or p.op not in
+                                                                        ("mat-vec",) or p.columns in columns)]
+    # One row per pipeline: the same pipeline for several shapes or ops is compiled once.
+    merged: dict[tuple, Planned] = {}
+    out = []
+    for p in planned:
+        key = (p.op, p.pipeline) if p.pipeline is not None else (p.op, p.qtype, p.path, p.columns, p.error)
+        if key in merged:
+            merged[key].matrices += [m for m in p.matrices if m not in merged[key].matrices]
+            merged[key].default |= p.default
+            continue
+        merged[key] = p
+        out.append(p)
+    return out
+
+
+@dataclass
+class Row:
+    """One line of the report: the plan's entry and the driver's figures."""
+
+    planned: Planned
+    stats: PipelineStats
+
+    def to_dict(self) -> dict:
+        p, s = self.planned, self.stats
+        return {"pipeline": p.pipeline.shader if p.pipeline else None, "op": p.op, "type": p.qtype, "path": p.path,
+                "columns": p.columns, "default_path": p.default, "launch": p.launch,
+                "spec_constants": list(p.pipeline.spec) if p.pipeline else [],
+                "bindings": list(p.pipeline.bindings) if p.pipeline else [],
+                "entry": p.entry, "matrices": p.matrices, "compiled": s.compiled,
+                "error": p.error or s.error, "registers": s.registers, "spills": s.spills or 0,
+                "scratch_bytes": s.scratch_bytes, "shared_bytes": s.shared_bytes, "occupancy": s.occupancy,
+                "occupancy_unit": s.occupancy_unit, "subgroup_size": s.subgroup_size,
+                "instructions": s.instructions, "cycles": s.cycles, "validation": s.validation,
+                "statistics": s.raw}
+
+
+def report(model: str = DEFAULT_MODEL, device: int | None = None, activations: str | None = None,
+           types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
+           validate: bool = False) -> tuple[object, list[Row]]:
+    """The device's DeviceInfo and a Row per planned pipeline, compiled
+    there (a child process per batch: a driver that crashes costs one
+    pipeline's figures, not the report)."""
+    index = device_index_from_env(device)
+    for name in types or ():
+        if name not in FORMATS:
+            raise ValueError(f"--types: unknown block type {name!r}")
+    for op in ops or ():
+        if op not in OPS:
+            raise ValueError(f"--op: unknown op {op!r}; one of {', '.join(OPS)}")
+    for n in columns or ():
+        if not 1 <= n <= MAX_COLS:
+            raise ValueError(f"--columns: {n} is not 1..{MAX_COLS} (the mat-vec's columns)")
+    activations = check_activations(activations or GENERATE_ACTIVATIONS)
+    m = resolve(model)
+    info = device_info_isolated(index)
+    caps = caps_as_opened(info)
+    dispatcher = Dispatcher.for_device(info, caps)
+    planned = plan(m, dispatcher, buffer_limit(info)[0], activations, set(types) if types else None, set(ops) if ops else None,
+                   set(columns) if columns else None)
+    specs = [p.pipeline for p in planned if p.pipeline is not None]
+    stats = iter(compile_isolated(specs, index, validate))
+    rows = [Row(p, next(stats) if p.pipeline is not None else PipelineStats(False)) for p in planned]
+    return info, rows
+
+
+def _cell(value) -> str:
+    return "" if value is None else str(value)
+
+
+def table(rows: list[Row]) -> str:
+    header = ["pipeline", "op", "cols", "compiled", "regs", "spills", "scratch", "shared", "occupancy", "instr",
+              "chosen by"]
+    cells = []
+    for r in rows:
+        d = r.to_dict()
+        occupancy = f"{d['occupancy']} {d['occupancy_unit']}" if d["occupancy"] is not None else ""
+        cells.append([d["pipeline"] or f"({d['type']} {d['path']})", d["op"] + (" *" if d["default_path"] else ""),
+                      str(d["columns"]), "yes" if d["compiled"] else "NO: " + d["error"][:60],
+                      _cell(d["registers"]), str(d["spills"]), _cell(d["scratch_bytes"]), _cell(d["shared_bytes"]),
+                      occupancy, _cell(d["instructions"]), d["entry"][:70]])
+    return markdown(header, cells, {"cols", "regs", "spills", "scratch", "shared", "instr"})
+
+
+def run(model: str = DEFAULT_MODEL, output: str = "md", device: int | None = None, activations: str | None = None,
+        types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
+        validate: bool = False) -> int:
+    info, rows = report(model, device, activations, types, ops, columns, validate)
+    if output == "json":
+        json.dump([r.to_dict() for r in rows], sys.stdout, indent=1)
+        print()
+        return 0
+    failed = [r for r in rows if not r.stats.compiled]
+    spilled = [r for r in rows if r.stats.spills]
+    messages = sum(len(r.stats.validation) for r in rows)
+    print(f"# {model} on {info.name} ({info.driver_name} {info.driver_info}): {len(rows)} pipelines, "
+          f"{len(rows) - len(failed)} compiled, {len(spilled)} spilling"
+          + (f", {messages} validation messages" if validate else ""))
+    print("# op *: the dispatcher's own path for that shape; regs: VGPRs (AMD) or registers (NVIDIA) per "
+          "invocation; scratch: bytes of scratch (AMD) or local memory (NVIDIA)")
+    print(table(rows))
+    for r in rows:
+        for message in r.stats.validation:
+            print(f"validation: {r.planned.pipeline.shader}: {message[:300]}")
+    return 0
