@@ -139,7 +139,7 @@ def cmd_report(args) -> int:
 def cmd_pipelines(args) -> int:
     from . import pipelines
 
-    return pipelines.run(args.model, output=args.output, device=args.device, activations=args.activations,
+    return pipelines.run(args.model or [pipelines.DEFAULT_MODEL], output=args.output, device=args.device, activations=args.activations,
                          types=block_types(args.types), ops=args.op, columns=args.columns, validate=args.validate)
 
 
@@ -343,8 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "prompt's mat-mat tiles, the cooperative-matrix kernel), compiled by the "
                                    "driver, with its statistics (VK_KHR_pipeline_executable_properties) and the "
                                    "table entry that chose it. Runs on Mesa's null GPUs too (tools/mesa26.sh).")
-    p.add_argument("-m", "--model", default="llama-3.1-8b:Q4_K_M",
-                   help="a preset NAME:MIX (vkq bench --list) or a .gguf file (default: llama-3.1-8b:Q4_K_M)")
+    p.add_argument("-m", "--model", action="append", default=[],
+                   help="a preset NAME:MIX (vkq bench --list) or a .gguf file (default: llama-3.1-8b:Q4_K_M); "
+                        "repeat for more: their pipelines together, each once")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all of the model's)")
     p.add_argument("--op", action="append", default=None,
                    help="only this op (repeat for more): mat-vec, MUL_MAT_ID, mat-mat, MUL_MAT_ID mat-mat, coopmat")

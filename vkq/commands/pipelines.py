@@ -34,7 +34,8 @@ from ..device.memory import buffer_limit
 from ..device.pipeline_stats import PipelineSpec, PipelineStats, compile_isolated, device_info_isolated
 from ..device.shader_variants import spirv_path
 from ..dispatch import tile_tuning, tiles
-from ..dispatch.choose import Dispatcher, fit_bindings
+from ..dispatch.tables import OCCUPANCY_OPS, occupancy_floors
+from ..dispatch.choose import Dispatcher, fit_bindings, shared_memory_bytes
 from ..dispatch.config import describe
 from ..markdown import markdown
 from ..ops import (WEIGHTS_PARAMS, matmul_bindings, matmul_spec, matmul_variant, matvec_bindings, matvec_spec,
@@ -44,7 +45,7 @@ from .presets import Model, resolve
 
 DEFAULT_MODEL = "llama-3.1-8b:Q4_K_M"
 PROMPT_COLUMNS = 512  # a prompt chunk's columns (vkq.llama.config.PROMPT_CHUNK)
-OPS = ("mat-vec", "MUL_MAT_ID", "mat-mat", "MUL_MAT_ID mat-mat", "coopmat")
+OPS = OCCUPANCY_OPS  # what plan() makes pipelines for, each with a floor in the GPU tables
 
 
 @dataclass
@@ -62,6 +63,8 @@ class Planned:
     default: bool = False  # the dispatcher's own path for this shape (no path asked)
     matrices: list[str] = field(default_factory=list)
     error: str = ""  # why no launch fits (then no pipeline)
+    workgroup: int = 0  # invocations per workgroup
+    shared: int = 0  # bytes of shared memory the shader declares at this launch (vkq's count)
 
 
 def caps_as_opened(info) -> DeviceCaps:
@@ -91,7 +94,8 @@ def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: 
     spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matvec_spec(cfg, ncols)),
                         tuple(matvec_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS))
     launch = f"{cfg.kernel}, {describe(cfg.params())}"
-    return Planned(op, qtype, cfg.path, ncols, launch, cfg.source, spec)
+    return Planned(op, qtype, cfg.path, ncols, launch, cfg.source, spec, workgroup=cfg.wg_size,
+                   shared=shared_memory_bytes(cfg, ncols))
 
 
 def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | None, activations: str,
@@ -110,7 +114,8 @@ def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | Non
     variant = matmul_variant(qtype, cfg, mul_mat_id)
     spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matmul_spec(cfg, 1, n_expert or 1)),
                         tuple(matmul_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS))
-    return Planned(op, qtype, cfg.path, PROMPT_COLUMNS, cfg.describe(), cfg.source, spec)
+    return Planned(op, qtype, cfg.path, PROMPT_COLUMNS, cfg.describe(), cfg.source, spec, workgroup=cfg.wg_size,
+                   shared=cfg.shared_memory_bytes)
 
 
 def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str = GENERATE_ACTIVATIONS,
@@ -168,12 +173,30 @@ vkq.device.memory.buffer_limit). Filters: block types, ops (OPS), columns."""
     return out
 
 
+def limit_problems(p: Planned, s: PipelineStats, info) -> list[str]:
+    """Where the pipeline passes the device's workgroup limits: its
+    invocations, and its shared memory (the driver's figure, or vkq's count
+    where the driver gives none)."""
+    out = []
+    most = min(info.max_workgroup_invocations, info.max_workgroup_size[0])
+    if p.workgroup > most:
+        out.append(f"{p.workgroup} invocations per workgroup > the device's {most}")
+    shared = max(p.shared, s.shared_bytes or 0)
+    if shared > info.max_compute_shared_memory_size:
+        out.append(f"{shared} bytes of shared memory > the device's {info.max_compute_shared_memory_size}")
+    return out
+
+
 @dataclass
 class Row:
-    """One line of the report: the plan's entry and the driver's figures."""
+    """One line of the report: the plan's entry, the driver's figures, the
+    device's limits it passes and the occupancy floor of its op (the class's
+    table; None where the table sets none)."""
 
     planned: Planned
     stats: PipelineStats
+    limits: list[str] = field(default_factory=list)
+    floor: dict | None = None
 
     def to_dict(self) -> dict:
         p, s = self.planned, self.stats
@@ -186,10 +209,11 @@ class Row:
                 "scratch_bytes": s.scratch_bytes, "shared_bytes": s.shared_bytes, "occupancy": s.occupancy,
                 "occupancy_unit": s.occupancy_unit, "subgroup_size": s.subgroup_size,
                 "instructions": s.instructions, "cycles": s.cycles, "validation": s.validation,
-                "statistics": s.raw}
+                "workgroup_size": p.workgroup, "limit_problems": self.limits,
+                "occupancy_floor": self.floor, "statistics": s.raw}
 
 
-def report(model: str = DEFAULT_MODEL, device: int | None = None, activations: str | None = None,
+def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, activations: str | None = None,
            types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
            validate: bool = False) -> tuple[object, list[Row]]:
     """The device's DeviceInfo and a Row per planned pipeline, compiled
@@ -206,7 +230,10 @@ def report(model: str = DEFAULT_MODEL, device: int | None = None, activations: s
         if not 1 <= n <= MAX_COLS:
             raise ValueError(f"--columns: {n} is not 1..{MAX_COLS} (the mat-vec's columns)")
     activations = check_activations(activations or GENERATE_ACTIVATIONS)
-    m = resolve(model)
+    models = [models] if isinstance(models, str) else list(models)
+    found = [resolve(name) for name in models]
+    m = Model(" + ".join(x.name for x in found), [mat for x in found for mat in x.matrices],
+              max(x.n_expert_used for x in found))
     info = device_info_isolated(index)
     caps = caps_as_opened(info)
     dispatcher = Dispatcher.for_device(info, caps)
@@ -214,7 +241,11 @@ def report(model: str = DEFAULT_MODEL, device: int | None = None, activations: s
                    set(columns) if columns else None)
     specs = [p.pipeline for p in planned if p.pipeline is not None]
     stats = iter(compile_isolated(specs, index, validate))
-    rows = [Row(p, next(stats) if p.pipeline is not None else PipelineStats(False)) for p in planned]
+    floors = occupancy_floors(dispatcher.device_class)
+    rows = []
+    for p in planned:
+        s = next(stats) if p.pipeline is not None else PipelineStats(False)
+        rows.append(Row(p, s, limit_problems(p, s, info), floors.get(p.op)))
     return info, rows
 
 
@@ -236,24 +267,33 @@ def table(rows: list[Row]) -> str:
     return markdown(header, cells, {"cols", "regs", "spills", "scratch", "shared", "instr"})
 
 
-def run(model: str = DEFAULT_MODEL, output: str = "md", device: int | None = None, activations: str | None = None,
+def run(models: str | list[str] = DEFAULT_MODEL, output: str = "md", device: int | None = None, activations: str | None = None,
         types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
         validate: bool = False) -> int:
-    info, rows = report(model, device, activations, types, ops, columns, validate)
+    info, rows = report(models, device, activations, types, ops, columns, validate)
+    models = [models] if isinstance(models, str) else models
     if output == "json":
         json.dump([r.to_dict() for r in rows], sys.stdout, indent=1)
         print()
         return 0
     failed = [r for r in rows if not r.stats.compiled]
     spilled = [r for r in rows if r.stats.spills]
+    limited = [r for r in rows if r.limits]
+    low = [r for r in rows if r.floor and r.stats.occupancy is not None and r.stats.occupancy < r.floor["min"]]
     messages = sum(len(r.stats.validation) for r in rows)
-    print(f"# {model} on {info.name} ({info.driver_name} {info.driver_info}): {len(rows)} pipelines, "
-          f"{len(rows) - len(failed)} compiled, {len(spilled)} spilling"
+    print(f"# {', '.join(models)} on {info.name} ({info.driver_name} {info.driver_info}): {len(rows)} pipelines, "
+          f"{len(rows) - len(failed)} compiled, {len(spilled)} spilling, {len(limited)} past the device's limits, "
+          f"{len(low)} below their occupancy floor"
           + (f", {messages} validation messages" if validate else ""))
     print("# op *: the dispatcher's own path for that shape; regs: VGPRs (AMD) or registers (NVIDIA) per "
           "invocation; scratch: bytes of scratch (AMD) or local memory (NVIDIA)")
     print(table(rows))
     for r in rows:
+        for problem in r.limits:
+            print(f"limits: {r.planned.pipeline.shader}: {problem}")
+        if r in low:
+            print(f"occupancy: {r.planned.pipeline.shader} at {r.planned.columns} column(s): {r.stats.occupancy} "
+                  f"{r.stats.occupancy_unit}, below the floor of {r.floor['min']} ({r.floor['reason']})")
         for message in r.stats.validation:
             print(f"validation: {r.planned.pipeline.shader}: {message[:300]}")
     return 0

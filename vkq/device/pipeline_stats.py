@@ -394,6 +394,7 @@ def _in_child(fn, *args):
         status = 0
         try:
             os.close(read)
+            os.dup2(2, 1)  # what the driver or a layer prints goes to stderr: stdout is the parent's report
             payload = json.dumps({"ok": fn(*args)}).encode()
         except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
             payload, status = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode(), 1
