@@ -10,7 +10,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := .make
 
-.PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed mesa26 test-mesa26 clean
+.PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed mesa26 test-mesa26 \
+  test-gpu-compilers clean
 
 bench: setup
 	$(VENV)/bin/vkq bench -p 64 -n 64
@@ -19,14 +20,14 @@ bench: setup
 PYTEST := $(PY) -m pytest --durations=15
 
 test: setup
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not mesa26"
 
 # The slow cases: whole SmolLM2 files made by llama.cpp's quantizer and raced
 # against llama.cpp and the float64 reference, the largest shapes. CI runs
 # them; what they make is kept by content outside the checkout
 # (tests/file_cache.py), so a second run skips the making.
 test-slow: setup
-	$(PYTEST) -m slow
+	$(PYTEST) -m "slow and not mesa26"
 
 # Under the Khronos validation layer, with synchronization validation
 # (tests/vk_validation.py; any message fails), the tests whose Vulkan work
@@ -85,6 +86,15 @@ mesa26:
 MESA26_TESTS := tests/test_coopmat.py tests/test_gpu_table_configs.py tests/test_shape_nvidia.py
 test-mesa26: setup mesa26
 	tools/mesa26.sh lvp $(PY) -m pytest --durations=15 -x -q -m "not slow" -p no:randomly $(MESA26_TESTS)
+
+# Every pipeline of the GPU classes' tables (amd/rdna2, rdna3, rdna4 and
+# nvidia/turing+) for the 8B preset in Q4_0, Q4_K_M and the i-quant mixes,
+# compiled by Mesa 26's RADV and NVK on null GPUs (`vkq pipelines`) under the
+# validation layer: each compiles, the layer says nothing, no spills, the
+# device's workgroup limits and each op's occupancy floor held
+# (tests/test_gpu_compilers.py).
+test-gpu-compilers: setup mesa26
+	$(PYTEST) -q -p no:randomly tests/test_gpu_compilers.py
 
 # vkq as a user installs it: sdist, wheel, a fresh venv, every command run
 # from outside the checkout (tools/smoke_installed.sh).
