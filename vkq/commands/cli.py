@@ -140,7 +140,8 @@ def cmd_pipelines(args) -> int:
     from . import pipelines
 
     return pipelines.run(args.model or [pipelines.DEFAULT_MODEL], output=args.output, device=args.device, activations=args.activations,
-                         types=block_types(args.types), ops=args.op, columns=args.columns, validate=args.validate)
+                         types=block_types(args.types), ops=args.op, columns=args.columns, validate=args.validate,
+                         ggml=args.ggml)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the int8 path's activation format (default: vkq generate's, {GENERATE_ACTIVATIONS})")
     p.add_argument("--validate", action="store_true",
                    help="under the Khronos validation layer; its messages per pipeline")
+    p.add_argument("--ggml", metavar="LIB", nargs="?", const="", default=None,
+                   help="also ggml-vulkan's own Q4_0 and Q4_K mat-vecs from its libggml-vulkan.so (default: the "
+                        "llama-server wheel's), compiled by the same driver")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_pipelines)

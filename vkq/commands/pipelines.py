@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..blocks.formats import FORMATS
@@ -41,6 +43,8 @@ from ..markdown import markdown
 from ..ops import (WEIGHTS_PARAMS, matmul_bindings, matmul_spec, matmul_variant, matvec_bindings, matvec_spec,
                    matvec_variant, q8_1_words)
 from ..resolve import MAX_COLS
+from . import ggml_shaders
+from .llama_server import WHEEL
 from .presets import Model, resolve
 
 DEFAULT_MODEL = "llama-3.1-8b:Q4_K_M"
@@ -215,10 +219,12 @@ class Row:
 
 def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, activations: str | None = None,
            types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
-           validate: bool = False) -> tuple[object, list[Row]]:
+           validate: bool = False, ggml: str | None = None) -> tuple[object, list[Row]]:
     """The device's DeviceInfo and a Row per planned pipeline, compiled
     there (a child process per batch: a driver that crashes costs one
-    pipeline's figures, not the report)."""
+    pipeline's figures, not the report). ggml: a libggml-vulkan.so ("": the
+    llama-server wheel's) whose mat-vecs of Q4_0 and Q4_K are compiled
+    beside vkq's (vkq.commands.ggml_shaders), op "ggml mat-vec"."""
     index = device_index_from_env(device)
     for name in types or ():
         if name not in FORMATS:
@@ -239,6 +245,9 @@ def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, a
     dispatcher = Dispatcher.for_device(info, caps)
     planned = plan(m, dispatcher, buffer_limit(info)[0], activations, set(types) if types else None, set(ops) if ops else None,
                    set(columns) if columns else None)
+    if ggml is not None:
+        planned += _ggml_planned(ggml, info, sorted(columns) if columns else list(range(1, MAX_COLS + 1)),
+                                 [t for t in ggml_shaders.GGML_TYPES if types is None or t in types])
     specs = [p.pipeline for p in planned if p.pipeline is not None]
     stats = iter(compile_isolated(specs, index, validate))
     floors = occupancy_floors(dispatcher.device_class)
@@ -247,6 +256,20 @@ def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, a
         s = next(stats) if p.pipeline is not None else PipelineStats(False)
         rows.append(Row(p, s, limit_problems(p, s, info), floors.get(p.op)))
     return info, rows
+
+
+def _ggml_planned(library: str, info, columns: list[int], types: list[str]) -> list[Planned]:
+    path = Path(library) if library else ggml_shaders.default_library()
+    if path is None or not path.exists():
+        raise ValueError(f"--ggml: no libggml-vulkan.so at {library!r}" if library else
+                         f"--ggml: the llama-server wheel is not installed ({WHEEL}); give the library's path")
+    into = Path(tempfile.mkdtemp(prefix="vkq-ggml-"))
+    out = []
+    for qtype, p, n, spec in ggml_shaders.pipelines(path, into, info.subgroup_size, columns, types):
+        out.append(Planned("ggml mat-vec", qtype, p, n, f"ggml: BLOCK_SIZE {spec.spec[0]}, NUM_ROWS {spec.spec[1]}, "
+                           f"subgroup size {spec.subgroup_size} required", f"ggml-vulkan ({path.name})", spec,
+                           workgroup=spec.spec[0]))
+    return out
 
 
 def _cell(value) -> str:
@@ -269,8 +292,8 @@ def table(rows: list[Row]) -> str:
 
 def run(models: str | list[str] = DEFAULT_MODEL, output: str = "md", device: int | None = None, activations: str | None = None,
         types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
-        validate: bool = False) -> int:
-    info, rows = report(models, device, activations, types, ops, columns, validate)
+        validate: bool = False, ggml: str | None = None) -> int:
+    info, rows = report(models, device, activations, types, ops, columns, validate, ggml)
     models = [models] if isinstance(models, str) else models
     if output == "json":
         json.dump([r.to_dict() for r in rows], sys.stdout, indent=1)
