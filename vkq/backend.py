@@ -25,7 +25,8 @@ from .blocks.activations import DEFAULT_ACTIVATIONS, check_activations
 from .blocks.formats import BlockFormat, GGMLType, get_format
 from .blocks.layout import MatrixLayout, pack_rows
 from .device.runtime import Device
-from .dispatch.choose import Dispatcher, env_path, int_dot_disabled_by_env
+from .dispatch.choose import Dispatcher
+from .dispatch.paths import env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .graph import Graph
 from .ops import MAX_GROUPS_X

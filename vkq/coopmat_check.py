@@ -18,7 +18,7 @@ from .blocks.formats import BlockFormat
 from .blocks.reference import nmse
 from .blocks.synthetic import random_weights
 from .dispatch import coopmat, tiles
-from .dispatch.choose import requested_path
+from .dispatch.paths import requested_path
 
 
 def config_nmse(backend, fmt: BlockFormat, cfg: tiles.TileConfig) -> float:
