@@ -8,7 +8,10 @@ under the Khronos validation layer:
 - every pipeline compiles, and the layer says nothing;
 - no workgroup passes the device's limits (invocations, shared memory);
 - no pipeline spills registers to scratch or local memory;
-- each op's occupancy is at or above the floor its class's table gives.
+- each op's occupancy is at or above the floor its class's table gives;
+
+and that vkq knows a null GPU for one that does not run its dispatches: no
+tuning, cooperative-matrix self-check or figures from it.
 
 Skipped unless Mesa 26 is unpacked (`make mesa26`; CI's `make
 test-gpu-compilers` does it first). A null GPU's dispatches do nothing:
@@ -112,3 +115,33 @@ def test_no_pipeline_spills(compiled):
 def test_no_float_matvec_spills_at_several_columns(compiled):
     cls, rows = compiled
     assert spills(rows, True) == []
+
+
+NULL_DEVICE = """
+import os, pathlib, sys
+import vkq
+from vkq.blocks.formats import FORMATS
+from vkq.commands.cli import main
+from vkq.coopmat_check import run_check
+from vkq.dispatch import coopmat
+b = vkq.Backend()
+print("executes", b.executes)
+print("check", run_check(b, FORMATS["Q4_0"]))
+print("kept", sorted(p.name for p in pathlib.Path(os.environ["VKQ_TUNING_DIR"]).glob("*")))
+for command in (["tune", "--types", "Q4_0", "--quick"], ["bench", "--matvec", "--types", "Q4_0"], ["report", "--quick"]):
+    print(command[0], main(command))
+"""
+
+
+def test_a_null_gpu_is_known_and_nothing_of_it_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([str(MESA26), "radv:navi31", sys.executable, "-c", NULL_DEVICE], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "executes False" in out
+    assert "'nmse': None" in out and "does not run its dispatches" in out
+    assert "kept []" in out and list(tmp_path.iterdir()) == []
+    assert "tune 2" in out and "bench 2" in out and "report 2" in out, out
+    assert done.stderr.count("does not run its dispatches") == 3, done.stderr[-2000:]
