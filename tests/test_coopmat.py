@@ -85,6 +85,8 @@ class FakeBackend:
     """What the self-check uses of a Backend, with a coopmat kernel that is
     `error` off the float kernel's results."""
 
+    executes = True  # (a device that runs its dispatches: Backend.executes)
+
     def __init__(self, error: float):
         info = SimpleNamespace(vendor_id=0x10DE, device_id=1, name="fake gpu", driver_version=1)
         self.device_info, self.device = info, SimpleNamespace(caps=GPU_CAPS)
