@@ -27,11 +27,11 @@ import sys
 import pytest
 
 from conftest import ROOT
+from vkq.dispatch import gpu_classes
 
 MESA26 = ROOT / "tools" / "mesa26.sh"
 # The null GPU of each class (tools/mesa26.sh), and the class vkq must see there.
-CLASSES = {"amd/rdna2": "radv:navi21", "amd/rdna3": "radv:navi31", "amd/rdna4": "radv:gfx1201",
-           "nvidia/turing+": "nvk:166"}
+CLASSES = {key: c.null_gpu for key, c in gpu_classes.CLASSES.items() if c.null_gpu}
 MIXES = ("Q4_0", "Q4_K_M", "IQ4_XS", "IQ4_NL", "IQ3_M", "IQ3_XXS", "IQ2_M", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")
 MODELS = [arg for mix in MIXES for arg in ("-m", f"llama-3.1-8b:{mix}")]
 
@@ -62,11 +62,20 @@ def compiled(request):
 
 
 @pytest.mark.parametrize("cls", list(CLASSES))
-def test_the_null_gpu_is_of_its_class(cls):
-    key = on(CLASSES[cls], "-c", "from vkq.device.pipeline_stats import device_info_isolated; "
-                                  "from vkq.dispatch.classify import classify; "
-                                  "print(classify(device_info_isolated(0)).key)").strip()
-    assert key.startswith(cls + "/"), key
+def test_the_null_gpu_is_of_its_class_with_its_facts(cls):
+    """vkq classifies the null GPU as the class it stands for, and the
+    class's facts (vkq.dispatch.gpu_classes) are what it reports."""
+    info = json.loads(on(CLASSES[cls], "-c", "import json; from vkq.device.pipeline_stats import device_info_isolated; "
+                                             "print(json.dumps(device_info_isolated(0).to_dict()))"))
+    from vkq.device.device_info import DeviceInfo
+    from vkq.dispatch.classify import classify
+
+    info = DeviceInfo.from_dict(info)
+    assert classify(info).key.startswith(cls + "/"), classify(info)
+    facts = gpu_classes.CLASSES[cls]
+    assert (info.subgroup_min_size, info.subgroup_max_size) == facts.subgroup_sizes
+    assert info.max_compute_shared_memory_size >= facts.shared_memory
+    assert min(info.max_workgroup_invocations, info.max_workgroup_size[0]) >= facts.max_workgroup_invocations
 
 
 def test_every_pipeline_compiles_and_the_layer_says_nothing(compiled):
@@ -79,6 +88,12 @@ def test_every_pipeline_compiles_and_the_layer_says_nothing(compiled):
     assert [(r["pipeline"], r["columns"], r["validation"]) for r in rows if r["validation"]] == []
     # (the statistics were read: a driver without them would pass the checks below emptily)
     assert all(r["registers"] for r in rows), [r["pipeline"] for r in rows if not r["registers"]]
+
+
+def test_the_matvecs_run_at_the_wave_the_tables_assume(compiled):
+    cls, rows = compiled
+    wave = gpu_classes.CLASSES[cls].wave
+    assert [(r["pipeline"], r["subgroup_size"]) for r in rows if r["op"] == "mat-vec" and r["subgroup_size"] != wave] == []
 
 
 def test_no_workgroup_passes_the_devices_limits(compiled):

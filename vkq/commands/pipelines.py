@@ -36,6 +36,8 @@ from ..device.memory import buffer_limit
 from ..device.pipeline_stats import PipelineSpec, PipelineStats, compile_isolated, device_info_isolated
 from ..device.shader_variants import spirv_path
 from ..dispatch import tile_tuning, tiles
+from ..dispatch import gpu_classes
+from ..dispatch.classify import classify
 from ..dispatch.tables import OCCUPANCY_OPS, occupancy_floors
 from ..dispatch.choose import Dispatcher, fit_bindings, shared_memory_bytes
 from ..dispatch.config import describe
@@ -217,6 +219,17 @@ class Row:
                 "occupancy_floor": self.floor, "statistics": s.raw}
 
 
+def device_class_line(info) -> str:
+    """The device's class and what vkq takes as known of it (vkq.dispatch.gpu_classes)."""
+    cls = classify(info)
+    facts = gpu_classes.of(cls)
+    if facts is None:
+        return f"# class {cls.key}: no GPU class facts (a CPU driver or another vendor)"
+    return (f"# class {cls.key}: the tables' launches are written for subgroups of {facts.wave} (this device: "
+            f"{info.subgroup_min_size}..{info.subgroup_max_size}); its least shared memory {facts.shared_memory} "
+            f"bytes, workgroups of {facts.max_workgroup_invocations}")
+
+
 def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, activations: str | None = None,
            types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
            validate: bool = False, ggml: str | None = None) -> tuple[object, list[Row]]:
@@ -277,17 +290,17 @@ def _cell(value) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    header = ["pipeline", "op", "cols", "compiled", "regs", "spills", "scratch", "shared", "occupancy", "instr",
-              "chosen by"]
+    header = ["pipeline", "op", "cols", "compiled", "wave", "regs", "spills", "scratch", "shared", "occupancy",
+              "instr", "chosen by"]
     cells = []
     for r in rows:
         d = r.to_dict()
         occupancy = f"{d['occupancy']} {d['occupancy_unit']}" if d["occupancy"] is not None else ""
         cells.append([d["pipeline"] or f"({d['type']} {d['path']})", d["op"] + (" *" if d["default_path"] else ""),
                       str(d["columns"]), "yes" if d["compiled"] else "NO: " + d["error"][:60],
-                      _cell(d["registers"]), str(d["spills"]), _cell(d["scratch_bytes"]), _cell(d["shared_bytes"]),
+                      _cell(d["subgroup_size"]), _cell(d["registers"]), str(d["spills"]), _cell(d["scratch_bytes"]), _cell(d["shared_bytes"]),
                       occupancy, _cell(d["instructions"]), d["entry"][:70]])
-    return markdown(header, cells, {"cols", "regs", "spills", "scratch", "shared", "instr"})
+    return markdown(header, cells, {"cols", "wave", "regs", "spills", "scratch", "shared", "instr"})
 
 
 def run(models: str | list[str] = DEFAULT_MODEL, output: str = "md", device: int | None = None, activations: str | None = None,
@@ -308,8 +321,9 @@ def run(models: str | list[str] = DEFAULT_MODEL, output: str = "md", device: int
           f"{len(rows) - len(failed)} compiled, {len(spilled)} spilling, {len(limited)} past the device's limits, "
           f"{len(low)} below their occupancy floor"
           + (f", {messages} validation messages" if validate else ""))
-    print("# op *: the dispatcher's own path for that shape; regs: VGPRs (AMD) or registers (NVIDIA) per "
-          "invocation; scratch: bytes of scratch (AMD) or local memory (NVIDIA)")
+    print(device_class_line(info))
+    print("# op *: the dispatcher's own path for that shape; wave: the subgroup size compiled; regs: VGPRs (AMD) or "
+          "registers (NVIDIA) per invocation; scratch: bytes of scratch (AMD) or local memory (NVIDIA)")
     print(table(rows))
     for r in rows:
         for problem in r.limits:
