@@ -141,7 +141,7 @@ def cmd_pipelines(args) -> int:
 
     return pipelines.run(args.model or [pipelines.DEFAULT_MODEL], output=args.output, device=args.device, activations=args.activations,
                          types=block_types(args.types), ops=args.op, columns=args.columns, validate=args.validate,
-                         ggml=args.ggml)
+                         ggml=args.ggml, step=args.step)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,13 +349,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeat for more: their pipelines together, each once")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all of the model's)")
     p.add_argument("--op", action="append", default=None,
-                   help="only this op (repeat for more): mat-vec, MUL_MAT_ID, mat-mat, MUL_MAT_ID mat-mat, coopmat")
+                   help="only this op (repeat for more): mat-vec, MUL_MAT_ID, mat-mat, MUL_MAT_ID mat-mat, coopmat, "
+                        "step (the recorded step's, as --step)")
     p.add_argument("--columns", type=positive_int, action="append", default=None,
                    help="only the mat-vecs of this many columns (repeat for more; 1..8)")
     p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=None,
                    help=f"the int8 path's activation format (default: vkq generate's, {GENERATE_ACTIVATIONS})")
     p.add_argument("--validate", action="store_true",
                    help="under the Khronos validation layer; its messages per pipeline")
+    p.add_argument("--step", action="store_true",
+                   help="also every pipeline of the model's decode step, 512-token prompt chunk and draft "
+                        "verification as recorded on the device (norms, attention at 512 and 32768 positions, "
+                        "argmax, ...; a preset is written as a 2-layer file of its shapes first), and with "
+                        "--validate what the layer says while they are recorded and replayed")
     p.add_argument("--ggml", metavar="LIB", nargs="?", const="", default=None,
                    help="also ggml-vulkan's own Q4_0 and Q4_K mat-vecs from its libggml-vulkan.so (default: the "
                         "llama-server wheel's), compiled by the same driver")

@@ -21,8 +21,10 @@ GPU the same report reads that driver's figures.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -33,7 +35,8 @@ from ..blocks.lookup_tables import has_value_pairs
 from ..device.caps import COOPMAT_EXTENSION, DeviceCaps
 from ..device.device_info import device_index_from_env
 from ..device.memory import buffer_limit
-from ..device.pipeline_stats import PipelineSpec, PipelineStats, compile_isolated, device_info_isolated
+from ..device.pipeline_stats import (PipelineSpec, PipelineStats, ValidationLog, compile_isolated,
+                                     device_info_isolated, in_child)
 from ..device.shader_variants import spirv_path
 from ..dispatch import tile_tuning, tiles
 from ..dispatch import gpu_classes
@@ -232,19 +235,27 @@ def device_class_line(info) -> str:
 
 def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, activations: str | None = None,
            types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
-           validate: bool = False, ggml: str | None = None) -> tuple[object, list[Row]]:
+           validate: bool = False, ggml: str | None = None, step: bool = False) -> tuple[object, list[Row]]:
     """The device's DeviceInfo and a Row per planned pipeline, compiled
     there (a child process per batch: a driver that crashes costs one
     pipeline's figures, not the report). ggml: a libggml-vulkan.so ("": the
     llama-server wheel's) whose mat-vecs of Q4_0 and Q4_K are compiled
-    beside vkq's (vkq.commands.ggml_shaders), op "ggml mat-vec"."""
+    beside vkq's (vkq.commands.ggml_shaders), op "ggml mat-vec". step: also
+    every pipeline of the first model's step as recorded on the device
+    (record_step: the vector ops, attention at each of STEP_CONTEXTS, the
+    step's own mat-vecs and mat-mats), ops "step <shader>", and a row "step
+    recording" holding what the validation layer said while it was
+    recorded and replayed."""
     index = device_index_from_env(device)
     for name in types or ():
         if name not in FORMATS:
             raise ValueError(f"--types: unknown block type {name!r}")
     for op in ops or ():
-        if op not in OPS:
-            raise ValueError(f"--op: unknown op {op!r}; one of {', '.join(OPS)}")
+        if op not in (*OPS, "step"):
+            raise ValueError(f"--op: unknown op {op!r}; one of {', '.join(OPS)}, step")
+    only_step = bool(ops) and set(ops) == {"step"}
+    if ops and "step" in ops:  # (the step's pipelines, and of the planned ones those of the other ops named)
+        step, ops = True, [op for op in ops if op != "step"]
     for n in columns or ():
         if not 1 <= n <= MAX_COLS:
             raise ValueError(f"--columns: {n} is not 1..{MAX_COLS} (the mat-vec's columns)")
@@ -256,8 +267,14 @@ def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, a
     info = device_info_isolated(index)
     caps = caps_as_opened(info)
     dispatcher = Dispatcher.for_device(info, caps)
-    planned = plan(m, dispatcher, buffer_limit(info)[0], activations, set(types) if types else None, set(ops) if ops else None,
-                   set(columns) if columns else None)
+    planned = [] if only_step else plan(m, dispatcher, buffer_limit(info)[0], activations,
+                                        set(types) if types else None, set(ops) if ops else None,
+                                        set(columns) if columns else None)
+    recording = None
+    if step:
+        stepped, recorded, recording = _step_planned(models[0], index, validate)
+        known = {p.pipeline for p in planned if p.pipeline is not None}
+        planned += [p for p in stepped if p.pipeline not in known]
     if ggml is not None:
         planned += _ggml_planned(ggml, info, sorted(columns) if columns else list(range(1, MAX_COLS + 1)),
                                  [t for t in ggml_shaders.GGML_TYPES if types is None or t in types])
@@ -268,6 +285,8 @@ def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, a
     for p in planned:
         s = next(stats) if p.pipeline is not None else PipelineStats(False)
         rows.append(Row(p, s, limit_problems(p, s, info), floors.get(p.op)))
+    if recording is not None:
+        rows.append(Row(recorded, PipelineStats(True, validation=recording)))
     return info, rows
 
 
@@ -283,6 +302,94 @@ def _ggml_planned(library: str, info, columns: list[int], types: list[str]) -> l
                            f"subgroup size {spec.subgroup_size} required", f"ggml-vulkan ({path.name})", spec,
                            workgroup=spec.spec[0]))
     return out
+
+
+# The step's recording (`--step`): a model of the preset's shapes with this
+# many layers (the pipelines are every layer's), recorded at these contexts
+# (the attention's launch depends on the positions the KV cache holds).
+STEP_LAYERS = 2
+STEP_CONTEXTS = (512, 32768)
+STEP_PROMPT = 512  # a prompt chunk's tokens (the tiled mat-mat's)
+
+
+def step_file(model: str, into: Path) -> Path:
+    """The GGUF file whose step `--step` records: `model` itself, or for a
+    preset NAME:MIX a file of its shapes with STEP_LAYERS layers, random
+    weights and the example model's tokenizer (vkq.commands.model_file)."""
+    if model.lower().endswith(".gguf") or Path(model).is_file():
+        return Path(model)
+    from ..example import example_model
+    from .model_file import write_model
+    from .presets import PRESETS
+
+    name, _, mix = model.partition(":")
+    spec = PRESETS.get(name.lower())
+    if spec is None:
+        resolve(model)  # (its error names the presets)
+    path = into / f"{name}-{mix}-{STEP_LAYERS}-layers.gguf"
+    return write_model(replace(spec, n_layer=min(STEP_LAYERS, spec.n_layer)), mix.upper(), path, example_model(),
+                       context=max(STEP_CONTEXTS))
+
+
+def record_step(path: str, index: int, validate: bool) -> dict:
+    """Every pipeline vkq creates for a model's decode step, its prompt
+    chunk of STEP_PROMPT tokens and its draft-verifying steps of 2..8
+    tokens, at each of STEP_CONTEXTS, as PipelineSpec dicts with their op
+    (the shader); and with `validate` what the validation layer said while
+    they were recorded and replayed once (synchronization validation on).
+    Run in a child process: it opens the device through Kompute."""
+    from ..backend import Backend
+    from ..device import runtime
+    from ..device.shader_variants import spirv_path
+    from ..llama.gpu_step import GpuLlama
+    from ..llama.matvecs import VkqMatvecs
+    from ..llama.model import LlamaFile
+
+    log = ValidationLog(synchronization=True) if validate else None
+    seen: dict[tuple, dict] = {}
+    original = runtime.Device.algorithm
+
+    def capture(self, tensors, variant, groups, spec, push, binding_kinds=None):
+        kinds = tuple(binding_kinds or ("storage",) * len(tensors))
+        p = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(int(v) for v in spec), kinds, len(push))
+        seen.setdefault((p.shader, p.spec, p.bindings, p.push_words), {"op": "step " + Path(variant.source).stem,
+                                                                      "pipeline": asdict(p), "groups": list(groups)})
+        return original(self, tensors, variant, groups, spec, push, binding_kinds)
+
+    runtime.Device.algorithm = capture
+    backend = Backend(index)
+    file = LlamaFile(path)
+    weights = VkqMatvecs(file.tensors, file.groups, backend, "auto", GENERATE_ACTIVATIONS)
+    contexts = []
+    for ctx in STEP_CONTEXTS:
+        with warnings.catch_warnings():  # (the file's context where the device holds it, else the most it holds)
+            warnings.simplefilter("ignore")
+            model = GpuLlama(None, backend, file=file, weights=weights, ctx=None if ctx == max(STEP_CONTEXTS) else ctx,
+                             prompt_chunk=STEP_PROMPT)
+        contexts.append(model.ctx)
+        model.warm_up(n_prompt=STEP_PROMPT, speculative=True)
+        del model
+    return {"pipelines": list(seen.values()), "validation": log.since() if log is not None else [],
+            "contexts": contexts}
+
+
+def _step_planned(model: str, index: int, validate: bool) -> tuple[list[Planned], Planned, list[str]]:
+    into = Path(tempfile.mkdtemp(prefix="vkq-step-"))
+    try:
+        recorded = in_child(record_step, str(step_file(model, into)), index, validate)
+    finally:
+        shutil.rmtree(into, ignore_errors=True)
+    out = []
+    for r in recorded["pipelines"]:
+        spec = PipelineSpec(**{**r["pipeline"], "spec": tuple(r["pipeline"]["spec"]),
+                               "bindings": tuple(r["pipeline"]["bindings"])})
+        columns = spec.spec[2] if r["op"] == "step mul_mat_vec" else STEP_PROMPT if r["op"] == "step mul_mm" else 0
+        out.append(Planned(r["op"], "", "", columns, f"groups {tuple(r['groups'])}", "the recorded step", spec,
+                           workgroup=spec.spec[0] if spec.spec else 0))
+    contexts = " and ".join(str(c) for c in recorded["contexts"])
+    recording = Planned("step recording", "", "", 0, f"a decode step, a {STEP_PROMPT}-token prompt chunk and the "
+                        f"draft-verifying steps, each at {contexts} positions", "the recorded step", None)
+    return out, recording, recorded["validation"]
 
 
 def _cell(value) -> str:
@@ -305,8 +412,8 @@ def table(rows: list[Row]) -> str:
 
 def run(models: str | list[str] = DEFAULT_MODEL, output: str = "md", device: int | None = None, activations: str | None = None,
         types: list[str] | None = None, ops: list[str] | None = None, columns: list[int] | None = None,
-        validate: bool = False, ggml: str | None = None) -> int:
-    info, rows = report(models, device, activations, types, ops, columns, validate, ggml)
+        validate: bool = False, ggml: str | None = None, step: bool = False) -> int:
+    info, rows = report(models, device, activations, types, ops, columns, validate, ggml, step)
     models = [models] if isinstance(models, str) else models
     if output == "json":
         json.dump([r.to_dict() for r in rows], sys.stdout, indent=1)
@@ -332,5 +439,6 @@ def run(models: str | list[str] = DEFAULT_MODEL, output: str = "md", device: int
             print(f"occupancy: {r.planned.pipeline.shader} at {r.planned.columns} column(s): {r.stats.occupancy} "
                   f"{r.stats.occupancy_unit}, below the floor of {r.floor['min']} ({r.floor['reason']})")
         for message in r.stats.validation:
-            print(f"validation: {r.planned.pipeline.shader}: {message[:300]}")
+            name = r.planned.pipeline.shader if r.planned.pipeline else r.planned.op
+            print(f"validation: {name}: {message[:300]}")
     return 0

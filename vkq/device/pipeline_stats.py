@@ -354,36 +354,52 @@ khronos_validation.debug_action = VK_DBG_LAYER_ACTION_LOG_MSG
 _VUID = re.compile(r"(\S+)\((?:ERROR|WARN\w*) / ")
 
 
+class ValidationLog:
+    """The Khronos validation layer for the Vulkan instances this process
+    creates from now on (set before the first), logging to a file
+    (synchronization: its synchronization validation too, as `make
+    validate` runs it); `since()` returns the messages logged after the last
+    call, one string each."""
+
+    def __init__(self, synchronization: bool = False):
+        work = Path(tempfile.mkdtemp(prefix="vkq-validation-"))
+        self.path = work / "validation.log"
+        (work / "vk_layer_settings.txt").write_text(_LAYER_SETTINGS.format(log=self.path) + (
+            "khronos_validation.enables = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT\n"
+            if synchronization else ""))
+        os.environ["VK_INSTANCE_LAYERS"] = "VK_LAYER_KHRONOS_validation"
+        os.environ["VK_LAYER_SETTINGS_PATH"] = str(work / "vk_layer_settings.txt")
+        self._read = 0
+
+    def since(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as f:
+            f.seek(self._read)
+            text = f.read().decode(errors="replace")
+            self._read = f.tell()
+        return [m.strip() for m in re.split(r"\n(?=\S+\((?:ERROR|WARN))", text) if _VUID.match(m.strip())]
+
+
 def compile_pipelines(specs: list[PipelineSpec], index: int = 0, validate: bool = False) -> list[PipelineStats]:
     """Build every pipeline on device `index` in this process and return each
     one's statistics; `validate`: under the Khronos validation layer, whose
     messages go to each pipeline's `validation` (their VUIDs and text)."""
-    log = None
-    if validate:
-        work = Path(tempfile.mkdtemp(prefix="vkq-pipelines-"))
-        log = work / "validation.log"
-        (work / "vk_layer_settings.txt").write_text(_LAYER_SETTINGS.format(log=log))
-        os.environ["VK_INSTANCE_LAYERS"] = "VK_LAYER_KHRONOS_validation"
-        os.environ["VK_LAYER_SETTINGS_PATH"] = str(work / "vk_layer_settings.txt")
+    log = ValidationLog() if validate else None
     compiler = _Compiler(index)
     out = []
     try:
         for p in specs:
-            before = log.stat().st_size if log is not None and log.exists() else 0
             stats = compiler.compile(p)
-            if log is not None and log.exists():
-                with log.open("rb") as f:
-                    f.seek(before)
-                    text = f.read().decode(errors="replace")
-                stats.validation = [m.strip() for m in re.split(r"\n(?=\S+\((?:ERROR|WARN))", text)
-                                    if _VUID.match(m.strip())]
+            if log is not None:
+                stats.validation = log.since()
             out.append(stats)
     finally:
         compiler.close()
     return out
 
 
-def _in_child(fn, *args):
+def in_child(fn, *args):
     """fn(*args) in a forked child; its JSON-able result, or raises
     ChildProcessError naming the signal that ended the child. Forked, not
     started afresh: a program run through another dynamic loader (Debian's
@@ -423,7 +439,7 @@ def _compile_as_dicts(specs, index, validate):
 def device_info_isolated(index: int = 0) -> DeviceInfo:
     """The device's DeviceInfo, queried in a child process (so that this
     one never loads the driver before it forks the compiling children)."""
-    return DeviceInfo.from_dict(_in_child(lambda i: _enumerate_cached()[i].to_dict(), index))
+    return DeviceInfo.from_dict(in_child(lambda i: _enumerate_cached()[i].to_dict(), index))
 
 
 def compile_isolated(specs: list[PipelineSpec], index: int = 0, validate: bool = False,
@@ -435,12 +451,12 @@ def compile_isolated(specs: list[PipelineSpec], index: int = 0, validate: bool =
     for start in range(0, len(specs), batch):
         part = specs[start:start + batch]
         try:
-            dicts = _in_child(_compile_as_dicts, [asdict(p) for p in part], index, validate)
+            dicts = in_child(_compile_as_dicts, [asdict(p) for p in part], index, validate)
         except ChildProcessError:
             dicts = []
             for p in part:
                 try:
-                    dicts += _in_child(_compile_as_dicts, [asdict(p)], index, validate)
+                    dicts += in_child(_compile_as_dicts, [asdict(p)], index, validate)
                 except (ChildProcessError, RuntimeError) as e:
                     dicts.append(asdict(PipelineStats(False, str(e))))
         out += [PipelineStats(**d) for d in dicts]
