@@ -115,28 +115,29 @@ run() {
     local driver=${1%%:*} gpu=; [[ $1 == *:* ]] && gpu=${1#*:}
     shift
     [ $# -gt 0 ] || die "no command to run (tools/mesa26.sh $driver COMMAND ARGS...)"
+    case $driver in
+        lvp) [ -z "$gpu" ] || die "lvp:$gpu: lavapipe takes no GPU name" ;;
+        radv) gpu=${gpu:-navi31}
+            case $gpu in navi21|navi31|navi33|gfx1201) ;; *) die "radv:$gpu: the null AMD GPUs are navi21, navi31, navi33, gfx1201" ;; esac ;;
+        nvk) gpu=${gpu:-172}
+            case $gpu in 172|162|166) ;; *) die "nvk:$gpu: the null NVIDIA GPUs are 172 (GA102), 162, 166 (Turing)" ;; esac ;;
+    esac
     local line; line=$(missing) || true
     if [ -n "$line" ]; then fetch || die "$line"; fi
     local root; root=$(tree)
     local lib=$root/usr/lib/x86_64-linux-gnu preload=()
     case $driver in
         lvp) export VK_DRIVER_FILES=$root/vkq/icd/lvp.json ;;
-        radv)
-            gpu=${gpu:-navi31}
-            case $gpu in navi21|navi31|navi33|gfx1201) ;; *) die "radv:$gpu: the null AMD GPUs are navi21, navi31, navi33, gfx1201" ;; esac
-            export VK_DRIVER_FILES=$root/vkq/icd/radeon.json AMDGPU_GPU_ID=$gpu
+        radv) export VK_DRIVER_FILES=$root/vkq/icd/radeon.json AMDGPU_GPU_ID=$gpu
             preload=(--preload "$lib/libamdgpu_noop_drm_shim.so") ;;
-        nvk)
-            gpu=${gpu:-172}
-            case $gpu in 172|162|166) ;; *) die "nvk:$gpu: the null NVIDIA GPUs are 172 (GA102), 162, 166 (Turing)" ;; esac
-            export VK_DRIVER_FILES=$root/vkq/icd/nouveau.json NOUVEAU_CHIPSET=$gpu
+        nvk) export VK_DRIVER_FILES=$root/vkq/icd/nouveau.json NOUVEAU_CHIPSET=$gpu
             preload=(--preload "$lib/libnouveau_noop_drm_shim.so") ;;
     esac
     unset VK_ICD_FILENAMES VK_ADD_DRIVER_FILES
     export VK_LAYER_PATH=$root/vkq/layers
     # The program and, for a script, the interpreter its #! line names
     # (through env), so that the loader is given an ELF file.
-    local prog; prog=$(command -v "$1") || die "$1: command not found"
+    local prog; prog=$(type -P "$1") || die "$1: no such program file (COMMAND must be a file: an ELF binary or a #! script)"
     shift
     local cmd=("$prog")
     if [ "$(head -c2 "$prog")" = "#!" ]; then
@@ -192,6 +193,6 @@ case ${1:-} in
     check) line=$(missing) || true; [ -z "$line" ] || { echo "mesa26: $line"; exit 1; } ;;
     version) pin_value mesa ;;
     pin) pin ;;
-    lvp|radv|radv:*|nvk|nvk:*) run "$@" ;;
+    lvp|lvp:*|radv|radv:*|nvk|nvk:*) run "$@" ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field, replace
 from pathlib import Path
 
 from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
@@ -349,12 +349,15 @@ def record_step(path: str, index: int, validate: bool) -> dict:
     seen: dict[tuple, dict] = {}
     original = runtime.Device.algorithm
 
-    def capture(self, tensors, variant, groups, spec, push, binding_kinds=None):
-        kinds = tuple(binding_kinds or ("storage",) * len(tensors))
-        p = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(int(v) for v in spec), kinds, len(push))
-        seen.setdefault((p.shader, p.spec, p.bindings, p.push_words), {"op": "step " + Path(variant.source).stem,
-                                                                      "pipeline": asdict(p), "groups": list(groups)})
-        return original(self, tensors, variant, groups, spec, push, binding_kinds)
+    def capture(self, tensors, variant, groups, spec, push, *args, **kwargs):
+        # (Device.algorithm's further arguments: binding_kinds, and where the kp has it required_subgroup_size)
+        kinds = tuple((args[0] if args else kwargs.get("binding_kinds")) or ("storage",) * len(tensors))
+        required = kwargs.get("required_subgroup_size", args[1] if len(args) > 1 else None) or 0
+        p = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(int(v) for v in spec), kinds, len(push),
+                         int(required))
+        seen.setdefault(astuple(p), {"op": "step " + Path(variant.source).stem, "pipeline": asdict(p),
+                                     "groups": list(groups)})
+        return original(self, tensors, variant, groups, spec, push, *args, **kwargs)
 
     runtime.Device.algorithm = capture
     backend = Backend(index)

@@ -19,6 +19,7 @@ kills its child is reported as not compiled, with the signal.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import re
@@ -409,6 +410,7 @@ def in_child(fn, *args):
     if pid == 0:  # the child
         status = 0
         try:
+            faulthandler.disable()  # (a driver's crash is the parent's to report, by its signal)
             os.close(read)
             os.dup2(2, 1)  # what the driver or a layer prints goes to stderr: stdout is the parent's report
             payload = json.dumps({"ok": fn(*args)}).encode()
