@@ -409,7 +409,8 @@ def table(rows: list[Row]) -> str:
         cells.append([d["pipeline"] or f"({d['type']} {d['path']})", d["op"] + (" *" if d["default_path"] else ""),
                       str(d["columns"]), "yes" if d["compiled"] else "NO: " + d["error"][:60],
                       _cell(d["subgroup_size"]), _cell(d["registers"]), str(d["spills"]), _cell(d["scratch_bytes"]), _cell(d["shared_bytes"]),
-                      occupancy, _cell(d["instructions"]), d["entry"][:70]])
+                      occupancy, _cell(d["instructions"]),
+                      d["entry"].removeprefix("path from argument; parameters from ")[:90]])
     return markdown(header, cells, {"cols", "wave", "regs", "spills", "scratch", "shared", "instr"})
 
 
