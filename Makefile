@@ -90,9 +90,11 @@ test-mesa26: setup mesa26
 # Every pipeline of the GPU classes' tables (amd/rdna2, rdna3, rdna4 and
 # nvidia/turing+) for the 8B preset in Q4_0, Q4_K_M and the i-quant mixes,
 # compiled by Mesa 26's RADV and NVK on null GPUs (`vkq pipelines`) under the
-# validation layer: each compiles, the layer says nothing, no spills, the
-# device's workgroup limits and each op's occupancy floor held
-# (tests/test_gpu_compilers.py).
+# validation layer, and a 2-layer 8B-shaped decode step, 512-token prompt
+# chunk and draft verification recorded and replayed there with each class's
+# launches: each compiles, the layer says nothing, no spills, the device's
+# workgroup limits and each op's occupancy floor held, a null GPU known for
+# one that does not execute (tests/test_gpu_compilers.py).
 test-gpu-compilers: setup mesa26
 	$(PYTEST) -q -p no:randomly tests/test_gpu_compilers.py
 

@@ -12,7 +12,9 @@ default, or a GGUF file's tensors):
 - the tiled mat-mat of a prompt chunk on the dispatcher's path and each
   path, MUL_MAT_ID's over the expert stacks, and the cooperative-matrix
   kernel where the device offers its extension (whatever its self-check,
-  which a device that does not execute cannot run).
+  which a device that does not execute cannot run);
+- with `step`, every pipeline of the model's recorded step (record_step):
+  the vector ops, the attention at two contexts, the step's own products.
 
 On a device that does not run its dispatches (Mesa's null GPUs,
 tools/mesa26.sh) this is what can be known of the GPU's compiler; on a real
@@ -38,12 +40,11 @@ from ..device.memory import buffer_limit
 from ..device.pipeline_stats import (PipelineSpec, PipelineStats, ValidationLog, compile_isolated,
                                      device_info_isolated, in_child)
 from ..device.shader_variants import spirv_path
-from ..dispatch import tile_tuning, tiles
-from ..dispatch import gpu_classes
-from ..dispatch.classify import classify
-from ..dispatch.tables import OCCUPANCY_OPS, occupancy_floors
+from ..dispatch import gpu_classes, tile_tuning, tiles
 from ..dispatch.choose import Dispatcher, fit_bindings, shared_memory_bytes
+from ..dispatch.classify import classify
 from ..dispatch.config import describe
+from ..dispatch.tables import OCCUPANCY_OPS, occupancy_floors
 from ..markdown import markdown
 from ..ops import (WEIGHTS_PARAMS, matmul_bindings, matmul_spec, matmul_variant, matvec_bindings, matvec_spec,
                    matvec_variant, q8_1_words)
@@ -132,8 +133,9 @@ def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str
          columns: set[int] | None = None) -> list[Planned]:
     """Every pipeline the dispatcher would create for the model's matrices on
     its device (the module's list), each once: entries of one pipeline merge,
-    their matrices listed together (max_buffer: the largest buffer of weights,
-vkq.device.memory.buffer_limit). Filters: block types, ops (OPS), columns."""
+    their matrices listed together (max_buffer: the largest buffer of
+    weights, vkq.device.memory.buffer_limit). Filters: block types, ops
+    (OPS), columns."""
     caps = dispatcher.caps
     shapes: dict[tuple, list[str]] = {}
     for m in model.matrices:
