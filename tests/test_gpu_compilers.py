@@ -117,6 +117,16 @@ def test_the_matvecs_run_at_the_wave_the_tables_assume(compiled):
     assert [(r["pipeline"], r["subgroup_size"]) for r in rows if r["op"] == "mat-vec" and r["subgroup_size"] != wave] == []
 
 
+def test_the_cooperative_matrix_kernel_compiles_at_the_subgroup_size_it_is_built_for(compiled):
+    """Its workgroup is subgroups of the device's reported size (RADV: 64,
+    while it may compile a workgroup as wave32 unless a size is required)."""
+    cls, rows = compiled
+    coopmat = [r for r in rows if r["op"] == "coopmat"]
+    assert [(r["pipeline"], r["subgroup_size"], r["subgroup_size_built_for"]) for r in coopmat
+            if r["subgroup_size"] != r["subgroup_size_built_for"]] == []
+    assert bool(coopmat) == (cls != "amd/rdna2")  # (RDNA2 has no cooperative matrices)
+
+
 def test_no_workgroup_passes_the_devices_limits(compiled):
     cls, rows = compiled
     assert [(r["pipeline"], r["columns"], r["limit_problems"]) for r in rows if r["limit_problems"]] == []

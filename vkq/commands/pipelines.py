@@ -75,6 +75,7 @@ class Planned:
     error: str = ""  # why no launch fits (then no pipeline)
     workgroup: int = 0  # invocations per workgroup
     shared: int = 0  # bytes of shared memory the shader declares at this launch (vkq's count)
+    subgroup: int = 0  # the subgroup size the shader is built for (the cooperative-matrix kernel's); 0: any
 
 
 def caps_as_opened(info) -> DeviceCaps:
@@ -125,7 +126,7 @@ def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | Non
     spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matmul_spec(cfg, 1, n_expert or 1)),
                         tuple(matmul_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS))
     return Planned(op, qtype, cfg.path, PROMPT_COLUMNS, cfg.describe(), cfg.source, spec, workgroup=cfg.wg_size,
-                   shared=cfg.shared_memory_bytes)
+                   shared=cfg.shared_memory_bytes, subgroup=cfg.coopmat_subgroup)
 
 
 def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str = GENERATE_ACTIVATIONS,
@@ -220,7 +221,8 @@ class Row:
                 "scratch_bytes": s.scratch_bytes, "shared_bytes": s.shared_bytes, "occupancy": s.occupancy,
                 "occupancy_unit": s.occupancy_unit, "subgroup_size": s.subgroup_size,
                 "instructions": s.instructions, "cycles": s.cycles, "validation": s.validation,
-                "workgroup_size": p.workgroup, "limit_problems": self.limits,
+                "workgroup_size": p.workgroup, "subgroup_size_built_for": p.subgroup or None,
+                "limit_problems": self.limits,
                 "occupancy_floor": self.floor, "statistics": s.raw}
 
 
