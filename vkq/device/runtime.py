@@ -30,7 +30,7 @@ from .shader_variants import load_spirv
 # The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
 # patch: its number, so that a kp of level N has patches 0001 to N);
 # tools/install_kompute.sh reads this line to check its build.
-REQUIRED_KP_PATCH = 12
+REQUIRED_KP_PATCH = 13
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 
 # Vulkan flag bits used for barriers between dependent dispatches.
