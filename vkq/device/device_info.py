@@ -86,6 +86,7 @@ class DeviceInfo:
     subgroup_size_control: bool = False
     compute_full_subgroups: bool = False
     required_subgroup_size_stages: int = 0
+    max_compute_workgroup_subgroups: int = 0  # subgroups of a workgroup with a required size (0: not reported)
 
     @property
     def required_subgroup_size_in_compute(self) -> bool:
@@ -321,6 +322,7 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         subgroup_size_control=bool(size_feats and size_feats.subgroupSizeControl),
         compute_full_subgroups=bool(size_feats and size_feats.computeFullSubgroups),
         required_subgroup_size_stages=(size_ctl.requiredSubgroupSizeStages if size_ctl else 0),
+        max_compute_workgroup_subgroups=(size_ctl.maxComputeWorkgroupSubgroups if size_ctl else 0),
     )
 
 
