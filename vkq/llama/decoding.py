@@ -4,6 +4,9 @@ timings, on any engine that can feed tokens into its KV cache
 (`Decoder.feed`, `Decoder.feed_rows`)."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -153,6 +156,27 @@ def check_choice(token: int, logits: np.ndarray, n_fed: int) -> None:
                               "the model's weights decode to NaN or inf, or its activations overflow")
 
 
+_MAKING_LOCKS = threading.Lock()  # (a decoder's lock is made on first use, by one thread)
+
+
+def serialised(method):
+    """A Decoder call that holds the decoder's lock (Decoder.lock) from start
+    to end, and the lock of a draft model's decoder given as speculative=:
+    one KV cache cannot serve two generations at once, so a second thread's
+    call waits for the first's to end. The locks are taken in one order
+    (by id), so two threads that hold each other's decoder as a draft
+    cannot deadlock."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        draft = getattr(kwargs.get("speculative"), "decoder", None)
+        decoders = sorted({id(d): d for d in (self, draft) if isinstance(d, Decoder)}.items())
+        with contextlib.ExitStack() as held:
+            for _, d in decoders:
+                held.enter_context(d.lock)
+            return method(self, *args, **kwargs)
+    return call
+
+
 @dataclass
 class Generation:
     tokens: list[int]  # generated ids (prompt excluded)
@@ -168,6 +192,19 @@ class Decoder(ABC):
     ctx: int  # positions the KV cache may hold: the context this decoder was given
     n_past: int  # positions the KV cache holds now
     device_label = "mat-vec"
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held by greedy, generate, score and logits for their whole call, so
+        that threads sharing this decoder take turns. The low-level calls
+        (reset, feed, feed_one, feed_rows, step, rewind) keep the KV cache
+        between calls: a sequence of them from one thread goes inside
+        `with decoder.lock:` where other threads use the decoder too."""
+        lock = self.__dict__.get("_lock")
+        if lock is None:
+            with _MAKING_LOCKS:
+                lock = self.__dict__.setdefault("_lock", threading.RLock())
+        return lock
 
     def _set_context(self, ctx: int | None) -> None:
         n_train = self.file.config.n_ctx_train
@@ -310,11 +347,13 @@ class Decoder(ABC):
         """One decode step: feed one token, get the logits of the next."""
         return self.feed_one(token)[1]
 
+    @serialised
     def logits(self, tokens) -> np.ndarray:
         """The next-token logits after `tokens`, from an empty cache."""
         self.reset()
         return self.feed(list(tokens), True)[1]
 
+    @serialised
     def score(self, prompt_ids, next_ids) -> np.ndarray:
         """Teacher-forced: (len(next_ids), n_vocab) logits; row i is what the model
         predicts after prompt + next_ids[:i] (greedy's logits[i] for those ids)."""
@@ -326,6 +365,7 @@ class Decoder(ABC):
             out.append(self.step(t))
         return np.stack(out)
 
+    @serialised
     def greedy(self, prompt_ids, n_tokens: int, *, stop_at_eos: bool = True, keep_logits: bool = False,
                on_token: Callable[[int], None] | None = None, speculative: str | Drafter | None = None,
                draft_max: int | None = None, steps_per_submit: int = 1) -> Generation:
@@ -489,6 +529,7 @@ class Decoder(ABC):
                     return
                 drafter.add(token)
 
+    @serialised
     def generate(self, prompt: str, n_tokens: int, *, stop_at_eos: bool = True,
                  on_text: Callable[[str], None] | None = None,
                  speculative: str | Drafter | None = None,

@@ -138,6 +138,7 @@ class LlamaModel(Decoder):
         """The numpy float64 reference of this model: the same decoder, parsed
         file and tokenizer, its own KV cache."""
         other = copy.copy(self)
+        other.__dict__.pop("_lock", None)  # (its own KV cache: its own lock)
         other.backend = None
         other.matvecs = NumpyMatvecs(self.file.tensors, self.file.groups)
         other.reset()
