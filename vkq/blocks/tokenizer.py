@@ -90,4 +90,4 @@ class BpeTokenizer(Tokenizer):
 
     def decode(self, ids, skip_special: bool = True, continuation: bool = False) -> str:
         # Byte-level BPE keeps every space in its tokens: a continuation decodes the same.
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+        return self.tokenizer.decode(self.check_decode(ids), skip_special_tokens=skip_special)
