@@ -32,6 +32,13 @@ HARD = ["abc", "The quick brown fox", "  lots   of    spaces\n\n\ttabs\r\n  ", "
         "a\u0301e\u0308 combining", "the the  the   the ", "$$$ +++ ... !!! ???", "line1\nline2\r\nline3\n\n\n", ""]
 
 
+# Beside HARD: the kinds of text a user gives (code, chat markup, numbers in prose).
+REAL_TEXTS = ["def add(a, b):\n    return a + b\n\n\nclass X:\n\tpass", "<|im_start|>user\nHi!<|im_end|>\n",
+              "In 2024, 3.5% of 1,234,567 people paid $12.99 (or €11,50).", "Ünïcödé — “quotes” … ‘single’ «guillemets»",
+              "Привет, мир! Γειά σου κόσμε. مرحبا بالعالم", "    indented\n        more\n", "a\n\nb\r\rc  \n  d",
+              "http://example.com/path?q=1&r=2#frag", "I've we're THEY'RE it'S", "1234567890123 ١٢٣٤ 一二三"]
+
+
 def tokenizer_of(path):
     return open_tokenizer(open_gguf(path))
 
@@ -44,7 +51,7 @@ def test_every_pre_tokenizer_is_llama_cpps(tmp_path, pre):
     path = write_gguf(tmp_path / "v.gguf", tokenizer=bpe_vocab.gguf_tokenizer(pre))
     tok = tokenizer_of(path)
     with LlamaVocab(path) as witness:
-        for text in HARD:
+        for text in HARD + REAL_TEXTS:
             assert tok.encode(text) == witness.tokenize(text), (pre, text)
 
 
@@ -108,3 +115,47 @@ def test_add_bos_without_a_bos_id_in_a_small_vocabulary_is_refused(tmp_path, cap
     assert_model_file_refused(write_gguf(tmp_path / "v.gguf", tokenizer=meta),
                               r"tokenizer\.ggml\.add_bos_token is true, but the file has no "
                               r"tokenizer\.ggml\.bos_token_id", capsys)
+
+
+@pytest.fixture(scope="module")
+def smollm2_vocab():
+    """SmolLM2's vocabulary (49,152 tokens, 48,900 merges): (tokens, merges, types)."""
+    from conftest import smollm2_or_skip
+    from vkq.blocks.gguf_io import metadata
+
+    f = open_gguf(smollm2_or_skip())
+    return tuple(metadata(f, f"tokenizer.ggml.{k}") for k in ("tokens", "merges", "token_type"))
+
+
+# SmolLM2's own pre-tokenizer in the default suite; every other value on its vocabulary: slow
+# (about a second each, to build both tokenizers of 49,152 tokens).
+@needs_libllama
+@pytest.mark.parametrize("pre", [pytest.param(p, marks=() if p == "smollm" else pytest.mark.slow)
+                                 for p in [None] + [p for p in PRE_TOKENIZERS if p]])
+def test_a_real_vocabulary_under_every_pre_tokenizer(tmp_path, smollm2_vocab, pre):
+    """SmolLM2's vocabulary (its file says "smollm") labelled with each
+    value, in a file of the vocabulary alone (no tensors): llama.cpp's token ids."""
+    from llama_vocab import LlamaVocab
+
+    from conftest import finish_gguf
+
+    tokens, merges, types = smollm2_vocab
+    w = gguf.GGUFWriter(str(tmp_path / "vocab.gguf"), "llama")
+    for key, value, kind in (("block_count", 1, V.UINT32), ("context_length", 64, V.UINT32),
+                             ("embedding_length", 64, V.UINT32), ("feed_forward_length", 64, V.UINT32),
+                             ("attention.head_count", 4, V.UINT32)):
+        w.add_key_value(f"llama.{key}", value, kind)
+    w.add_key_value("llama.attention.layer_norm_rms_epsilon", 1e-5, V.FLOAT32)
+    w.add_key_value("tokenizer.ggml.model", "gpt2", V.STRING)
+    if pre is not None:
+        w.add_key_value("tokenizer.ggml.pre", pre, V.STRING)
+    w.add_key_value("tokenizer.ggml.tokens", tokens, V.ARRAY, V.STRING)
+    w.add_key_value("tokenizer.ggml.merges", merges, V.ARRAY, V.STRING)
+    w.add_key_value("tokenizer.ggml.token_type", types, V.ARRAY, V.INT32)
+    w.add_key_value("tokenizer.ggml.eos_token_id", 2, V.UINT32)
+    path = finish_gguf(w, tmp_path / "vocab.gguf")
+    tok = tokenizer_of(path)
+    with LlamaVocab(path) as witness:
+        for text in HARD + REAL_TEXTS:
+            assert tok.encode(text) == witness.tokenize(text), (pre, text)
+
