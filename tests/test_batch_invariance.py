@@ -13,7 +13,8 @@ share the call, bit for bit (vkq.dispatch.choose.Dispatcher.choose).
 - on the decoders: every architecture (vkq.llama.architectures), both
   engines: a step over several tokens (feed_rows: speculative decoding's
   verifying step, a prompt's mat-vec chunks) gives each row the logits of
-  its token fed alone, bit for bit.
+  its token fed alone, bit for bit; a prompt through the mat-mats gives the
+  same logits whatever its chunks (-ub).
 
 What breaks it elsewhere: ggml-vulkan's n > 1 path flips greedy tokens
 against n = 1 (llama.cpp PR 28489), and with it speculative decoding and a
@@ -145,3 +146,17 @@ def test_decoder_rows_equal_one_token_at_a_time(backend, tmp_path, model, engine
     d.feed(ids[:3], False)
     for i, token in enumerate(ids[3:]):
         assert d.feed_one(token)[1].tobytes() == rows[i].tobytes(), f"row {i} of {len(rows)}"
+
+
+@pytest.mark.parametrize("model, engine", [
+    pytest.param(m, e, id=f"{m}-{name}", marks=() if (m, name) == ("qwen3", "host") else pytest.mark.slow)
+    for m in TINY_MODELS for name, e in (("graph", GpuLlama), ("host", LlamaModel))])
+def test_decoder_prompt_cut_any_way_gives_the_same_logits(backend, tmp_path, model, engine):
+    """A prompt through the mat-mats (-ub) in chunks of 1 and of 4 tokens:
+    the same logits, bit for bit (qwen3's per-head norms on the host engine
+    in the default suite; the rest slow, a few seconds each on lavapipe)."""
+    path = TINY_MODELS[model](tmp_path / f"{model}.gguf")
+    first = engine(path, backend, "auto", ctx=16, prompt_chunk=1, prompt_kernels="matmul")
+    ids = first.tokenizer.encode("then the 12 thieves")[:9]
+    cut = engine(None, backend, "auto", ctx=16, prompt_chunk=4, prompt_kernels="matmul", file=first.file)
+    assert first.logits(ids).tobytes() == cut.logits(ids).tobytes()
