@@ -47,7 +47,7 @@ PRE_TOKENIZERS = {
     **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"), _DIGITS),
 }
 # llama.cpp's BOS (and EOS) id for a byte-level BPE file that names none.
-DEFAULT_BOS_ID = 11
+DEFAULT_BOS_EOS_ID = 11
 
 
 def open_tokenizer(file: GGUFFile) -> Tokenizer:
@@ -99,7 +99,7 @@ class BpeTokenizer(Tokenizer):
             tk.add_tokens(user)
         self.tokenizer = tk
         self.n_vocab = len(tokens)
-        self.bos_id, self.eos_id = (token_id(file, f"tokenizer.ggml.{which}_token_id", self.n_vocab, DEFAULT_BOS_ID)
+        self.bos_id, self.eos_id = (token_id(file, f"tokenizer.ggml.{which}_token_id", self.n_vocab, DEFAULT_BOS_EOS_ID)
                                     for which in ("bos", "eos"))
         self.eog_ids = end_of_generation(file, tokens, self.eos_id)
         self.add_bos = flag(file, "tokenizer.ggml.add_bos_token", pre.add_bos)

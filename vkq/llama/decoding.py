@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..checks import described, integer_argument
 from ..dispatch.tiles import PROMPT_KERNELS
 from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
-from ..checks import described, integer_argument
 from ..errors import NonFiniteLogits
 from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
 from .lookup import DRAFT_MAX, SPECULATIVE, Drafter, PromptLookup
