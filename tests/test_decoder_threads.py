@@ -10,6 +10,7 @@ device calls but not a generation's many steps.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -68,6 +69,28 @@ def test_a_draft_models_decoder_is_held_too(backend, tiny):
                                              speculative=DraftModel(target, draft, p_min=0)).tokens,
                        lambda: draft.generate(PROMPTS[2], N, stop_at_eos=False)[1]])
     assert got == [plain, own]
+
+
+def test_a_draft_model_made_mid_generation_waits(backend, tiny):
+    """DraftModel(target, draft) empties the draft decoder's cache: made
+    while another thread generates on that decoder, it waits for the end."""
+    target = vkq.load_model(tiny, engine="host", backend=backend, ctx=32)
+    draft = vkq.load_model(tiny, engine="host", backend=backend, ctx=32)
+    own = draft.generate(PROMPTS[4], N, stop_at_eos=False)[1]
+    midway, got = threading.Event(), []
+
+    def pause(token):
+        if len(got) == 0 and not midway.is_set():
+            midway.set()
+            time.sleep(0.3)  # (the other thread makes its DraftModel meanwhile, or waits to)
+
+    other = threading.Thread(target=lambda: got.append(draft.greedy(
+        draft.tokenizer.encode(PROMPTS[4]), N, stop_at_eos=False, on_token=pause).tokens))
+    other.start()
+    assert midway.wait(60)
+    DraftModel(target, draft)
+    other.join(60)
+    assert got == [own]
 
 
 def test_the_lock_is_reentrant_and_public(backend, tiny):
