@@ -138,13 +138,14 @@ class LlamaModel(Decoder):
         other.reset()
         return other
 
-    def warm_up(self, n_prompt: int = 0, speculative: bool = False) -> float:
+    def warm_up(self, n_prompt: int = 0, speculative: bool = False, sampling=None) -> float:
         """Record the dispatches of every mat-vec for the column counts a prompt
         of n_prompt tokens and the decode steps use (speculative: and the
         steps that verify drafts, any count), so that the timings that
         follow are steady state (Backend.matvec records a matrix's pipeline on
         its first call with a new column count: ~25 ms each on lavapipe).
-        Returns the seconds it took; the KV cache is untouched."""
+        Returns the seconds it took; the KV cache is untouched. (sampling:
+        the graph engine's; this engine samples in numpy, nothing to record.)"""
         if self.backend is None:
             return 0.0
         sizes = {(n, False) for n in (range(1, MAX_COLS + 1) if speculative else (1,))}
