@@ -67,7 +67,7 @@ def test_stop_reasons_in_words():
     s = GenerationStats("engine x", None, stop="eog", stop_detail="<|im_end|>")
     assert s.stop_reason == "an end-of-generation token (<|im_end|>)"
     assert s.summary().splitlines()[-1] == "stopped at an end-of-generation token (<|im_end|>); greedy"
-    assert GenerationStats("x", None, stop="stop", stop_detail="\n\n").stop_reason == "a stop string (\n\n)"
+    assert GenerationStats("x", None, stop="stop", stop_detail="\n\n").stop_reason == "a stop string ('\\n\\n')"
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,7 @@ class GenerationStats:
         return {None: "no token asked for", "limit": f"the token limit ({self.stop_detail})",
                 "eog": f"an end-of-generation token ({self.stop_detail})",
                 "context": f"the context's end ({self.stop_detail})",
-                "stop": f"a stop string ({self.stop_detail})"}[self.stop]
+                "stop": f"a stop string ({self.stop_detail!r})"}[self.stop]
 
     # A rate over nothing (no decode step: one new token or none; no draft) is None, not 0.0.
     @property
