@@ -14,9 +14,9 @@ import pytest
 from vkq.commands.cli import main
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
-from vkq.llama.sample_op import RING_SLOTS, Sample, ring_of
+from vkq.llama.sample_op import RING_SLOTS, Sample, ring_of, sample_parts
 from vkq.llama.sampling import (TOP_K_MAX, Sampling, kept, penalized, probabilities, sample, uniform, window)
-from vkq.llama.vector_ops import Vectors
+from vkq.llama.vector_ops import Vectors, launches_of
 
 TEXT = "the theory that the three then- the other thing that the world"
 
@@ -76,8 +76,9 @@ def test_uniform_is_a_hash_of_seed_and_position():
     assert float(uniform(7, 5)) * 2 ** 24 == int(float(uniform(7, 5)) * 2 ** 24)  # 24 bits, exact in float32
 
 
-def run_sampler(backend, logits: np.ndarray, tokens, positions, s: Sampling, ring: np.ndarray) -> np.ndarray:
-    """The device's draws of n vectors (one dispatch, no ring writes)."""
+def run_sampler(backend, logits: np.ndarray, tokens, positions, s: Sampling, ring: np.ndarray, parts=None,
+                device=None) -> np.ndarray:
+    """The device's draws of n vectors (no ring writes; parts: the op's, device: whose launches)."""
     n, v = logits.shape
 
     def up(values, dtype):
@@ -86,8 +87,9 @@ def run_sampler(backend, logits: np.ndarray, tokens, positions, s: Sampling, rin
         t.write(values)
         return t
     out = backend.tensor(n, dtype=np.int32)
-    op = Sample(backend.device, Vectors(up(logits, np.float32), v, 0, v), up(tokens, np.int32),
-                up(positions, np.int32), up(s.params(), np.uint32), up(ring, np.int32), out, n, 0, write_ring=False)
+    op = Sample(device or backend.device, Vectors(up(logits, np.float32), v, 0, v), up(tokens, np.int32),
+                up(positions, np.int32), up(s.params(), np.uint32), up(ring, np.int32), out, n, 0, write_ring=False,
+                parts=parts)
     g = backend.graph()
     g.add(op)
     g.output(out)
@@ -104,9 +106,12 @@ def device_window(tokens, ring, v: int, position: int, s: Sampling) -> list[int]
 
 
 @pytest.mark.parametrize("s", SETTINGS[:1] + SETTINGS[2:], ids=lambda s: s.describe())
-def test_device_draws_the_numpy_samplers_tokens(backend, s):
+@pytest.mark.parametrize("parts", [1, 7], ids=["one pass", "7 parts"])
+def test_device_draws_the_numpy_samplers_tokens(backend, s, parts):
     """Random logits (ties among the top ones, every value equal, a window
-    of repeated tokens): the device's token is numpy's, vector by vector."""
+    of repeated tokens): the device's token is numpy's, vector by vector,
+    in one workgroup a vector or over parts of the vocabulary (a GPU's
+    launch: NVIDIA's workgroup size, forced)."""
     rng = np.random.default_rng(1)
     n, v = 24, 3000
     logits = (rng.standard_normal((n, v)) * 3).astype(np.float32)
@@ -116,7 +121,8 @@ def test_device_draws_the_numpy_samplers_tokens(backend, s):
     positions = np.arange(300, 300 + n)
     tokens = np.array(context[300:300 + n], np.int32)
     ring = ring_of(context, 300)
-    got = run_sampler(backend, logits, tokens, positions, s, ring)
+    device = None if parts == 1 else launches_of(backend.device, "nvidia")
+    got = run_sampler(backend, logits, tokens, positions, s, ring, parts, device)
     want = [sample(logits[i], device_window(tokens, ring, i, int(positions[i]), s), int(positions[i]), s)
             for i in range(n)]
     assert got.tolist() == want
@@ -127,8 +133,11 @@ def test_device_sampler_on_a_large_vocabulary(backend):
     rng = np.random.default_rng(2)
     logits = (rng.standard_normal((1, 128256)) * 2).astype(np.float32)
     s = Sampling(temp=1.0, top_k=TOP_K_MAX, top_p=0.99, min_p=0.0, seed=11)
-    got = run_sampler(backend, logits, [5], [77], s, ring_of([], 0))
-    assert got.tolist() == [sample(logits[0], [], 77, s)]
+    want = [sample(logits[0], [], 77, s)]
+    assert run_sampler(backend, logits, [5], [77], s, ring_of([], 0)).tolist() == want
+    nvidia = launches_of(backend.device, "nvidia")
+    assert sample_parts(nvidia, 128256) == 63 and sample_parts(backend.device, 128256) == 1
+    assert run_sampler(backend, logits, [5], [77], s, ring_of([], 0), device=nvidia).tolist() == want
 
 
 def chi_square_bound(df: int, z: float = 4.753) -> float:

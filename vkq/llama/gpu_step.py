@@ -561,7 +561,7 @@ class GpuLlama(Decoder):
         next_token = g.output(b.tensor(n_out, dtype=np.int32, name="next token"))
         if sample:
             g.add(Sample(dev, Vectors(logits, f.n_vocab), tokens, positions, g.input(self.sample_params),
-                         g.input(self.sample_ring), next_token, 1, n - 1))
+                         g.input(self.sample_ring), next_token, 1, n - 1, parts=None if self.spread else 1))
         else:
             g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1,
                          fold=self.fold))

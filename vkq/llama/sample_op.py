@@ -23,6 +23,10 @@ SAMPLE_CAP = TOP_K_MAX  # shaders/sample.comp's CAP
 PARAM_WORDS = 10  # Sampling.params's words
 SAMPLE_WG_CPU = 64  # invocations per workgroup on a CPU driver (its barriers cost more than its lanes give)
 SAMPLE_WG_GPU = 256
+# Values per workgroup of a GPU's first pass: a 49k vocabulary in 24 parts,
+# each 8 loads per invocation and pass; the second pass's 24 * k candidates
+# (k = 40: 4 loads per invocation and pass).
+SAMPLE_SPAN = 2048
 
 
 def ring_of(tokens, position: int) -> np.ndarray:
@@ -35,12 +39,18 @@ def ring_of(tokens, position: int) -> np.ndarray:
     return ring
 
 
-def sample_depth(n_vocab: int, wg: int) -> int:
-    """Serial depth (Launch) of one workgroup: six passes over the
-    vocabulary (four radix passes, the candidates, the window's lookups
-    aside), the sort's stages and the one-invocation chain over the
-    candidates."""
-    return 6 * -(-n_vocab // wg) + 55 + 3 * SAMPLE_CAP
+def sample_parts(device, n_vocab: int) -> int:
+    """Ranges a vector's first pass is split into: one per SAMPLE_SPAN
+    values where the device spreads (a GPU), else the whole vector in one
+    workgroup."""
+    return -(-n_vocab // SAMPLE_SPAN) if spreads(device) else 1
+
+
+def sample_depth(n: int, wg: int, k: int) -> int:
+    """Serial depth (Launch) of a workgroup over n entries: six passes
+    (four radix passes, the candidates, the equal keys' ranks), the sort's
+    stages and the one-invocation chain over k candidates."""
+    return 6 * -(-n // wg) + 55 + 3 * k
 
 
 class Sample(_Op):
@@ -48,10 +58,13 @@ class Sample(_Op):
     (n vectors), at the position and after the token at index tok_off + v
     of `positions` and `tokens`; params: a uint32 tensor of PARAM_WORDS
     (Sampling.params); ring: an int32 tensor of RING_SLOTS recent tokens,
-    which with write_ring (one vector) gets the vector's token."""
+    which with write_ring (one vector) gets the vector's token. parts:
+    ranges each vector's first pass is split into over as many workgroups,
+    then a second dispatch draws from their candidates (default
+    sample_parts; the same token)."""
 
     def __init__(self, device, logits: Vectors, tokens, positions, params, ring, out, n: int = 1, tok_off: int = 0,
-                 write_ring: bool = True):
+                 write_ring: bool = True, parts: int | None = None):
         super().__init__(device)
         logits.check(n, "Sample logits")
         for t, size, what in ((params, PARAM_WORDS, "params"), (ring, RING_SLOTS, "ring"), (out, n, "out"),
@@ -60,10 +73,23 @@ class Sample(_Op):
                 raise ValueError(f"Sample: {what} holds {_size(t)} values; {size} needed")
         if write_ring and n != 1:
             raise ValueError("Sample: write_ring is a decode step's, one vector")
+        if parts is None:
+            parts = sample_parts(device, logits.length)
+        if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= min(logits.length, 4096):
+            raise ValueError(f"Sample: {parts!r} parts; 1 to {min(logits.length, 4096)}")
+        self.parts = parts
         wg = SAMPLE_WG_GPU if spreads(device) else SAMPLE_WG_CPU
         wg = min(wg, device.caps.max_workgroup_invocations)
         self.reads = (logits.tensor, tokens, positions, params, ring)
         self.writes = (ring, out)
-        push = [logits.length, logits.offset, logits.step, tok_off, int(write_ring)]
-        tensors = [logits.tensor.kp, tokens.kp, positions.kp, params.kp, ring.kp, out.kp]
-        self._dispatch(tensors, VectorOpVariant("sample"), (n, 1, 1), [wg], push, sample_depth(logits.length, wg))
+        push = [logits.length, logits.offset, logits.step, tok_off, int(write_ring), parts]
+        # ((value bits, id) of each part's candidates, SAMPLE_CAP per part and vector: only this op's)
+        scratch = device.upload(np.zeros(2 * SAMPLE_CAP * parts * n if parts > 1 else 2, np.uint32))
+        tensors = [logits.tensor.kp, tokens.kp, positions.kp, params.kp, ring.kp, out.kp, scratch]
+        variant, k = VectorOpVariant("sample"), 40  # (the depths with llama.cpp's default top-k)
+        if parts == 1:
+            self._dispatch(tensors, variant, (n, 1, 1), [wg, 0], push, sample_depth(logits.length, wg, k))
+        else:  # (_Op.record puts a barrier between the two)
+            self._dispatch(tensors, variant, (parts, n, 1), [wg, 1], push,
+                           sample_depth(-(-logits.length // parts), wg, k))
+            self._dispatch(tensors, variant, (n, 1, 1), [wg, 2], push, sample_depth(parts * k, wg, k))
