@@ -20,6 +20,7 @@ from vkq.llama.decoding import GenerationStats
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 from vkq.llama.model import LlamaFile
+from vkq.llama.sampling import Sampling
 
 CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
                 {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Name a color."}]
@@ -100,19 +101,21 @@ def test_why_it_stopped(decoders):
         graph.generate("the theory", 4, stop=[""])
 
 
-@pytest.mark.parametrize("engine", ["host", "graph"])
-def test_a_conversation_feeds_only_its_new_turn(decoders, engine):
+@pytest.mark.parametrize("engine,sampling", [("host", None), ("graph", None), ("graph", Sampling(temp=1.0, seed=2))],
+                         ids=["host", "graph", "graph-sampled"])
+def test_a_conversation_feeds_only_its_new_turn(decoders, engine, sampling):
     """The second turn keeps the first in the KV cache (n_cached) and
-    chooses the tokens a fresh conversation of the same messages does."""
+    chooses the tokens a fresh conversation of the same messages does
+    (sampled: the same draws, each a hash of the seed and its position)."""
     d = decoders[0] if engine == "host" else decoders[1]
     messages = CONVERSATION[:2]
-    reply, _, first = d.chat(messages, 8, template="chatml")
-    assert first.n_cached == 0 and first.stop == "limit"
+    reply, _, first = d.chat(messages, 8, template="chatml", sampling=sampling, reuse_cache=False)
+    assert first.n_cached == 0 and first.stop in ("limit", "eog")
     messages = messages + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
-    again, ids, second = d.chat(messages, 8, template="chatml")
+    again, ids, second = d.chat(messages, 8, template="chatml", sampling=sampling)
     total = len(chat_prompt_ids(d.file, messages, "chatml"))
     assert second.n_cached >= first.n_prompt and second.n_prompt + second.n_cached == total
-    fresh, fresh_ids, third = d.chat(messages, 8, template="chatml", reuse_cache=False)
+    fresh, fresh_ids, third = d.chat(messages, 8, template="chatml", reuse_cache=False, sampling=sampling)
     assert (fresh_ids, fresh) == (ids, again) and third.n_cached == 0
     _, _, long = d.chat(messages, 10_000, template="chatml", stop=["\x00"])
     assert long.stop in ("context", "eog")

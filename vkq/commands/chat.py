@@ -88,8 +88,9 @@ def chat(model: str | Path, *, n_tokens: int = -1, engine: str = "graph", path: 
          stop: list[str] | tuple[str, ...] = (), steps_per_submit: int = 1, stdin=None) -> int:
     """The command: reads the user's turns from stdin (a line each; /exit or
     end of input ends it), prints each reply as it is generated (stdout) and
-    a line of its statistics and why it stopped (stderr). n_tokens: the most
-    tokens of a reply (-1: to the context's end)."""
+    a line of its statistics and why it stopped (stderr); Ctrl-C during a
+    reply drops that turn, at the prompt it ends the chat. n_tokens: the
+    most tokens of a reply (-1: to the context's end)."""
     from ..llama.chat_template import chat_prompt_ids
     from ..llama.loading import load_model
     from ..llama.model import LlamaFile
@@ -126,9 +127,15 @@ def chat(model: str | Path, *, n_tokens: int = -1, engine: str = "graph", path: 
         if not text.strip():
             continue
         messages.append({"role": "user", "content": text})
-        reply, _, stats = decoder.chat(messages, n_tokens, template=template, sampling=sampling, stop=stop,
-                                       on_text=lambda s: print(s, end="", flush=True),
-                                       steps_per_submit=steps_per_submit)
+        try:
+            reply, _, stats = decoder.chat(messages, n_tokens, template=template, sampling=sampling, stop=stop,
+                                           on_text=lambda s: print(s, end="", flush=True),
+                                           steps_per_submit=steps_per_submit)
+        except KeyboardInterrupt:  # (Ctrl-C ends the reply, not the chat: the turn is dropped)
+            print(flush=True)
+            print("[interrupted: the turn is dropped]", file=sys.stderr)
+            messages.pop()
+            continue
         print(flush=True)
         rate = stats.tokens_per_second
         print(f"[{stats.n_generated} tokens" + ("" if rate is None else f", {rate:.1f} t/s")
