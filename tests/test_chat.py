@@ -143,8 +143,10 @@ def test_generate_prompt_file_and_stop(tiny, tmp_path, capsys):
     assert main(["generate", str(tiny), "-f", str(prompt), "-n", "6", "--ignore-eos"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("the theory that") and err.splitlines()[-1] == "stopped at the token limit (6 tokens); greedy"
-    assert main(["generate", str(tiny), "-f", str(prompt), "-p", "x"]) == 2
-    assert capsys.readouterr().err.strip() == "vkq: error: give the prompt with -p TEXT or -f FILE (one of them)"
+    with pytest.raises(SystemExit):
+        main(["generate", str(tiny), "-f", str(prompt), "-p", "x"])
+    assert capsys.readouterr().err.strip() == ("vkq generate: error: argument -p/--prompt: not allowed with argument "
+                                               "-f/--file (`vkq generate --help` lists the options)")
     assert main(["generate", str(tiny), "-f", str(tmp_path / "none.txt")]) == 2
     assert re.match(r"vkq: error: -f .*none.txt: cannot read it", capsys.readouterr().err)
     assert main(["generate", str(tiny), "-p", "the", "--system", "x"]) == 2

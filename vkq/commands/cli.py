@@ -238,8 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--timestamps the graph engine's kernels.")
     p.add_argument("model", help="a .gguf file (architecture llama, qwen2, qwen3 or qwen3moe; byte-level BPE or "
                                  "SentencePiece tokenizer)")
-    p.add_argument("-p", "--prompt", default=None, help="the prompt text (no chat template is applied without --chat)")
-    p.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from FILE (UTF-8) instead")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("-p", "--prompt", default=None,
+                       help="the prompt text (no chat template is applied without --chat)")
+    given.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from FILE (UTF-8) instead")
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
     p.add_argument("--chat", action="store_true",
                    help="the prompt is a user's message: rendered with the model's chat template, and the reply "

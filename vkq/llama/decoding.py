@@ -53,14 +53,14 @@ class GenerationStats:
     accepted: int = 0  # of those, the ones greedy chose (and the text kept)
     draft_seconds: float = 0.0  # of decode_seconds, the drafter's (drafter.draft)
     steps_per_submit: int = 1  # the most decode steps one submit took (greedy's steps_per_submit)
-    sampling: str = "greedy"  # how tokens were chosen (Sampling.describe), and where where not on the device
-    stop: str | None = None  # why the generation stopped: one of STOPS (None: no token was asked for)
+    sampling: str = "greedy"  # how tokens were chosen: "greedy", or Sampling.describe() and where it sampled
+    stop: str | None = None  # why the generation stopped: one of STOPS (None: not recorded)
     stop_detail: str = ""  # the token limit, the end token's text, the context's positions, the stop string
 
     @property
     def stop_reason(self) -> str:
         """Why the generation stopped, in words."""
-        return {None: "no token asked for", "limit": f"the token limit ({self.stop_detail})",
+        return {None: "no recorded stop", "limit": f"the token limit ({self.stop_detail})",
                 "eog": f"an end-of-generation token ({self.stop_detail})",
                 "context": f"the context's end ({self.stop_detail})",
                 "stop": f"a stop string ({self.stop_detail!r})"}[self.stop]
@@ -551,6 +551,8 @@ class Decoder(ABC):
                     self._speculative_steps(drafter, draft_max, token, n_tokens - len(out), emit, stats)
         finally:
             self.set_sampling(None)
+        if stats.stop is None:  # (no token asked for)
+            stats.stop, stats.stop_detail = "limit", counted(n_tokens, "token")
         d1, s1 = self.counters()
         stats.decode_seconds, stats.decode_device_seconds = time.perf_counter() - t0, d1 - d0
         stats.decode_submits = s1 - s0
