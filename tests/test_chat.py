@@ -42,7 +42,7 @@ def test_builtin_templates_render():
         assert render(source, name, CONVERSATION, add_generation_prompt=False) != text, name
 
 
-def test_template_failures_are_one_line(tiny):
+def test_template_failures_are_one_line(tiny, tmp_path):
     file = LlamaFile(tiny)
     with pytest.raises(ValueError, match=r"^tiny.gguf has no chat template \(tokenizer.chat_template\): give "
                                          r"one with --chat-template NAME\|FILE \(built in: chatml, llama3, "):
@@ -61,6 +61,11 @@ def test_template_failures_are_one_line(tiny):
     with pytest.raises(ValueError, match=r'^messages\[1\]: a dictionary with a "role" and a "content" string'):
         chat_prompt_ids(file, [CONVERSATION[0], {"role": "user"}], "chatml")
     ids = chat_prompt_ids(file, CONVERSATION, "chatml")
+    path = tmp_path / "mine.jinja"
+    path.write_text(BUILTIN_TEMPLATES["chatml"], encoding="utf-8")
+    assert template_source(file, path) == ("chat template mine.jinja", BUILTIN_TEMPLATES["chatml"])
+    assert chat_prompt_ids(file, CONVERSATION, str(path)) == ids == chat_prompt_ids(file, CONVERSATION,
+                                                                                    BUILTIN_TEMPLATES["chatml"])
     assert file.tokenizer.decode(ids, skip_special=False).endswith("Name a color.<|im_end|>\n<|im_start|>assistant\n")
 
 

@@ -115,8 +115,12 @@ class _TemplateRaised(Exception):
 def render(source: str, what: str, messages, *, bos_token: str = "", eos_token: str = "",
            add_generation_prompt: bool = True) -> str:
     """The conversation as the template renders it, in Jinja2's sandbox."""
-    import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    try:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:  # (a dependency of vkq's: an environment that lost it)
+        raise ValueError("chat templates are rendered by the jinja2 package, which is not installed: "
+                         "pip install jinja2") from None
 
     messages = check_messages(messages)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
