@@ -248,3 +248,21 @@ def test_top_k_0_samples_on_the_host_of_either_engine(engines):
         graph.greedy(ids, 12, sampling=Sampling(seed=1), speculative="lookup")
     greedy = graph.greedy(ids, 12, stop_at_eos=False)
     assert graph.greedy(ids, 12, stop_at_eos=False, sampling=Sampling(temp=0)).tokens == greedy.tokens
+
+
+def test_the_repeat_penalty_window_past_the_ring(backend, tmp_path):
+    """A context longer than the device's ring of recent tokens (its slots
+    reused): the penalized draws are the host's, one step per submit and
+    chained."""
+    from tiny_llama import write_gguf
+
+    model = write_gguf(tmp_path / "long.gguf", metadata={"llama.context_length": 512})
+    long_host = LlamaModel(model, backend, "dmmv", ctx=300)
+    graph = GpuLlama(None, backend, "dmmv", ctx=300, file=long_host.file, weights=long_host.matvecs,
+                     prompt_kernels="matvec")
+    ids = (long_host.tokenizer.encode(TEXT) * 7)[:250]
+    s = Sampling(temp=1.0, top_k=50, repeat_penalty=3.0, repeat_last_n=200, seed=21)
+    want = long_host.greedy(ids, 40, stop_at_eos=False, sampling=s).tokens
+    assert want != long_host.greedy(ids, 40, stop_at_eos=False, sampling=Sampling(temp=1.0, top_k=50, seed=21)).tokens
+    assert graph.greedy(ids, 40, stop_at_eos=False, sampling=s).tokens == want
+    assert graph.greedy(ids, 40, stop_at_eos=False, sampling=s, steps_per_submit=6).tokens == want

@@ -609,7 +609,9 @@ class GpuLlama(Decoder):
 
     def _replay(self, step: "_Step", tokens: list[int], position: int) -> None:
         if step.sampled:  # (the context's tokens before the last one's position)
-            self.sample_ring.write(ring_of(self.cache_tokens[:position] + list(tokens), position + step.n - 1))
+            first = max(0, position + step.n - RING_SLOTS)
+            self.sample_ring.write(ring_of(self.cache_tokens[first:position] + list(tokens), position + step.n - 1,
+                                           first))
         step.tokens.write(np.array(tokens, np.int32))
         step.positions.write(np.arange(position, position + step.n, dtype=np.int32))
         self._run(step.graph)
@@ -622,7 +624,8 @@ class GpuLlama(Decoder):
         """A chain's replay: `token` into its first step, the steps at
         position, position + 1, ..."""
         if chain.steps[0].sampled:
-            self.sample_ring.write(ring_of(self.cache_tokens[:position], position))
+            first = max(0, position - RING_SLOTS)
+            self.sample_ring.write(ring_of(self.cache_tokens[first:position], position, first))
         chain.steps[0].tokens.write(np.array([token], np.int32))
         for j, step in enumerate(chain.steps):
             step.positions.write(np.array([position + j], np.int32))

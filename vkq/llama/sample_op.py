@@ -29,13 +29,14 @@ SAMPLE_WG_GPU = 256
 SAMPLE_SPAN = 2048
 
 
-def ring_of(tokens, position: int) -> np.ndarray:
+def ring_of(tokens, position: int, first: int = 0) -> np.ndarray:
     """The ring a sampling step at `position` reads: the tokens of the
-    context (tokens[q] at position q) before it, each in slot q % RING_SLOTS;
-    -1 where there is none."""
+    context before it (tokens[i] at position first + i), the last
+    RING_SLOTS - 1 of them each in slot position % RING_SLOTS; -1 where
+    there is none."""
     ring = np.full(RING_SLOTS, -1, np.int32)
-    for q in range(max(0, position - RING_SLOTS + 1), position):
-        ring[q % RING_SLOTS] = tokens[q]
+    q = np.arange(max(first, position - RING_SLOTS + 1), position)
+    ring[q % RING_SLOTS] = np.asarray(tokens, np.int32)[q - first]
     return ring
 
 
