@@ -15,7 +15,8 @@ from vkq.commands.cli import main
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
 from vkq.llama.sample_op import RING_SLOTS, Sample, ring_of, sample_parts
-from vkq.llama.sampling import (TOP_K_MAX, Sampling, kept, penalized, probabilities, sample, uniform, window)
+from vkq.llama.sampling import (TOP_K_MAX, Sampling, kept, penalized, probabilities, sample, uniform, verify_draft,
+                                window)
 from vkq.llama.vector_ops import Vectors, launches_of
 
 TEXT = "the theory that the three then- the other thing that the world"
@@ -176,6 +177,37 @@ def test_device_draws_follow_the_exact_distribution(backend):
     assert chi2 < chi_square_bound(expected.size - 1), (chi2, expected.size)
 
 
+def chi_square(draws: np.ndarray, p: np.ndarray) -> tuple[float, int]:
+    """Pearson's statistic of the draws against p over its support (bins
+    expected fewer than 5 times pooled), and its degrees of freedom."""
+    support = np.flatnonzero(p)
+    assert set(np.unique(draws)) <= set(support)
+    expected = draws.size * p[support]
+    observed = np.bincount(draws, minlength=p.size)[support].astype(np.float64)
+    small = expected < 5
+    if small.any():
+        expected = np.append(expected[~small], expected[small].sum())
+        observed = np.append(observed[~small], observed[small].sum())
+    return float(((observed - expected) ** 2 / expected).sum()), expected.size - 1
+
+
+def test_verified_drafts_keep_the_distribution():
+    """Speculative sampling's rule (verify_draft): whatever the draft (a
+    likely token, an unlikely one, one the chain rules out), the token it
+    gives follows the chain's distribution: 10000 positions, chi-square
+    below its 1 - 1e-6 quantile (fixed seed: deterministic)."""
+    rng = np.random.default_rng(4)
+    logits = (rng.standard_normal(64) * 1.5).astype(np.float32)
+    s = Sampling(temp=1.1, top_k=20, top_p=0.98, min_p=0.0, seed=777)
+    p = probabilities(logits, [], s)
+    order = np.argsort(-p)
+    for draft in (int(order[0]), int(order[5]), int(order[-1])):
+        draws = np.array([verify_draft(logits, [], pos, s, draft) for pos in range(10000)])
+        stat, df = chi_square(draws, p)
+        assert stat < chi_square_bound(df), (draft, p[draft], stat, df)
+        assert abs((draws == draft).mean() - p[draft]) < 0.03
+
+
 def test_bad_values_are_one_line():
     for kw, match in ((dict(temp=-0.5), r"--temp -0.5: the temperature must be >= 0"),
                       (dict(top_p=0.0), r"--top-p 0.0: a probability in \(0, 1\]"),
@@ -194,8 +226,7 @@ def test_cli_bad_values_are_one_line(tiny, capsys):
     for args, match in ((["--temp", "-1"], "vkq: error: --temp -1.0: the temperature must be >= 0"),
                         (["--temp", "1", "--top-p", "0"], r"vkq: error: --top-p 0.0: a probability in \(0, 1\]"),
                         (["--chat", "--chat-template", "nosuch"], "vkq: error: unknown chat template 'nosuch'"),
-                        (["--temp", "1", "--speculative", "lookup"], "vkq: error: speculative decoding .* keeps "
-                                                                     "the tokens greedy chooses")):
+                        (["--temp", "1", "--profile"], "vkq: error: --profile times greedy's decode step")):
         assert main(["generate", str(tiny), "-p", "the", "-n", "4", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and pytest.importorskip("re").match(match, err[0]), err
@@ -244,10 +275,22 @@ def test_top_k_0_samples_on_the_host_of_either_engine(engines):
     with pytest.raises(ValueError, match="steps_per_submit chains the device's sampler, which takes top_k 1 to "
                                          "1024; top_k 0 samples on the host"):
         graph.greedy(ids, 12, sampling=s, steps_per_submit=4)
-    with pytest.raises(ValueError, match="speculative decoding keeps the tokens greedy chooses"):
-        graph.greedy(ids, 12, sampling=Sampling(seed=1), speculative="lookup")
     greedy = graph.greedy(ids, 12, stop_at_eos=False)
     assert graph.greedy(ids, 12, stop_at_eos=False, sampling=Sampling(temp=0)).tokens == greedy.tokens
+
+
+def test_speculative_sampling_on_both_engines(engines):
+    """Drafts (prompt lookup, on a text that repeats itself) kept by
+    speculative sampling's rule: some drafted and accepted, the same tokens
+    on both engines (the rule runs on the host, from the verifying step's
+    logits)."""
+    host, graph, _ = engines
+    ids = host.tokenizer.encode(" ".join([TEXT] * 3))[:55]
+    s = Sampling(temp=0.3, top_k=5, seed=8)
+    a = graph.greedy(ids, 40, stop_at_eos=False, sampling=s, speculative="lookup")
+    b = host.greedy(ids, 40, stop_at_eos=False, sampling=s, speculative="lookup")
+    assert a.tokens == b.tokens and len(a.tokens) == 40
+    assert a.stats.drafted > 0 and a.stats.accepted > 0 and a.stats.decode_steps < 39, a.stats.summary()
 
 
 def test_the_repeat_penalty_window_past_the_ring(backend, tmp_path):

@@ -106,9 +106,6 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         raise ValueError("--profile times the one-token decode step; speculative decoding (--speculative, --draft) "
                          "decodes in steps of several: give one of them")
     samples = sampling is not None and not sampling.greedy
-    if samples and (speculative is not None or draft is not None):
-        raise ValueError("speculative decoding (--speculative, --draft) keeps the tokens greedy chooses; sampling "
-                         "(--temp above 0, --repeat-penalty) chooses others: give one of them")
     if samples and profile:
         raise ValueError("--profile times greedy's decode step: not with sampling (--temp above 0, --repeat-penalty)")
     if not chat and (chat_template is not None or system is not None):

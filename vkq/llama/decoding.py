@@ -18,7 +18,7 @@ from ..errors import NonFiniteLogits
 from .config import PROMPT_CHUNK, PROMPT_CHUNK_MATVEC
 from .lookup import DRAFT_MAX, SPECULATIVE, Drafter, PromptLookup
 from .model import LlamaFile
-from .sampling import TOP_K_MAX, Sampling, sample, window
+from .sampling import TOP_K_MAX, Sampling, sample, verify_draft, window
 
 # Why a generation stopped (GenerationStats.stop): the token limit, a token
 # that ends a generation, the context's end, a stop string.
@@ -458,8 +458,10 @@ class Decoder(ABC):
         or temp 0 without a repeat penalty: greedy), drawn on the device by
         the graph engine (its top_k 1 to TOP_K_MAX; steps_per_submit too),
         else on the host; a seed and a position give the same token on every
-        engine and prompt chunking. Not with speculative (whose drafts are
-        kept where greedy agrees). stop: strings that end the generation
+        engine and prompt chunking. With speculative, each draft is kept by
+        speculative sampling's rule (vkq.llama.sampling.verify_draft: the
+        same distribution of text, not the same text as without drafts).
+        stop: strings that end the generation
         once the generated text holds one. reuse_cache: the first tokens of
         prompt_ids that the KV cache holds already (a conversation's earlier
         turns) are kept, not fed again. GenerationStats.stop says why the
@@ -474,9 +476,6 @@ class Decoder(ABC):
             raise ValueError("steps_per_submit chains plain greedy's steps; speculative decoding verifies drafts in "
                              "steps of several tokens: give one of them")
         s = check_sampling(sampling)
-        if s is not None and speculative is not None:
-            raise ValueError("speculative decoding keeps the tokens greedy chooses; sampling (a temperature above 0 "
-                             "or a repeat penalty) chooses others: give one of them")
         if s is not None and steps_per_submit > 1 and self.sampler_place(s) != "device":
             raise ValueError(f"steps_per_submit chains the device's sampler, which takes top_k 1 to {TOP_K_MAX}; "
                              f"top_k {s.top_k} samples on the host, one step per submit")
@@ -614,7 +613,9 @@ class Decoder(ABC):
         greedy's choice after token and drafts[:i], so the drafts are kept up
         to the first that greedy did not choose, and greedy's own choice
         after them follows. The KV entries of the rejected drafts are left
-        behind the rewound position, to be overwritten."""
+        behind the rewound position, to be overwritten. Sampling: the
+        drafts are kept by speculative sampling's rule instead
+        (_verified_draws), which keeps the chain's distribution."""
         while True:
             n_fed = self.n_past
             room = min(n_left - 1, draft_max)  # (a step emits up to len(drafts) + 1 tokens: no more than are
@@ -629,20 +630,40 @@ class Decoder(ABC):
                 choices, rows = [choice], logits[None]
             stats.decode_steps += 1
             stats.drafted += len(drafts)
-            accepted = 0
-            while accepted < len(drafts) and drafts[accepted] == choices[accepted]:
-                accepted += 1
+            if self.sampling is not None and drafts:
+                choices = self._verified_draws(n_fed, drafts, rows)
+                accepted = len(choices) - 1
+            else:
+                accepted = 0
+                while accepted < len(drafts) and drafts[accepted] == choices[accepted]:
+                    accepted += 1
             drafter.update(len(drafts), accepted)
             self.rewind(n_fed + 1 + accepted)  # token and the accepted drafts
             for i in range(accepted + 1):
                 token = int(choices[i])
-                check_choice(token, rows[i], n_fed + i + 1)
+                check_choice(token, rows[i], n_fed + i + 1, self.sampling is not None)
                 stats.decode_tokens += 1
                 stats.accepted += i < accepted
                 n_left -= 1
                 if emit(token, rows[i]):
                     return
                 drafter.add(token)
+
+    def _verified_draws(self, n_fed: int, drafts: list[int], rows: np.ndarray) -> list[int]:
+        """Sampling's choices after a verifying step (rows: the logits after
+        the token at n_fed and after each draft): the drafts kept by
+        verify_draft's rule, up to the first it replaces (the replacement
+        ends the list), else all of them and a draw after the last."""
+        s, out = self.sampling, []
+        for i, d in enumerate(drafts):
+            p = n_fed + i
+            check_choice(d, rows[i], p + 1, True)
+            out.append(verify_draft(rows[i], window(self.cache_tokens, p, s), p, s, d))
+            if out[-1] != d:
+                return out
+        p = n_fed + len(drafts)
+        out.append(sample(rows[-1], window(self.cache_tokens, p, s), p, s))
+        return out
 
     def generate(self, prompt: str, n_tokens: int, *, stop_at_eos: bool = True,
                  on_text: Callable[[str], None] | None = None, on_token: Callable[[int], None] | None = None,

@@ -251,3 +251,29 @@ def probabilities(logits: np.ndarray, window, s: Sampling) -> np.ndarray:
     w = np.exp((v - v[0]) / s.temp)
     p[ids] = w / w.sum()
     return p
+
+
+# -- speculative decoding's verification, lossless in distribution --------------------
+# The accept test's and the residual draw's uniform numbers: streams of their own (seeds
+# XOR these), apart from the draw's.
+_ACCEPT_STREAM, _RESIDUAL_STREAM = 0x9E3779B9, 0x7F4A7C15
+
+
+def verify_draft(logits: np.ndarray, window, position: int, s: Sampling, draft: int) -> int:
+    """The token the chain gives in place of a drafted one, so that the
+    text keeps the chain's distribution whatever drafted it (speculative
+    sampling's rule for a draft given as a token): the draft with the
+    probability p(draft) the chain gives it, else a draw from p without
+    it (renormalized). P(x) = p(draft) [x = draft] + (1 - p(draft)) p(x) /
+    (1 - p(draft)) [x != draft] = p(x). Its uniform numbers are hashes of
+    the seed and the position too (streams apart from sample's)."""
+    p = probabilities(logits, window, s)
+    if float(uniform(s.seed ^ _ACCEPT_STREAM, position)) < p[draft]:
+        return int(draft)
+    p[draft] = 0.0
+    ids = np.flatnonzero(p)
+    if ids.size == 0:  # (p(draft) was 1: accepted above, since u < 1)
+        return int(draft)
+    cdf = np.cumsum(p[ids])
+    t = float(uniform(s.seed ^ _RESIDUAL_STREAM, position)) * cdf[-1]
+    return int(ids[min(int(np.searchsorted(cdf, t, side="right")), ids.size - 1)])
