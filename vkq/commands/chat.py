@@ -98,6 +98,8 @@ def chat(model: str | Path, *, n_tokens: int = -1, engine: str = "graph", path: 
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < -1 or n_tokens == 0:
         raise ValueError(f"-n {n_tokens}: the most tokens of a reply, 1 or more (-1: to the context's end)")
     stdin = sys.stdin if stdin is None else stdin
+    if sampling is not None:
+        sampling = sampling.resolved()  # (one seed for the conversation, said in the banner)
     t0 = time.perf_counter()
     file = LlamaFile(model)
     first = chat_prompt_ids(file, messages_of("Hello", system), template)  # (a template that fails: said now)

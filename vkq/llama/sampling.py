@@ -133,7 +133,7 @@ class Sampling:
         if self.penalizes:
             parts.insert(0, f"repeat penalty {self.repeat_penalty:g} over {self.repeat_last_n} tokens")
         if self.temp != 0:
-            parts.append(f"seed {self.seed}")
+            parts.append("a random seed" if self.seed is None else f"seed {self.seed}")
         return ", ".join(parts)
 
     def params(self) -> np.ndarray:
