@@ -293,6 +293,7 @@ def test_speculative_sampling_on_both_engines(engines):
     assert a.stats.drafted > 0 and a.stats.accepted > 0 and a.stats.decode_steps < 39, a.stats.summary()
 
 
+@pytest.mark.slow
 def test_the_repeat_penalty_window_past_the_ring(backend, tmp_path):
     """A context longer than the device's ring of recent tokens (its slots
     reused): the penalized draws are the host's, one step per submit and
