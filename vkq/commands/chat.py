@@ -82,6 +82,23 @@ def messages_of(prompt: str, system: str | None) -> list[dict]:
         [{"role": "user", "content": prompt}]
 
 
+def _read_turn(stdin) -> str | None:
+    """A line of the user's (None at the end of the input): at a terminal
+    with a prompt and line editing (readline, where Python has it)."""
+    if stdin is sys.stdin and stdin.isatty():
+        try:
+            import readline  # noqa: F401 - input() edits lines and keeps a history once it is loaded
+        except ImportError:
+            pass
+        try:
+            return input("> ")
+        except EOFError:
+            print()
+            return None
+    line = stdin.readline()
+    return line or None
+
+
 def chat(model: str | Path, *, n_tokens: int = -1, engine: str = "graph", path: str = "auto",
          activations: str = GENERATE_ACTIVATIONS, ctx: int | None = None, device: int | None = None,
          sampling: Sampling | None = None, system: str | None = None, template: str | None = None,
@@ -116,12 +133,8 @@ def chat(model: str | Path, *, n_tokens: int = -1, engine: str = "graph", path: 
           "the chat.", file=sys.stderr)
     messages = [] if system is None else [{"role": "system", "content": system}]
     while True:
-        if stdin.isatty():
-            print("> ", end="", flush=True)
-        line = stdin.readline()
-        if not line:  # (end of input, Ctrl-D)
-            if stdin.isatty():
-                print()
+        line = _read_turn(stdin)
+        if line is None:  # (end of input, Ctrl-D)
             return 0
         text = line.rstrip("\n")
         if text.strip() == "/exit":
