@@ -73,6 +73,10 @@ fetch() {
     local root; root=$(tree)
     [ -f "$root/.complete" ] && return 0
     mkdir -p "$DEBS"
+    # one fetch at a time (several commands may start on an empty cache at once)
+    exec 9>"$CACHE/.lock"
+    command -v flock >/dev/null && flock 9
+    [ -f "$root/.complete" ] && return 0
     local date; date=$(pin_value date)
     while read -r sha size path; do
         local file=$DEBS/$(basename "$path")
