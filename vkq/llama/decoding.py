@@ -541,7 +541,9 @@ class Decoder(ABC):
                  speculative: str | Drafter | None = None,
                  draft_max: int | None = None, steps_per_submit: int = 1) -> tuple[str, list[int], GenerationStats]:
         """Greedy continuation of a text prompt: (text, generated ids, stats).
-        on_text receives the text as it grows, piece by piece; speculative,
+        The text is the tokens' pieces joined, as llama-server's (the
+        tokenizer's decode with continuation). on_text receives it as it
+        grows, in whole characters, all of it by the end; speculative,
         draft_max and steps_per_submit: as greedy's (the same text)."""
         if not isinstance(prompt, str):
             raise TypeError(f"prompt is {described(prompt)}; expected a str (token ids go to greedy)")
@@ -560,4 +562,7 @@ class Decoder(ABC):
             on_token = show_text
         gen = self.greedy(prompt_ids, n_tokens, stop_at_eos=stop_at_eos, on_token=on_token, speculative=speculative,
                           draft_max=draft_max, steps_per_submit=steps_per_submit)
-        return self.tokenizer.decode(gen.tokens, continuation=True), gen.tokens, gen.stats
+        text = self.tokenizer.decode(gen.tokens, continuation=True)
+        if on_text is not None and text != shown[0]:  # it ended inside a character: the rest (U+FFFD) too
+            on_text(text[len(shown[0]):])
+        return text, gen.tokens, gen.stats
