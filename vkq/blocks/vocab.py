@@ -4,10 +4,10 @@ interface each kind implements.
 `Tokenizer` is what vkq's decoder and commands use: `encode(text)` gives the
 ids a model is fed (BOS/EOS where the file's add flags say, as llama.cpp's
 `llama_tokenize` with add_special), `decode(ids)` the text back (as
-`llama_detokenize`). The kinds
-live in their own modules (byte-level BPE in `tokenizer`, SentencePiece in
-`spm`); `tokenizer.open_tokenizer(file)` picks one from the file. The readers
-below check the tokenizer.ggml.* values every kind shares.
+`llama_detokenize`). The kinds live in their own modules (byte-level BPE in
+`tokenizer`, SentencePiece in `spm`); `tokenizer.open_tokenizer(file)` picks
+one from the file. The readers below check the tokenizer.ggml.* values
+every kind shares, and read the token types as llama.cpp leaves them.
 """
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ class Tokenizer(ABC):
     add_eos: bool
     kinds: list[int]
     pieces: list[bytes]
-    add_space_prefix: bool  # the encoder puts a space before the text: decode takes it off
+    add_space_prefix: bool  # decode takes a space off the first piece (SentencePiece's encoder put it there)
     clean_spaces: bool  # decode takes out llama.cpp's spaces before punctuation (clean_up_spaces)
 
     def _check_special(self, name: str) -> None:
