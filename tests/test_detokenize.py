@@ -79,11 +79,13 @@ def random_ids(n_vocab: int, seed: int, n: int = 40) -> list[list[int]]:
 
 def assert_text_is_llama_cpps(path, texts) -> None:
     """Every text's ids (llama.cpp's) and random ids decode to llama.cpp's text,
-    whole and as pieces; the text encodes to llama.cpp's ids."""
+    whole and as pieces; the text encodes to llama.cpp's ids; the same tokens
+    end a generation."""
     from llama_vocab import LlamaVocab
 
     tok = open_tokenizer(open_gguf(path))
     with LlamaVocab(path) as witness:
+        assert tok.eog_ids == witness.end_of_generation()
         cases = [witness.tokenize(t) for t in texts] + random_ids(tok.n_vocab, len(texts))
         for text, ids in zip(texts, cases):
             assert tok.encode(text) == ids, text
@@ -126,7 +128,8 @@ def test_what_the_clean_up_does(tmp_path):
     """Without llama.cpp: GPT-2's pre-tokenizer cleans spaces, qwen2's does not;
     a continuation is never cleaned."""
     def tok(pre):
-        return open_tokenizer(open_gguf(write_gguf(tmp_path / f"{pre}.gguf", tokenizer=with_extra(bpe_vocab.gguf_tokenizer(pre)))))
+        path = write_gguf(tmp_path / f"{pre}.gguf", tokenizer=with_extra(bpe_vocab.gguf_tokenizer(pre)))
+        return open_tokenizer(open_gguf(path))
 
     text = "Hi , you . It 's a ' b ' ok 't 'll ?"
     gpt2, qwen2 = tok("gpt-2"), tok("qwen2")
@@ -136,7 +139,8 @@ def test_what_the_clean_up_does(tmp_path):
     # types: <|im_end|> (typed normal) hidden; <|channel|> (typed control), <|end|> and </s> shown
     assert gpt2.decode(gpt2.encode("a<|im_end|>b<|channel|>c<|end|>d</s>e")) == "ab<|channel|>c<|end|>d</s>e"
     tokens = with_extra(bpe_vocab.gguf_tokenizer("gpt-2"))["tokenizer.ggml.tokens"][0]
-    unused, undefined, user, ja, byte = (tokens.index(t) for t in ("<|unused_0|>", "<seven>", "Ġuser ,", "日本", "<0x41>"))
+    unused, undefined, user, ja, byte = (tokens.index(t)
+                                         for t in ("<|unused_0|>", "<seven>", "Ġuser ,", "日本", "<0x41>"))
     assert gpt2.decode([unused, undefined], skip_special=False) == ""
     assert gpt2.decode([user, ja, byte]) == "Ġuser,[UNK_BYTE_0xe697a5日本][UNK_BYTE_0xe69cac日本]A"
 

@@ -99,7 +99,8 @@ def served_logprobs(path) -> tuple[list[int], list[dict[int, float]]]:
                                      {"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=600) as r:
             out = json.load(r)
-    steps = [{int(t["id"]): float(t["logprob"]) for t in step["top_logprobs"]} for step in out["completion_probabilities"]]
+    steps = [{int(t["id"]): float(t["logprob"]) for t in step["top_logprobs"]}
+             for step in out["completion_probabilities"]]
     return [int(t) for t in out["tokens"]], steps
 
 
