@@ -279,7 +279,7 @@ class GpuLlama(Decoder):
                                stacklevel=3, prompt_chunk=self._tiled_chunk)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx,
                                             neox=cfg.architecture.neox)
-        self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
+        self.rope = constant(rope_table(f.inv_freq, self.ctx, cfg.rope_attn_factor), "RoPE table")
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
         self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.attention_queries),

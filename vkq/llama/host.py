@@ -76,13 +76,15 @@ def route(logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, (weights / total).astype(np.float32)
 
 
-def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox: bool = False) -> np.ndarray:
+def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox: bool = False,
+         mscale: float = 1.0) -> np.ndarray:
     """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]), or
     (neox) pairs (x[i], x[i + n_rot/2]); values past n_rot stay as they are.
-    cos and sin of float64 angles, rounded to float32 (as the GPU's table)."""
+    cos and sin of float64 angles, times mscale (the config's rope_attn_factor),
+    rounded to float32 (as the GPU's table)."""
     ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
-    cos = np.cos(ang).astype(np.float32)[:, None, :]
-    sin = np.sin(ang).astype(np.float32)[:, None, :]
+    cos = (np.cos(ang) * mscale).astype(np.float32)[:, None, :]
+    sin = (np.sin(ang) * mscale).astype(np.float32)[:, None, :]
     first, second = (slice(0, n_rot // 2), slice(n_rot // 2, n_rot)) if neox else (
         slice(0, n_rot, 2), slice(1, n_rot, 2))
     x0, x1 = x[..., first], x[..., second]
@@ -308,8 +310,8 @@ class LlamaModel(Decoder):
                 y = y + f.biases[i][role] if role in f.biases[i] else y
                 y = y.reshape(n, heads[role], cfg.head_dim)
                 qkv[role] = rms_norm(y, f.head_norms[i][role], cfg.rms_eps) if role in f.head_norms[i] else y
-            q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox)
-            k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox)
+            q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox, cfg.rope_attn_factor)
+            k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox, cfg.rope_attn_factor)
             a = self._attention(i, q, k, qkv["attn_v"])
             x = x + mv.run(layer.attn_output, a, tiled=tiled)[0]
             h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
