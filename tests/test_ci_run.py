@@ -27,10 +27,9 @@ def ci(tmp_path):
     clock = tmp_path / "clock"
     clock.write_text("1000000\n")
     spirv = tmp_path / "cache" / "vkq" / "spirv"
-    targets = "setup test test-slow validate test-numpy1 test-subgroups smoke-installed".split()
-    rules = {t: "\t@true" for t in targets}
-    rules["test"] = f"\t@echo $$(( $$(cat {clock}) + {TEST_SECONDS} )) > {clock}"
-    rules["setup"] = f"\t@if [ -n \"$$NEW_SPIRV\" ]; then mkdir -p {spirv} && touch {spirv}/new.spv; fi"
+    rules = {"test": f"\t@echo $$(( $$(cat {clock}) + {TEST_SECONDS} )) > {clock}",
+             "setup": f"\t@if [ -n \"$$NEW_SPIRV\" ]; then mkdir -p {spirv} && touch {spirv}/new.spv; fi",
+             "%": "\t@true"}  # (every other step: no time)
     (tmp_path / "repo" / "Makefile").write_text("".join(f"{t}:\n{r}\n" for t, r in rules.items()))
     bin_ = tmp_path / "bin"
     bin_.mkdir()
