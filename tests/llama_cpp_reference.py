@@ -18,6 +18,7 @@ naming the command above: the data follows the tests that make the files.
 """
 from __future__ import annotations
 
+import copy
 import datetime
 import hashlib
 import json
@@ -141,22 +142,26 @@ def check_live(module: str, case: str, path, ids: list[int], n_tokens: int, comp
     assert got[:compared] == want[:compared], f"{case}: llama-server gives {got}, the data {want}"
 
 
-# -- libllama's answers about a file (its tokenizer, its quantizer's types) ------------------------
+# -- llama.cpp's answers about a file (its tokenizer, its quantizer's types, llama-server's log-probabilities)
 
 ANSWERS_COMMAND = {
     "vocab": "tests/test_end_of_generation.py tests/test_spm_tokenizer.py tests/test_qwen.py "
-             "-k 'ends or equal_llama_cpp or equals_llama_cpp'",
+             "tests/test_bpe_tokenizer.py tests/test_detokenize.py -k 'ends or llama_cpps or equal_llama_cpp or "
+             "equals_llama_cpp or every_pre_tokenizer or llama_detokenize or space_prefix_key or streams'",
     "type_mixes": "tests/test_llama_mixes.py",
+    "served_logprobs": "tests/test_rope_attn_factor.py -k llama_server",
 }
 _MISSING = object()
 
 
 class Answers:
-    """libllama's answers to the questions tests ask about one file, kept in
-    tests/data/llama_cpp_reference/<name>.json by the file's sha256.
+    """llama.cpp's answers to the questions tests ask about one file (libllama's,
+    or llama-server's), kept in tests/data/llama_cpp_reference/<name>.json by
+    the file's sha256.
 
-    answer(kind, key, ask): where libllama runs, ask() is asked and must equal
-    the recorded answer; elsewhere the recorded answer stands in for it. A
+    answer(kind, key, ask): where llama.cpp runs (live), ask() is asked and
+    must agree with the recorded answer; elsewhere the recorded answer stands
+    in for it. A
     question the data lacks fails, naming the command that records the
     answers (VKQ_RECORD_LLAMA_CPP=1: ask() and record). Answers are JSON
     values (bytes as hex, sets as sorted lists: the caller converts)."""
@@ -169,27 +174,30 @@ class Answers:
         if self.record and not live:
             import llama_quant
 
-            pytest.fail(f"{RECORD}: cannot record libllama's answers here: {llama_quant.unavailable()}")
+            pytest.fail(f"{RECORD}: cannot record llama.cpp's answers here: "
+                        f"{llama_quant.unavailable() or unavailable()}")
         files = _load(name).get("files", {})
         self.entry = files.get(self.sha, {}) if not self.record else {"file": label}
         self.asked = False
 
-    def answer(self, kind: str, key: str, ask):
+    def answer(self, kind: str, key: str, ask, same=None):
+        """same(asked, recorded): whether a live answer agrees with the record (default: equal)."""
         if self.record:
             value = ask()
-            self.entry.setdefault(kind, {})[key] = value
+            self.entry.setdefault(kind, {})[key] = copy.deepcopy(value)  # (the caller may change what it gets)
             self.asked = True
             return value
         recorded = self.entry.get(kind, {}).get(key, _MISSING)
         if recorded is _MISSING:
-            pytest.fail(f"tests/data/llama_cpp_reference/{self.name}.json has no answer of libllama's {kind} to "
+            pytest.fail(f"tests/data/llama_cpp_reference/{self.name}.json has no answer of llama.cpp's {kind} to "
                         f"{key[:60]!r} on {self.label} (sha256 {self.sha[:16]}...). Record the answers where "
-                        f"libllama runs: {self.command}")
+                        f"llama.cpp runs: {self.command}")
         if self.live:
             value = ask()
-            assert value == recorded, f"libllama's {kind} of {key[:60]!r} on {self.label} is {value!r}, the data " \
-                                      f"{recorded!r}: record the answers again ({self.command})"
-        return recorded
+            assert (same or (lambda a, b: a == b))(value, recorded), (
+                f"llama.cpp's {kind} of {key[:60]!r} on {self.label} is {value!r}, the data {recorded!r}: record the "
+                f"answers again ({self.command})")
+        return copy.deepcopy(recorded)
 
     def close(self) -> None:
         if self.record and self.asked:  # (merged with what other tests recorded, a file a line)
@@ -218,5 +226,5 @@ def _write_files(name: str, data: dict) -> None:
 
 
 def digest(values) -> str:
-    """A short key for a long question (a list of ids)."""
+    """A short key for a long question (a list of ids, a long text)."""
     return hashlib.sha256(json.dumps(values).encode()).hexdigest()[:16]

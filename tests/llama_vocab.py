@@ -163,7 +163,10 @@ class Witness:
         self.answers = Answers("vocab", path, self.live is not None, label)
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        return self.answers.answer("tokenize", f"{add_special:d}{parse_special:d} {text}",
+        from llama_cpp_reference import digest
+
+        key = text if len(text) <= 64 else digest(text)  # (a long text by its hash)
+        return self.answers.answer("tokenize", f"{add_special:d}{parse_special:d} {key}",
                                    lambda: self.live.tokenize(text, add_special, parse_special))
 
     def detokenize(self, ids: list[int], special: bool = False) -> str:

@@ -52,10 +52,10 @@ def test_answers_checked_where_llama_cpp_runs(data, monkeypatch):
     monkeypatch.delenv("VKQ_RECORD_LLAMA_CPP")
     assert Answers("vocab", data, False, "a file").answer("tokenize", "11 hi", lambda: 1 / 0) == [1, 5]
     assert Answers("vocab", data, True, "a file").answer("tokenize", "11 hi", lambda: [1, 5]) == [1, 5]
-    with pytest.raises(AssertionError, match=r"libllama's tokenize of '11 hi' on a file is \[1, 6\], the data "
+    with pytest.raises(AssertionError, match=r"llama.cpp's tokenize of '11 hi' on a file is \[1, 6\], the data "
                                              r"\[1, 5\]: record the answers again"):
         Answers("vocab", data, True, "a file").answer("tokenize", "11 hi", lambda: [1, 6])
-    with pytest.raises(pytest.fail.Exception, match=r"vocab\.json has no answer of libllama's tokenize to '11 ho' "
+    with pytest.raises(pytest.fail.Exception, match=r"vocab\.json has no answer of llama.cpp's tokenize to '11 ho' "
                                                     r"on a file .*: VKQ_RECORD_LLAMA_CPP=1 python -m pytest"):
         Answers("vocab", data, False, "a file").answer("tokenize", "11 ho", lambda: [1, 7])
 

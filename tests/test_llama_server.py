@@ -107,6 +107,7 @@ def test_without_avx512_the_avx2_build_goes_first(wheel, monkeypatch, capsys):
 
 def test_a_server_given_by_path_keeps_its_own_libraries(tmp_path, monkeypatch):
     """A llama-server of another build: no library put before its own, whatever the CPU."""
+    monkeypatch.delenv("VKQ_LLAMA_CPP", raising=False)
     monkeypatch.setattr(llama_server, "cpu_flags", lambda: AVX2_ONLY)
     script = tmp_path / "my-llama-server"
     script.write_text("#!/bin/sh\necho \"path=$LD_LIBRARY_PATH\"\nkill -ILL $$\n")

@@ -319,12 +319,13 @@ def models_only(monkeypatch):
     monkeypatch.setattr(report, "bench_model_for", lambda backend: (None, "left out by the test"))
 
 
-def test_report_stands_without_a_failing_llama_server(models_only, tmp_path, capsys):
+def test_report_stands_without_a_failing_llama_server(models_only, tmp_path, monkeypatch, capsys):
     """llama-server dies of an illegal instruction after vkq has measured: one
     line naming the cause in words, exit 0, and the report with vkq's figures
     and llama.cpp's not measured (no traceback, nothing thrown away)."""
     from tiny_llama import write_gguf
 
+    monkeypatch.delenv("VKQ_LLAMA_CPP", raising=False)  # (off: llama-server is not even started)
     model = write_gguf(tmp_path / "tiny.gguf")
     server = fake_llama_server(tmp_path)
     assert main(["report", "--quick", "--types", "Q4_0", "-m", str(model), "--llama-server", str(server),
