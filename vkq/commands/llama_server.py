@@ -309,9 +309,13 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     ids = LlamaFile(args.model).tokenizer.encode(args.prompt)
     t0 = time.perf_counter()
-    with LlamaServer(args.model) as server:
-        print(f"llama-server ready in {time.perf_counter() - t0:.1f} s")
-        run = server.complete(ids, args.n)
+    try:
+        with LlamaServer(args.model) as server:
+            print(f"llama-server ready in {time.perf_counter() - t0:.1f} s")
+            run = server.complete(ids, args.n)
+    except (LlamaServerFailed, LlamaCppUnavailable) as e:
+        print(e, file=sys.stderr)
+        return 1
     print(f"tokens {run.tokens}\nprompt {run.prompt_tps:.2f} t/s, decode {run.decode_tps:.2f} t/s")
     return 0
 
