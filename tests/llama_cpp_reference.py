@@ -157,7 +157,7 @@ _MISSING = object()
 class Answers:
     """llama.cpp's answers to the questions tests ask about one file (libllama's,
     or llama-server's), kept in tests/data/llama_cpp_reference/<name>.json by
-    the file's sha256.
+    the file's sha256 (or another key of what the answers depend on).
 
     answer(kind, key, ask): where llama.cpp runs (live), ask() is asked and
     must agree with the recorded answer; elsewhere the recorded answer stands
@@ -166,9 +166,10 @@ class Answers:
     answers (VKQ_RECORD_LLAMA_CPP=1: ask() and record). Answers are JSON
     values (bytes as hex, sets as sorted lists: the caller converts)."""
 
-    def __init__(self, name: str, path, live: bool, label: str):
+    def __init__(self, name: str, path, live: bool, label: str, key: str | None = None):
+        """key: what identifies the file for these questions (default: its sha256)."""
         self.name, self.label, self.live = name, label, live
-        self.sha = _sha256(path)
+        self.sha = key or _sha256(path)
         self.record = os.environ.get(RECORD) == "1"
         self.command = f"{RECORD}=1 python -m pytest -p no:randomly {ANSWERS_COMMAND[name]}"
         if self.record and not live:

@@ -145,6 +145,20 @@ class LlamaVocab:
         return {i for i in range(n) if self.lib.llama_vocab_is_eog(self.vocab, i)}
 
 
+def vocabulary_key(path) -> str:
+    """What llama.cpp's tokenizer of a file depends on: the hash of its
+    tokenizer.* metadata and its architecture (not of its tensors, nor of how
+    the gguf package lays the file out)."""
+    import hashlib
+    import json
+
+    from vkq.blocks.gguf_io import open_gguf
+
+    meta = open_gguf(path).metadata
+    kept = {k: v for k, v in meta.items() if k.startswith("tokenizer.") or k == "general.architecture"}
+    return "tokenizer " + hashlib.sha256(json.dumps(kept, sort_keys=True, default=repr).encode()).hexdigest()
+
+
 class Witness:
     """llama.cpp's tokenizer on a file as the tests ask it: LlamaVocab's
     answers where libllama runs, checked against the ones kept as data
@@ -160,7 +174,7 @@ class Witness:
         from llama_quant import unavailable
 
         self.live = LlamaVocab(path) if unavailable() is None else None
-        self.answers = Answers("vocab", path, self.live is not None, label)
+        self.answers = Answers("vocab", path, self.live is not None, label, vocabulary_key(path))
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         from llama_cpp_reference import digest
