@@ -34,7 +34,8 @@
 #   DEADLINE      seconds the whole run may take (default 3600, quick 540): each part is cut to
 #                 what is left, and a part that would start with under 30 s left is skipped
 #   PRESETS       the presets to race (default: the scale's); BIG: the preset of the before/after
-#   N_PROMPT, N_GEN  quick: the race's prompt and new tokens (default 512, 128)
+#   N_PROMPT, N_GEN  quick: the race's prompt and new tokens (default 512, 128); N_STEP: the
+#                 before/after's new tokens (64); LIMIT_MODELS: the race's seconds per two files (120)
 #   BRING         a folder (the device's $OUT): at the end OUT's logs, packed, and summary.txt go
 #                 there (the device returns 8 files at most)
 # Each part runs under its own time limit and writes OUT/<part>.log; OUT/summary.txt gets one
@@ -111,7 +112,8 @@ if [ "$SCALE" = small ]; then
   KERNEL_TYPES=Q4_0,Q2_K; LIMIT_MODELS=900; LIMIT_TUNE=300; LIMIT_RUN=300; BIG=${BIG:-}
 elif [ "$SCALE" = quick ]; then
   PRESETS=${PRESETS:-"smollm2-135m:Q4_0 llama-3.1-8b:Q4_0"}; N_PROMPT=${N_PROMPT:-512}; N_GEN=${N_GEN:-128}
-  N_STEP=64; LIMIT_MODELS=120; TUNE_TYPES=Q4_0; LIMIT_TUNE=120; LIMIT_RUN=60; BIG=${BIG:-llama-3.1-8b:Q4_0}
+  N_STEP=${N_STEP:-64}; LIMIT_MODELS=${LIMIT_MODELS:-120}; TUNE_TYPES=Q4_0; LIMIT_TUNE=120; LIMIT_RUN=60
+  BIG=${BIG:-llama-3.1-8b:Q4_0}
 elif [ "$SCALE" = gpu ]; then
   PRESETS=${PRESETS:-"smollm2-135m:Q4_0 llama-3.2-1b:Q4_0 llama-3.2-1b:Q4_K_M llama-3.1-8b:Q4_0 llama-3.1-8b:Q4_K_M
     qwen2.5-0.5b:Q4_0 qwen3-0.6b:Q4_0"}
@@ -182,7 +184,10 @@ read -r -d '' CALIBRATE <<'PY'
 import json, statistics, sys
 
 def rows(path):
-    return [r for r in json.load(open(path)) if r["pipeline"]]
+    try:
+        return [r for r in json.load(open(path)) if r["pipeline"]]
+    except (OSError, ValueError) as e:  # (part pipelines cut or failed: its log says why)
+        sys.exit(f"no pipelines in {path}: {e}")
 
 def key(r, exact=True):
     k = (r["pipeline"], r["op"], r["type"], r["path"], r["columns"], r["workgroup_size"])
@@ -262,8 +267,12 @@ models() {
   local env=()
   if [ -n "${LLAMA_SERVER:-}" ]; then
     local avx2
-    avx2=$("$PY" -c 'from vkq.commands.llama_server import cpu_library as c; print(c().folder or "")' 2>&1) ||
-      echo "llama.cpp's CPU library: $avx2" | tee -a "$OUT/summary.txt"
+    avx2=$("$PY" -c 'import sys
+from vkq.commands.llama_server import LlamaCppUnavailable, cpu_library
+try:
+    print(cpu_library().folder or "")
+except LlamaCppUnavailable as e:
+    sys.exit(str(e))' 2>&1) || echo "models: $avx2" | tee -a "$OUT/summary.txt"
     if [ -d "$avx2" ]; then
       mkdir -p "$OUT/llama-cpu" && ln -sf "$avx2/libggml-cpu.so.0" "$avx2/libggml-base.so.0" "$OUT/llama-cpu/"
       env=(env LD_LIBRARY_PATH="$OUT/llama-cpu:${LD_LIBRARY_PATH:-}")
