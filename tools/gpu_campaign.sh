@@ -308,11 +308,15 @@ chained() {
 }
 
 # 4c. Sampled on the device (shaders/sample.comp: llama.cpp's chain, its top k over parts of the
-#     vocabulary) instead of the argmax, seeded: the sampler's share of the step beside 4a's.
+#     vocabulary) instead of the argmax, seeded: each step's kernel time (--timestamps; --profile
+#     times greedy steps only) and dispatches, sampled and greedy, one after the other.
 sampled() {
   for f in "$@"; do
-    [ -f "$f" ] && part "sampled-$(basename "$f" .gguf)" $LIMIT_RUN "${VKQ[@]}" generate "$f" \
-      -p "$PROMPT" -n $N_STEP --ignore-eos --profile --temp 0.8 --seed 1
+    [ -f "$f" ] || continue
+    part "greedy-$(basename "$f" .gguf)" $LIMIT_RUN "${VKQ[@]}" generate "$f" -p "$PROMPT" -n $N_STEP --ignore-eos \
+      --timestamps
+    part "sampled-$(basename "$f" .gguf)" $LIMIT_RUN "${VKQ[@]}" generate "$f" -p "$PROMPT" -n $N_STEP --ignore-eos \
+      --timestamps --temp 0.8 --seed 1
   done
 }
 
