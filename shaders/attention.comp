@@ -62,14 +62,14 @@
 // iterations per position (16 per position at head_dim 64 on its 8-wide
 // subgroups: wrong past ~4000 positions). The host picks SPLIT from that
 // budget there; on a GPU, from its compute units, so that a short context
-// still spreads over the device (vkq/llama/vector_ops.py: attention_split);
+// still spreads over the device (vkq/llama/vector_ops/attention.py: attention_split);
 // elsewhere SPLIT is 0 and a head is one workgroup.
 // Splits past the position have nothing to do and return at once.
 //
 // On a GPU, a head's positions split over workgroups or not (a short
 // context), each loop that reads the caches spreads over the workgroup so
 // that one invocation takes only a few dependent loads
-// (vkq/llama/vector_ops.py: attention_launch):
+// (vkq/llama/vector_ops/attention.py: attention_launch):
 // KEY_LANES (specialization constant 7) invocations score one position
 // together, each a part of the key's vec4s, their parts then added in a
 // fixed tree in shared memory; VALUE_ROWS (8) rows of invocations take the

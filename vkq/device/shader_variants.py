@@ -179,7 +179,7 @@ class GetRowsVariant:
 
 @dataclass(frozen=True)
 class VectorOpVariant:
-    """A vector op of the llama decode step (vkq/llama/vector_ops.py), shaders/<op>.comp;
+    """A vector op of the llama decode step (a module of vkq/llama/vector_ops/), shaders/<op>.comp;
     `subgroup`: its workgroup reductions use subgroup arithmetic (shaders/reduce.glsl);
     `texel_kv`: it reads the KV caches through texel views (attention_tiled.comp's TEXEL_KV)."""
 

@@ -4,7 +4,7 @@
 - config: what a llama GGUF must hold, its hyper-parameters (refusals here);
 - model: the parsed, checked file, shared by every engine;
 - matvecs: the weight mat-vecs of the host engine, grouped into stacked calls;
-- vector_ops: the decode step's vector ops as compute shaders;
+- vector_ops: the decode step's vector ops as compute shaders, a module each;
 - host: the host-driven decoder (engine "host", and the float64 numpy reference);
 - gpu_step: the whole decode step on the device (engine "graph");
 - profile: where the graph engine's step spends its GPU time;

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device.shader_variants import VectorOpVariant
-from .vector_ops import (AttentionShape, Vectors, _ceil, _f32_bits, _groups, _Op, _size, check_attention_vectors,
-                         attention_depth, attention_heads, reducing_variant)
+from .vector_ops.attention import AttentionShape, attention_depth, attention_heads, check_attention_vectors
+from .vector_ops.common import Vectors, _ceil, _f32_bits, _groups, _Op, _size, reducing_variant
 
 # On a CPU driver an invocation takes several rows (query heads of one
 # query, then queries), so that each key and value it loads serves them all
