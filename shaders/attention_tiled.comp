@@ -17,14 +17,19 @@
 // another and write nothing. A row keeps its rotated query and its
 // accumulator (head_dim values each) in registers and an online softmax over
 // the tiles (running max m, sum l):
-//   for each tile T of keys t <= pos:  s_t = (q . k_t) * scale,
+//   for each tile T of keys t <= pos (with a sliding window, `window` > 0,
+//   only t > pos - window):  s_t = (q . k_t) * scale (soft-capped where
+//   `softcap` > 0, soft_cap.glsl),
 //     m' = max(m, max_T s_t),  l = l e^(m - m') + sum_T e^(s_t - m'),
 //     acc = acc e^(m - m') + sum_T e^(s_t - m') v_t,  m = m'
 //   out = acc / l.
 // The tiles are aligned to absolute positions (0, BKV, 2 BKV, ...), a tile's
 // keys are taken in position order, keys past pos are skipped (not weighted
-// by 0: the cache holds anything there), and a tile wholly past pos changes
-// nothing (alpha is exactly 1). So a row's arithmetic is fixed by its
+// by 0: the cache holds anything there), and a tile wholly past pos, or
+// wholly before a window's first position, changes nothing (alpha is
+// exactly 1; before a row's first key m stays -inf and alpha is taken as
+// 1, not exp(-inf + inf)); so the walk may start at the tile of the
+// workgroup's first seen position. So a row's arithmetic is fixed by its
 // position, the cache and BKV: the same bits whichever chunk, chunk size,
 // place in the tile or invocation its query came in (tests check it).
 //
@@ -59,6 +64,7 @@
 // The caches are (n_head_kv, capacity, head_dim).
 
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 layout(constant_id = 1) const uint HEAD_DIM = 64;
@@ -116,8 +122,17 @@ layout(push_constant) uniform Params {
     uint n_split;  // splits of the capacity (SPLIT)
     uint n_head, n_head_kv;
     uint capacity;  // positions the caches hold
-    float scale;  // 1 / sqrt(head_dim)
+    float scale;  // the queries' scale (1 / sqrt(head_dim), or the architecture's)
+    uint window;  // a sliding window's positions (0: every position up to the query's)
+    float softcap;  // scores soft-capped at this (0: not)
 } p;
+
+#include "soft_cap.glsl"
+
+// Whether a query at `position` sees the key at t.
+bool seen(uint t, uint position) {
+    return t <= position && (p.window == 0u || t + p.window > position);
+}
 
 shared vec4 k_tile[KV_TILE];
 shared vec4 v_tile[KV_TILE];
@@ -251,9 +266,13 @@ void main() {
         position[a] = uint(pos[qi[a]]);
     }
     uint last = 0u;  // the largest position of the tile's queries: every invocation walks its keys
+    uint least = 0xFFFFFFFFu;  // ... and the smallest
     [[unroll]] for (uint j = 0u; j < BQ; j++) {
         last = max(last, uint(pos[min(q0 + j, p.n - 1u)]));
+        least = min(least, uint(pos[min(q0 + j, p.n - 1u)]));
     }
+    // The first key any of them sees, at its tile's start (a sliding window's).
+    const uint first = p.window > 0u && least >= p.window ? (least + 1u - p.window) / BKV * BKV : 0u;
     const uint kv0 = g * p.capacity * HEAD_DIM;
 
     // Head hl + r's query at qv[r * HD4 ...], its accumulator at acc[r * HD4 ...].
@@ -274,7 +293,8 @@ void main() {
     }
 
     // The workgroup's keys: t_begin .. t_end - 1 (its split's, to the tile's last position).
-    const uint t_begin = SPLIT > 0u ? gl_WorkGroupID.z * SPLIT : 0u;
+    // (a split's workgroups all run, however far before the window: COMBINE reads every split)
+    const uint t_begin = SPLIT > 0u ? gl_WorkGroupID.z * SPLIT : first;
     const uint t_end = SPLIT > 0u ? min(last + 1u, t_begin + SPLIT) : last + 1u;
     if (t_begin >= t_end) {
         return;  // (the whole workgroup: no row's position reaches this split, and COMBINE reads none of it)
@@ -317,15 +337,16 @@ void main() {
                 }
             }
             [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
-                s[r * BKV + t] = dot[r] * p.scale;
-                if (t0 + t <= position[r / LANE_HEADS]) {
+                const float st = dot[r] * p.scale;
+                s[r * BKV + t] = p.softcap > 0.0 ? soft_cap(st, p.softcap) : st;
+                if (seen(t0 + t, position[r / LANE_HEADS])) {
                     mt[r] = max(mt[r], s[r * BKV + t]);
                 }
             }
         }
         [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
             const float m_new = max(m[r], mt[r]);
-            const float alpha = exp(m[r] - m_new);
+            const float alpha = m_new == -1.0 / 0.0 ? 1.0 : exp(m[r] - m_new);
             l[r] *= alpha;
             [[unroll]] for (uint i = 0u; i < HD4; i++) {
                 acc[r * HD4 + i] *= alpha;
@@ -338,7 +359,7 @@ void main() {
             float e[LANE_ROWS];
             [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
                 e[r] = 0.0;
-                if (t0 + t <= position[r / LANE_HEADS]) {
+                if (seen(t0 + t, position[r / LANE_HEADS])) {
                     e[r] = exp(s[r * BKV + t] - m[r]);
                     l[r] += e[r];
                 }
@@ -348,7 +369,7 @@ void main() {
                 [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
                     // (a select, not a branch: cheaper to compile and to run)
                     const vec4 sum = acc[r * HD4 + i] + e[r] * vv;
-                    acc[r * HD4 + i] = t0 + t <= position[r / LANE_HEADS] ? sum : acc[r * HD4 + i];
+                    acc[r * HD4 + i] = seen(t0 + t, position[r / LANE_HEADS]) ? sum : acc[r * HD4 + i];
                 }
             }
         }

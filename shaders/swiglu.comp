@@ -1,5 +1,6 @@
 #version 450
-// SwiGLU of a llama FFN, for n vectors: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+// SwiGLU of a llama FFN, for n vectors: out = silu(gate) * up, silu(x) = x / (1 + exp(-x));
+// with GELU (a define: the variant swiglu_gelu), GeGLU: out = gelu(gate) * up (gelu.glsl).
 // gate and up may be two parts of one tensor (the stacked gate/up mat-vec).
 // One invocation per 32 values, so that with X_PLANES (specialization
 // constant 1) of 1 or 2 it also writes them as one Q8_1 block (q8_1.glsl)
@@ -34,6 +35,13 @@ layout(push_constant) uniform Params {
 #include "q8_1.glsl"
 #include "float4.glsl"
 #include "silu.glsl"
+#include "gelu.glsl"
+
+#ifdef GELU
+#define GATE gelu
+#else
+#define GATE silu
+#endif
 
 FLOAT4_READER(gate_at, gate, gate4)
 FLOAT4_READER(up_at, up, up4)
@@ -53,7 +61,7 @@ void main() {
         vec4 s = vec4(0.0);
         if (i < p.n) {
             const vec4 g = gate_at(gb, i, p.n, aligned);
-            s = silu(g) * up_at(ub, i, p.n, aligned);
+            s = GATE(g) * up_at(ub, i, p.n, aligned);
             out_put(ob, i, p.n, aligned, s);
         }
         vals[j] = s;

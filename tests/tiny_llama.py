@@ -32,7 +32,8 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
 def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
                metadata: dict | None = None, experts: tuple[int, int] | None = None,
                expert_types: dict[str, str] | None = None, extra: dict | None = None,
-               nan_scales: str | None = None, tokenizer: dict | None = None, scale: float = 1.0) -> Path:
+               nan_scales: str | None = None, tokenizer: dict | None = None, scale: float = 1.0,
+               n_layer: int | None = None, embed_std: float = 1.0) -> Path:
     """The tiny model (see the module's note) at path. drop: tensors left out;
     reshape: name -> another shape; extra: name -> shape of tensors to add.
     metadata: keys to add or to replace (the hyper-parameters too): a str, a
@@ -43,9 +44,10 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     in place of the byte-level BPE's (spm_vocab.gguf_tokenizer's); its tokens
     give the vocabulary size. scale: multiplies every matrix but the token
     embedding (larger: logits less flat). 1-D tensors are norm weights
-    near 1, except biases (*.bias): N(0, 1)."""
+    near 1, except biases (*.bias): N(0, 1). n_layer: layers in place of TINY's;
+    embed_std: the token embedding's standard deviation."""
     rng = np.random.default_rng(0)
-    t = TINY
+    t = TINY | ({"n_layer": n_layer} if n_layer else {})
     tokens, merges, types = byte_level_vocab()
     w = gguf.GGUFWriter(str(path), arch)
     hyper = {"block_count": t["n_layer"], "context_length": 256, "embedding_length": t["n_embd"],
@@ -99,7 +101,7 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
             values = rng.standard_normal(shape) if name.endswith(".bias") else 1 + 0.1 * rng.standard_normal(shape)
             w.add_tensor(name, values.astype(np.float32))
             continue
-        std = 1.0 if name == "token_embd.weight" else scale / np.sqrt(shape[-1])
+        std = embed_std if name == "token_embd.weight" else scale / np.sqrt(shape[-1])
         values = (std * rng.standard_normal(shape)).astype(np.float32)
         if "ffn_gate_inp" in name:  # routers are F32, as llama.cpp keeps them
             w.add_tensor(name, values)

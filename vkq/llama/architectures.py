@@ -21,7 +21,28 @@ for the RoPE mode):
   (qwen3moe: every layer);
 - expert_width: the experts' FFN width is expert_feed_forward_length (by
   default feed_forward_length / expert_used_count), not
-  feed_forward_length (qwen3moe's 768 beside its 6144).
+  feed_forward_length (qwen3moe's 768 beside its 6144);
+- glu: the FFN's gate activation, "silu" (SwiGLU) or "gelu" (GeGLU: ggml's
+  GELU, the tanh approximation, of the gate times up);
+- embed_scale: the token embedding's rows are multiplied by sqrt(n_embd)
+  (Gemma);
+- post_norms: the attention's and the FFN's outputs are RMS-normed (weights
+  blk.N.attn_post_norm, blk.N.ffn_post_norm) before they join the residual
+  stream (Gemma 2 and 3);
+- softcap: attention scores and the final logits are soft-capped, c *
+  tanh(x / c), with {arch}.attn_logit_softcapping (default 50) and
+  {arch}.final_logit_softcapping (default 30) (Gemma 2);
+- swa_pattern: sliding-window attention on every layer but each
+  swa_pattern-th (layer il slides where il % swa_pattern < swa_pattern - 1:
+  Gemma 2's even layers, Gemma 3's five of six), over {arch}.attention.
+  sliding_window positions (default: swa_default; None: the key is
+  required): a query at position p sees the keys at p - window + 1 .. p;
+- swa_rope_base: the sliding layers' RoPE base, unscaled (Gemma 3's
+  10000; None: the file's base and scaling, as the other layers');
+- wide_query_layers: the block count of the model llama.cpp scales
+  queries by 1 / sqrt(n_embd / n_head) instead of 1 / sqrt(head_dim)
+  (Gemma's 27B, whose query_pre_attn_scalar is n_embd / n_head; llama.cpp
+  tells it by its layers, GGUF files do not carry the scalar).
 """
 from __future__ import annotations
 
@@ -36,6 +57,14 @@ class Architecture:
     head_norms: tuple[str, ...] = ()
     experts: str = "none"
     expert_width: bool = False
+    glu: str = "silu"
+    embed_scale: bool = False
+    post_norms: bool = False
+    softcap: bool = False
+    swa_pattern: int = 0
+    swa_default: int | None = None
+    swa_rope_base: float | None = None
+    wide_query_layers: int | None = None
 
     @property
     def neox(self) -> bool:
@@ -51,10 +80,23 @@ class Architecture:
         """The name of the per-head norm weight of matrix `role`'s output."""
         return f"blk.{layer}.{role}_norm.weight"
 
+    @property
+    def layer_vectors(self) -> tuple[str, ...]:
+        """The norm weights of each layer (blk.N.<name>.weight)."""
+        return ("attn_norm", "ffn_norm") + (("attn_post_norm", "ffn_post_norm") if self.post_norms else ())
+
+    def slides(self, layer: int) -> bool:
+        """Whether a layer's attention is a sliding window's (swa_pattern)."""
+        return self.swa_pattern > 0 and layer % self.swa_pattern < self.swa_pattern - 1
+
 
 ARCHITECTURES = {a.name: a for a in (
     Architecture("llama", "norm", experts="optional"),
     Architecture("qwen2", "neox", biases=("attn_q", "attn_k", "attn_v")),
     Architecture("qwen3", "neox", head_norms=("attn_q", "attn_k")),
     Architecture("qwen3moe", "neox", head_norms=("attn_q", "attn_k"), experts="always", expert_width=True),
+    Architecture("gemma2", "neox", glu="gelu", embed_scale=True, post_norms=True, softcap=True, swa_pattern=2,
+                 swa_default=4096, wide_query_layers=46),
+    Architecture("gemma3", "neox", head_norms=("attn_q", "attn_k"), glu="gelu", embed_scale=True, post_norms=True,
+                 swa_pattern=6, swa_rope_base=10000.0, wide_query_layers=62),
 )}

@@ -168,7 +168,8 @@ class TiledAttention(_Op):
     vkq.llama.vector_ops.Attention's (shape.neox picks the mode), every k and
     v appended to the caches at its position (attention.comp's PASS 1), then
     out = softmax(q . K^T / sqrt(head_dim)) V per query head over the cached
-    positions 0 .. pos[i] (shaders/attention_tiled.comp). q, k, v: the new
+    positions 0 .. pos[i] (shaders/attention_tiled.comp; the window, scale
+    and soft-cap of the shape as Attention's). q, k, v: the new
     vectors, unrolled, as Attention takes them; rope: rope_table(inv_freq,
     shape.capacity). The caller keeps the positions below the capacity.
     tiles: default attention_tiles(device, shape). split: positions per
@@ -219,13 +220,13 @@ class TiledAttention(_Op):
         self.tiles = tiles
         self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions)
         self.writes = (k_cache, v_cache, out.tensor)
-        scale = _f32_bits(1.0 / np.sqrt(s.head_dim))
+        scale = _f32_bits(s.query_scale)
 
         # The append: attention.comp's PASS 1 (bindings 7 to 9, scores and
         # Q8_1 output, are not read there: out's tensor fills them).
         variant, wg = reducing_variant(device, "attention")
         push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
-                scale, q.step, k.step, v.step, out.step, 0, 0]
+                scale, q.step, k.step, v.step, out.step, 0, 0] + s.push_tail()
         tensors = [t.kp for t in (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions, out.tensor,
                                   out.tensor, out.tensor)]
         self._dispatch(tensors, variant, (s.n_head_kv, 1, n), [wg, 0, 0, 0, 1, 1, int(s.neox)], push,
@@ -237,7 +238,8 @@ class TiledAttention(_Op):
         # The splits' partial results: only this op's (without splits, out fills the unread binding);
         # vkq.llama.context_fit counts them before a decoder allocates anything.
         partials = device.tensor(split_partials_size(s, n, split)) if split else out.tensor.kp
-        push = [q.offset, q.step, out.offset, out.step, n, n_split, s.n_head, s.n_head_kv, s.capacity, scale]
+        push = [q.offset, q.step, out.offset, out.step, n, n_split, s.n_head, s.n_head_kv, s.capacity, scale,
+                *s.push_tail()]
         tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)] + [partials]
         kinds = None
         if tiles.texel_kv:

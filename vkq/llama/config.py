@@ -23,7 +23,6 @@ from ..checks import is_int
 from .architectures import ARCHITECTURES, Architecture
 
 SUPPORTED_ARCHS = tuple(ARCHITECTURES)
-LAYER_VECTORS = ("attn_norm", "ffn_norm")
 # The expert counts the device's routing op takes (vkq.llama.vector_ops.ExpertRouting):
 # llama.cpp's own maximum of experts, and more used experts than any model has.
 MAX_EXPERTS = 512
@@ -90,6 +89,18 @@ class LlamaConfig:
     n_ctx_train: int
     n_expert: int = 0  # experts per layer (mixture of experts, Mixtral's layout); 0: dense FFN layers
     n_expert_used: int = 0  # experts each token goes through
+    attn_scale: float = 0.0  # the queries' scale (0: 1 / sqrt(head_dim))
+    attn_softcap: float = 0.0  # attention scores soft-capped at this (0: not)
+    final_softcap: float = 0.0  # the logits soft-capped at this (0: not)
+    n_swa: int = 0  # the sliding window of the architecture's sliding layers (0: none)
+
+    @property
+    def query_scale(self) -> float:
+        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
+
+    def window(self, layer: int) -> int:
+        """The positions a query of this layer sees, its own included (0: all before it)."""
+        return self.n_swa if self.n_swa and self.architecture.slides(layer) else 0
 
     @property
     def is_moe(self) -> bool:
@@ -159,6 +170,7 @@ class LlamaConfig:
         n_ff = count("feed_forward_length")
         if n_expert and row.expert_width:
             n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
+        attention = _attention_hparams(path.name, arch, row, get, count, number, n_embd, n_head, head_dim)
         scaling = str(get("rope.scaling.type", "none"))
         if scaling not in ("none", "linear") and get("rope.scaling.factor", 1.0) != 1.0:
             raise ValueError(f"{path.name}: RoPE scaling {scaling!r} is not supported (only linear)")
@@ -171,17 +183,40 @@ class LlamaConfig:
             rope_scale=number("rope.scaling.factor", 1.0, above=0) if scaling == "linear" else 1.0,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
             n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
+            **attention,
         )
 
-    def inv_freq(self, freq_factors: np.ndarray | None = None) -> np.ndarray:
+    def inv_freq(self, freq_factors: np.ndarray | None = None, sliding: bool = False) -> np.ndarray:
         """float64 (n_rot/2,) RoPE angle per position of each pair: base^(-2i/n_rot),
         divided by the file's frequency factors (rope_freqs, llama 3.1 style)
-        and by the linear scaling factor."""
+        and by the linear scaling factor; `sliding`: of the sliding-window
+        layers, where the architecture gives them a base of their own
+        (swa_rope_base, unscaled)."""
         half = self.n_rot // 2
-        inv = self.rope_base ** (-2.0 * np.arange(half, dtype=np.float64) / self.n_rot)
+        own = self.architecture.swa_rope_base if sliding else None
+        base, scale = (own, 1.0) if own is not None else (self.rope_base, self.rope_scale)
+        inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / self.n_rot)
         if freq_factors is not None:
             inv = inv / np.asarray(freq_factors, np.float64)[:half]
-        return inv / self.rope_scale
+        return inv / scale
+
+
+def _attention_hparams(name: str, arch: str, row: Architecture, get, count, number, n_embd: int, n_head: int,
+                       head_dim: int) -> dict:
+    """The attention's and logits' settings of the architecture's row, as
+    llama.cpp reads them: the query scale, the soft-caps, the sliding window."""
+    out = {}
+    if row.wide_query_layers is not None and get("block_count", 0) == row.wide_query_layers:
+        out["attn_scale"] = 1.0 / math.sqrt(n_embd // n_head)
+    if row.softcap:
+        out["attn_softcap"] = number("attn_logit_softcapping", 50.0, above=0)
+        out["final_softcap"] = number("final_logit_softcapping", 30.0, above=0)
+    if row.swa_pattern:
+        if row.swa_default is None and get("attention.sliding_window", 0) == 0:
+            raise ValueError(f"{name}: {arch}.attention.sliding_window is missing or 0; vkq generate runs {arch} "
+                             f"with its sliding-window layers only")
+        out["n_swa"] = count("attention.sliding_window", *(() if row.swa_default is None else (row.swa_default,)))
+    return out
 
 
 def _expert_counts(name: str, arch: str, get) -> tuple[int, int]:
@@ -254,6 +289,7 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
     arch = cfg.architecture
     for i in range(cfg.n_layer):
         rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows}
+        want.update({f"blk.{i}.{v}.weight": (cfg.n_embd,) for v in arch.layer_vectors})
         want.update({arch.bias_tensor(i, r): (rows[r],) for r in arch.biases})
         want.update({arch.head_norm_tensor(i, r): (cfg.head_dim,) for r in arch.head_norms})
         want.update({

@@ -77,7 +77,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -95,8 +95,8 @@ from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .profile import MatvecView, Profile, step_shape
 from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
-                         Q8_1Output, RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split,
-                         launches_of, rope_table)
+                         Q8_1Output, RMSNorm, SoftCap, SwiGLU, Vectors, WeightedSlots, attention_scratch_size,
+                         attention_split, launches_of, rope_table)
 
 
 CHAINS_KEPT = 2  # recorded chains of decode steps kept (GpuLlama._step)
@@ -271,8 +271,15 @@ class GpuLlama(Decoder):
         self.ctx = fit_context(self.launch_device, f, self.ctx, self.spread, self.attention_queries, asked,
                                stacklevel=3, prompt_chunk=self._tiled_chunk)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx,
-                                            neox=cfg.architecture.neox)
+                                            neox=cfg.architecture.neox, softcap=cfg.attn_softcap,
+                                            scale=cfg.attn_scale)
+        # Each layer's: its sliding window, where the architecture slides there (Gemma).
+        self.shapes = [replace(shape, window=cfg.window(i)) for i in range(cfg.n_layer)]
         self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
+        # The sliding layers' table, where their RoPE base is their own (Gemma 3).
+        rope_swa = (constant(rope_table(f.inv_freq_swa, self.ctx), "RoPE table of the sliding layers")
+                    if f.inv_freq_swa is not f.inv_freq else self.rope)
+        self.ropes = [rope_swa if cfg.architecture.slides(i) else self.rope for i in range(cfg.n_layer)]
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
         self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.attention_queries),
@@ -370,6 +377,10 @@ class GpuLlama(Decoder):
         n_out = n if every_row else 1  # the tokens whose logits come back: the last ones
         h_last = scratch(cfg.n_embd, n_out, name="h of the output")  # the output norm's: the output head's input
         attn = scratch(qd, n, name="attention")
+        arch = cfg.architecture
+        # The attention's and the FFN's outputs RMS-normed (Gemma's post-norms), each the residual of the norm after it.
+        attn_post, ffn_post = ((scratch(cfg.n_embd, n, name=f"{what} post-norm") for what in ("attention", "ffn"))
+                               if arch.post_norms else (None, None))
         swiglu = scratch(cfg.n_ff, n_slots or n, name="swiglu")
         if cfg.is_moe:
             expert_ids = scratch(n_slots, dtype=np.int32, name="expert ids")
@@ -444,14 +455,16 @@ class GpuLlama(Decoder):
             mixture-of-experts layer's stacks (MUL_MAT_ID)."""
             gu = layer.gate_up
             roles = ("ffn_gate_exps", "ffn_up_exps") if layer.router else ("ffn_gate", "ffn_up")
-            return (not tiled and (layer.router is None or self.fold) and len(gu) == 1 and len(gu[0]) == 2
+            return (not tiled and (layer.router is None or self.fold) and arch.glu == "silu"
+                    and len(gu) == 1 and len(gu[0]) == 2
                     and all(nm.endswith(f".{role}.weight") for nm, role in zip(gu[0], roles))
                     and fused_swiglu_fits(self.weights[gu[0]]))
 
         # (a fused SwiGLU writes floats only: the graph quantizes them where down takes the int8 path)
         swiglu_q = q8_1(swiglu, [layer.down for layer in f.layers if not fused_swiglu(layer)])
 
-        g.add(EmbedRows(dev, self._embd, tokens, x, n))
+        g.add(EmbedRows(dev, self._embd, tokens, x, n, scale=float(np.float32(np.sqrt(cfg.n_embd)))
+                        if arch.embed_scale else 1.0))
         residual = None  # the FFN output of the layer before, added into x by the next norm
         slots = None  # with experts: that output is their weighted sum
         for i, layer in enumerate(f.layers):
@@ -473,13 +486,21 @@ class GpuLlama(Decoder):
                       label=f"HeadNorm {role}")
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
             if tiled:
-                g.add(TiledAttention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope,
+                g.add(TiledAttention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i],
                                      positions, Vectors(attn, qd), n))
             else:
-                g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
+                g.add(Attention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i], positions,
                                 self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
                                 heads=None if self.spread else 1, spread=self.spread, fold=self.fold))
-            if folds(layer.attn_output):
+            if attn_post is not None:
+                matvec(layer.attn_output, attn)
+                g.add(RMSNorm(dev, part(pre + "attn_output.weight"), norm["attn_post_norm"], Vectors(attn_post, cfg.n_embd),
+                              cfg.rms_eps, n, spread=self.spread), label="RMSNorm attn_post_norm")
+                x_next = other(x)
+                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
+                              residual=Vectors(attn_post, cfg.n_embd), xq=hq, x_out=x_next, spread=self.spread))
+                x = x_next
+            elif folds(layer.attn_output):
                 matvec(layer.attn_output, attn, out=x.tensor, accumulate=True)  # x += o
                 g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, xq=hq,
                               spread=self.spread))
@@ -496,8 +517,14 @@ class GpuLlama(Decoder):
                     for names in layer.gate_up:
                         matvec(names, h)
                     g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
-                                 Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q))
-                if folds(layer.down):
+                                 Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q, gelu=arch.glu == "gelu"))
+                if ffn_post is not None:
+                    matvec(layer.down, swiglu)
+                    g.add(RMSNorm(dev, part(pre + "ffn_down.weight"), norm["ffn_post_norm"],
+                                  Vectors(ffn_post, cfg.n_embd), cfg.rms_eps, n, spread=self.spread),
+                          label="RMSNorm ffn_post_norm")
+                    residual, slots = Vectors(ffn_post, cfg.n_embd), None
+                elif folds(layer.down):
                     matvec(layer.down, swiglu, out=x.tensor, accumulate=True)  # x += d
                     residual, slots = None, None
                 else:
@@ -530,6 +557,8 @@ class GpuLlama(Decoder):
               label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, n_out, name="logits"))
         matvec(f.output_group, h_last, out=logits)
+        if cfg.final_softcap:
+            g.add(SoftCap(dev, Vectors(logits, f.n_vocab), cfg.final_softcap, n_out))
         next_token = g.output(b.tensor(n_out, dtype=np.int32, name="next token"))
         g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1,
                      fold=self.fold))

@@ -4,9 +4,12 @@ llama.cpp's llama graph: RMSNorm, RoPE (ggml's "normal" mode: adjacent pairs
 (x[2i], x[2i+1]) rotate; GGUF llama files store Q and K permuted for it;
 Qwen's "neox" mode: pairs (x[i], x[i + n_rot/2])), with the architecture's
 Q/K/V biases and per-head Q/K norms (vkq.llama.architectures),
-grouped-query attention over a KV cache, SwiGLU FFN (or a mixture of SwiGLU
-experts: `route`, then MUL_MAT_ID), final norm and output head
-(`output.weight`, or the tied `token_embd.weight`). The vector ops run
+grouped-query attention over a KV cache (with the architecture's query
+scale, soft-capped scores and sliding windows), SwiGLU or GeGLU FFN (or a
+mixture of SwiGLU experts: `route`, then MUL_MAT_ID), the architecture's
+norms after attention and FFN, final norm and output head (`output.weight`,
+or the tied `token_embd.weight`), its logits soft-capped where the
+architecture says. The vector ops run
 in numpy float32 here; each weight mat-vec is one call of a `Matvecs`
 engine: `Backend.matvec` (path "auto", "dmmv", "mmvq": one submit per call)
 or float64 numpy ("numpy": the reference; nothing else differs).
@@ -43,6 +46,24 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (np.float32(1) + np.exp(-x))
+
+
+GELU_COEF_A = np.float32(0.044715)
+SQRT_2_OVER_PI = np.float32(np.sqrt(2 / np.pi))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """ggml's GELU, the tanh approximation (GeGLU's gate: Gemma's gelu_pytorch_tanh)."""
+    return np.float32(0.5) * x * (np.float32(1) + np.tanh(SQRT_2_OVER_PI * x * (np.float32(1) + GELU_COEF_A * x * x)))
+
+
+GLU_ACTIVATIONS = {"silu": silu, "gelu": gelu}
+
+
+def soft_cap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap * tanh(x / cap): finite for any x but NaN (tanh of an infinity is 1)."""
+    c = np.float32(cap)
+    return c * np.tanh(x / c)
 
 
 # llama.cpp clamps the sum of the selected experts' probabilities to the
@@ -235,8 +256,11 @@ class LlamaModel(Decoder):
         self._cap = cap
 
     def _attention(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """q (n, n_head, hd), k/v (n, n_head_kv, hd) of positions n_past.. ; -> (n, n_head * hd)."""
+        """q (n, n_head, hd), k/v (n, n_head_kv, hd) of positions n_past.. ; -> (n, n_head * hd).
+        A query at position p sees the keys up to p, and in a sliding-window
+        layer only the window's last ones (p - window + 1 .. p)."""
         cfg = self.config
+        window = cfg.window(layer)
         n, p0 = q.shape[0], self.n_past
         self.k_cache[layer][p0 : p0 + n] = k
         self.v_cache[layer][p0 : p0 + n] = v
@@ -246,20 +270,25 @@ class LlamaModel(Decoder):
         # own over exactly those, so that a chunk's rows have the bits of its
         # tokens fed one by one (a masked batch would sum in another order),
         # which speculative decoding's verifying step rests on.
-        out = [self._attend(qg[i:i + 1], self.k_cache[layer][: p0 + i + 1], self.v_cache[layer][: p0 + i + 1])
-               for i in range(n)]
+        first = [max(0, p0 + i + 1 - window) if window else 0 for i in range(n)]
+        out = [self._attend(qg[i:i + 1], self.k_cache[layer][first[i]: p0 + i + 1],
+                            self.v_cache[layer][first[i]: p0 + i + 1]) for i in range(n)]
         return np.concatenate(out).reshape(n, cfg.n_head * cfg.head_dim)
 
     def _attend(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Softmax attention of one query (1, n_head_kv, group, hd) over all of keys/values."""
-        scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(1.0 / np.sqrt(self.config.head_dim))
+        cfg = self.config
+        scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(cfg.query_scale)
+        if cfg.attn_softcap:
+            scores = soft_cap(scores, cfg.attn_softcap)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
         return np.einsum("kgnt,tkd->nkgd", scores, values)
 
     def _ffn(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
         gate, up = [y for g in layer.gate_up for y in self.matvecs.run(g, h, tiled=tiled)]
-        return self.matvecs.run(layer.down, silu(gate) * up, tiled=tiled)[0]
+        act = GLU_ACTIVATIONS[self.config.architecture.glu]
+        return self.matvecs.run(layer.down, act(gate) * up, tiled=tiled)[0]
 
     def _experts(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
         """The mixture of experts of h (n, n_embd): each row through its
@@ -290,7 +319,10 @@ class LlamaModel(Decoder):
         self._grow(self.n_past + n)
         pos = np.arange(self.n_past, self.n_past + n)
         x = f.embed(tokens)
-        neox = cfg.architecture.neox
+        arch = cfg.architecture
+        if arch.embed_scale:
+            x = x * np.float32(np.sqrt(cfg.n_embd))
+        neox = arch.neox
         for i in range(cfg.n_layer):
             norms, layer = f.norms[i], f.layers[i]
             h = rms_norm(x, norms["attn_norm"], cfg.rms_eps)
@@ -300,15 +332,20 @@ class LlamaModel(Decoder):
                 y = y + f.biases[i][role] if role in f.biases[i] else y
                 y = y.reshape(n, heads[role], cfg.head_dim)
                 qkv[role] = rms_norm(y, f.head_norms[i][role], cfg.rms_eps) if role in f.head_norms[i] else y
-            q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox)
-            k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox)
+            inv_freq = f.layer_inv_freq(i)
+            q = rope(qkv["attn_q"], pos, inv_freq, cfg.n_rot, neox)
+            k = rope(qkv["attn_k"], pos, inv_freq, cfg.n_rot, neox)
             a = self._attention(i, q, k, qkv["attn_v"])
-            x = x + mv.run(layer.attn_output, a, tiled=tiled)[0]
+            o = mv.run(layer.attn_output, a, tiled=tiled)[0]
+            x = x + (rms_norm(o, norms["attn_post_norm"], cfg.rms_eps) if arch.post_norms else o)
             h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
-            x = x + (self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled))
+            d = self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled)
+            x = x + (rms_norm(d, norms["ffn_post_norm"], cfg.rms_eps) if arch.post_norms else d)
         self.n_past += n
         h = rms_norm(x if all_logits else x[-1:], f.output_norm, cfg.rms_eps)
         logits = mv.run(f.output_group, h)[0]
+        if cfg.final_softcap:
+            logits = soft_cap(logits, cfg.final_softcap)
         return logits if all_logits else logits[0]
 
     def feed(self, tokens, want_logits: bool = True):

@@ -18,7 +18,7 @@ from ..blocks.formats import get_format
 from ..blocks.gguf_io import open_gguf
 from ..blocks.reference import dequantize
 from ..blocks.tokenizer import open_tokenizer
-from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
+from .config import LlamaConfig, check_architecture, check_tensors, read_architecture
 from .matvecs import Group, make_groups
 
 Names = tuple[str, ...]  # the matrices of one group (vkq.llama.matvecs.Group.names)
@@ -43,7 +43,7 @@ class LayerGroups:
 
 
 class LlamaFile:
-    """A GGUF file of an architecture vkq generate runs (llama, qwen2, qwen3, qwen3moe). `fuse`: matrices
+    """A GGUF file of an architecture vkq generate runs (vkq.llama.architectures). `fuse`: matrices
     of one stage and block type stacked into one mat-vec (Q/K/V, gate/up)."""
 
     def __init__(self, path: str | Path, fuse: bool = True):
@@ -78,8 +78,8 @@ class LlamaFile:
         self.groups += out
         self.output_group = out[0].names
 
-        self.norms = [{v: self.vector(f"blk.{i}.{v}.weight") for v in LAYER_VECTORS} for i in range(cfg.n_layer)]
         arch = cfg.architecture
+        self.norms = [{v: self.vector(f"blk.{i}.{v}.weight") for v in arch.layer_vectors} for i in range(cfg.n_layer)]
         # Per layer, by matrix role (attn_q, ...): the bias added to its output, and
         # the weight of its per-head RMSNorm (empty where the architecture has none).
         self.biases = [{r: self.vector(arch.bias_tensor(i, r)) for r in arch.biases} for i in range(cfg.n_layer)]
@@ -88,6 +88,12 @@ class LlamaFile:
         self.output_norm = self.vector("output_norm.weight")
         factors = self.vector("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.inv_freq = cfg.inv_freq(factors)
+        # The sliding-window layers' RoPE angles, where their base is their own (Gemma 3).
+        self.inv_freq_swa = cfg.inv_freq(factors, sliding=True) if arch.swa_rope_base is not None else self.inv_freq
+
+    def layer_inv_freq(self, layer: int) -> np.ndarray:
+        """The RoPE angles per position of a layer's pairs."""
+        return self.inv_freq_swa if self.config.architecture.slides(layer) else self.inv_freq
 
     def vector(self, name: str) -> np.ndarray:
         from ..blocks.reference import dequantize

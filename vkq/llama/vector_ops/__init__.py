@@ -15,14 +15,16 @@ mat-vec's output, and a stride).
   way a llama layer's residual adds run: fused into the norm after them.
 - Attention: RoPE of the new query and key, the new key and value appended
   to the float32 KV cache at the position in a device int32 tensor, and
-  grouped-query attention over the cache, causal: one dispatch per layer.
-- SwiGLU: silu(gate) * up.
+  grouped-query attention over the cache, causal (a sliding window, soft-capped
+  scores where the architecture says): one dispatch per layer.
+- SwiGLU: silu(gate) * up (GeGLU: gelu(gate) * up).
 - HeadNorm: a bias added to a mat-vec's output and/or an RMSNorm of each of
   its heads, in place (Qwen2's Q/K/V biases, Qwen3's Q/K norms).
 - ExpertRouting: a mixture-of-experts router's top-k (on the logits) and
   softmax weights
   (the weighted sum of the selected experts' outputs is the residual of the
   RMSNorm after them: WeightedSlots).
+- SoftCap: c * tanh(x / c) in place (Gemma 2's final logits).
 - Argmax: greedy sampling, numpy's argmax order.
 
 The vector ops take n vectors (a decode step's one, or a chunk of a
@@ -55,4 +57,5 @@ from .attention import (ATTENTION_GPU_DEPTH, ATTENTION_WORKGROUPS_PER_UNIT, GPU_
 from .swiglu import SWIGLU_WG, SwiGLU, swiglu_depth  # noqa: F401
 from .head_norm import HeadNorm, head_norm_depth  # noqa: F401
 from .expert_routing import ExpertRouting, expert_routing_depth  # noqa: F401
+from .soft_cap import SOFT_CAP_WG, SoftCap, soft_cap_depth  # noqa: F401
 from .argmax import ARGMAX_SPAN, ARGMAX_WG, Argmax, argmax_depth, argmax_parts  # noqa: F401

@@ -26,6 +26,9 @@ class AttentionShape:
     n_rot: int
     capacity: int  # positions the KV cache holds
     neox: bool = False  # RoPE's pairs (x[i], x[i + n_rot/2]) (ggml's neox mode), else (x[2i], x[2i+1])
+    window: int = 0  # a sliding window: a query at p sees the keys p - window + 1 .. p (0: 0 .. p)
+    softcap: float = 0.0  # scores soft-capped at this, c * tanh(s / c) (0: not)
+    scale: float = 0.0  # the queries' scale (0: 1 / sqrt(head_dim))
 
     def __post_init__(self):
         if min(self.n_head, self.n_head_kv, self.head_dim, self.capacity) < 1:
@@ -36,6 +39,17 @@ class AttentionShape:
             raise ValueError(f"RoPE dimensions {self.n_rot}: must be even and at most head_dim {self.head_dim}")
         if self.capacity > MAX_KV_CAPACITY:
             raise ValueError(f"a KV cache of {self.capacity} positions: at most {MAX_KV_CAPACITY}")
+        if not isinstance(self.window, int) or self.window < 0 or not self.softcap >= 0 or not self.scale >= 0:
+            raise ValueError(f"attention window {self.window!r}, soft-cap {self.softcap!r} and scale {self.scale!r}: "
+                             "a window of 0 or more positions, a cap and a scale of 0 (none, the default) or more")
+
+    @property
+    def query_scale(self) -> float:
+        return self.scale or 1.0 / np.sqrt(self.head_dim)
+
+    def push_tail(self) -> list[int]:
+        """The shaders' last push constants: the window, the soft-cap's float32 bits."""
+        return [self.window, _f32_bits(self.softcap)]
 
     @property
     def cache_size(self) -> int:
@@ -319,7 +333,8 @@ class Attention(_Op):
     its neox mode, shape.neox) of q
     and of the new key k, k and v appended to the caches at pos[i], then out
     = softmax(q . K^T / sqrt(head_dim)) V per query head over positions 0 ..
-    pos[i]. q, k, v: the new vectors, unrotated (parts of the stacked Q/K/V
+    pos[i] (shape.window: the window's last positions only; shape.scale
+    for 1 / sqrt(head_dim); shape.softcap: the scores soft-capped). q, k, v: the new vectors, unrotated (parts of the stacked Q/K/V
     mat-vec's output); table: rope_table(inv_freq, shape.capacity); scores:
     a float32 scratch tensor of attention_scratch_size(device, shape, split,
     n) values. The caller keeps the positions below the capacity and
@@ -368,8 +383,8 @@ class Attention(_Op):
         self.writes = (k_cache, v_cache, scores, out.tensor) + ((xq_t,) if xq else ())
         self.quantized = (out.tensor, xq_t, planes) if xq else None
         push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
-                _f32_bits(1.0 / np.sqrt(s.head_dim)), q.step, k.step, v.step, out.step, xq_stride,
-                attention_scratch_size(device, s, split)]
+                _f32_bits(s.query_scale), q.step, k.step, v.step, out.step, xq_stride,
+                attention_scratch_size(device, s, split)] + s.push_tail()
         tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t]
         variant, _ = reducing_variant(device, "attention")
         kps = [t.kp for t in tensors]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...blocks.formats import CHUNK
 from ...device.shader_variants import GetRowsVariant
 from ...ops import weights_push
-from .common import Vectors, _groups, _Op, _size
+from .common import Vectors, _f32_bits, _groups, _Op, _size
 
 # Workgroup size (a power of two: the reductions are trees). Small: every op
 # here moves a few KB per token; what matters is not leaving lanes idle.
@@ -19,10 +19,11 @@ def embed_rows_depth() -> int:
 
 
 class EmbedRows(_Op):
-    """out[v] = W[ids[v]] as floats, for v < n: W a matrix uploaded with
-    Backend.upload (any block type vkq supports). The host range-checks ids."""
+    """out[v] = W[ids[v]] as floats, times `scale` (in float32; Gemma's
+    sqrt(n_embd)), for v < n: W a matrix uploaded with Backend.upload (any
+    block type vkq supports). The host range-checks ids."""
 
-    def __init__(self, device, weights, ids, out: Vectors, n: int = 1):
+    def __init__(self, device, weights, ids, out: Vectors, n: int = 1, scale: float = 1.0):
         super().__init__(device)
         lay = weights.layout
         if weights.is_expert_stack:
@@ -44,4 +45,4 @@ class EmbedRows(_Op):
             push = weights_push(buf, lay.nblocks, x_col_stride=out.step, x_slot_stride=0, y_col_stride=0,
                                 y_slot_stride=0)
             self._dispatch([buf.tensor, ids.kp, out.tensor.kp], variant, (_groups(nchunks, ROWS_WG), n, 1),
-                           [ROWS_WG, int(selects)], push, embed_rows_depth())
+                           [ROWS_WG, int(selects), _f32_bits(scale)], push, embed_rows_depth())

@@ -1,4 +1,4 @@
-"""SwiGLU: silu(gate) * up, elementwise."""
+"""SwiGLU: silu(gate) * up, elementwise; or GeGLU, gelu(gate) * up (`gelu`)."""
 from __future__ import annotations
 
 from ...blocks.formats import CHUNK
@@ -17,10 +17,11 @@ def swiglu_depth() -> int:
 
 
 class SwiGLU(_Op):
-    """out = silu(gate) * up for n vectors; with `xq`, out's Q8_1 blocks too."""
+    """out = silu(gate) * up for n vectors (with `gelu`, GeGLU's gelu(gate) *
+    up: ggml's tanh approximation); with `xq`, out's Q8_1 blocks too."""
 
     def __init__(self, device, gate: Vectors, up: Vectors, out: Vectors, n: int = 1,
-                 xq: Q8_1Output | None = None):
+                 xq: Q8_1Output | None = None, gelu: bool = False):
         super().__init__(device)
         for vec, what in ((gate, "SwiGLU gate"), (up, "SwiGLU up"), (out, "SwiGLU out")):
             if vec.length != gate.length:
@@ -31,6 +32,6 @@ class SwiGLU(_Op):
         self.writes = (out.tensor,) + ((xq_t,) if xq else ())
         self.quantized = (out.tensor, xq_t, planes) if xq else None
         push = [gate.length, gate.offset, gate.step, up.offset, up.step, out.offset, out.step, xq_stride]
-        self._dispatch([gate.tensor.kp, up.tensor.kp, out.tensor.kp, xq_t.kp], VectorOpVariant("swiglu"),
+        self._dispatch([gate.tensor.kp, up.tensor.kp, out.tensor.kp, xq_t.kp], VectorOpVariant("swiglu", gelu=gelu),
                        (_groups(-(-gate.length // CHUNK), SWIGLU_WG), n, 1), [SWIGLU_WG, planes], push,
                        swiglu_depth())
