@@ -33,7 +33,7 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
                metadata: dict | None = None, experts: tuple[int, int] | None = None,
                expert_types: dict[str, str] | None = None, extra: dict | None = None,
                nan_scales: str | None = None, tokenizer: dict | None = None, scale: float = 1.0,
-               n_layer: int | None = None, embed_std: float = 1.0) -> Path:
+               n_layer: int | None = None, embed_std: float = 1.0, vector_scale: dict | None = None) -> Path:
     """The tiny model (see the module's note) at path. drop: tensors left out;
     reshape: name -> another shape; extra: name -> shape of tensors to add.
     metadata: keys to add or to replace (the hyper-parameters too): a str, a
@@ -45,7 +45,8 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     give the vocabulary size. scale: multiplies every matrix but the token
     embedding (larger: logits less flat). 1-D tensors are norm weights
     near 1, except biases (*.bias): N(0, 1). n_layer: layers in place of TINY's;
-    embed_std: the token embedding's standard deviation."""
+    embed_std: the token embedding's standard deviation; vector_scale: role
+    (post_ffw_norm, ...) -> a factor of its 1-D tensors."""
     rng = np.random.default_rng(0)
     t = TINY | ({"n_layer": n_layer} if n_layer else {})
     tokens, merges, types = byte_level_vocab()
@@ -99,6 +100,7 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
             continue
         if len(shape) == 1:
             values = rng.standard_normal(shape) if name.endswith(".bias") else 1 + 0.1 * rng.standard_normal(shape)
+            values = values * (vector_scale or {}).get(name.split(".")[-2], 1.0)
             w.add_tensor(name, values.astype(np.float32))
             continue
         std = embed_std if name == "token_embd.weight" else scale / np.sqrt(shape[-1])

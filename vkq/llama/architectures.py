@@ -27,7 +27,7 @@ for the RoPE mode):
 - embed_scale: the token embedding's rows are multiplied by sqrt(n_embd)
   (Gemma);
 - post_norms: the attention's and the FFN's outputs are RMS-normed (weights
-  blk.N.attn_post_norm, blk.N.ffn_post_norm) before they join the residual
+  blk.N.post_attention_norm, blk.N.post_ffw_norm) before they join the residual
   stream (Gemma 2 and 3);
 - softcap: attention scores and the final logits are soft-capped, c *
   tanh(x / c), with {arch}.attn_logit_softcapping (default 50) and
@@ -42,7 +42,10 @@ for the RoPE mode):
 - wide_query_layers: the block count of the model llama.cpp scales
   queries by 1 / sqrt(n_embd / n_head) instead of 1 / sqrt(head_dim)
   (Gemma's 27B, whose query_pre_attn_scalar is n_embd / n_head; llama.cpp
-  tells it by its layers, GGUF files do not carry the scalar).
+  tells it by its layers, GGUF files do not carry the scalar);
+- tied_output: the output head is always the token embedding
+  (llama.cpp reads no output.weight of a Gemma 2 file, and refuses a file
+  that holds one: so does vkq).
 """
 from __future__ import annotations
 
@@ -65,6 +68,7 @@ class Architecture:
     swa_default: int | None = None
     swa_rope_base: float | None = None
     wide_query_layers: int | None = None
+    tied_output: bool = False
 
     @property
     def neox(self) -> bool:
@@ -83,7 +87,7 @@ class Architecture:
     @property
     def layer_vectors(self) -> tuple[str, ...]:
         """The norm weights of each layer (blk.N.<name>.weight)."""
-        return ("attn_norm", "ffn_norm") + (("attn_post_norm", "ffn_post_norm") if self.post_norms else ())
+        return ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if self.post_norms else ())
 
     def slides(self, layer: int) -> bool:
         """Whether a layer's attention is a sliding window's (swa_pattern)."""
@@ -96,7 +100,7 @@ ARCHITECTURES = {a.name: a for a in (
     Architecture("qwen3", "neox", head_norms=("attn_q", "attn_k")),
     Architecture("qwen3moe", "neox", head_norms=("attn_q", "attn_k"), experts="always", expert_width=True),
     Architecture("gemma2", "neox", glu="gelu", embed_scale=True, post_norms=True, softcap=True, swa_pattern=2,
-                 swa_default=4096, wide_query_layers=46),
+                 swa_default=4096, wide_query_layers=46, tied_output=True),
     Architecture("gemma3", "neox", head_norms=("attn_q", "attn_k"), glu="gelu", embed_scale=True, post_norms=True,
                  swa_pattern=6, swa_rope_base=10000.0, wide_query_layers=62),
 )}

@@ -319,6 +319,9 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
         raise ValueError(f"{name}: {cfg.arch}.block_count is {cfg.n_layer}, but the file has tensors of "
                          f"{len(blocks)} layers")
     want = {"token_embd.weight": (n_vocab, cfg.n_embd), "output_norm.weight": (cfg.n_embd,)}
+    if "output.weight" in tensors and cfg.architecture.tied_output:
+        raise ValueError(f"{name}: tensor 'output.weight': a {cfg.arch} model's output head is token_embd.weight "
+                         f"(llama.cpp refuses a {cfg.arch} file with an output.weight)")
     if "output.weight" in tensors:
         want["output.weight"] = (n_vocab, cfg.n_embd)
     if "rope_freqs.weight" in tensors:

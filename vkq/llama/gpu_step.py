@@ -522,8 +522,9 @@ class GpuLlama(Decoder):
                                 heads=None if self.spread else 1, spread=self.spread, fold=self.fold))
             if attn_post is not None:
                 matvec(layer.attn_output, attn)
-                g.add(RMSNorm(dev, part(pre + "attn_output.weight"), norm["attn_post_norm"], Vectors(attn_post, cfg.n_embd),
-                              cfg.rms_eps, n, spread=self.spread), label="RMSNorm attn_post_norm")
+                g.add(RMSNorm(dev, part(pre + "attn_output.weight"), norm["post_attention_norm"],
+                              Vectors(attn_post, cfg.n_embd), cfg.rms_eps, n, spread=self.spread),
+                      label="RMSNorm post_attention_norm")
                 x_next = other(x)
                 g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
                               residual=Vectors(attn_post, cfg.n_embd), xq=hq, x_out=x_next, spread=self.spread))
@@ -548,9 +549,9 @@ class GpuLlama(Decoder):
                                  Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q, gelu=arch.glu == "gelu"))
                 if ffn_post is not None:
                     matvec(layer.down, swiglu)
-                    g.add(RMSNorm(dev, part(pre + "ffn_down.weight"), norm["ffn_post_norm"],
+                    g.add(RMSNorm(dev, part(pre + "ffn_down.weight"), norm["post_ffw_norm"],
                                   Vectors(ffn_post, cfg.n_embd), cfg.rms_eps, n, spread=self.spread),
-                          label="RMSNorm ffn_post_norm")
+                          label="RMSNorm post_ffw_norm")
                     residual, slots = Vectors(ffn_post, cfg.n_embd), None
                 elif folds(layer.down):
                     matvec(layer.down, swiglu, out=x.tensor, accumulate=True)  # x += d

@@ -345,10 +345,10 @@ class LlamaModel(Decoder):
             k = rope(qkv["attn_k"], pos, inv_freq, cfg.n_rot, neox)
             a = self._attention(i, q, k, qkv["attn_v"])
             o = mv.run(layer.attn_output, a, tiled=tiled)[0]
-            x = x + (rms_norm(o, norms["attn_post_norm"], cfg.rms_eps) if arch.post_norms else o)
+            x = x + (rms_norm(o, norms["post_attention_norm"], cfg.rms_eps) if arch.post_norms else o)
             h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
             d = self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled)
-            x = x + (rms_norm(d, norms["ffn_post_norm"], cfg.rms_eps) if arch.post_norms else d)
+            x = x + (rms_norm(d, norms["post_ffw_norm"], cfg.rms_eps) if arch.post_norms else d)
         self.n_past += n
         self.cache_tokens.extend(int(t) for t in tokens)
         h = rms_norm(x if all_logits else x[-1:], f.output_norm, cfg.rms_eps)
