@@ -378,7 +378,7 @@ void main() {
     const bool cached = PASS == 2u;
     const uint split = gl_WorkGroupID.y;
     const uint t0 = max(split * SPLIT, first_seen(position));  // this workgroup's positions t0 .. t1 - 1
-    const uint t1 = SPLIT > 0u ? min(t0 + SPLIT, position + 1u) : position + 1u;
+    const uint t1 = SPLIT > 0u ? min(split * SPLIT + SPLIT, position + 1u) : position + 1u;
     if (t0 >= t1) {
         return;  // (the whole workgroup: t0 and t1 are uniform)
     }

@@ -99,6 +99,17 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
     check_decoder(GpuLlama(tiny[1], backend), tiny_run, tiny_run.tokens)
 
 
+def test_gpu_launches_match_the_reference(backend, tiny, tiny_run):
+    """NVIDIA's launches (forced: GpuLlama's `launches`) in a context of 40:
+    the attention's positions split over workgroups of 8 (splits wholly
+    before a sliding window do nothing, the combine folded into the last
+    split's workgroup counts the window's splits only), key lanes and value
+    rows; the argmax in parts, the soft-cap before it."""
+    model = GpuLlama(tiny[1], backend, ctx=40, launches="nvidia")
+    assert {op.split for op in model.step_graph._keep if hasattr(op, "split")} == {8}
+    check_decoder(model, tiny_run, tiny_run.tokens)
+
+
 WRONGS = ["window", "softcap", "post_norms", "embed_scale", "glu", "swa_rope"]
 
 
