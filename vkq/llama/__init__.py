@@ -1,6 +1,6 @@
-"""A llama-architecture decoder on vkq (`vkq generate`), and Qwen2's, Qwen3's and Qwen3-MoE's, by job:
+"""A llama-architecture decoder on vkq (`vkq generate`), and Qwen's and Gemma's, by job:
 
-- architectures: the architectures it runs (llama, qwen2, qwen3, qwen3moe), one row each;
+- architectures: the architectures it runs (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3), one row each;
 - config: what a llama GGUF must hold, its hyper-parameters (refusals here);
 - model: the parsed, checked file, shared by every engine;
 - matvecs: the weight mat-vecs of the host engine, grouped into stacked calls;

@@ -5,17 +5,20 @@ reads back one, the argmax of the logits (the logits come back too, 4 bytes
 per vocabulary entry, and are read only when asked). In between, everything
 runs on the device, layer by layer:
 
-    x = embed(token)                                        EmbedRows
+    x = embed(token)  (Gemma: * sqrt(n_embd))               EmbedRows
     per layer:
       h = rms_norm(x (+= ffn_down of the layer before), attn_norm)   RMSNorm
       q|k|v = W_qkv h                                       mat-vec (stacked)
-      (Qwen2: q|k|v += biases; Qwen3: q, k RMS-normed per head) HeadNorm
+      (Qwen2: q|k|v += biases; Qwen3, Gemma 3: q, k RMS-normed per head) HeadNorm
       K/V cache[pos] = rope(k), v;                          Attention
       a = attention(rope(q), K/V cache[0..pos])
-      o = W_o a
+        (Gemma: the layer's window of positions, its RoPE table; Gemma 2: soft-capped scores)
+      o = W_o a  (Gemma: o = rms_norm(o, post_attention_norm))   RMSNorm
       h = rms_norm(x += o, ffn_norm)                        RMSNorm
       s = silu(W_gate h) * (W_up h);  d = W_down s         mat-vec with SwiGLU, mat-vec
+        (Gemma: gelu, GeGLU, an op of its own; d = rms_norm(d, post_ffw_norm))
     h = rms_norm(x += d, output_norm);  logits = W_out h;  argmax
+      (Gemma 2: logits soft-capped first)                   SoftCap
 
 With fold (GpuLlama's) the residual adds x += o and x += d run in the
 mat-vecs that make o and d (Graph.matvec's accumulate: the same bits), and
