@@ -43,6 +43,14 @@ for the RoPE mode):
   queries by 1 / sqrt(n_embd / n_head) instead of 1 / sqrt(head_dim)
   (Gemma's 27B, whose query_pre_attn_scalar is n_embd / n_head; llama.cpp
   tells it by its layers, GGUF files do not carry the scalar);
+- fused_qkv: a layer's Q, K and V may be one matrix, blk.N.attn_qkv (Q's
+  rows, then K's, then V's), split into the three on loading (Phi-3);
+- fused_gate_up: the FFN's gate and up are one matrix, blk.N.ffn_up (the
+  gate's rows, then up's; no ffn_gate), split on loading (Phi-3);
+- rope_factors: the RoPE frequencies are divided by rope_factors_long or
+  rope_factors_short (one value per pair), long where the context is longer
+  than {arch}.rope.scaling.original_context_length (by default the
+  training context), as llama.cpp chooses them (Phi-3's LongRoPE);
 - tied_output: the output head is always the token embedding
   (llama.cpp reads no output.weight of a Gemma 2 file, and refuses a file
   that holds one: so does vkq).
@@ -69,6 +77,9 @@ class Architecture:
     swa_rope_base: float | None = None
     wide_query_layers: int | None = None
     tied_output: bool = False
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    rope_factors: bool = False
 
     @property
     def neox(self) -> bool:
@@ -103,4 +114,5 @@ ARCHITECTURES = {a.name: a for a in (
                  swa_default=4096, wide_query_layers=46, tied_output=True),
     Architecture("gemma3", "neox", head_norms=("attn_q", "attn_k"), glu="gelu", embed_scale=True, post_norms=True,
                  swa_pattern=6, swa_rope_base=10000.0, wide_query_layers=62),
+    Architecture("phi3", "neox", fused_qkv=True, fused_gate_up=True, rope_factors=True),
 )}

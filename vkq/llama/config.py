@@ -99,6 +99,8 @@ class LlamaConfig:
     attn_softcap: float = 0.0  # attention scores soft-capped at this (0: not)
     final_softcap: float = 0.0  # the logits soft-capped at this (0: not)
     n_swa: int = 0  # the sliding window of the architecture's sliding layers (0: none)
+    rope_attn_factor: float = 1.0  # cos and sin scaled by it ({arch}.rope.scaling.attn_factor)
+    n_ctx_orig: int = 0  # rope_factors: the long ones past this context (rope.scaling.original_context_length)
 
     @property
     def query_scale(self) -> float:
@@ -190,6 +192,8 @@ class LlamaConfig:
             rope_scale=rope_scale,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
             n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
+            rope_attn_factor=number("rope.scaling.attn_factor", 1.0, above=0),
+            n_ctx_orig=count("rope.scaling.original_context_length", count("context_length", 4096)),
             **attention,
         )
 
@@ -277,6 +281,48 @@ def _expert_counts(name: str, arch: str, get) -> tuple[int, int]:
     return n_expert, n_used
 
 
+def row_slice(t: GGUFTensor, start: int, stop: int, name: str) -> GGUFTensor:
+    """Rows start .. stop - 1 of a matrix, as a tensor of its own (its blocks' bytes, not copied)."""
+    row_bytes = get_format(t.qtype).row_bytes(t.shape[-1])
+    raw = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8).reshape(t.shape[0], row_bytes)[start:stop]
+    data = raw.reshape(-1).view(t.data.dtype)
+    if t.data.ndim > 1:
+        data = data.reshape((stop - start,) + t.data.shape[1:])
+    return GGUFTensor(name, t.qtype, (stop - start,) + t.shape[1:], data)
+
+
+def split_fused(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) -> dict[str, GGUFTensor]:
+    """The tensors, a layer's fused matrices split into those the decoder
+    reads (the row's fused_qkv and fused_gate_up: attn_qkv into attn_q,
+    attn_k and attn_v; ffn_up into ffn_gate and ffn_up), each checked for
+    its shape first."""
+    arch = cfg.architecture
+    if not (arch.fused_qkv or arch.fused_gate_up):
+        return tensors
+    out = dict(tensors)
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
+    for i in range(cfg.n_layer):
+        n = f"blk.{i}."
+        parts = []
+        if arch.fused_qkv and n + "attn_qkv.weight" in tensors:
+            parts.append((n + "attn_qkv.weight", [("attn_q", q_rows), ("attn_k", kv_rows), ("attn_v", kv_rows)]))
+        if arch.fused_gate_up and n + "ffn_up.weight" in tensors:
+            parts.append((n + "ffn_up.weight", [("ffn_gate", cfg.n_ff), ("ffn_up", cfg.n_ff)]))
+        for fused, roles in parts:
+            t = tensors[fused]
+            rows = sum(r for _, r in roles)
+            if t.shape != (rows, cfg.n_embd):
+                raise ValueError(f"{path.name}: tensor {fused!r} has shape {t.shape}, expected {(rows, cfg.n_embd)} "
+                                 f"({' | '.join(role for role, _ in roles)}) from the metadata")
+            if any(n + role + ".weight" in tensors for role, _ in roles if n + role + ".weight" != fused):
+                raise ValueError(f"{path.name}: layer {i} has both {fused!r} and the matrices it holds")
+            start = 0
+            for role, r in roles:
+                out[n + role + ".weight"] = row_slice(t, start, start + r, n + role + ".weight")
+                start += r
+    return out
+
+
 def ffn_tensors(cfg: LlamaConfig, layer: int) -> dict[str, tuple[int, ...]]:
     """The FFN tensors of a layer and their shapes: ffn_gate/up/down, or with
     experts the router (ffn_gate_inp) and the three expert stacks, as llama.cpp
@@ -326,6 +372,9 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
         want["output.weight"] = (n_vocab, cfg.n_embd)
     if "rope_freqs.weight" in tensors:
         want["rope_freqs.weight"] = (cfg.n_rot // 2,)
+    if cfg.architecture.rope_factors:
+        want.update({f"rope_factors_{kind}.weight": (cfg.n_rot // 2,) for kind in ("long", "short")
+                     if f"rope_factors_{kind}.weight" in tensors})
     _check_ffn_layout(cfg, tensors, name)
     arch = cfg.architecture
     for i in range(cfg.n_layer):

@@ -285,11 +285,15 @@ class GpuLlama(Decoder):
                                             scale=cfg.attn_scale)
         # Each layer's: its sliding window, where the architecture slides there (Gemma).
         self.shapes = [replace(shape, window=cfg.window(i)) for i in range(cfg.n_layer)]
-        self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
-        # The sliding layers' table, where their RoPE base is their own (Gemma 3).
-        rope_swa = (constant(rope_table(f.inv_freq_swa, self.ctx), "RoPE table of the sliding layers")
-                    if f.inv_freq_swa is not f.inv_freq else self.rope)
-        self.ropes = [rope_swa if cfg.architecture.slides(i) else self.rope for i in range(cfg.n_layer)]
+        # One table per set of angles the layers take (Gemma 3's sliding layers their own).
+        tables: dict[int, object] = {}
+        for i in range(cfg.n_layer):
+            inv_freq = f.layer_inv_freq(i, self.ctx)
+            if id(inv_freq) not in tables:
+                tables[id(inv_freq)] = constant(rope_table(inv_freq, self.ctx, cfg.rope_attn_factor),
+                                                f"RoPE table {len(tables)}")
+        self.ropes = [tables[id(f.layer_inv_freq(i, self.ctx))] for i in range(cfg.n_layer)]
+        self.rope = self.ropes[0]
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
         self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.attention_queries),

@@ -97,13 +97,15 @@ def route(logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, (weights / total).astype(np.float32)
 
 
-def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox: bool = False) -> np.ndarray:
+def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox: bool = False,
+         mscale: float = 1.0) -> np.ndarray:
     """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]), or
     (neox) pairs (x[i], x[i + n_rot/2]); values past n_rot stay as they are.
-    cos and sin of float64 angles, rounded to float32 (as the GPU's table)."""
+    cos and sin of float64 angles, times mscale (ggml's attn_factor), rounded
+    to float32 (as the GPU's table)."""
     ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
-    cos = np.cos(ang).astype(np.float32)[:, None, :]
-    sin = np.sin(ang).astype(np.float32)[:, None, :]
+    cos = (mscale * np.cos(ang)).astype(np.float32)[:, None, :]
+    sin = (mscale * np.sin(ang)).astype(np.float32)[:, None, :]
     first, second = (slice(0, n_rot // 2), slice(n_rot // 2, n_rot)) if neox else (
         slice(0, n_rot, 2), slice(1, n_rot, 2))
     x0, x1 = x[..., first], x[..., second]
@@ -340,9 +342,9 @@ class LlamaModel(Decoder):
                 y = y + f.biases[i][role] if role in f.biases[i] else y
                 y = y.reshape(n, heads[role], cfg.head_dim)
                 qkv[role] = rms_norm(y, f.head_norms[i][role], cfg.rms_eps) if role in f.head_norms[i] else y
-            inv_freq = f.layer_inv_freq(i)
-            q = rope(qkv["attn_q"], pos, inv_freq, cfg.n_rot, neox)
-            k = rope(qkv["attn_k"], pos, inv_freq, cfg.n_rot, neox)
+            inv_freq, mscale = f.layer_inv_freq(i, self.ctx), cfg.rope_attn_factor
+            q = rope(qkv["attn_q"], pos, inv_freq, cfg.n_rot, neox, mscale)
+            k = rope(qkv["attn_k"], pos, inv_freq, cfg.n_rot, neox, mscale)
             a = self._attention(i, q, k, qkv["attn_v"])
             o = mv.run(layer.attn_output, a, tiled=tiled)[0]
             x = x + (rms_norm(o, norms["post_attention_norm"], cfg.rms_eps) if arch.post_norms else o)

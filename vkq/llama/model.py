@@ -19,7 +19,7 @@ from ..blocks.gguf_io import metadata, open_gguf
 from ..blocks.reference import dequantize
 from ..blocks.tokenizer import open_tokenizer
 from ..checks import token_ids_argument
-from .config import LlamaConfig, check_architecture, check_tensors, read_architecture
+from .config import LlamaConfig, check_architecture, check_tensors, read_architecture, split_fused
 from .matvecs import Group, make_groups
 
 Names = tuple[str, ...]  # the matrices of one group (vkq.llama.matvecs.Group.names)
@@ -54,7 +54,7 @@ class LlamaFile:
             check_architecture(arch, path)
         file = open_gguf(path)
         self.config = cfg = LlamaConfig.from_gguf(file)
-        self.tensors = tensors = file.tensors
+        self.tensors = tensors = split_fused(cfg, file.tensors, path)
         self.n_vocab = check_tensors(cfg, tensors, path)
         self.tokenizer = open_tokenizer(file)
         template = metadata(file, "tokenizer.chat_template", None)
@@ -93,10 +93,21 @@ class LlamaFile:
         self.inv_freq = cfg.inv_freq(factors)
         # The sliding-window layers' RoPE angles, where their base is their own (Gemma 3).
         self.inv_freq_swa = cfg.inv_freq(factors, sliding=True) if arch.swa_rope_base is not None else self.inv_freq
+        # LongRoPE's (Phi-3): the angles with the short factors, and with the long ones past n_ctx_orig.
+        self.inv_freq_long = self.inv_freq
+        if factors is None and arch.rope_factors:
+            long, short = (self.vector(f"rope_factors_{k}.weight") if f"rope_factors_{k}.weight" in tensors else None
+                           for k in ("long", "short"))
+            self.inv_freq, self.inv_freq_long = cfg.inv_freq(short), cfg.inv_freq(long)
+            self.inv_freq_swa = self.inv_freq
 
-    def layer_inv_freq(self, layer: int) -> np.ndarray:
-        """The RoPE angles per position of a layer's pairs."""
-        return self.inv_freq_swa if self.config.architecture.slides(layer) else self.inv_freq
+    def layer_inv_freq(self, layer: int, ctx: int) -> np.ndarray:
+        """The RoPE angles per position of a layer's pairs in a context of ctx
+        positions (LongRoPE's long factors past the original context, as
+        llama.cpp chooses them by its context)."""
+        if self.config.architecture.slides(layer):
+            return self.inv_freq_swa
+        return self.inv_freq_long if ctx > self.config.n_ctx_orig else self.inv_freq
 
     def vector(self, name: str) -> np.ndarray:
         from ..blocks.reference import dequantize

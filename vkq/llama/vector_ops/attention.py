@@ -57,11 +57,12 @@ class AttentionShape:
         return self.n_head_kv * self.capacity * self.head_dim
 
 
-def rope_table(inv_freq: np.ndarray, capacity: int) -> np.ndarray:
-    """(capacity, n_rot/2, 2) float32 (cos, sin) of pos * inv_freq[i], computed
-    in float64 and rounded once, as the numpy reference computes them."""
+def rope_table(inv_freq: np.ndarray, capacity: int, mscale: float = 1.0) -> np.ndarray:
+    """(capacity, n_rot/2, 2) float32 (cos, sin) of pos * inv_freq[i], each
+    times mscale (ggml's attn_factor: {arch}.rope.scaling.attn_factor),
+    computed in float64 and rounded once, as the numpy reference computes them."""
     ang = np.arange(capacity, dtype=np.float64)[:, None] * np.asarray(inv_freq, np.float64)[None, :]
-    return np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
+    return (mscale * np.stack([np.cos(ang), np.sin(ang)], axis=-1)).astype(np.float32)
 
 
 MAX_HEAD_DIM = 256  # shaders/attention.comp keeps a head's q and new key in shared memory
