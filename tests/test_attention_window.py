@@ -194,3 +194,14 @@ def test_geglu_against_float64(backend):
     got = out.read()
     assert np.isfinite(got).all()
     assert ref.nmse(got, want) < NMSE_F32 and ref.nmse(gelu(gate) * up, want) < NMSE_F32
+
+
+def test_soft_cap_gpu_launch(backend):
+    """SoftCap with NVIDIA's launches over Gemma's 256,000 logits: a value per
+    invocation (depth 1), every value its own invocation."""
+    from vkq.llama.vector_ops import SOFT_CAP_WG, launches_of, soft_cap_depth
+
+    dev = launches_of(backend.device, "nvidia")
+    (launch,) = SoftCap(dev, Vectors(backend.tensor(256000), 256000), 30.0).launches
+    assert launch.depth == soft_cap_depth() == 1 and launch.invocations == SOFT_CAP_WG
+    assert launch.groups[0] * SOFT_CAP_WG >= 256000 and launch.groups[1:] == (1, 1)
