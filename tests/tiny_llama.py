@@ -44,7 +44,7 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     in place of the byte-level BPE's (spm_vocab.gguf_tokenizer's); its tokens
     give the vocabulary size. scale: multiplies every matrix but the token
     embedding (larger: logits less flat). 1-D tensors are norm weights
-    near 1, except biases (*.bias): N(0, 1). n_layer: layers in place of TINY's;
+    near 1, except biases (*.bias, F32 whatever their shape): N(0, 1). n_layer: layers in place of TINY's;
     embed_std: the token embedding's standard deviation; vector_scale: role
     (post_ffw_norm, ...) -> a factor of its 1-D tensors."""
     rng = np.random.default_rng(0)
@@ -98,7 +98,7 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     for name, shape in shapes.items():
         if name in drop:
             continue
-        if len(shape) == 1:
+        if len(shape) == 1 or name.endswith(".bias"):  # (a mixture of experts' biases: a row per expert)
             values = rng.standard_normal(shape) if name.endswith(".bias") else 1 + 0.1 * rng.standard_normal(shape)
             values = values * (vector_scale or {}).get(name.split(".")[-2], 1.0)
             w.add_tensor(name, values.astype(np.float32))

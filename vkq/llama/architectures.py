@@ -22,8 +22,9 @@ for the RoPE mode):
 - expert_width: the experts' FFN width is expert_feed_forward_length (by
   default feed_forward_length / expert_used_count), not
   feed_forward_length (qwen3moe's 768 beside its 6144);
-- glu: the FFN's gate activation, "silu" (SwiGLU) or "gelu" (GeGLU: ggml's
-  GELU, the tanh approximation, of the gate times up);
+- glu: the FFN's gate activation, "silu" (SwiGLU), "gelu" (GeGLU: ggml's
+  GELU, the tanh approximation, of the gate times up) or "oai" (gpt-oss's
+  clamped SwiGLU: min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1));
 - embed_scale: the token embedding's rows are multiplied by sqrt(n_embd)
   (Gemma);
 - post_norms: the attention's and the FFN's outputs are RMS-normed (weights
@@ -51,6 +52,15 @@ for the RoPE mode):
   rope_factors_short (one value per pair), long where the context is longer
   than {arch}.rope.scaling.original_context_length (by default the
   training context), as llama.cpp chooses them (Phi-3's LongRoPE);
+- ffn_norm: the name of the norm before the FFN (gpt-oss calls it
+  post_attention_norm);
+- sinks: each head's attention has a sink, blk.N.attn_sinks (a logit per
+  query head that joins the softmax's denominator only) (gpt-oss);
+- expert_biases: the router and each expert's gate, up and down have biases
+  (blk.N.ffn_gate_inp.bias, blk.N.ffn_{gate,up,down}_exps.bias: a row per
+  expert) (gpt-oss);
+- yarn: YaRN RoPE scaling where the file says so ({arch}.rope.scaling.type
+  yarn), as ggml's rope computes it (gpt-oss);
 - tied_output: the output head is always the token embedding
   (llama.cpp reads no output.weight of a Gemma 2 file, and refuses a file
   that holds one: so does vkq).
@@ -80,6 +90,10 @@ class Architecture:
     fused_qkv: bool = False
     fused_gate_up: bool = False
     rope_factors: bool = False
+    ffn_norm: str = "ffn_norm"
+    sinks: bool = False
+    expert_biases: bool = False
+    yarn: bool = False
 
     @property
     def neox(self) -> bool:
@@ -98,7 +112,7 @@ class Architecture:
     @property
     def layer_vectors(self) -> tuple[str, ...]:
         """The norm weights of each layer (blk.N.<name>.weight)."""
-        return ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if self.post_norms else ())
+        return ("attn_norm", self.ffn_norm) + (("post_attention_norm", "post_ffw_norm") if self.post_norms else ())
 
     def slides(self, layer: int) -> bool:
         """Whether a layer's attention is a sliding window's (swa_pattern)."""
@@ -115,4 +129,7 @@ ARCHITECTURES = {a.name: a for a in (
     Architecture("gemma3", "neox", head_norms=("attn_q", "attn_k"), glu="gelu", embed_scale=True, post_norms=True,
                  swa_pattern=6, swa_rope_base=10000.0, wide_query_layers=62),
     Architecture("phi3", "neox", fused_qkv=True, fused_gate_up=True, rope_factors=True),
+    Architecture("gpt-oss", "neox", biases=("attn_q", "attn_k", "attn_v", "attn_output"), experts="always",
+                 expert_width=True, glu="oai", swa_pattern=2, ffn_norm="post_attention_norm", sinks=True,
+                 expert_biases=True, yarn=True),
 )}

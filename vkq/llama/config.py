@@ -100,6 +100,7 @@ class LlamaConfig:
     final_softcap: float = 0.0  # the logits soft-capped at this (0: not)
     n_swa: int = 0  # the sliding window of the architecture's sliding layers (0: none)
     rope_attn_factor: float = 1.0  # cos and sin scaled by it ({arch}.rope.scaling.attn_factor)
+    yarn: tuple[float, float, float] | None = None  # YaRN's (factor, beta_fast, beta_slow), where the file scales so
     n_ctx_orig: int = 0  # rope_factors: the long ones past this context (rope.scaling.original_context_length)
 
     @property
@@ -182,14 +183,18 @@ class LlamaConfig:
         if n_expert and row.expert_width:
             n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
         attention = _attention_hparams(path.name, arch, row, get, count, number, n_embd, n_head, head_dim)
-        rope_scale = _rope_scaling(path.name, arch, get)
+        rope_scale, yarn = _rope_scaling(path.name, arch, get, row), None
+        if rope_scale < 0:  # YaRN (the row's): its factor, and ggml's defaults of beta_fast and beta_slow
+            yarn = (-rope_scale, number("rope.scaling.yarn_beta_fast", 32.0, above=0),
+                    number("rope.scaling.yarn_beta_slow", 1.0, above=0))
+            rope_scale = 1.0
         return cls(
             arch=arch, n_layer=count("block_count"), n_embd=n_embd, n_ff=n_ff,
             n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot,
             # A base of 1 or less would turn every pair by a radian or more per
             # position: no model is trained so; NaN or 0 is a corrupt file.
             rope_base=number("rope.freq_base", 10000.0, above=1),
-            rope_scale=rope_scale,
+            rope_scale=rope_scale, yarn=yarn,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
             n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
             rope_attn_factor=number("rope.scaling.attn_factor", 1.0, above=0),
@@ -209,7 +214,30 @@ class LlamaConfig:
         inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / self.n_rot)
         if freq_factors is not None:
             inv = inv / np.asarray(freq_factors, np.float64)[:half]
+        if self.yarn is not None and own is None:
+            return inv * yarn_mix(self.n_rot, self.n_ctx_orig, base, *self.yarn)
         return inv / scale
+
+    @property
+    def rope_mscale(self) -> float:
+        """cos and sin's scale: the file's attention factor, and YaRN's 1 + 0.1 ln(factor)."""
+        return self.rope_attn_factor * (1.0 + 0.1 * math.log(self.yarn[0]) if self.yarn is not None else 1.0)
+
+
+def yarn_mix(n_rot: int, n_ctx_orig: int, base: float, factor: float, beta_fast: float, beta_slow: float) -> np.ndarray:
+    """YaRN's factor of each pair's angle, as ggml's rope computes it
+    (ext_factor 1): 1 / factor (interpolated) below the correction dims'
+    range, 1 (extrapolated) above it, a linear ramp between; the dims from
+    beta_fast and beta_slow rotations over the original context, floored and
+    ceiled as ggml takes them."""
+    def corr_dim(rotations: float) -> float:
+        return n_rot * math.log(n_ctx_orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(0.0, math.floor(corr_dim(beta_fast)))
+    high = min(n_rot - 1.0, math.ceil(corr_dim(beta_slow)))
+    pairs = np.arange(n_rot // 2, dtype=np.float64)
+    ramp = 1.0 - np.clip((pairs - low) / max(0.001, high - low), 0.0, 1.0)
+    return (1.0 / factor) * (1.0 - ramp) + ramp
 
 
 def _attention_hparams(name: str, arch: str, row: Architecture, get, count, number, n_embd: int, n_head: int,
@@ -234,14 +262,15 @@ def _head_size_keys(arch: str) -> str:
     return f"{arch}.attention.key_length, or {arch}.embedding_length / {arch}.attention.head_count"
 
 
-def _rope_scaling(name: str, arch: str, get) -> float:
+def _rope_scaling(name: str, arch: str, get, row: Architecture) -> float:
     """The linear RoPE scaling factor (positions are divided by it), read as
     llama.cpp reads the file: {arch}.rope.scaling.factor, else the older
     {arch}.rope.scale_linear; 0 or missing: none. The type
     ({arch}.rope.scaling.type) is linear where the file has none; "none"
     ignores the factor; "yarn" and "longrope" with a factor other than 1
-    are refused (vkq implements linear scaling only), and so is a type
-    llama.cpp does not know."""
+    are refused (vkq implements linear scaling only; YaRN where the row
+    says, its factor returned negative), and so is a type llama.cpp does
+    not know."""
     kind = get("rope.scaling.type", "linear")
     if kind not in ROPE_SCALING_TYPES:
         raise ValueError(f"{name}: {arch}.rope.scaling.type is {_show(kind)}; llama.cpp knows "
@@ -255,6 +284,8 @@ def _rope_scaling(name: str, arch: str, get) -> float:
     factor = float(factor) or 1.0
     if kind == "none":
         return 1.0
+    if kind == "yarn" and row.yarn and factor != 1.0:
+        return -factor
     if kind != "linear" and factor != 1.0:
         raise ValueError(f"{name}: RoPE scaling {kind!r} ({arch}.rope.scaling.type) is not supported: "
                          f"vkq scales RoPE linearly only ({arch}.{key} is {_show(factor)})")
@@ -378,12 +409,17 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
     _check_ffn_layout(cfg, tensors, name)
     arch = cfg.architecture
     for i in range(cfg.n_layer):
-        rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows}
+        rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows, "attn_output": cfg.n_embd}
+        if arch.sinks:
+            want[f"blk.{i}.attn_sinks.weight"] = (cfg.n_head,)
+        if arch.expert_biases:
+            n, e = f"blk.{i}.", cfg.n_expert
+            want.update({n + "ffn_gate_inp.bias": (e,), n + "ffn_gate_exps.bias": (e, cfg.n_ff),
+                         n + "ffn_up_exps.bias": (e, cfg.n_ff), n + "ffn_down_exps.bias": (e, cfg.n_embd)})
         want.update({f"blk.{i}.{v}.weight": (cfg.n_embd,) for v in arch.layer_vectors})
         want.update({arch.bias_tensor(i, r): (rows[r],) for r in arch.biases})
         want.update({arch.head_norm_tensor(i, r): (cfg.head_dim,) for r in arch.head_norms})
         want.update({
-            f"blk.{i}.attn_norm.weight": (cfg.n_embd,), f"blk.{i}.ffn_norm.weight": (cfg.n_embd,),
             f"blk.{i}.attn_q.weight": (q_rows, cfg.n_embd), f"blk.{i}.attn_k.weight": (kv_rows, cfg.n_embd),
             f"blk.{i}.attn_v.weight": (kv_rows, cfg.n_embd), f"blk.{i}.attn_output.weight": (cfg.n_embd, q_rows),
             **ffn_tensors(cfg, i),

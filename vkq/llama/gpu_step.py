@@ -290,7 +290,7 @@ class GpuLlama(Decoder):
         for i in range(cfg.n_layer):
             inv_freq = f.layer_inv_freq(i, self.ctx)
             if id(inv_freq) not in tables:
-                tables[id(inv_freq)] = constant(rope_table(inv_freq, self.ctx, cfg.rope_attn_factor),
+                tables[id(inv_freq)] = constant(rope_table(inv_freq, self.ctx, cfg.rope_mscale),
                                                 f"RoPE table {len(tables)}")
         self.ropes = [tables[id(f.layer_inv_freq(i, self.ctx))] for i in range(cfg.n_layer)]
         self.rope = self.ropes[0]

@@ -62,7 +62,19 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return np.float32(0.5) * x * (np.float32(1) + np.tanh(SQRT_2_OVER_PI * x * (np.float32(1) + GELU_COEF_A * x * x)))
 
 
-GLU_ACTIVATIONS = {"silu": silu, "gelu": gelu}
+SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT = np.float32(1.702), np.float32(7.0)
+
+
+def swiglu_oai(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gpt-oss's clamped SwiGLU (ggml's swiglu_oai): the gate at most 7, up within [-7, 7]:
+    g sigmoid(1.702 g) (u + 1)."""
+    g = np.minimum(gate, SWIGLU_OAI_LIMIT)
+    u = np.clip(up, -SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT)
+    return g / (np.float32(1) + np.exp(SWIGLU_OAI_ALPHA * -g)) * (u + np.float32(1))
+
+
+# The FFN's gated activation of (gate, up), by the row's glu.
+GLU = {"silu": lambda g, u: silu(g) * u, "gelu": lambda g, u: gelu(g) * u, "oai": swiglu_oai}
 
 
 def soft_cap(x: np.ndarray, cap: float) -> np.ndarray:
@@ -281,36 +293,55 @@ class LlamaModel(Decoder):
         # tokens fed one by one (a masked batch would sum in another order),
         # which speculative decoding's verifying step rests on.
         first = [max(0, p0 + i + 1 - window) if window else 0 for i in range(n)]
+        sinks = self.file.sinks[layer]
+        sinks = None if sinks is None else sinks.reshape(cfg.n_head_kv, group, 1, 1)
         out = [self._attend(qg[i:i + 1], self.k_cache[layer][first[i]: p0 + i + 1],
-                            self.v_cache[layer][first[i]: p0 + i + 1]) for i in range(n)]
+                            self.v_cache[layer][first[i]: p0 + i + 1], sinks) for i in range(n)]
         return np.concatenate(out).reshape(n, cfg.n_head * cfg.head_dim)
 
-    def _attend(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Softmax attention of one query (1, n_head_kv, group, hd) over all of keys/values."""
+    def _attend(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray, sinks=None) -> np.ndarray:
+        """Softmax attention of one query (1, n_head_kv, group, hd) over all of
+        keys/values; with sinks (n_head_kv, group, 1, 1), each head's sink
+        joins the softmax's denominator (a logit, unscaled: gpt-oss's)."""
         cfg = self.config
         scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(cfg.query_scale)
         if cfg.attn_softcap:
             scores = soft_cap(scores, cfg.attn_softcap)
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        scores /= scores.sum(axis=-1, keepdims=True)
+        top = scores.max(axis=-1, keepdims=True)
+        if sinks is not None:
+            top = np.maximum(top, sinks)
+        scores = np.exp(scores - top)
+        total = scores.sum(axis=-1, keepdims=True)
+        if sinks is not None:
+            total = total + np.exp(sinks - top)
+        scores /= total
         return np.einsum("kgnt,tkd->nkgd", scores, values)
 
     def _ffn(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
         gate, up = [y for g in layer.gate_up for y in self.matvecs.run(g, h, tiled=tiled)]
-        act = GLU_ACTIVATIONS[self.config.architecture.glu]
-        return self.matvecs.run(layer.down, act(gate) * up, tiled=tiled)[0]
+        return self.matvecs.run(layer.down, GLU[self.config.architecture.glu](gate, up), tiled=tiled)[0]
 
     def _experts(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
         """The mixture of experts of h (n, n_embd): each row through its
         n_used experts (MUL_MAT_ID), their outputs weighted and added in the
         router's order, as llama.cpp adds them."""
         mv, n_used = self.matvecs, self.config.n_expert_used
+        i = layer.index
+        biases = self.file.expert_biases[i]  # (gpt-oss's: the router's, and a row per expert of gate, up and down)
+        logits = mv.run(layer.router, h, tiled=tiled)[0]
+        if biases:
+            logits = logits + biases["ffn_gate_inp"]
         # Routed row by row: numpy may sum a batch's softmax over the experts in
         # another order than one row's, and a chunk's rows keep one token's bits.
-        ids, weights = map(np.concatenate, zip(*(route(row[None], n_used)
-                                                 for row in mv.run(layer.router, h, tiled=tiled)[0])))
+        ids, weights = map(np.concatenate, zip(*(route(row[None], n_used) for row in logits)))
         gate, up = [y for g in layer.gate_up for y in mv.run(g, h, ids, tiled)]  # (n * n_used, n_ff): slot by slot
-        down = mv.run(layer.down, silu(gate) * up, ids.reshape(-1, 1), tiled)[0].reshape(h.shape[0], n_used, -1)
+        slots = ids.reshape(-1)
+        if biases:
+            gate, up = gate + biases["ffn_gate_exps"][slots], up + biases["ffn_up_exps"][slots]
+        down = mv.run(layer.down, GLU[self.config.architecture.glu](gate, up), ids.reshape(-1, 1), tiled)[0]
+        if biases:
+            down = down + biases["ffn_down_exps"][slots]
+        down = down.reshape(h.shape[0], n_used, -1)
         out = down[:, 0] * weights[:, :1]
         for j in range(1, n_used):
             out = out + down[:, j] * weights[:, j : j + 1]
@@ -339,16 +370,18 @@ class LlamaModel(Decoder):
             qkv = dict(zip(("attn_q", "attn_k", "attn_v"), (y for g in layer.qkv for y in mv.run(g, h, tiled=tiled))))
             heads = {"attn_q": cfg.n_head, "attn_k": cfg.n_head_kv, "attn_v": cfg.n_head_kv}
             for role, y in qkv.items():
-                y = y + f.biases[i][role] if role in f.biases[i] else y
+                y = y + f.biases[i][role] if role in f.biases[i] else y  # (attn_output's: after its mat-vec)
                 y = y.reshape(n, heads[role], cfg.head_dim)
                 qkv[role] = rms_norm(y, f.head_norms[i][role], cfg.rms_eps) if role in f.head_norms[i] else y
-            inv_freq, mscale = f.layer_inv_freq(i, self.ctx), cfg.rope_attn_factor
+            inv_freq, mscale = f.layer_inv_freq(i, self.ctx), cfg.rope_mscale
             q = rope(qkv["attn_q"], pos, inv_freq, cfg.n_rot, neox, mscale)
             k = rope(qkv["attn_k"], pos, inv_freq, cfg.n_rot, neox, mscale)
             a = self._attention(i, q, k, qkv["attn_v"])
             o = mv.run(layer.attn_output, a, tiled=tiled)[0]
+            if "attn_output" in f.biases[i]:
+                o = o + f.biases[i]["attn_output"]
             x = x + (rms_norm(o, norms["post_attention_norm"], cfg.rms_eps) if arch.post_norms else o)
-            h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
+            h = rms_norm(x, norms[arch.ffn_norm], cfg.rms_eps)
             d = self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled)
             x = x + (rms_norm(d, norms["post_ffw_norm"], cfg.rms_eps) if arch.post_norms else d)
         self.n_past += n

@@ -23,6 +23,7 @@ from .config import LlamaConfig, check_architecture, check_tensors, read_archite
 from .matvecs import Group, make_groups
 
 Names = tuple[str, ...]  # the matrices of one group (vkq.llama.matvecs.Group.names)
+EXPERT_BIAS_ROLES = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class LayerGroups:
     gate_up: tuple[Names, ...]
     down: Names
     router: Names | None = None
+    index: int = 0  # the layer's
 
     @property
     def all(self) -> tuple[Names, ...]:
@@ -73,7 +75,8 @@ class LlamaFile:
             self.groups += gs
             return tuple(g.names for g in gs)
 
-        self.layers = [LayerGroups(qkv=stage(i, "attn_q", "attn_k", "attn_v"), attn_output=stage(i, "attn_output")[0],
+        self.layers = [LayerGroups(index=i, qkv=stage(i, "attn_q", "attn_k", "attn_v"),
+                                   attn_output=stage(i, "attn_output")[0],
                                    router=stage(i, "ffn_gate_inp")[0] if cfg.is_moe else None,
                                    gate_up=stage(i, ffn[0], ffn[1]), down=stage(i, ffn[2])[0])
                        for i in range(cfg.n_layer)]
@@ -88,6 +91,11 @@ class LlamaFile:
         self.biases = [{r: self.vector(arch.bias_tensor(i, r)) for r in arch.biases} for i in range(cfg.n_layer)]
         self.head_norms = [{r: self.vector(arch.head_norm_tensor(i, r)) for r in arch.head_norms}
                            for i in range(cfg.n_layer)]
+        # Per layer: the attention sinks (a logit per query head), and the router's and experts' biases by
+        # role (a row per expert), where the architecture has them (gpt-oss).
+        self.sinks = [self.vector(f"blk.{i}.attn_sinks.weight") if arch.sinks else None for i in range(cfg.n_layer)]
+        self.expert_biases = [{r: self.vector(f"blk.{i}.{r}.bias") for r in EXPERT_BIAS_ROLES} if arch.expert_biases
+                              else {} for i in range(cfg.n_layer)]
         self.output_norm = self.vector("output_norm.weight")
         factors = self.vector("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.inv_freq = cfg.inv_freq(factors)
