@@ -18,7 +18,10 @@
 //   s_t = (q . k_t) * scale;  p_t = exp(s_t - max s) / sum exp;  out = sum p_t v_t
 // over the positions t <= pos; with a sliding window (push constant
 // `window` > 0) only t > pos - window; with `softcap` > 0, each s_t
-// soft-capped first (soft_cap.glsl).
+// soft-capped first (soft_cap.glsl); with SINKS (specialization constant
+// 12), head h's sink (binding 10, a logit per query head, gpt-oss's) joins
+// the denominator: max s and sum exp over the scores and the sink, once per
+// head (with SPLIT, in the combine).
 // A workgroup takes HEADS query heads of one K/V head (HEADS divides G:
 // workgroup x is g * (G / HEADS) + b, heads g*G + b*HEADS ...), so that
 // each key and value it loads serves them all; each head's sums run in the
@@ -92,7 +95,8 @@
 //
 // Bindings: 0 q, 1 k, 2 v (the new vectors, unrotated), 3 K cache, 4 V cache,
 // 5 RoPE table, 6 pos, 7 scores (scratch: per query the scores, the partial
-// results, then the fold's counters, one per head group), 8 out, 9 xq.
+// results, then the fold's counters, one per head group), 8 out, 9 xq,
+// 10 sinks (SINKS).
 // Variants: REDUCE_SUBGROUP (reduce.glsl).
 
 #extension GL_GOOGLE_include_directive : require
@@ -115,6 +119,7 @@ layout(constant_id = 9) const bool FOLD = false;
 // two, COMBINE_ROWS dividing COMBINE_WG, COMBINE_WG dividing the workgroup.
 layout(constant_id = 10) const uint COMBINE_WG = 1;
 layout(constant_id = 11) const uint COMBINE_ROWS = 1;
+layout(constant_id = 12) const bool SINKS = false;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -136,6 +141,7 @@ layout(std430, binding = 7) coherent readonly buffer Partials4 { vec4 partials4[
 layout(std430, binding = 7) coherent buffer Tickets { uint tickets[]; };
 layout(std430, binding = 8) coherent restrict buffer Out { float o[]; };
 layout(std430, binding = 9) writeonly restrict buffer XQ { uvec4 xq[]; };
+layout(std430, binding = 10) readonly restrict buffer Sinks { float sinks[]; };
 
 layout(push_constant) uniform Params {
     uint q_off, k_off, v_off, out_off;  // first value of each vector in its tensor
@@ -303,12 +309,15 @@ void combine_splits(uint first, uint lane, uint qi, uint h, uint position, bool 
         m = max(m, partials[partial(qi, h, c, n_split)]);
     }
     m = segment_reduce(m, 1u, first, COMBINE_WG);
+    if (SINKS) {
+        m = max(m, sinks[h]);
+    }
     float l = 0.0;
     for (uint c = c0 + lane; c < used; c += COMBINE_WG) {
         const uint pb = partial(qi, h, c, n_split);
         l += exp(partials[pb] - m) * partials[pb + 1u];
     }
-    const float inv_l = 1.0 / segment_reduce(l, 0u, first, COMBINE_WG);
+    const float inv_l = 1.0 / (segment_reduce(l, 0u, first, COMBINE_WG) + (SINKS ? exp(sinks[h] - m) : 0.0));
     const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
     const uint cols = COMBINE_WG / COMBINE_ROWS;
     const uint row = lane / cols;
@@ -482,6 +491,9 @@ void main() {
     float sum[HEADS];
     for (uint j = 0u; j < HEADS; j++) {
         m[j] = workgroup_max(m[j]);
+        if (SINKS && SPLIT == 0u) {
+            m[j] = max(m[j], sinks[h0 + j]);
+        }
         sum[j] = 0.0;
     }
     for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
@@ -493,6 +505,9 @@ void main() {
     }
     for (uint j = 0u; j < HEADS; j++) {
         sum[j] = workgroup_sum(sum[j]);
+        if (SINKS && SPLIT == 0u) {
+            sum[j] += exp(sinks[h0 + j] - m[j]);
+        }
     }
     // Every invocation reads every weight below: make the writes visible.
     memoryBarrierBuffer();

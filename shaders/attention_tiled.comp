@@ -60,7 +60,7 @@
 // sum runs in attention.comp's order.
 //
 // Bindings: 0 q (unrotated), 1 K cache, 2 V cache, 3 RoPE table, 4 pos, 5 out,
-// 6 partials (SPLIT), 7 and 8 the K and V caches as texels (TEXEL_KV).
+// 6 partials (SPLIT), 7 and 8 the K and V caches as texels (TEXEL_KV), 9 sinks (SINKS).
 // The caches are (n_head_kv, capacity, head_dim).
 
 #extension GL_EXT_control_flow_attributes : require
@@ -86,6 +86,10 @@ layout(constant_id = 10) const bool VEC4_IO = false;
 // sum_c e_c l_c, e_c = exp(m_c - max m), in split order.
 layout(constant_id = 11) const uint SPLIT = 0;
 layout(constant_id = 12) const bool COMBINE = false;
+// A sink per query head (binding 9, gpt-oss's): a logit that joins each
+// row's softmax denominator: the online softmax starts from it (m = sink,
+// l = 1), or with SPLIT the combine takes it.
+layout(constant_id = 13) const bool SINKS = false;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint HD4 = (HEAD_DIM + 3u) / 4u;  // vec4s of a head, zero past HEAD_DIM
@@ -115,6 +119,7 @@ layout(std430, binding = 5) writeonly buffer Out { float o[]; };
 layout(std430, binding = 5) writeonly buffer Out4 { vec4 o4[]; };
 // (query, head, split): m, l, then HEAD_DIM values of acc (SPLIT only).
 layout(std430, binding = 6) restrict buffer Partials { float part[]; };
+layout(std430, binding = 9) readonly restrict buffer Sinks { float sinks[]; };
 
 layout(push_constant) uniform Params {
     uint q_off, q_step, out_off, out_step;  // first value of the vectors in their tensors, floats between them
@@ -208,11 +213,11 @@ void combine_splits() {
     const uint qi = row / p.n_head;
     const uint h = row % p.n_head;
     const uint used = uint(pos[qi]) / SPLIT + 1u;
-    float m = -1.0 / 0.0;
+    float m = SINKS ? sinks[h] : -1.0 / 0.0;
     for (uint c = 0u; c < used; c++) {
         m = max(m, part[partial(qi, h, c)]);
     }
-    float l = 0.0;
+    float l = SINKS ? exp(sinks[h] - m) : 0.0;
     vec4 acc[HD4];
     [[unroll]] for (uint i = 0u; i < HD4; i++) {
         acc[i] = vec4(0.0);
@@ -288,8 +293,9 @@ void main() {
             qv[r * HD4 + i] = x[i];
             acc[r * HD4 + i] = vec4(0.0);
         }
-        m[r] = -1.0 / 0.0;
-        l[r] = 0.0;
+        const bool sink = SINKS && SPLIT == 0u;
+        m[r] = sink ? sinks[hl + r % LANE_HEADS] : -1.0 / 0.0;
+        l[r] = sink ? 1.0 : 0.0;
     }
 
     // The workgroup's keys: t_begin .. t_end - 1 (its split's, to the tile's last position).

@@ -32,9 +32,10 @@ from vkq.llama.vector_ops import (Attention, AttentionShape, SoftCap, SwiGLU, Ve
 SOFTCAP, SCALE = 3.0, 0.3  # a cap the scores reach, and not 1 / sqrt(head_dim)
 
 
-def windowed64(shape: AttentionShape, q, keys, values, positions):
+def windowed64(shape: AttentionShape, q, keys, values, positions, sinks=None):
     """float64 attention of queries q (n, H, hd) at `positions` over keys/values (T, Hkv, hd),
-    each over its window only (shape.window; 0: every position up to its own), scaled and capped as shape says."""
+    each over its window only (shape.window; 0: every position up to its own), scaled and capped as shape says;
+    sinks (H,): each head's sink in its softmax's denominator."""
     out = np.zeros(q.shape, np.float64)
     group = shape.n_head // shape.n_head_kv
     for i, p in enumerate(positions):
@@ -43,8 +44,10 @@ def windowed64(shape: AttentionShape, q, keys, values, positions):
             s = keys[first:p + 1, h // group] @ q[i, h] * shape.query_scale
             if shape.softcap:
                 s = shape.softcap * np.tanh(s / shape.softcap)
-            e = np.exp(s - s.max())
-            out[i, h] = (e / e.sum()) @ values[first:p + 1, h // group]
+            top = s.max() if sinks is None else max(s.max(), sinks[h])
+            e = np.exp(s - top)
+            total = e.sum() + (0.0 if sinks is None else np.exp(sinks[h] - top))
+            out[i, h] = (e / total) @ values[first:p + 1, h // group]
     return out
 
 
@@ -61,10 +64,12 @@ def poisoned_caches(backend, shape: AttentionShape, keys, values, p0: int, n: in
     return upload(backend, lay(keys)), upload(backend, lay(values))
 
 
-def attend(backend, shape, p0, n, tiled=False, split=None, seed=0, tiles=None):
+def attend(backend, shape, p0, n, tiled=False, split=None, seed=0, tiles=None, sinks=None):
     """n queries at p0 .. p0 + n - 1 (each a decode step of its own, or one
-    chunk: tiled, or Attention over n > 1) on poisoned caches: (out, expected)."""
+    chunk: tiled, or Attention over n > 1) on poisoned caches, with the
+    heads' sinks where given: (out, expected)."""
     r = np.random.default_rng(seed)
+    sink_t = None if sinks is None else upload(backend, sinks)
     old = [r.standard_normal((p0, shape.n_head_kv, shape.head_dim)).astype(np.float32) for _ in "kv"]
     q, k, v, qkv = step_inputs(r, shape, n)
     freqs = inv_freq(shape.n_rot, base=500.0)
@@ -78,15 +83,15 @@ def attend(backend, shape, p0, n, tiled=False, split=None, seed=0, tiles=None):
     pos = upload(backend, positions, np.int32)
     if tiled:
         op = TiledAttention(backend.device, shape, *qkv_parts(t, shape), k_c, v_c, table, pos, Vectors(out, qd), n,
-                            split=split, tiles=tiles)
+                            split=split, tiles=tiles, sinks=sink_t)
     else:
         scores = backend.tensor(attention_scratch_size(backend.device, shape, split, n))
         op = Attention(backend.device, shape, *qkv_parts(t, shape), k_c, v_c, table, pos, scores, Vectors(out, qd),
-                       split=split, n=n)
+                       split=split, n=n, sinks=sink_t)
     run(backend, [op], [out, k_c, v_c])
     keys = np.concatenate([old[0], rope64(k, positions, freqs, shape.n_rot, shape.neox)])
     values = np.concatenate([old[1], v]).astype(np.float64)
-    want = windowed64(shape, rope64(q, positions, freqs, shape.n_rot, shape.neox), keys, values, positions)
+    want = windowed64(shape, rope64(q, positions, freqs, shape.n_rot, shape.neox), keys, values, positions, sinks)
     return out.read().reshape(n, shape.n_head, shape.head_dim), want
 
 
@@ -130,6 +135,27 @@ def test_tiled_windows_in_tiles_and_splits(backend):
     for split in (0, 8):
         got, want = attend(backend, shape, 21, 9, tiled=True, split=split, tiles=tiles, seed=split)
         assert np.isfinite(got).all() and ref.nmse(got, want) < NMSE_F32, split
+
+
+SINKS = np.array([2.0, -1.0, 0.5, 30.0], np.float32)  # a sink per head: one outweighs every score
+
+
+@pytest.mark.parametrize("kind, split", [("decode", 0), ("decode", 3), ("attention", 0), ("tiled", 0),
+                                         ("tiled", 8)])
+def test_sinks_with_windows(backend, kind, split):
+    """gpt-oss's attention sinks (a logit per query head in the softmax's
+    denominator) with a sliding window of 4 (gpt-oss slides too): a decode
+    step (one workgroup per head, or splits whose combine takes the sink),
+    a chunk through Attention and through TiledAttention (the online
+    softmax starts from the sink; with splits the combine takes it),
+    against float64; a sink of 30 leaves its head's output near 0."""
+    shape = dataclasses.replace(shape_of(4, capacity=64), softcap=0.0)
+    n = 1 if kind == "decode" else 9
+    got, want = attend(backend, shape, 11, n, tiled=kind == "tiled", split=split or None, seed=5, sinks=SINKS,
+                       tiles=dataclasses.replace(attention_tiles(backend.device, shape), bq=2, bkv=4, lane_queries=1)
+                       if kind == "tiled" else None)
+    assert np.isfinite(got).all() and ref.nmse(got, want) < NMSE_F32
+    assert np.abs(got[:, 3]).max() < 1e-9 < np.abs(got[:, 0]).max()
 
 
 def test_soft_cap_is_finite_for_any_logit(backend):
@@ -188,7 +214,7 @@ def test_geglu_against_float64(backend):
     g.write(gate)
     u.write(up)
     run(backend, [SwiGLU(backend.device, Vectors(g, length), Vectors(u, length), Vectors(out, length), n,
-                         gelu=True)], [out])
+                         glu="gelu")], [out])
     x = gate.astype(np.float64)
     want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) * up
     got = out.read()

@@ -182,17 +182,17 @@ class VectorOpVariant:
     """A vector op of the llama decode step (a module of vkq/llama/vector_ops/), shaders/<op>.comp;
     `subgroup`: its workgroup reductions use subgroup arithmetic (shaders/reduce.glsl);
     `texel_kv`: it reads the KV caches through texel views (attention_tiled.comp's TEXEL_KV);
-    `gelu`: its gate is GELU, not SiLU (swiglu.comp's GELU: GeGLU)."""
+    `glu`: swiglu.comp's gate, "silu", "gelu" (GELU: GeGLU) or "oai" (OAI: gpt-oss's clamped SwiGLU)."""
 
     op: str
     subgroup: bool = False
     texel_kv: bool = False
-    gelu: bool = False
+    glu: str = "silu"
 
     @property
     def name(self) -> str:
         return (self.op + ("_sg" if self.subgroup else "") + ("_tkv" if self.texel_kv else "")
-                + ("_gelu" if self.gelu else ""))
+                + ("" if self.glu == "silu" else f"_{self.glu}"))
 
     @property
     def source(self) -> str:
@@ -200,13 +200,14 @@ class VectorOpVariant:
 
     def defines(self) -> dict[str, str]:
         return {**({"REDUCE_SUBGROUP": "1"} if self.subgroup else {}), **({"TEXEL_KV": "1"} if self.texel_kv else {}),
-                **({"GELU": "1"} if self.gelu else {})}
+                **({} if self.glu == "silu" else {self.glu.upper(): "1"})}
 
 
 REDUCING_OPS = ("rms_norm", "attention", "expert_routing", "head_norm")  # the ops with workgroup reductions
 LLAMA_OPS = (*(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)),
-             *(VectorOpVariant(op) for op in ("swiglu", "argmax", "sample", "attention_tiled", "soft_cap")),
-             VectorOpVariant("swiglu", gelu=True), VectorOpVariant("attention_tiled", texel_kv=True))
+             *(VectorOpVariant(op) for op in ("swiglu", "argmax", "sample", "attention_tiled", "soft_cap", "expert_bias")),
+             *(VectorOpVariant("swiglu", glu=glu) for glu in ("gelu", "oai")),
+             VectorOpVariant("attention_tiled", texel_kv=True))
 
 
 def all_variants() -> list:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device.shader_variants import VectorOpVariant
-from .vector_ops.attention import AttentionShape, attention_depth, attention_heads, check_attention_vectors
+from .vector_ops.attention import (AttentionShape, attention_depth, attention_heads, check_attention_vectors,
+                                   check_sinks)
 from .vector_ops.common import Vectors, _ceil, _f32_bits, _groups, _Op, _size, reducing_variant
 
 # On a CPU driver an invocation takes several rows (query heads of one
@@ -179,8 +180,9 @@ class TiledAttention(_Op):
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  rope, positions, out: Vectors, n: int, tiles: AttentionTiles | None = None,
-                 split: int | None = None):
+                 split: int | None = None, sinks=None):
         super().__init__(device)
+        check_sinks("TiledAttention", shape, sinks)
         s = shape
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"TiledAttention: {n!r} queries; at least 1")
@@ -218,7 +220,7 @@ class TiledAttention(_Op):
         if positions.dtype != np.int32 or _size(positions) < n:
             raise ValueError(f"TiledAttention: {n} queries need an int32 positions tensor of {n}, got {positions!r}")
         self.tiles = tiles
-        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions)
+        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions) + ((sinks,) if sinks else ())
         self.writes = (k_cache, v_cache, out.tensor)
         scale = _f32_bits(s.query_scale)
 
@@ -228,7 +230,7 @@ class TiledAttention(_Op):
         push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
                 scale, q.step, k.step, v.step, out.step, 0, 0] + s.push_tail()
         tensors = [t.kp for t in (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions, out.tensor,
-                                  out.tensor, out.tensor)]
+                                  out.tensor, out.tensor, out.tensor)]
         self._dispatch(tensors, variant, (s.n_head_kv, 1, n), [wg, 0, 0, 0, 1, 1, int(s.neox)], push,
                        attention_depth(s, wg, 0, 1, append=True))
 
@@ -244,13 +246,18 @@ class TiledAttention(_Op):
         kinds = None
         if tiles.texel_kv:
             tensors += [k_cache.kp, v_cache.kp]
-            kinds = ["storage"] * 7 + ["texel_u32x4"] * 2
+            kinds = ["storage"] * 7 + ["texel_u32x4"] * 2 + ["storage"]
+        else:
+            tensors += [out.tensor.kp, out.tensor.kp]  # (bindings 7 and 8: read only under TEXEL_KV)
+        tensors.append((out.tensor if sinks is None else sinks).kp)  # (binding 9: read only under SINKS)
         attend = VectorOpVariant("attention_tiled", texel_kv=tiles.texel_kv)
         groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), _groups(n_split, 1))
         spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
                 s.n_rot, tiles.lane_heads, tiles.lane_queries,
-                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim))), split]
+                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim))), split, 0,
+                int(sinks is not None)]
         self._dispatch(tensors, attend, groups, spec, push, tiled_attention_depth(s, tiles, split), kinds)
         if split:
-            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1), [COMBINE_WG] + spec[1:] + [1],
-                           push, tiled_attention_combine_depth(n_split), kinds)
+            combine = [COMBINE_WG] + spec[1:12] + [1] + spec[13:]  # (COMBINE, constant 12, set)
+            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1), combine, push,
+                           tiled_attention_combine_depth(n_split), kinds)

@@ -104,8 +104,8 @@ from .model import LlamaFile
 from .profile import MatvecView, Profile, step_shape
 from .sample_op import PARAM_WORDS, RING_SLOTS, Sample, ring_of
 from .sampling import Sampling
-from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
-                         Q8_1Output, RMSNorm, SoftCap, SwiGLU, Vectors, WeightedSlots, attention_scratch_size,
+from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertBias, ExpertRouting,
+                         HeadNorm, Q8_1Output, RMSNorm, SoftCap, SwiGLU, Vectors, WeightedSlots, attention_scratch_size,
                          attention_split, launches_of, rope_table)
 
 
@@ -311,6 +311,12 @@ class GpuLlama(Decoder):
         self.head_norm_weights = [{r: constant(v, f"{r}_norm {i}") for r, v in hn.items()}
                                   for i, hn in enumerate(f.head_norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
+        # gpt-oss's: each layer's attention sinks, attention output's bias, and the router's and experts' biases.
+        self.sinks = [None if v is None else constant(v, f"attn_sinks {i}") for i, v in enumerate(f.sinks)]
+        self.out_biases = [constant(b["attn_output"], f"attn_output bias {i}") if "attn_output" in b else None
+                           for i, b in enumerate(f.biases)]
+        self.expert_biases = [{r: constant(v, f"{r} bias {i}") for r, v in eb.items()}
+                              for i, eb in enumerate(f.expert_biases)]
         # The device sampler's settings (Sampling.params) and the ring of recent tokens it reads (sample_op).
         self.sample_params = b.tensor(PARAM_WORDS, dtype=np.uint32, name="sampler settings")
         self.sample_params.write(np.zeros(PARAM_WORDS, np.uint32))
@@ -413,6 +419,8 @@ class GpuLlama(Decoder):
         h_last = scratch(cfg.n_embd, n_out, name="h of the output")  # the output norm's: the output head's input
         attn = scratch(qd, n, name="attention")
         arch = cfg.architecture
+        # The attention output's bias is added a head's width at a time where that divides it (gpt-oss's)
+        bias_width = cfg.head_dim if cfg.n_embd % cfg.head_dim == 0 else cfg.n_embd
         # The attention's and the FFN's outputs RMS-normed (Gemma's post-norms), each the residual of the norm after it.
         attn_post, ffn_post = ((scratch(cfg.n_embd, n, name=f"{what} post-norm") for what in ("attention", "ffn"))
                                if arch.post_norms else (None, None))
@@ -522,28 +530,32 @@ class GpuLlama(Decoder):
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
             if tiled:
                 g.add(TiledAttention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i],
-                                     positions, Vectors(attn, qd), n))
+                                     positions, Vectors(attn, qd), n, sinks=self.sinks[i]))
             else:
                 g.add(Attention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i], positions,
                                 self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
-                                heads=None if self.spread else 1, spread=self.spread, fold=self.fold))
+                                heads=None if self.spread else 1, spread=self.spread, fold=self.fold,
+                                sinks=self.sinks[i]))
             if attn_post is not None:
                 matvec(layer.attn_output, attn)
                 g.add(RMSNorm(dev, part(pre + "attn_output.weight"), norm["post_attention_norm"],
                               Vectors(attn_post, cfg.n_embd), cfg.rms_eps, n, spread=self.spread),
                       label="RMSNorm post_attention_norm")
                 x_next = other(x)
-                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
+                g.add(RMSNorm(dev, x, norm[arch.ffn_norm], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
                               residual=Vectors(attn_post, cfg.n_embd), xq=hq, x_out=x_next, spread=self.spread))
                 x = x_next
-            elif folds(layer.attn_output):
+            elif folds(layer.attn_output) and self.out_biases[i] is None:
                 matvec(layer.attn_output, attn, out=x.tensor, accumulate=True)  # x += o
-                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, xq=hq,
+                g.add(RMSNorm(dev, x, norm[arch.ffn_norm], Vectors(h, cfg.n_embd), cfg.rms_eps, n, xq=hq,
                               spread=self.spread))
             else:
                 matvec(layer.attn_output, attn)
+                if self.out_biases[i] is not None:  # (elementwise: heads of head_dim spread it, the same bits)
+                    g.add(HeadNorm(dev, part(pre + "attn_output.weight"), bias_width, n, bias=self.out_biases[i]),
+                          label="bias attn_output")
                 x_next = other(x)
-                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
+                g.add(RMSNorm(dev, x, norm[arch.ffn_norm], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
                               residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, spread=self.spread))
                 x = x_next
             if layer.router is None:
@@ -553,7 +565,7 @@ class GpuLlama(Decoder):
                     for names in layer.gate_up:
                         matvec(names, h)
                     g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
-                                 Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q, gelu=arch.glu == "gelu"))
+                                 Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q, glu=arch.glu))
                 if ffn_post is not None:
                     matvec(layer.down, swiglu)
                     g.add(RMSNorm(dev, part(pre + "ffn_down.weight"), norm["post_ffw_norm"],
@@ -569,6 +581,10 @@ class GpuLlama(Decoder):
                 continue
             # The experts: router, top-k, MUL_MAT_ID of gate|up for the chosen ones, SwiGLU, down, weighted sum.
             matvec(layer.router, h)
+            eb = self.expert_biases[i]
+            if eb:
+                g.add(HeadNorm(dev, part(pre + "ffn_gate_inp.weight"), cfg.n_expert, n, bias=eb["ffn_gate_inp"]),
+                      label="bias ffn_gate_inp")
             g.add(ExpertRouting(dev, part(pre + "ffn_gate_inp.weight"), expert_ids, expert_weights, k_used, n))
             if fused_swiglu(layer):
                 matvec(layer.gate_up[0], h, expert_ids, out=swiglu, glu=True)
@@ -576,8 +592,14 @@ class GpuLlama(Decoder):
                 for names in layer.gate_up:
                     matvec(names, h, expert_ids)
                 gate, up = part(pre + "ffn_gate_exps.weight"), part(pre + "ffn_up_exps.weight")
-                g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n_slots, xq=swiglu_q))
+                for role, vectors in (("ffn_gate_exps", gate), ("ffn_up_exps", up)) if eb else ():
+                    g.add(ExpertBias(dev, vectors, eb[role], expert_ids, n_slots, cfg.n_expert),
+                          label=f"bias {role}")
+                g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n_slots, xq=swiglu_q, glu=arch.glu))
             matvec(layer.down, swiglu, expert_ids)
+            if eb:
+                g.add(ExpertBias(dev, Vectors(y[layer.down], cfg.n_embd), eb["ffn_down_exps"], expert_ids, n_slots,
+                                 cfg.n_expert), label="bias ffn_down_exps")
             residual = Vectors(y[layer.down], cfg.n_embd)
             slots = WeightedSlots(expert_weights, k_used)
         # Only the last n_out tokens' logits are wanted: the output norm and head take their vectors alone.

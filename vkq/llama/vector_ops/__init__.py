@@ -24,6 +24,7 @@ mat-vec's output, and a stride).
   softmax weights
   (the weighted sum of the selected experts' outputs is the residual of the
   RMSNorm after them: WeightedSlots).
+- ExpertBias: a mixture of experts' biases, each slot its expert's row (gpt-oss).
 - SoftCap: c * tanh(x / c) in place (Gemma 2's final logits).
 - Argmax: greedy sampling, numpy's argmax order.
 
@@ -57,5 +58,6 @@ from .attention import (ATTENTION_GPU_DEPTH, ATTENTION_WORKGROUPS_PER_UNIT, GPU_
 from .swiglu import SWIGLU_WG, SwiGLU, swiglu_depth  # noqa: F401
 from .head_norm import HeadNorm, head_norm_depth  # noqa: F401
 from .expert_routing import ExpertRouting, expert_routing_depth  # noqa: F401
+from .expert_bias import EXPERT_BIAS_WG, ExpertBias, expert_bias_depth  # noqa: F401
 from .soft_cap import SOFT_CAP_WG, SoftCap, soft_cap_depth  # noqa: F401
 from .argmax import ARGMAX_SPAN, ARGMAX_WG, Argmax, argmax_depth, argmax_parts  # noqa: F401

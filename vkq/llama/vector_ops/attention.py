@@ -315,6 +315,12 @@ def attention_scratch_size(device, shape: AttentionShape, split: int | None = No
     return queries * (4 * _ceil(shape.n_head * shape.capacity, 4) + records + 4 * _ceil(shape.n_head, 4))
 
 
+def check_sinks(op: str, shape: AttentionShape, sinks) -> None:
+    """Attention sinks, where given: a float32 tensor of a value per query head."""
+    if sinks is not None and (sinks.dtype != np.float32 or _size(sinks) < shape.n_head):
+        raise ValueError(f"{op}: sinks must be float32, one per query head ({shape.n_head}), got {sinks!r}")
+
+
 def check_attention_vectors(op: str, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, out: Vectors,
                             n: int) -> None:
     """An attention op's q, k, v and out hold n vectors of the lengths its
@@ -335,7 +341,9 @@ class Attention(_Op):
     and of the new key k, k and v appended to the caches at pos[i], then out
     = softmax(q . K^T / sqrt(head_dim)) V per query head over positions 0 ..
     pos[i] (shape.window: the window's last positions only; shape.scale
-    for 1 / sqrt(head_dim); shape.softcap: the scores soft-capped). q, k, v: the new vectors, unrotated (parts of the stacked Q/K/V
+    for 1 / sqrt(head_dim); shape.softcap: the scores soft-capped; sinks: a
+    float32 tensor of a logit per query head that joins each head's softmax
+    denominator, gpt-oss's). q, k, v: the new vectors, unrotated (parts of the stacked Q/K/V
     mat-vec's output); table: rope_table(inv_freq, shape.capacity); scores:
     a float32 scratch tensor of attention_scratch_size(device, shape, split,
     n) values. The caller keeps the positions below the capacity and
@@ -360,8 +368,9 @@ class Attention(_Op):
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  table, pos, scores, out: Vectors, xq: Q8_1Output | None = None, split: int | None = None,
-                 n: int = 1, heads: int | None = None, spread: bool = True, fold: bool = False):
+                 n: int = 1, heads: int | None = None, spread: bool = True, fold: bool = False, sinks=None):
         super().__init__(device)
+        check_sinks("Attention", shape, sinks)
         s = shape
         check_attention_vectors("Attention", s, q, k, v, out, n)
         for cache, what in ((k_cache, "K cache"), (v_cache, "V cache")):
@@ -380,13 +389,15 @@ class Attention(_Op):
         if xq is not None and s.head_dim % CHUNK:
             raise ValueError(f"Attention: a Q8_1 output needs head_dim a multiple of {CHUNK}, got {s.head_dim}")
         xq_t, planes, xq_stride = _q8_1_params(out, xq, n, "Attention")
-        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos)
+        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos) + ((sinks,) if sinks else ())
         self.writes = (k_cache, v_cache, scores, out.tensor) + ((xq_t,) if xq else ())
         self.quantized = (out.tensor, xq_t, planes) if xq else None
         push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
                 _f32_bits(s.query_scale), q.step, k.step, v.step, out.step, xq_stride,
                 attention_scratch_size(device, s, split)] + s.push_tail()
-        tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t]
+        # (without sinks, out's tensor fills their binding: the shader reads it only under SINKS)
+        tensors = [q.tensor, k.tensor, v.tensor, k_cache, v_cache, table, pos, scores, out.tensor, xq_t,
+                   out.tensor if sinks is None else sinks]
         variant, _ = reducing_variant(device, "attention")
         kps = [t.kp for t in tensors]
         self.split = split
@@ -413,7 +424,8 @@ class Attention(_Op):
                 depth += attention_fold_rounds(launch, split, heads) * combine_depth
             self._dispatch(kps, variant, groups, [wg, planes, split, int(combine), pass_, heads, int(s.neox), lanes,
                                                   rows, int(folded), cw if combine or folded else 1,
-                                                  crows if combine or folded else 1], push, depth)
+                                                  crows if combine or folded else 1, int(sinks is not None)], push,
+                           depth)
 
         if n > 1:
             dispatch((s.n_head_kv, 1, n), False, 1)
