@@ -40,6 +40,8 @@ import ggml_quant
 from test_gpu_table_configs import gpu_configs
 from tiny_llama import write_gguf
 from tiny_gemma import write_gemma
+from tiny_gpt_oss import write_gpt_oss
+from tiny_phi3 import write_phi3
 from tiny_qwen import write_qwen
 from vkq.llama.architectures import ARCHITECTURES
 from vkq.llama.gpu_step import GpuLlama
@@ -128,10 +130,12 @@ def test_one_summation_order_per_matrix_on_every_device(dispatcher):
 # A tiny model of every architecture the decoder runs (and llama's mixture of experts).
 TINY_MODELS = {"llama": lambda path: write_gguf(path), "llama-moe": lambda path: write_gguf(path, experts=(6, 2)),
                **{arch: (lambda path, arch=arch: write_qwen(path, arch)) for arch in ("qwen2", "qwen3", "qwen3moe")},
-               **{arch: (lambda path, arch=arch: write_gemma(path, arch, scale=2.5)) for arch in ("gemma2", "gemma3")}}
-# The rows test in the default suite for these, slow for the others (the sliding windows': gemma2's graph engine)
+               **{arch: (lambda path, arch=arch: write_gemma(path, arch, scale=2.5)) for arch in ("gemma2", "gemma3")},
+               "phi3": lambda path: write_phi3(path, scale=2.5), "gpt-oss": lambda path: write_gpt_oss(path, scale=2.5)}
+# The rows test in the default suite for these, slow for the others (the sliding windows': gemma2's graph engine;
+# gpt-oss's sinks and expert biases: its graph engine)
 ROWS_FAST = {(m, e) for m in ("llama", "llama-moe", "qwen2", "qwen3", "qwen3moe") for e in ("graph", "host")} | {
-    ("gemma2", "graph")}
+    ("gemma2", "graph"), ("gpt-oss", "graph")}
 
 
 def test_every_architecture_has_a_tiny_model():
