@@ -150,6 +150,14 @@ def cmd_report(args) -> int:
                       n_gen=args.n_gen)
 
 
+def cmd_pipelines(args) -> int:
+    from . import pipelines
+
+    return pipelines.run(args.model or [pipelines.DEFAULT_MODEL], output=args.output, device=args.device, activations=args.activations,
+                         types=block_types(args.types), ops=args.op, columns=args.columns, validate=args.validate,
+                         ggml=args.ggml, step=args.step)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="vkq", description="Quantized (GGUF) mat-vec and mat-mat on Vulkan devices, and greedy "
                        "decoding of llama and Qwen GGUF models with them. `vkq COMMAND --help`: a command's options; "
@@ -383,6 +391,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("pipelines", help="every pipeline vkq would create for a model, compiled by this device's "
+                                         "driver: registers, spills, shared memory, occupancy",
+                       description="Every pipeline vkq's dispatcher would create on this device for a model's "
+                                   "shapes (each type's mat-vec on both paths at 1..8 columns, MUL_MAT_ID, the "
+                                   "prompt's mat-mat tiles, the cooperative-matrix kernel), compiled by the "
+                                   "driver, with its statistics (VK_KHR_pipeline_executable_properties) and the "
+                                   "table entry that chose it. Runs on Mesa's null GPUs too (tools/mesa26.sh).")
+    p.add_argument("-m", "--model", action="append", default=[],
+                   help="a preset NAME:MIX (vkq bench --list) or a .gguf file (default: llama-3.1-8b:Q4_K_M); "
+                        "repeat for more: their pipelines together, each once")
+    p.add_argument("--types", default="all", help="comma-separated block types (default: all of the model's)")
+    p.add_argument("--op", action="append", default=None,
+                   help="only this op (repeat for more): mat-vec, MUL_MAT_ID, mat-mat, MUL_MAT_ID mat-mat, coopmat, "
+                        "step (the recorded step's, as --step)")
+    p.add_argument("--columns", type=positive_int, action="append", default=None,
+                   help="only the mat-vecs of this many columns (repeat for more; 1..8)")
+    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=None,
+                   help=f"the int8 path's activation format (default: vkq generate's, {GENERATE_ACTIVATIONS})")
+    p.add_argument("--validate", action="store_true",
+                   help="under the Khronos validation layer; its messages per pipeline")
+    p.add_argument("--step", action="store_true",
+                   help="also every pipeline of the model's decode step, 512-token prompt chunk and draft "
+                        "verification as recorded on the device (norms, attention at 512 and 32768 positions, "
+                        "argmax, ...; a preset is written as a 2-layer file of its shapes first), and with "
+                        "--validate what the layer says while they are recorded and replayed")
+    p.add_argument("--ggml", metavar="LIB", nargs="?", const="", default=None,
+                   help="also ggml-vulkan's own Q4_0 and Q4_K mat-vecs from its libggml-vulkan.so (default: the "
+                        "llama-server wheel's), compiled by the same driver")
+    p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    p.set_defaults(func=cmd_pipelines)
     return ap
 
 

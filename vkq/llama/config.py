@@ -99,7 +99,9 @@ class LlamaConfig:
     attn_softcap: float = 0.0  # attention scores soft-capped at this (0: not)
     final_softcap: float = 0.0  # the logits soft-capped at this (0: not)
     n_swa: int = 0  # the sliding window of the architecture's sliding layers (0: none)
-    rope_attn_factor: float = 1.0  # cos and sin scaled by it ({arch}.rope.scaling.attn_factor)
+    # RoPE's cos and sin are multiplied by it ({arch}.rope.scaling.attn_factor: ggml's mscale),
+    # so each rotated value of Q and K is, and their products by its square.
+    rope_attn_factor: float = 1.0
     yarn: tuple[float, float, float] | None = None  # YaRN's (factor, beta_fast, beta_slow), where the file scales so
     n_ctx_orig: int = 0  # rope_factors: the long ones past this context (rope.scaling.original_context_length)
 
@@ -188,16 +190,18 @@ class LlamaConfig:
             yarn = (-rope_scale, number("rope.scaling.yarn_beta_fast", 32.0, above=0),
                     number("rope.scaling.yarn_beta_slow", 1.0, above=0))
             rope_scale = 1.0
+        # llama.cpp multiplies its attention factor (cparams.yarn_attn_factor, 1 unless YaRN
+        # scales) by this key whatever the scaling type; YaRN at factor 1 adds nothing to it.
+        rope_attn_factor = number("rope.scaling.attn_factor", 1.0, above=0)
         return cls(
             arch=arch, n_layer=count("block_count"), n_embd=n_embd, n_ff=n_ff,
             n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot,
             # A base of 1 or less would turn every pair by a radian or more per
             # position: no model is trained so; NaN or 0 is a corrupt file.
             rope_base=number("rope.freq_base", 10000.0, above=1),
-            rope_scale=rope_scale, yarn=yarn,
+            rope_scale=rope_scale, yarn=yarn, rope_attn_factor=rope_attn_factor,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
             n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
-            rope_attn_factor=number("rope.scaling.attn_factor", 1.0, above=0),
             n_ctx_orig=count("rope.scaling.original_context_length", count("context_length", 4096)),
             **attention,
         )

@@ -719,8 +719,10 @@ class Decoder(ABC):
                  speculative: str | Drafter | None = None, draft_max: int | None = None, steps_per_submit: int = 1,
                  sampling: Sampling | None = None, stop: Sequence[str] = ()) -> tuple[str, list[int], GenerationStats]:
         """The continuation of a text prompt: (text, generated ids, stats).
-        on_text receives the text as it grows, piece by piece (whole
-        characters); on_token each generated id; stop: strings that end the
+        The text is the new tokens' pieces joined, as llama-server's (the
+        tokenizer's decode with continuation). on_text receives it as it
+        grows, piece by piece (whole characters; all of it by the end);
+        on_token each generated id; stop: strings that end the
         generation, left out of the text; speculative, draft_max,
         steps_per_submit, sampling: as greedy's (greedy by default)."""
         if not isinstance(prompt, str):

@@ -113,11 +113,11 @@ def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox:
          mscale: float = 1.0) -> np.ndarray:
     """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]), or
     (neox) pairs (x[i], x[i + n_rot/2]); values past n_rot stay as they are.
-    cos and sin of float64 angles, times mscale (ggml's attn_factor), rounded
-    to float32 (as the GPU's table)."""
+    cos and sin of float64 angles, times mscale (the config's rope_mscale),
+    rounded to float32 (as the GPU's table)."""
     ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
-    cos = (mscale * np.cos(ang)).astype(np.float32)[:, None, :]
-    sin = (mscale * np.sin(ang)).astype(np.float32)[:, None, :]
+    cos = (np.cos(ang) * mscale).astype(np.float32)[:, None, :]
+    sin = (np.sin(ang) * mscale).astype(np.float32)[:, None, :]
     first, second = (slice(0, n_rot // 2), slice(n_rot // 2, n_rot)) if neox else (
         slice(0, n_rot, 2), slice(1, n_rot, 2))
     x0, x1 = x[..., first], x[..., second]

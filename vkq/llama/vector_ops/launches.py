@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...dispatch import gpu_classes
 from ...dispatch.classify import DeviceClass
 
 class LaunchesOf:
@@ -42,12 +43,14 @@ class LaunchCaps:
 
 
 # GPU classes whose launches a step can be recorded with on any device
-# (LaunchesOf; `vkq generate --shape nvidia`): their reported caps; for the
-# compute units, a proxy of the class (an H100's 132 SMs), which only sizes
-# the attention's splits (attention_split), and for the table an H100's
+# (LaunchesOf; `vkq generate --shape nvidia`): their facts
+# (vkq.dispatch.gpu_classes: the wave, the workgroup limit, and for the
+# compute units a proxy of the class, an H100's 132 SMs, which only sizes
+# the attention's splits, attention_split), and for the table an H100's
 # class (Turing or newer).
+_NVIDIA = gpu_classes.CLASSES["nvidia/turing+"]
 GPU_LAUNCH_CAPS = {
-    "nvidia": LaunchCaps("discrete", 32, True, 1024, 132,  # every NVIDIA GPU since Kepler: warps of 32
+    "nvidia": LaunchCaps("discrete", _NVIDIA.wave, True, _NVIDIA.max_workgroup_invocations, _NVIDIA.compute_units,
                          DeviceClass("nvidia", "turing+", "proprietary", ("vkq.llama: an H100's class",))),
 }
 
