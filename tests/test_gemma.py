@@ -15,8 +15,9 @@ SentencePiece vocabulary as Gemma's is written):
 - slow: llama.cpp's quantizer writes each model as Q4_0 and Q4_K_M (from
   F32; at these widths Q4_K_M's matrices are Q5_0 and Q8_0, its fallbacks
   for rows not of 256-value blocks, but attn_output's in Q4_K),
-  llama-server decodes the reference's greedy tokens up to its first
-  near-tie, and so does vkq on both engines and both paths, its
+  llama-server decoded the reference's greedy tokens up to its first
+  near-tie (its tokens kept as data: tests/llama_cpp_reference.py; run
+  again where it runs), and so does vkq on both engines and both paths, its
   teacher-forced logits within NMSE 1e-3 of the reference's.
 - with libllama: the tokenizer gives its ids on hard text.
 """
@@ -27,6 +28,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
@@ -159,7 +161,6 @@ def test_bad_files_are_named(tmp_path, capsys, arch, change, match):
 # -- llama.cpp's quantizer, llama-server and libllama's tokenizer ---------------------------------
 
 FILE_TYPES = ("Q4_0", "Q4_K_M")
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 
 
 @pytest.fixture(scope="module", params=FILE_TYPES)
@@ -179,7 +180,7 @@ def quantized(request, tiny, tmp_path_factory):
 def quantized_runs(quantized):
     """(the reference's run, llama.cpp's greedy tokens) of the quantized file, kept by content."""
     arch, ftype, path = quantized
-    want, llama_cpp = cached_runs(f"{arch}-{ftype}", path, PROMPTS[arch][ftype], N_TOKENS)
+    want, llama_cpp = cached_runs("test_gemma", f"{arch}-{ftype}", path, PROMPTS[arch][ftype], N_TOKENS)
     # llama-server's ignore_eos bans the end-of-generation tokens, which greedy decoding may pick otherwise
     eog = LlamaModel(path, path_mode="numpy").tokenizer.eog_ids
     assert not set(want.tokens[:want.compared]) & set(eog), f"{want.tokens}: a poor prompt, it reaches {eog}"
@@ -192,6 +193,13 @@ def quantized_runs(quantized):
 def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
     want, llama_cpp = quantized_runs
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+@pytest.mark.slow
+def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs):
+    arch, ftype, path = quantized
+    want = quantized_runs[0]
+    llama_cpp_reference.check_live("test_gemma", f"{arch}-{ftype}", path, want.ids, N_TOKENS, want.compared)
 
 
 @pytest.mark.slow
@@ -208,15 +216,15 @@ HARD_TEXTS = ["  two  spaces,\tand a tab\n\n\nthree newlines   ", "日本語の�
               "x<sep>!y<sep>z", "\u00e9t\u00e9 na\u00efve \u2581 \u2581\u2581"]
 
 
-@needs_libllama
 def test_gemma_vocabulary_equals_llama_cpp(tmp_path):
     """Gemma's SentencePiece vocabulary as Gemma files hold it (no space
     prefix, BOS added, byte fallback over all 256 bytes, control tokens for
-    the turn markers): vkq's ids are libllama's on hard text, and decode to it."""
+    the turn markers): vkq's ids are libllama's on hard text, and decode to
+    it (libllama's answers kept as data where it cannot run: tests/llama_vocab.Witness)."""
     import gguf
 
     import spm_vocab
-    from llama_vocab import LlamaVocab
+    from llama_vocab import Witness
 
     V = gguf.GGUFValueType
     vocab = spm_vocab.gguf_tokenizer(spm_vocab.train())
@@ -232,7 +240,7 @@ def test_gemma_vocabulary_equals_llama_cpp(tmp_path):
 
     path = write_gguf(tmp_path / "gemma-vocab.gguf", tokenizer=vocab)
     tok = LlamaModel(path, path_mode="numpy").tokenizer
-    with LlamaVocab(path) as witness:
+    with Witness(path, "gemma: SentencePiece, no space prefix, turn markers") as witness:
         for text in HARD_TEXTS:
             ids = tok.encode(text)
             assert ids == witness.tokenize(text), text

@@ -13,13 +13,14 @@ YaRN RoPE, o200k's pre-tokenizer):
   reference's logits by far more; files missing what the row needs are
   refused in one line;
 - slow: llama.cpp's quantizer writes the experts in MXFP4 (MXFP4_MOE; the
-  attention's matrices F16, see below), llama-server decodes the
-  reference's greedy tokens up to its first near-tie, and so does vkq on
-  both engines and both paths.
+  attention's matrices F16, see below), llama-server decoded the
+  reference's greedy tokens up to its first near-tie (its tokens kept as
+  data: tests/llama_cpp_reference.py; run again where it runs), and so
+  does vkq on both engines and both paths.
 
-llama-server b10434 on this project's x86 test machines runs some of a
-gpt-oss file's products on its CPU backend, whose Q8_0 and repacked MXFP4
-kernels there use AVX-VNNI instructions the CPU may lack (it stops with
+llama-server b10434 (on lavapipe) runs some of a gpt-oss file's products on
+its CPU backend, whose Q8_0 and repacked MXFP4 kernels use AVX-VNNI
+instructions that CPUs with AVX-512 VNNI alone lack (it stops with
 SIGILL): the attention's matrices are F16 and the experts' MXFP4 not
 repacked (LLAMA_ARG_REPACK=0), which leaves llama.cpp's arithmetic as it is.
 """
@@ -31,6 +32,7 @@ import math
 import numpy as np
 import pytest
 
+import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
@@ -166,7 +168,8 @@ def quantized_runs(quantized):
     """(the reference's run, llama.cpp's greedy tokens), kept by content; llama-server's MXFP4 not repacked."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLAMA_ARG_REPACK", "0")
-        want, llama_cpp = cached_runs("gpt-oss-MXFP4_MOE", quantized, PROMPTS["MXFP4_MOE"], N_TOKENS)
+        want, llama_cpp = cached_runs("test_gpt_oss", "gpt-oss-MXFP4_MOE", quantized, PROMPTS["MXFP4_MOE"],
+                                      N_TOKENS)
     eog = LlamaModel(quantized, path_mode="numpy").tokenizer.eog_ids
     assert not set(want.tokens[:want.compared]) & set(eog), f"{want.tokens}: a poor prompt, it reaches {eog}"
     print(f"gpt-oss: {llama_quant.type_summary(quantized)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
@@ -186,6 +189,13 @@ def test_the_experts_are_llama_cpp_s_mxfp4(quantized):
 def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
     want, llama_cpp = quantized_runs
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+@pytest.mark.slow
+def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs, monkeypatch):
+    monkeypatch.setenv("LLAMA_ARG_REPACK", "0")
+    want = quantized_runs[0]
+    llama_cpp_reference.check_live("test_gpt_oss", "gpt-oss-MXFP4_MOE", quantized, want.ids, N_TOKENS, want.compared)
 
 
 @pytest.mark.slow

@@ -14,14 +14,16 @@ attention factor, neox RoPE, a SentencePiece vocabulary):
   whose fused matrices are not as the metadata says are refused in one line;
 - slow: llama.cpp's quantizer writes the model as Q4_0 (short factors) and
   Q4_K_M (long factors; at these widths its Q5_0 and Q8_0), llama-server
-  decodes the reference's greedy tokens up to its first near-tie, and so
-  does vkq on both engines and both paths.
+  decoded the reference's greedy tokens up to its first near-tie (its
+  tokens kept as data: tests/llama_cpp_reference.py; run again where it
+  runs), and so does vkq on both engines and both paths.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 from conftest import assert_model_file_refused
@@ -157,7 +159,7 @@ def quantized_runs(quantized):
     reference's context is the file's (4096), llama-server's CTX: the same
     factors either way (the original context is 4096, or 128 for the long ones)."""
     ftype, path = quantized
-    want, llama_cpp = cached_runs(f"phi3-{ftype}", path, PROMPTS[ftype], N_TOKENS)
+    want, llama_cpp = cached_runs("test_phi3", f"phi3-{ftype}", path, PROMPTS[ftype], N_TOKENS)
     eog = LlamaModel(path, path_mode="numpy", ctx=CTX).tokenizer.eog_ids
     assert not set(want.tokens[:want.compared]) & set(eog), f"{want.tokens}: a poor prompt, it reaches {eog}"
     print(f"phi3 {ftype}: {llama_quant.type_summary(path)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
@@ -169,6 +171,13 @@ def quantized_runs(quantized):
 def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
     want, llama_cpp = quantized_runs
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+@pytest.mark.slow
+def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs):
+    ftype, path = quantized
+    want = quantized_runs[0]
+    llama_cpp_reference.check_live("test_phi3", f"phi3-{ftype}", path, want.ids, N_TOKENS, want.compared)
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ PRE_TOKENIZERS = {
     "gpt-2": PreTokenizer((_GPT2_REGEX,)),
     **dict.fromkeys(("llama-bpe", "llama3", "llama-v3", "falcon3"), _LLAMA3),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen"), PreTokenizer((_QWEN2_REGEX,), clean_spaces=False)),
-    "gpt-4o": PreTokenizer((_GPT4O_REGEX,)),
+    "gpt-4o": PreTokenizer((_GPT4O_REGEX,), clean_spaces=False),
     **dict.fromkeys(("starcoder", "refact", "codeshell", "exaone", "minerva-7b"), _DIGITS),
     **dict.fromkeys(("smollm", "command-r"), replace(_DIGITS, clean_spaces=False)),
 }
