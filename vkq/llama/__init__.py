@@ -1,7 +1,7 @@
-"""A llama-architecture decoder on vkq (`vkq generate`), and Qwen's, Gemma's and Phi-3's, by job:
+"""A llama-architecture decoder on vkq (`vkq generate`), and Qwen's, Gemma's, Phi-3's and gpt-oss's, by job:
 
-- architectures: the architectures it runs (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3), one
-  row each;
+- architectures: the architectures it runs (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3,
+  gpt-oss), one row each;
 - config: what a llama GGUF must hold, its hyper-parameters (refusals here);
 - model: the parsed, checked file, shared by every engine;
 - matvecs: the weight mat-vecs of the host engine, grouped into stacked calls;

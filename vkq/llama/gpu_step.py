@@ -12,8 +12,9 @@ runs on the device, layer by layer:
       (Qwen2: q|k|v += biases; Qwen3, Gemma 3: q, k RMS-normed per head) HeadNorm
       K/V cache[pos] = rope(k), v;                          Attention
       a = attention(rope(q), K/V cache[0..pos])
-        (Gemma: the layer's window of positions, its RoPE table; Gemma 2: soft-capped scores)
-      o = W_o a  (Gemma: o = rms_norm(o, post_attention_norm))   RMSNorm
+        (Gemma, gpt-oss: the layer's window of positions, its RoPE table; Gemma 2: soft-capped
+        scores; gpt-oss: each head's sink in the softmax's denominator)
+      o = W_o a  (gpt-oss: += bias; Gemma: o = rms_norm(o, post_attention_norm))   HeadNorm, RMSNorm
       h = rms_norm(x += o, ffn_norm)                        RMSNorm
       s = silu(W_gate h) * (W_up h);  d = W_down s         mat-vec with SwiGLU, mat-vec
         (Gemma: gelu, GeGLU, an op of its own; d = rms_norm(d, post_ffw_norm))
@@ -33,7 +34,9 @@ A mixture-of-experts layer's FFN (Mixtral's layout) instead:
       (d = sum_j w[j] d[j]: the next norm's residual)       RMSNorm
 
 with the ids written on the device by the router's op, in range by its
-construction (vkq.graph's note on ids).
+construction (vkq.graph's note on ids); gpt-oss's biases on the router
+(HeadNorm) and on each slot's gate, up and down (ExpertBias: its expert's
+row), and its clamped SwiGLU (SwiGLU's glu "oai").
 
 The weight matrices are those of the host engine (vkq.llama.matvecs, the
 same stacking), each mat-vec the dispatcher's pipeline for it. Where gate
