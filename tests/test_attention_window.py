@@ -11,8 +11,8 @@ exactly its window. Windows of 1, 4 and 16 positions, queries at the
 window's edges (p = W - 2 .. W + 1) and far past it, one at a time (a
 decode step) and in chunks, with the positions of a head in one workgroup
 or split over several (the split's edges inside and outside the window),
-and a context of 300 positions. Soft-capping stays finite for any logit,
-infinities included.
+and a context of 300 positions (a few cases in the default suite, the rest
+slow). Soft-capping stays finite for any logit, infinities included.
 """
 from __future__ import annotations
 
@@ -99,8 +99,9 @@ def shape_of(window, capacity=80, **kw):
     return AttentionShape(4, 2, 32, 32, capacity, neox=True, window=window, softcap=SOFTCAP, scale=SCALE, **kw)
 
 
-@pytest.mark.parametrize("window", [1, 4, 16])
-@pytest.mark.parametrize("split", [0, 3, 8])
+@pytest.mark.parametrize("window, split", [
+    pytest.param(w, s, marks=() if (w, s) in ((4, 0), (4, 3)) else pytest.mark.slow)
+    for w in (1, 4, 16) for s in (0, 3, 8)])
 def test_a_decode_step_sees_its_window_only(backend, window, split):
     """One query at each position around the window's edge and past it: its
     own window of keys, whatever the split (0: one workgroup per head; 3 and
@@ -112,8 +113,9 @@ def test_a_decode_step_sees_its_window_only(backend, window, split):
         assert ref.nmse(got, want) < NMSE_F32, p0
 
 
-@pytest.mark.parametrize("window, p0, n", [(4, 0, 9), (4, 2, 5), (16, 10, 12), (1, 3, 4), (5, 280, 7)])
-@pytest.mark.parametrize("kind", ["attention", "tiled"])
+@pytest.mark.parametrize("window, p0, n, kind", [
+    pytest.param(*case, kind, marks=() if case == (4, 2, 5) else pytest.mark.slow)
+    for case in ((4, 0, 9), (4, 2, 5), (16, 10, 12), (1, 3, 4), (5, 280, 7)) for kind in ("attention", "tiled")])
 def test_a_chunk_sees_each_query_s_window_only(backend, window, p0, n, kind):
     """A chunk of n queries from p0 (across the window's edge, and at 280 of
     300 positions): every query over its own window, the chunk's keys in the
@@ -126,6 +128,7 @@ def test_a_chunk_sees_each_query_s_window_only(backend, window, p0, n, kind):
     assert ref.nmse(got, want) < NMSE_F32
 
 
+@pytest.mark.slow
 def test_tiled_windows_in_tiles_and_splits(backend):
     """TiledAttention with tiles of 4 keys and 2 queries, and splits of 8
     positions: windows that begin inside a tile and splits wholly before a
@@ -140,8 +143,9 @@ def test_tiled_windows_in_tiles_and_splits(backend):
 SINKS = np.array([2.0, -1.0, 0.5, 30.0], np.float32)  # a sink per head: one outweighs every score
 
 
-@pytest.mark.parametrize("kind, split", [("decode", 0), ("decode", 3), ("attention", 0), ("tiled", 0),
-                                         ("tiled", 8)])
+@pytest.mark.parametrize("kind, split", [
+    pytest.param(k, s, marks=() if (k, s) in (("decode", 3), ("tiled", 0)) else pytest.mark.slow)
+    for k, s in (("decode", 0), ("decode", 3), ("attention", 0), ("tiled", 0), ("tiled", 8))])
 def test_sinks_with_windows(backend, kind, split):
     """gpt-oss's attention sinks (a logit per query head in the softmax's
     denominator) with a sliding window of 4 (gpt-oss slides too): a decode

@@ -211,7 +211,8 @@ def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path)
 
 
 # Whitespace runs, CJK, emoji, digits, Gemma's turn markers typed in the text, bytes past the vocabulary.
-HARD_TEXTS = ["  two  spaces,\tand a tab\n\n\nthree newlines   ", "日本語のテキスト 中文 한국어", "emoji 🦙🔥 ok 👍🏽",
+HARD_TEXTS = ["  two  spaces,\tand a tab\n\n\nthree newlines   ", "日本語のテキスト 中文 한국어",
+              "emoji 🦙🔥 ok 👍🏽",
               "1234567890 12.5 3,141", "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
               "x<sep>!y<sep>z", "\u00e9t\u00e9 na\u00efve \u2581 \u2581\u2581"]
 
@@ -233,7 +234,8 @@ def test_gemma_vocabulary_equals_llama_cpp(tmp_path):
         tokens.append(marker)
         scores.append(0.0)
         types.append(int(gguf.TokenType.CONTROL))
-    vocab |= {"tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING), "tokenizer.ggml.scores": (scores, V.ARRAY, V.FLOAT32),
+    vocab |= {"tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
+              "tokenizer.ggml.scores": (scores, V.ARRAY, V.FLOAT32),
               "tokenizer.ggml.token_type": (types, V.ARRAY, V.INT32),
               "tokenizer.ggml.add_space_prefix": (False, V.BOOL)}
     from tiny_llama import write_gguf

@@ -76,7 +76,8 @@ def test_fused_matrices_split_into_llama_cpp_s_rows(tiny):
         for role, want in (("attn_q", qkv[:q]), ("attn_k", qkv[q:q + kv]), ("attn_v", qkv[q + kv:]),
                            ("ffn_gate", gate_up[:ff]), ("ffn_up", gate_up[ff:])):
             assert np.array_equal(rows(f.tensors[f"blk.{i}.{role}.weight"]), want), (i, role)
-    assert f.config.arch == "phi3" and f.config.architecture.neox and f.config.rope_attn_factor == np.float32(ATTN_FACTOR)
+    cfg = f.config
+    assert cfg.arch == "phi3" and cfg.architecture.neox and cfg.rope_attn_factor == np.float32(ATTN_FACTOR)
 
 
 def test_long_factors_past_the_original_context(tmp_path):
@@ -129,7 +130,8 @@ def test_what_the_architecture_adds_is_seen(tiny, tiny_run, wrong, monkeypatch):
                                                        r"\(128, 64\) \(attn_q \| attn_k \| attn_v\)"),
     (dict(reshape={"blk.1.ffn_up.weight": (128, 64)}), r"'blk.1.ffn_up.weight' has shape \(128, 64\), expected "
                                                       r"\(256, 64\) \(ffn_gate \| ffn_up\)"),
-    (dict(fused_qkv=False, extra={"blk.0.attn_qkv.weight": (128, 64)}), "layer 0 has both 'blk.0.attn_qkv.weight' and the matrices"),
+    (dict(fused_qkv=False, extra={"blk.0.attn_qkv.weight": (128, 64)}),
+     "layer 0 has both 'blk.0.attn_qkv.weight' and the matrices"),
 ])
 def test_bad_files_are_named(tmp_path, capsys, change, match):
     assert_model_file_refused(write_phi3(tmp_path / "bad.gguf", **change), match, capsys)

@@ -535,8 +535,8 @@ class GpuLlama(Decoder):
                 g.add(TiledAttention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i],
                                      positions, Vectors(attn, qd), n, sinks=self.sinks[i]))
             else:
-                g.add(Attention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i], positions,
-                                self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
+                g.add(Attention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i],
+                                positions, self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
                                 heads=None if self.spread else 1, spread=self.spread, fold=self.fold,
                                 sinks=self.sinks[i]))
             if attn_post is not None:
