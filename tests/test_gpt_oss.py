@@ -204,3 +204,29 @@ def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path)
     want, llama_cpp = quantized_runs
     decoder = GpuLlama if engine == "graph" else LlamaModel
     check_decoder(decoder(quantized, backend, path, ctx=CTX), want, llama_cpp)
+
+
+def test_expert_bias_op(backend):
+    """ExpertBias on 7 slots (a part of each slot's vector, at an offset, as
+    a stacked gate|up MUL_MAT_ID writes them): each slot plus its expert's
+    row, exactly (one float32 addition), the values around untouched; with
+    NVIDIA's launches a value per invocation (depth 1)."""
+    from test_llama_ops import run, upload
+    from vkq.llama.vector_ops import EXPERT_BIAS_WG, ExpertBias, Vectors, launches_of
+
+    r = np.random.default_rng(4)
+    n_expert, length, slots, off, stride = 5, 70, 7, 3, 150
+    x0 = r.standard_normal((slots, stride)).astype(np.float32)
+    bias = r.standard_normal((n_expert, length)).astype(np.float32)
+    ids = np.array([4, 0, 2, 2, 1, 3, 4], np.int32)
+    x = backend.tensor(stride, slots)
+    x.write(x0)
+    run(backend, [ExpertBias(backend.device, Vectors(x, length, off), upload(backend, bias),
+                             upload(backend, ids, np.int32), slots, n_expert)], [x])
+    want = x0.copy()
+    want[:, off:off + length] += bias[ids]
+    assert np.array_equal(x.read(), want)
+    dev = launches_of(backend.device, "nvidia")
+    (launch,) = ExpertBias(dev, Vectors(x, length, off), upload(backend, bias), upload(backend, ids, np.int32), slots,
+                           n_expert).launches
+    assert launch.depth == 1 and launch.groups == (-(-length // EXPERT_BIAS_WG), slots, 1)
