@@ -494,6 +494,18 @@ class Graph:
         self.matvecs = [(proxy if v is w else v, cfg) for v, cfg in self.matvecs]
 
     # -- replaying -----------------------------------------------------------
+    @_locked
+    def record(self) -> None:
+        """Record the Kompute sequence now, and upload the host values of
+        the tensors no replay has taken yet, without running anything (the
+        first replay does this itself where it was not done): what is
+        built once goes before a replay that is timed. The graph is fixed
+        from here on."""
+        if self._destroyed:
+            raise RuntimeError("this graph was destroyed")
+        if self._seq is None:
+            self._record()
+
     def _record(self) -> None:
         dev = self.backend.device
         head = [kp.OpTensorSyncDevice([t.kp for t in self._inputs])] if self._inputs else []

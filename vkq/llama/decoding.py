@@ -46,6 +46,9 @@ class GenerationStats:
     accepted: int = 0  # of those, the ones greedy chose (and the text kept)
     draft_seconds: float = 0.0  # of decode_seconds, the drafter's (drafter.draft)
     steps_per_submit: int = 1  # the most decode steps one submit took (greedy's steps_per_submit)
+    # one-time: recording the steps this generation used first (graphs, pipelines; Decoder.recording_seconds),
+    # not counted in prompt_seconds or decode_seconds (warm_up() records them ahead: then 0)
+    record_seconds: float = 0.0
 
     # A rate over nothing (no decode step: one new token or none; no draft) is None, not 0.0.
     @property
@@ -92,6 +95,8 @@ class GenerationStats:
         pp = self.prompt_tokens_per_second
         lines = [f"prompt: {counted(self.n_prompt, 'token')} in {self.prompt_seconds:.2f} s "
                  f"({'-' if pp is None else f'{pp:.1f}'} t/s{dev_s})"]
+        if self.record_seconds:
+            lines[0] += f"; first use: steps recorded in {self.record_seconds:.2f} s (one-time, not counted)"
         if self.decode_steps:
             ms, dev = self.ms_per_token, self.device_ms_per_token
             split = (f" = {self.device_label} {dev:.1f} ms [{100 * self.device_share:.0f}%] + rest {ms - dev:.1f} ms"
@@ -294,6 +299,12 @@ class Decoder(ABC):
         """(device seconds, submits) so far: see GenerationStats."""
         return 0.0, 0
 
+    def recording_seconds(self) -> float:
+        """The seconds spent so far recording steps on their first use (a
+        one-time cost: GenerationStats.record_seconds); 0 where the engine
+        records nothing ahead of its replays."""
+        return 0.0
+
     def step_counts(self, steps: int = 1) -> tuple[float, float] | None:
         """(compute dispatches, barriers) of one decode step, where the engine
         records them; steps: of a submit of that many chained steps, per step."""
@@ -378,10 +389,12 @@ class Decoder(ABC):
             return len(out) >= n_tokens or token in ends
 
         self.reset()
-        t0, (d0, _) = time.perf_counter(), self.counters()
+        t0, (d0, _), r0 = time.perf_counter(), self.counters(), self.recording_seconds()
         token, logits = self.feed(prompt_ids, True)
         check_choice(token, logits, len(prompt_ids))
-        stats.prompt_seconds, stats.prompt_device_seconds = time.perf_counter() - t0, self.counters()[0] - d0
+        r1 = self.recording_seconds()
+        stats.prompt_seconds, stats.prompt_device_seconds = time.perf_counter() - t0 - (r1 - r0), \
+            self.counters()[0] - d0
         t0, (d0, s0) = time.perf_counter(), self.counters()
         if n_tokens and not emit(token, logits):
             if drafter is None and steps_per_submit > 1:
@@ -398,7 +411,9 @@ class Decoder(ABC):
                 drafter.start(prompt_ids + [token])
                 self._speculative_steps(drafter, draft_max, token, n_tokens - len(out), emit, stats)
         d1, s1 = self.counters()
-        stats.decode_seconds, stats.decode_device_seconds = time.perf_counter() - t0, d1 - d0
+        r2 = self.recording_seconds()
+        stats.decode_seconds, stats.decode_device_seconds = time.perf_counter() - t0 - (r2 - r1), d1 - d0
+        stats.record_seconds = r2 - r0
         stats.decode_submits = s1 - s0
         stats.n_generated = len(out)
         return Generation(out, stats, kept)
