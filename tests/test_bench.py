@@ -466,17 +466,38 @@ def test_bench_takes_the_better_of_two_bandwidth_probes(monkeypatch, capsys):
     monkeypatch.setattr(bench, "_seconds_per_pass", lambda device, algo: next(passes))
     monkeypatch.setattr(bench, "_BANDWIDTH", {})
     backend = vkq.Backend()
-    rows = bench.bench(backend, [presets.resolve("tiny-llama:Q4_0")], ["auto"], 2, 1)  # (tg only: report's call)
+    rows = bench.bench(backend, [presets.resolve("tiny-llama:Q4_0")], ["auto"], 2, 1, probe_after=True)
     best = bench.memory_bandwidth(backend.device)
-    # stderr is no terminal here: a line per finished step, with an ETA (was nothing until the table)
+    # stderr is no terminal here: a line per finished step, with an ETA (was nothing until the table); each
+    # probe announced before it runs, the second counted in the ETA of the runs before it
     err = capsys.readouterr().err.splitlines()
-    assert [line.split(":")[0] for line in err] == ["vkq bench"] * 4, err
-    assert "tiny-llama:Q4_0 auto tg2: " in err[2] and "t/s (ETA " in err[2] and err[3].endswith("(done)"), err
+    assert [line.split(":")[0] for line in err] == ["vkq bench"] * 6, err
+    assert "measuring the device's memory read bandwidth" in err[0] and "measured in" in err[1], err
+    assert "tiny-llama:Q4_0 auto tg2: " in err[3] and "t/s (ETA " in err[3], err
+    assert "measuring the memory bandwidth again" in err[4] and err[5].endswith("(done)"), err
     assert rows[0].membw_gbps == best / 1e9 and next(passes, None) is None  # both probes ran
     assert rows[0].bw_pct == pytest.approx(100 * rows[0].gbps / rows[0].membw_gbps)
     monkeypatch.setattr(bench, "_BANDWIDTH", {})
     passes = iter([1.0] * 4)
     assert bench.probe_bandwidth(backend.device) == pytest.approx(best / 4)  # the first probe read a quarter
+
+
+def test_bench_probes_again_only_after_long_tg_runs(monkeypatch, capsys):
+    """By default the second bandwidth probe runs only where there are tg
+    rows (pp rows have no % bw) and the runs took longer than
+    PROBE_AGAIN_AFTER: a short run's probe would double its time."""
+    probes = []
+    monkeypatch.setattr(bench, "probe_bandwidth", lambda device: probes.append(1) or 1e10)
+    monkeypatch.setattr(bench, "_BANDWIDTH", {0: 1e10})  # (the first probe made already)
+    backend = vkq.Backend()
+    tiny = presets.resolve("tiny-llama:Q4_0")
+    bench.bench(backend, [tiny], ["auto"], 2, 1)
+    assert probes == [] and "again" not in capsys.readouterr().err
+    monkeypatch.setattr(bench, "PROBE_AGAIN_AFTER", 0.0)
+    bench.bench(backend, [tiny], ["auto"], [], 1, n_prompt=[8])  # pp only: nothing to relate to the bandwidth
+    assert probes == []
+    bench.bench(backend, [tiny], ["auto"], 2, 1)
+    assert probes == [1] and "measuring the memory bandwidth again" in capsys.readouterr().err
 
 
 def test_percent_of_bandwidth_never_over_100():
