@@ -389,7 +389,7 @@ def test_bench_markdown(capsys):
     # Tiny models sit in the CPU's cache: faster than its memory, so no % is printed.
     assert all(r[10] == bench.OVER or float(r[10]) <= 100 for r in (table[1], table[3]))
     assert "synthetic activations" in out and "¹ mmvq falls back to dmmv" in out
-    assert "int8 path activations: q8_1 " in out and "pp: no GB/s or % bw" in out
+    assert "int8 path activations: q8_1x2 " in out and "pp: no GB/s or % bw" in out  # (vkq generate's)
 
 
 def test_bench_verbose_shows_each_matrix_config(capsys):

@@ -140,6 +140,7 @@ class Graph:
         self._quantized: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (x id, planes) -> (xq, x version)
         self._grouped: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (ids id, n_expert) -> (groups, ids version)
         self.matvecs: list[tuple[object, object]] = []  # (weights, PipelineConfig) of every mat-vec
+        self.matmuls: list[tuple[object, object]] = []  # (weights, TileConfig) of every mat-mat
         self.counts = {"barrier": 0, "quantize": 0, "group": 0, "matvec": 0, "matmul": 0, "op": 0}  # recorded
         self._seq = None
         self._submits = 0  # serial number of the last replay submitted
@@ -417,6 +418,7 @@ class Graph:
         op.record(collector)
         self._node(collector.ops, [xin], [y], keep=op, label=f"{label or 'mat-mat'} {w.qtype} {cfg.kernel}")
         self._weights[id(w)] = w
+        self.matmuls.append((w, cfg))
         self.counts["matmul"] += 1
         return y
 
@@ -468,6 +470,7 @@ class Graph:
         self._node(collector.ops, [xin, groups], [y], keep=op,
                    label=f"{label or 'MUL_MAT_ID mat-mat'} {w.qtype} {cfg.kernel}")
         self._weights[id(w)] = w
+        self.matmuls.append((w, cfg))
         self._ids_checks.append((ids, n_expert))
         self.counts["matmul"] += 1
         return y

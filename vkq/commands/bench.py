@@ -36,7 +36,7 @@ import kp
 import numpy as np
 
 from ..backend import Backend
-from ..blocks.activations import DEFAULT_ACTIVATIONS
+from ..blocks.activations import GENERATE_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.reference import dequantize
 from ..blocks.synthetic import random_weights
@@ -532,7 +532,7 @@ def token_counts(text: str, flag: str) -> list[int]:
 
 
 def run_bench(model: str, n_gen: str | int | None = None, repetitions: int = 3, path: str | None = None,
-              compare_paths: str | None = None, activations: str = DEFAULT_ACTIVATIONS, output: str = "md",
+              compare_paths: str | None = None, activations: str = GENERATE_ACTIVATIONS, output: str = "md",
               verbose: bool = False, device: int | None = None, n_prompt: str | int | None = None) -> int:
     """`vkq bench`: the table for the models (comma-separated presets or .gguf
     files): pp of each of `n_prompt` and tg of each of `n_gen` (comma-separated
@@ -641,7 +641,7 @@ def matvec_cases(types: list[str] | None, paths: list[str]) -> tuple[list[tuple[
 
 
 def bench_matvec(types: list[str] | None = None, shape: str = "4096x14336", path: str = "dmmv,mmvq",
-                 repetitions: int = 5, activations: str = DEFAULT_ACTIVATIONS, output: str = "md",
+                 repetitions: int = 5, activations: str = GENERATE_ACTIVATIONS, output: str = "md",
                  device: int | None = None) -> int:
     """`vkq bench --matvec`: one rows x K matrix per block type (`types`;
     None: all), `Backend.matvec` per call (x in, y out: wall clock including

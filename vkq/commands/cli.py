@@ -170,9 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated paths: auto,dmmv,mmvq (default auto; --matvec dmmv,mmvq)")
     p.add_argument("--compare", metavar="A,B", default=None,
                    help="measure two paths (e.g. dmmv,mmvq) side by side with the diff in %%")
-    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=DEFAULT_ACTIVATIONS,
-                   help=f"the int8 path's activations (default {DEFAULT_ACTIVATIONS}: ggml's Q8_1; q8_1x2: two "
-                        "planes, more precise, as vkq generate uses)")
+    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
+                   help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}, as vkq generate's: path auto "
+                        f"then times the kernels vkq generate runs; {DEFAULT_ACTIVATIONS}: ggml's Q8_1, one plane)")
     p.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="table format (default md)")
     p.add_argument("--list", action="store_true", help="list the model presets and exit")
     p.add_argument("-v", "--verbose", action="store_true",

@@ -40,7 +40,9 @@ def _prompt_kernels_text(decoder) -> str:
     if kernels is None:
         return ""
     what = "mat-mat" if kernels == "matmul" else "mat-vec"
-    return f"; prompt in chunks of up to {decoder.prompt_chunk} tokens through the {what} kernels"
+    ran = decoder.prompt_kernel_names  # (what the recorded prompt steps run)
+    return (f"; prompt in chunks of up to {decoder.prompt_chunk} tokens through the {what} kernels"
+            + (f" ({ran})" if ran else ""))
 
 
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",

@@ -91,7 +91,7 @@ from .config import STEPS_PER_SUBMIT_MAX
 from .chunk_attention import TiledAttention
 from .context_fit import PROMPT_STEPS_KEPT, fit_context
 from .decoding import Decoder, check_prompt_kernels, submit_sizes
-from .matvecs import VkqMatvecs
+from .matvecs import VkqMatvecs, engine_label
 from .model import LlamaFile
 from .profile import MatvecView, Profile, step_shape
 from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
@@ -186,8 +186,19 @@ class GpuLlama(Decoder):
 
     @property
     def label(self) -> str:
-        return f"engine graph, path {self.path_mode}" + (
-            "" if self.path_mode == "dmmv" else f", int8 activations {self.activations}")
+        return engine_label("graph", self.path_mode, [cfg.path for _, cfg in self.step_graph.matvecs],
+                            self.activations)
+
+    @property
+    def prompt_kernel_names(self) -> str | None:
+        """The kernels the recorded prompt steps' weight products ran ("mul_mm
+        float", ...; the mat-vecs' paths with prompt_kernels "matvec"); None
+        where no prompt step was recorded."""
+        graphs = [step.graph for (kind, n), step in self._steps.items()
+                  if kind == self._chunk_key(n)[0] and (kind == "prompt" or n > 1)]
+        names = [cfg.kernel for g in graphs for _, cfg in g.matmuls] + \
+                [f"{cfg.path} mat-vec" for g in graphs if not self.tiled_prompt for _, cfg in g.matvecs]
+        return ", ".join(dict.fromkeys(names)) if names else None
 
     @property
     def graph(self):
