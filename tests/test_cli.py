@@ -216,6 +216,26 @@ def test_info_lines_fit_and_vkq_device_is_honoured(capsys, monkeypatch):
     monkeypatch.setenv("VKQ_DEVICE", str(n))
     assert main(["info"]) == 2
     assert f"VKQ_DEVICE={n}: no Vulkan device with that index ({n} found: 0..{n - 1})" in one_error_line(capsys)
+    # --device: that device alone (it was refused as an unknown option); a continuation lines up under its value
+    monkeypatch.delenv("VKQ_DEVICE")
+    assert main(["info", "--device", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("device 0: ") and not any(line.startswith("device ") for line in lines[1:])
+    assert main(["info", "--device", str(n)]) == 2
+    assert f"--device {n}: no Vulkan device with that index" in one_error_line(capsys)
+    assert main(["info", "Q9_9"]) == 2
+    assert "unknown block type Q9_9" in one_error_line(capsys)
+
+
+def test_info_continuations_line_up(capsys):
+    """A wrapped line of `vkq info --verbose` continues under its value, the
+    same column for every block type (IQ3_XXS's went 6 columns in, Q8_0's 12)."""
+    assert main(["info", "--verbose"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("    ") and line.split()[0] in ("Q8_0", "IQ3_XXS") and not lines[i + 1].startswith("    Q"):
+            following = lines[i + 1]
+            assert len(following) - len(following.lstrip()) == len("    IQ3_XXS  "), (line, following)
 
 
 @pytest.mark.parametrize("types, needle", [

@@ -59,7 +59,7 @@ def block_types(text: str) -> list[str] | None:
 def cmd_info(args) -> int:
     from .info import report
 
-    print(report(verbose=args.verbose))
+    print(report(verbose=args.verbose, device=args.device, types=args.types or None))
     return 0
 
 
@@ -145,8 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.subcommands = sub.choices  # name -> its parser
 
     p = sub.add_parser("info", help="list Vulkan devices, their capabilities and vkq's choices")
+    p.add_argument("types", nargs="*", metavar="TYPE",
+                   help="block types (Q4_0 ...): their mat-vec's launch and what its choice rests on")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="every rule's whole note and every choice's whole source (default: a line each)")
+                   help="every block type's launch and what each choice rests on (default: the kernels that run)")
+    p.add_argument("--device", type=int, default=None, help="that Vulkan device alone (default: VKQ_DEVICE, or all)")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
