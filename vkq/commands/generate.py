@@ -129,8 +129,13 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                          device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
                          fold=fold, launches=launches, prompt_chunk=ubatch, prompt_kernels=prompt_kernels)
     drafter = speculative
+    if speculative is not None or draft_file is not None:  # (refused before the draft loads)
+        limit = decoder.draft_limit(draft_max)
+        if draft_max is not None and limit < draft_max:
+            print(f"vkq generate: --draft-max {draft_max}: a step here verifies up to {limit} drafted tokens (with "
+                  f"the token before them, {limit + 1} in one step): drafting up to {limit}", file=sys.stderr)
+        draft_max = limit
     if draft_file is not None:  # on the target's engine and device, its context where the draft's allows
-        decoder.draft_limit(draft_max)  # (refused before the draft loads)
         drafter = DraftModel(decoder, load_model(draft, engine=engine, path=path, activations=activations,
                                                  ctx=min(decoder.ctx, draft_file.config.n_ctx_train), fuse=fuse,
                                                  backend=getattr(decoder, "backend", None), file=draft_file),

@@ -449,10 +449,11 @@ class Decoder(ABC):
         return PromptLookup(draft_max) if speculative == "lookup" else speculative
 
     def draft_limit(self, draft_max: int | None = None) -> int:
-        """The most drafted tokens a step verifies: draft_max (refused past
-        what one step takes with the token before them, feed_rows's
-        max_row_tokens), or by default DRAFT_MAX cut to that; refused where
-        this decoder cannot keep greedy's tokens with drafts."""
+        """The most drafted tokens a step verifies: draft_max (default
+        DRAFT_MAX), cut to what one step takes with the token before them
+        (feed_rows's max_row_tokens: `vkq generate` says so where it cuts
+        one given); refused where this decoder cannot keep greedy's tokens
+        with drafts."""
         if not self.rows_exact:
             raise ValueError(f"speculative decoding keeps greedy's tokens only where a step over several tokens "
                              f"gives each the bits of one: vkq's engines, not {self.label}")
@@ -462,10 +463,10 @@ class Decoder(ABC):
                              f"takes {self.max_row_tokens} per step (prompt_chunk)")
         if draft_max is None:
             return min(DRAFT_MAX, most)
-        if isinstance(draft_max, bool) or not isinstance(draft_max, int) or not 1 <= draft_max <= most:
-            raise ValueError(f"draft_max {draft_max!r}: 1 to {most} drafted tokens (with the token before them, "
-                             f"one step of at most {self.max_row_tokens})")
-        return draft_max
+        if isinstance(draft_max, bool) or not isinstance(draft_max, int) or draft_max < 1:
+            raise ValueError(f"draft_max {draft_max!r}: drafted tokens per step, 1 or more (a step verifies up to "
+                             f"{most} with the token before them, one step of at most {self.max_row_tokens})")
+        return min(draft_max, most)
 
     def _speculative_steps(self, drafter: Drafter, draft_max: int, token: int, n_left: int,
                            emit: Callable[[int, np.ndarray], bool], stats: GenerationStats) -> None:
