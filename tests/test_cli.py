@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -37,7 +38,7 @@ def assert_user_error(result_or_code, stderr: str, *needles: str) -> None:
     code = result_or_code
     assert code == 2, f"exit status {code}, stderr:\n{stderr}"
     assert "Traceback" not in stderr, stderr
-    lines = [line for line in stderr.splitlines() if line.startswith("vkq: error:")]
+    lines = [line for line in stderr.splitlines() if re.match(r"vkq( \w+)?: error:", line)]
     assert len(lines) == 1, stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -124,7 +125,7 @@ def test_example_model_not_installed(monkeypatch, capsys):
 
 
 def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
-    def broken(verbose=False):
+    def broken(**kwargs):
         raise ImportError("something else", name="not_kp")
 
     monkeypatch.setattr(vkq.commands.info, "report", broken)
@@ -133,7 +134,7 @@ def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
 
 
 def test_type_error_is_a_bug_not_a_message(monkeypatch):
-    def broken(verbose=False):
+    def broken(**kwargs):
         raise TypeError("a bug in vkq")
 
     monkeypatch.setattr(vkq.commands.info, "report", broken)
@@ -164,7 +165,7 @@ def test_vkq_errors_keep_the_builtin_types():
 
 
 def one_error_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vkq: error:")]
+    err = [line for line in capsys.readouterr().err.splitlines() if re.match(r"vkq( \w+)?: error:", line)]
     assert len(err) == 1, err
     return err[0]
 
@@ -363,3 +364,14 @@ def test_a_command_line_mistake_is_one_line(capsys, argv, line):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(line), err
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["generate", "model.gguf", "-p", "hi", "-n", "-5"], "vkq generate: error: -n must be >= 0, got -5"),
+    (["bench", "-p", "abc"], "vkq bench: error: -p: 'abc' is not a whole number of tokens"),
+])
+def test_errors_name_their_command(capsys, argv, line):
+    """A user's mistake found by the command (not by argparse) is named by the command too, as argparse's are."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err

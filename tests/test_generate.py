@@ -393,7 +393,7 @@ def test_nan_weights_give_one_line(tmp_path, tiny_ref, capsys, args):
     assert main(["generate", str(nan_file), "-p", "the", "-n", "5", *args]) == 2
     n_prompt = len(tiny_ref.tokenizer.encode("the"))
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith(f"vkq: error: the logits are not finite after token {n_prompt} (nan at "), last
+    assert last.startswith(f"vkq generate: error: the logits are not finite after token {n_prompt} (nan at "), last
 
 
 def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):
@@ -573,7 +573,7 @@ def test_a_block_count_far_beyond_the_tensors_is_refused_at_once(tmp_path):
                        capture_output=True, text=True, timeout=120, preexec_fn=limit,
                        cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == 2, r.stderr[-2000:]
-    assert r.stderr.strip() == ("vkq: error: layers.gguf: llama.block_count is 4000000000, but the file has "
+    assert r.stderr.strip() == ("vkq generate: error: layers.gguf: llama.block_count is 4000000000, but the file has "
                                 "tensors of 2 layers"), r.stderr[-2000:]
 
 
@@ -582,7 +582,7 @@ def test_a_prompt_that_is_not_utf8(tiny_file, capsys):
     surrogates (surrogateescape): named, not a TypeError of the tokenizer."""
     assert main(["generate", str(tiny_file), "-p", "caf\udce9", "-n", "2", "--path", "numpy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is not valid UTF-8"), err
+    assert len(err) == 1 and err[0].startswith("vkq generate: error: the prompt is not valid UTF-8"), err
 
 
 @pytest.mark.parametrize("args", [["-n", "0"], ["-n", "1"], ["-n", "4"], ["-n", "4", "--compare-engines", "1"]],
@@ -593,7 +593,7 @@ def test_an_empty_prompt_is_refused_before_the_model_loads(tiny_file, capsys, mo
     monkeypatch.setattr(vkq.Backend, "upload", lambda *a, **k: pytest.fail("the model was loaded"))
     assert main(["generate", str(tiny_file), "-p", "", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is empty: "), err
+    assert len(err) == 1 and err[0].startswith("vkq generate: error: the prompt is empty: "), err
 
 
 def test_score_of_no_tokens_is_no_rows(tiny_ref):
@@ -623,7 +623,7 @@ def test_heads_too_wide_for_the_graph_engine_are_refused_before_the_upload(tmp_p
         for extra in ([], ["--compare-engines", "1"]):
             assert main(["generate", str(path), "-p", "the", "-n", "3", *extra]) == 2
             err = capsys.readouterr().err.strip().splitlines()
-            assert len(err) == 1 and err[0].startswith(f"vkq: error: wide-heads.gguf: heads of {hd} values; the "
+            assert len(err) == 1 and err[0].startswith(f"vkq generate: error: wide-heads.gguf: heads of {hd} values; the "
                                                        f"graph engine's attention takes at most {MAX_HEAD_DIM}"), err
             assert "--engine host" in err[0], err
     assert main(["generate", str(path), "-p", "the", "-n", "3", "--engine", "host", "--ignore-eos"]) == 0
@@ -651,7 +651,7 @@ def test_compare_engines_refuses_the_options_it_sets_itself(tiny_file, capsys, m
     assert main(["generate", str(tiny_file), "-p", "the", "-n", "4", "--compare-engines", "2", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     flags = [a for a in args if a.startswith("-")]
-    assert len(err) == 1 and err[0].startswith("vkq: error: --compare-engines sets ") and all(
+    assert len(err) == 1 and err[0].startswith("vkq generate: error: --compare-engines sets ") and all(
         f in err[0] for f in flags) and "drop" in err[0], err
 
 

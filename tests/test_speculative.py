@@ -351,7 +351,7 @@ def test_cli_draft(dense_pair, capsys, tmp_path):
     assert "speculative (draft tiny-q4_0.gguf): drafted " in spec.err and "tokens/step" in spec.err
     other = vocabulary_file(tmp_path / "other.gguf", lambda tokens, types: (tokens.append("Ġa"), types.append(1)))
     for extra, said in ((["--draft", str(other)], "draft other.gguf and target tiny.gguf do not share a vocabulary"),
-                        (["--draft", str(tmp_path / "missing.gguf")], "vkq: error: --draft: no GGUF file at "),
+                        (["--draft", str(tmp_path / "missing.gguf")], "vkq generate: error: --draft: no GGUF file at "),
                         (["--draft", q4, "--speculative", "lookup"], "give one of them"),
                         (["--draft-max", "3"], "it needs --draft or --speculative"),
                         (["--draft-p-min", "0.5"], "it needs --draft"),

@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs one command; a situation of the user's (bad input, a file that
     cannot be read, no Vulkan, no kp, no shaders, no such device) is one line
-    on stderr and exit status 2. Anything else is a bug and keeps its traceback.
+    on stderr, `vkq COMMAND: error: ...`, and exit status 2. Anything else is a bug and keeps its traceback.
     A reader that stops early (`vkq info | head -2`) ends the command quietly.
     Ctrl-C is one line too, exit status 130, in every command (one that leaves
     something behind re-raises KeyboardInterrupt with a note of it)."""
@@ -366,13 +366,14 @@ def main(argv: list[str] | None = None) -> int:
         error = from_import_error(e)
         if error is None:
             raise
-        return _report(error)
+        return _report(error, command)
     except (VkqError, ValueError, OSError) as e:
-        return _report(e)
+        return _report(e, command)
 
 
-def _report(e: Exception) -> int:
-    print(f"vkq: error: {e}", file=sys.stderr)
+def _report(e: Exception, command: str) -> int:
+    """One line, named by the command as argparse names its own errors ("vkq generate: error: ...")."""
+    print(f"{command}: error: {e}", file=sys.stderr)
     return 2
 
 

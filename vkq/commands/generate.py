@@ -40,7 +40,7 @@ def _prompt_kernels_text(decoder) -> str:
     if kernels is None:
         return ""
     what = "mat-mat" if kernels == "matmul" else "mat-vec"
-    ran = decoder.prompt_kernel_names  # (what the recorded prompt steps run)
+    ran = getattr(decoder, "prompt_kernel_names", None)  # (what the graph engine's recorded prompt steps run)
     return (f"; prompt in chunks of up to {decoder.prompt_chunk} tokens through the {what} kernels"
             + (f" ({ran})" if ran else ""))
 
@@ -99,12 +99,12 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if (speculative is not None or draft is not None) and profile:
         raise ValueError("--profile times the one-token decode step; speculative decoding (--speculative, --draft) "
                          "decodes in steps of several: give one of them")
+    if n_tokens < 0:
+        raise ValueError(f"-n must be >= 0, got {n_tokens}")
     launches = None if shape in (None, "device") else shape
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
     n_prompt = len(_prompt_ids(file, prompt))
-    if n_tokens < 0:
-        raise ValueError(f"-n must be >= 0, got {n_tokens}")
     if profile and n_tokens < 2:
         raise ValueError(f"--profile times decode steps: -n must be at least 2 (the first token comes from "
                          f"the prompt), got {n_tokens}")
