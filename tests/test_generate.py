@@ -404,9 +404,13 @@ def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):
 
 def test_cli_refuses_a_prompt_longer_than_the_context(tiny_file, capsys):
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "16"]) == 2
-    assert "the prompt (19 tokens) is longer than the context of 16 it was given" in capsys.readouterr().err
+    assert "the prompt (19 tokens) is longer than the context of 16 (-c) it was given: give a larger -c (the " \
+        "model takes up to " in capsys.readouterr().err
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "20", "-n", "5"]) == 2
-    assert "need 23 positions; the context is 20 (-c): give a smaller -n" in capsys.readouterr().err
+    assert "need 23 positions; the context is 20 (-c): give a smaller -n or a larger -c" in capsys.readouterr().err
+    # one token, one position: said in the singular
+    assert main(["generate", str(tiny_file), "-p", "a", "-c", "1", "-n", "2"]) == 2
+    assert "the prompt (1 token) and 2 new tokens need 2 positions; the context is 1 (-c)" in capsys.readouterr().err
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-n", "100000000"]) == 2
     assert "positions; the model's context length is" in capsys.readouterr().err
 

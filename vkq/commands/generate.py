@@ -14,7 +14,7 @@ from pathlib import Path
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS
 from ..llama.config import STEPS_PER_SUBMIT_MAX
-from ..llama.decoding import submits_per_token
+from ..llama.decoding import counted, submits_per_token
 from ..llama.draft import DraftModel, check_same_vocabulary
 from ..llama.lookup import P_MIN
 from ..llama.host import LlamaModel
@@ -108,17 +108,23 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if profile and n_tokens < 2:
         raise ValueError(f"--profile times decode steps: -n must be at least 2 (the first token comes from "
                          f"the prompt), got {n_tokens}")
+    n_train = file.config.n_ctx_train
+    larger_c = f"a larger -c (the model takes up to {n_train})"
     if ctx is not None and n_prompt > ctx:
-        raise ValueError(f"the prompt ({n_prompt} tokens) is longer than the context of {ctx} it was given")
+        raise ValueError(f"the prompt ({counted(n_prompt, 'token')}) is longer than the context of {ctx} (-c) it "
+                         f"was given: give {larger_c}" if ctx < n_train else
+                         f"the prompt ({counted(n_prompt, 'token')}) is longer than the model's context length, "
+                         f"{n_train}: give a shorter prompt")
     need = n_prompt + max(n_tokens - 1, 0)
     given = ctx
     if ctx is None:
         ctx = file.config.default_context(need)
-    if need > ctx or need > file.config.n_ctx_train:
-        limit = (f"the context is {given} (-c)" if given is not None and given < file.config.n_ctx_train else
-                 f"the model's context length is {file.config.n_ctx_train}")
-        raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
-                         f"{limit}: give a smaller -n")
+    if need > ctx or need > n_train:
+        fix = (f"the context is {given} (-c): give a smaller -n or {larger_c}"
+               if given is not None and given < n_train and need <= n_train else
+               f"the model's context length is {n_train}: give a smaller -n")
+        raise ValueError(f"the prompt ({counted(n_prompt, 'token')}) and {counted(n_tokens, 'new token')} need "
+                         f"{counted(need, 'position')}; {fix}")
     try:
         draft_file = None if draft is None else LlamaFile(draft, fuse)
     except (ValueError, OSError) as e:  # (naming the option: the model's file was read already)
