@@ -261,14 +261,14 @@ class Graph:
         self._keep.append(keep)
         self.nodes.append((label, keep))
 
-    def _check_x(self, x, k: int, n_max: int, what: str) -> Tensor:
+    def _check_x(self, x, k: int, n_max: int, what: str, more: str = "") -> Tensor:
         x = self._own(x, what)
         if x.dtype != np.float32:
             raise TypeError(f"{what} {x!r} must hold float32 values")
         if x.length != k:
             raise ValueError(f"{what} {x!r} has vectors of {x.length} values; the weights' K is {k}")
         if x.n > n_max:
-            raise ValueError(f"{what} {x!r} holds {x.n} vectors; this mat-vec takes at most {n_max}")
+            raise ValueError(f"{what} {x!r} holds {x.n} vectors; this mat-vec takes at most {n_max}{more}")
         return x
 
     def _out(self, out, x: Tensor, rows: int, n: int, name: str) -> Tensor:
@@ -351,7 +351,7 @@ class Graph:
             raise ValueError("accumulate adds W x into `out`: give out")
         w = check_weights(self.backend, weights, expert_stack=False)
         _check_glu(w, glu)
-        x = self._check_x(x, w.layout.k, MAX_COLS, "x")
+        x = self._check_x(x, w.layout.k, MAX_COLS, "x", more="; more vectors: Graph.matmul, the tiled mat-mat")
         cfg = resolve(self.backend, w, x.n, path, config, activations, glu=glu)
         y = self._out(out, x, w.layout.rows // (2 if glu else 1), x.n, "y")
         self._matvec_node(w, cfg, x, y, None, 0, label, glu, accumulate)
