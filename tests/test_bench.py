@@ -661,10 +661,19 @@ def test_compare_smollm2(capsys):
 def test_compare_moe_gguf(capsys, moe_gguf):
     status, out, _ = run_cli(capsys, "compare", str(moe_gguf))
     assert status == 0, out
+    assert out.splitlines()[1].split() == ["tensor", "type", "shape", "NMSE", "per", "path"]  # a header
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("blk.", "output", "token"))}
     assert len(lines) == 2 * 8 + 2  # every matrix and stack, token_embd included
     assert "4x256x256" in lines["blk.0.ffn_up_exps.weight"]
     assert "mmvq" not in lines["blk.0.ffn_gate_inp.weight"]  # F32: dmmv only
+
+
+def test_compare_lists_layers_in_order():
+    from vkq.commands.compare import natural_key
+
+    names = ["blk.10.attn_q.weight", "output.weight", "blk.2.attn_q.weight", "blk.1.ffn_up.weight"]
+    assert sorted(names, key=natural_key) == ["blk.1.ffn_up.weight", "blk.2.attn_q.weight", "blk.10.attn_q.weight",
+                                              "output.weight"]
 
 
 def test_compare_names_a_nan_scale_as_the_files(tmp_path, capsys):
