@@ -118,8 +118,11 @@ class GenerationStats:
 
 
     def _dispatch_note(self) -> str:
+        def per_token(n: float) -> str:  # (chained steps share the barriers between them: a fraction per step)
+            return f"{n:.0f}" if n == int(n) else f"{n:.1f}"
+
         return "" if self.dispatches is None else \
-            f", {self.dispatches:g} dispatches and {self.barriers:g} barriers/token"
+            f", {per_token(self.dispatches)} dispatches and {per_token(self.barriers)} barriers/token"
 
     def _chain_note(self) -> str:
         return "" if self.steps_per_submit == 1 else f", up to {self.steps_per_submit} steps/submit"
