@@ -202,6 +202,11 @@ class Decoder(ABC):
                              f"{self.prompt_kernels!r}")
         self.prompt_chunk = prompt_chunk
 
+    def __repr__(self) -> str:
+        cfg = self.config
+        return (f"<vkq {type(self).__name__} {self.path.name}: {cfg.arch}, {cfg.n_layer} layers, "
+                f"context {self.ctx}; {self.label}>")
+
     @property
     def tiled_prompt(self) -> bool:
         """A prompt's chunks take the mat-mat kernels (prompt_kernels "matmul")."""
