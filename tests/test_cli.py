@@ -341,12 +341,13 @@ def test_sigint_during_generate_is_one_line(tmp_path):
         else:
             pytest.fail(f"vkq generate ended before it decoded: {''.join(seen)}")
         proc.send_signal(signal.SIGINT)
-        _, rest = proc.communicate(timeout=60)
+        out, rest = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, rest
     assert "Traceback" not in rest and rest.strip() == "vkq generate: interrupted", rest
+    assert out == "the\n", out  # the text so far, ended by a newline (a shell prompt then starts a line of its own)
 
 
 @pytest.mark.parametrize("argv, line", [

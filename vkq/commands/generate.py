@@ -161,10 +161,12 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
           f"heads{experts}, vocab {file.n_vocab}; loaded in {load_s:.1f} s on {dev}, pipelines recorded in "
           f"{warm:.1f} s{_prompt_kernels_text(decoder)}", file=sys.stderr)
     print(prompt, end="", flush=True)
-    _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
-                                   on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
-                                   draft_max=draft_max, steps_per_submit=steps_per_submit)
-    print()
+    try:
+        _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
+                                       on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
+                                       draft_max=draft_max, steps_per_submit=steps_per_submit)
+    finally:
+        print(flush=True)  # the text ends its line, whole or cut short (Ctrl-C)
     print(stats.summary(), file=sys.stderr)
     if profile:
         if not stats.decode_steps:
