@@ -281,7 +281,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
         assert heading in md
     assert "Not measured: no GGUF model given" in md
     assert re.search(r"\| Q4_0 \| +1 \| +62149 \|", md)
-    assert f"`vkq report --types Q4_0,F16,Q4_1 --ggml {ggml}`" in md
+    assert f"`vkq report --types Q4_0,F16,Q4_1 --ggml {ggml} -o json`" in md  # (the data came from -o json)
     assert re.search(r"\| Q4_1 \| +1 \| +not supported \|", md)
     tables = [line for line in md.splitlines() if line.startswith("| Q4_0 | mmvq")]
     assert len(tables) == 2  # one matrix, and the rotation
