@@ -66,8 +66,9 @@ def first_token(checkout: Path, prompt: str) -> dict[str, float]:
     load = float(re.search(r"loaded in ([\d.]+) s", err).group(1))
     record = float(re.search(r"recorded in ([\d.]+) s", err).group(1))
     prompt_s = float(re.search(r"prompt: \d+ tokens in ([\d.]+) s", err).group(1))
+    decode = float(re.search(r"decode: .*: ([\d.]+) t/s", err).group(1))
     return {"first token": seconds, "before the prompt": seconds - prompt_s, "load": load, "recording": record,
-            "prompt": prompt_s}
+            "prompt": prompt_s, "decode t/s": decode}
 
 
 def test_first_token(record):
@@ -87,7 +88,10 @@ def test_first_token(record):
     print(f"\nvkq generate, {n}-token prompt, -n 8, {ROUNDS} rounds (medians, seconds):")
     for name, rs in runs.items():
         medians = {p: statistics.median(r[p] for r in rs) for p in PHASES}
-        print(f"  {name}: " + ", ".join(f"{p} {v:.2f}" for p, v in medians.items()))
+        print(f"  {name}: " + ", ".join(f"{p} {v:.2f}" for p, v in medians.items())
+              + f"; decode {statistics.median(r['decode t/s'] for r in rs):.2f} t/s")
+        for i, r in enumerate(rs):
+            print(f"    round {i + 1}: " + ", ".join(f"{p} {v:.2f}" for p, v in r.items()))
         for p, v in medians.items():
             record(None, f"vkq generate {n}-token prompt: {p}", name, 0, baseline=name.startswith("baseline"),
                    seconds=v)
