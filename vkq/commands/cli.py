@@ -163,8 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default llama-3.2-1b:Q4_0)")
     p.add_argument("-p", "--n-prompt", default=None,
                    help="prompt tokens of the pp test, several comma-separated; 0: no pp test (default 512: pp512, "
-                        "llama-bench's; on a CPU driver 30-60 s per prompt of a 1B model: -p 64 is an eighth of "
-                        "the work)")
+                        "llama-bench's; on a CPU driver a prompt of a 1B model takes minutes: -p 64 is an eighth "
+                        "of the work)")
     p.add_argument("-n", "--n-gen", default=None,
                    help="tokens of the tg test, several comma-separated; 0: no tg test (default 128: tg128)")
     p.add_argument("-r", "--repetitions", type=positive_int, default=None,
@@ -200,14 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "it finishes (an interrupted run resumes). They are saved per device "
                                    "(VKQ_TUNING_DIR, else vkq/tuning in XDG_CACHE_HOME or ~/.cache; --show "
                                    "prints them, --reset removes them) and used by every vkq command on this "
-                                   "device from then on. On lavapipe with other work beside it (2 cores, "
-                                   "2026-11-27): 42 minutes for all 28 types, 26-204 s per type, before the "
-                                   "mat-mat was tuned too; on an NVIDIA H100 (2026-11-25) about 20 s per type.")
+                                   "device from then on. How long it takes: docs/cli.md (on an NVIDIA H100, "
+                                   "2026-11-25, about 20 s per type).")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="one 4096x4096 shape, fewer candidates; on a CPU driver the mat-mat on 1024x4096 and the "
-                        "tile table's tiles alone, raced path against path (on lavapipe, 2 cores shared, "
-                        "2026-11-27: 12-45 s per type, mat-mat included)")
+                        "tile table's tiles alone, raced path against path (on lavapipe, 2 cores under a load "
+                        "average of 10-16, 2026-12-06: Q4_0 62 s, Q4_K 85 s, mat-mat included)")
     p.add_argument("--retune", action="store_true",
                    help="measure again the types already in this device's tuning file (default: skip them, "
                         "so an interrupted run resumes where it stopped)")
@@ -309,8 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed (and "
                                    "llama.cpp's, with --llama-server); "
                                    "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe with other work "
-                                   "beside it (2 cores, 2026-11-27, 28 types): --quick 1.3 minutes, the full "
-                                   "report about 25 (load average 10-14); --ggml adds ggml's own time.")
+                                   "beside it (2 cores, 28 types): --quick 2m12s (load average 10, 2026-12-06), "
+                                   "the full report 24m07s to the end of its vkq bench part (load average 10-14, "
+                                   "2026-11-27); --ggml adds ggml's own time.")
     p.add_argument("-m", "--model", action="append", default=[],
                    help="a .gguf file vkq generate runs (llama, qwen2, qwen3, qwen3moe): vkq generate's prompt and "
                         "generation speed on it, dispatches per token, share of the bandwidth (repeat for more)")
