@@ -302,7 +302,7 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | 
 
     bar.fixed(spent=probe_s)
     bar.finish(0, f"vkq bench: {backend.device_info.name}, memory read bandwidth {membw / 1e9:.1f} GB/s"
-                  + (f" (measured in {probe_s:.0f} s)" if first else ""))
+                  + (f", measured in {probe_s:.0f} s" if first else ""))
     timestamps = backend.device_info.timestamps_supported
     measured = []
     t_tests = time.monotonic()
