@@ -628,8 +628,9 @@ def test_heads_too_wide_for_the_graph_engine_are_refused_before_the_upload(tmp_p
         for extra in ([], ["--compare-engines", "1"]):
             assert main(["generate", str(path), "-p", "the", "-n", "3", *extra]) == 2
             err = capsys.readouterr().err.strip().splitlines()
-            assert len(err) == 1 and err[0].startswith(f"vkq generate: error: wide-heads.gguf: heads of {hd} values; the "
-                                                       f"graph engine's attention takes at most {MAX_HEAD_DIM}"), err
+            assert len(err) == 1 and err[0].startswith(f"vkq generate: error: wide-heads.gguf: heads of {hd} "
+                                                       f"values; the graph engine's attention takes at most "
+                                                       f"{MAX_HEAD_DIM}"), err
             assert "--engine host" in err[0], err
     assert main(["generate", str(path), "-p", "the", "-n", "3", "--engine", "host", "--ignore-eos"]) == 0
     assert capsys.readouterr().out.startswith("the")

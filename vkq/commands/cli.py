@@ -283,8 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "tokens/step")
     p.add_argument("--draft-max", type=positive_int, metavar="N", default=None,
                    help=f"the most drafted tokens a step verifies (--draft, --speculative; default {DRAFT_MAX}, as "
-                        "llama.cpp's; any N is cut to what the engine's verifying step takes with the token before them, "
-                        "saying so)")
+                        "llama.cpp's; any N is cut to what the engine's verifying step takes with the token "
+                        "before them, saying so)")
     p.add_argument("--draft-p-min", type=probability, metavar="P", default=None,
                    help=f"--draft: stop drafting at a token the draft gives less than probability P (default "
                         f"{P_MIN}, llama.cpp's; 0: always draft --draft-max)")

@@ -76,5 +76,6 @@ class Progress:
         self.line.clear()
         if self.enabled:
             head, sep, rest = line.partition("\n")  # (a block of lines: the progress note on its first)
-            self.stream.write(f"{head} ({self.eta() if self.done_units < self.total or self.fixed_left else 'done'}){sep}{rest}\n")
+            left = self.done_units < self.total or self.fixed_left
+            self.stream.write(f"{head} ({self.eta() if left else 'done'}){sep}{rest}\n")
             self.stream.flush()
