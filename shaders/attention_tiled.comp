@@ -427,14 +427,14 @@ void main() {
                 }
             }
             [[unroll]] for (uint j = 0u; j < AV; j++) {
-                const uint i = j * ROW_LANES + d;
-                if (!SPREAD || i < HD4) {
-                    const vec4 vv = SHARED_KV ? v_tile[t * KS + i] : cached_value(base, i);
-                    [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
-                        // (a select, not a branch: cheaper to compile and to run)
-                        const vec4 sum = acc[r * AV + j] + e[r] * vv;
-                        acc[r * AV + j] = t0 + t <= position[r / LANE_HEADS] ? sum : acc[r * AV + j];
-                    }
+                // (SPREAD: a vec4 past the head, where ROW_LANES does not divide HD4, adds the last one to a
+                // slot never written out)
+                const uint i = SPREAD ? min(j * ROW_LANES + d, HD4 - 1u) : j;
+                const vec4 vv = SHARED_KV ? v_tile[t * KS + i] : cached_value(base, i);
+                [[unroll]] for (uint r = 0u; r < LANE_ROWS; r++) {
+                    // (a select, not a branch: cheaper to compile and to run)
+                    const vec4 sum = acc[r * AV + j] + e[r] * vv;
+                    acc[r * AV + j] = t0 + t <= position[r / LANE_HEADS] ? sum : acc[r * AV + j];
                 }
             }
         }
@@ -453,7 +453,7 @@ void main() {
                 part[pb + 1u] = l[r];
             }
             [[unroll]] for (uint j = 0u; j < AV; j++) {
-                const uint i = j * ROW_LANES + d;
+                const uint i = SPREAD ? j * ROW_LANES + d : j;
                 [[unroll]] for (uint k = 0u; k < 4u; k++) {
                     if (4u * i + k < HEAD_DIM) {
                         part[pb + 2u + 4u * i + k] = acc[r * AV + j][k];
@@ -464,11 +464,13 @@ void main() {
             const float inv_l = 1.0 / l[r];
             const uint ob = p.out_off + qi[a] * p.out_step + (hl + r % LANE_HEADS) * HEAD_DIM;
             [[unroll]] for (uint j = 0u; j < AV; j++) {
-                const uint i = j * ROW_LANES + d;
+                const uint i = SPREAD ? j * ROW_LANES + d : j;
                 const vec4 y = acc[r * AV + j] * inv_l;
-                if (VEC4_IO && i < HD4) {
-                    o4[ob / 4u + i] = y;
-                } else if (!VEC4_IO) {
+                if (VEC4_IO) {
+                    if (i < HD4) {
+                        o4[ob / 4u + i] = y;
+                    }
+                } else {
                     [[unroll]] for (uint c = 0u; c < 4u; c++) {
                         if (4u * i + c < HEAD_DIM) {
                             o[ob + 4u * i + c] = y[c];

@@ -131,6 +131,16 @@ def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
                              f"and {invocations} invocations per workgroup")
 
 
+def attend_spec(shape: AttentionShape, tiles: AttentionTiles, vec4_io: bool, split: int = 0) -> list[int]:
+    """attention_tiled.comp's specialization constants for the attend at
+    these tiles (vec4_io: q's and out's heads are whole vec4s; split:
+    positions per workgroup, 0 none). ROW_LANES only where it is not 1, so
+    that a row per invocation is the pipeline it always was."""
+    spec = [tiles.wg_size, shape.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(shape.neox), int(tiles.shared_kv),
+            shape.n_rot, tiles.lane_heads, tiles.lane_queries, int(vec4_io), split]
+    return spec + ([0, tiles.row_lanes] if tiles.row_lanes > 1 else [])  # (COMBINE 0, ROW_LANES)
+
+
 def texel_kv_fits(device, shape: AttentionShape) -> bool:
     """Whether this device can read shape's caches through u32x4 texel views:
     vkq's kp, heads of whole vec4s, a cache within maxTexelBufferElements."""
@@ -288,11 +298,9 @@ class TiledAttention(_Op):
             kinds = ["storage"] * 7 + ["texel_u32x4"] * 2
         attend = VectorOpVariant("attention_tiled", texel_kv=tiles.texel_kv)
         groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), _groups(n_split, 1))
-        spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
-                s.n_rot, tiles.lane_heads, tiles.lane_queries,
-                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim))), split]
-        rows = [0, tiles.row_lanes] if tiles.row_lanes > 1 else []  # (COMBINE, ROW_LANES: the shader's defaults else)
-        self._dispatch(tensors, attend, groups, spec + rows, push, tiled_attention_depth(s, tiles, split), kinds)
-        if split:
-            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1), [COMBINE_WG] + spec[1:] + [1],
-                           push, tiled_attention_combine_depth(n_split), kinds)
+        spec = attend_spec(s, tiles, all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim)),
+                           split)
+        self._dispatch(tensors, attend, groups, spec, push, tiled_attention_depth(s, tiles, split), kinds)
+        if split:  # (the combine: an invocation per row, whatever the attend's tiles)
+            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1),
+                           [COMBINE_WG] + spec[1:12] + [1], push, tiled_attention_combine_depth(n_split), kinds)
