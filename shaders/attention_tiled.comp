@@ -90,7 +90,7 @@ layout(constant_id = 10) const bool VEC4_IO = false;
 // sum_c e_c l_c, e_c = exp(m_c - max m), in split order.
 layout(constant_id = 11) const uint SPLIT = 0;
 layout(constant_id = 12) const bool COMBINE = false;
-layout(constant_id = 13) const uint ROW_LANES = 1;  // invocations per row (> 1: with SHARED_KV, a row per invocation group)
+layout(constant_id = 13) const uint ROW_LANES = 1;  // invocations per row (> 1: SHARED_KV, LANE_ROWS 1)
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
 const uint HD4 = (HEAD_DIM + 3u) / 4u;  // vec4s of a head, zero past HEAD_DIM
