@@ -235,3 +235,18 @@ def test_soft_cap_gpu_launch(backend):
     (launch,) = SoftCap(dev, Vectors(backend.tensor(256000), 256000), 30.0).launches
     assert launch.depth == soft_cap_depth() == 1 and launch.invocations == SOFT_CAP_WG
     assert launch.groups[0] * SOFT_CAP_WG >= 256000 and launch.groups[1:] == (1, 1)
+
+
+@pytest.mark.parametrize("sinks", [None, SINKS])
+@pytest.mark.parametrize("split", [0, 8])
+def test_spread_rows_see_their_window_only(backend, sinks, split):
+    """A GPU's tiles (forced here): K/V tiles in shared memory and a row
+    spread over 2 invocations (row_lanes), keys 4 a tile: windows of 4,
+    soft-capped scores, sinks (the online softmax's start, or the combine's
+    with splits of 8), against float64, never a key outside a window."""
+    shape = shape_of(4, capacity=64)
+    base = attention_tiles(backend.device, shape)
+    tiles = dataclasses.replace(base, bq=2, bkv=4, shared_kv=True, row_lanes=2, lane_queries=1, lane_heads=1,
+                                texel_kv=False)
+    got, want = attend(backend, shape, 11, 9, tiled=True, split=split or None, tiles=tiles, seed=split, sinks=sinks)
+    assert np.isfinite(got).all() and ref.nmse(got, want) < NMSE_F32
