@@ -186,8 +186,8 @@ class LlamaConfig:
             n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
         attention = _attention_hparams(path.name, arch, row, get, count, number, n_embd, n_head, head_dim)
         rope_scale, yarn = _rope_scaling(path.name, arch, get, row), None
-        if rope_scale < 0:  # YaRN (the row's): its factor, and ggml's defaults of beta_fast and beta_slow
-            yarn = (-rope_scale, number("rope.scaling.yarn_beta_fast", 32.0, above=0),
+        if isinstance(rope_scale, Yarn):  # its factor, and ggml's defaults of beta_fast and beta_slow
+            yarn = (rope_scale.factor, number("rope.scaling.yarn_beta_fast", 32.0, above=0),
                     number("rope.scaling.yarn_beta_slow", 1.0, above=0))
             rope_scale = 1.0
         # llama.cpp multiplies its attention factor (cparams.yarn_attn_factor, 1 unless YaRN
@@ -266,15 +266,21 @@ def _head_size_keys(arch: str) -> str:
     return f"{arch}.attention.key_length, or {arch}.embedding_length / {arch}.attention.head_count"
 
 
-def _rope_scaling(name: str, arch: str, get, row: Architecture) -> float:
+@dataclass(frozen=True)
+class Yarn:
+    """_rope_scaling's answer where the file scales RoPE by YaRN and the row implements it."""
+
+    factor: float
+
+
+def _rope_scaling(name: str, arch: str, get, row: Architecture) -> float | Yarn:
     """The linear RoPE scaling factor (positions are divided by it), read as
     llama.cpp reads the file: {arch}.rope.scaling.factor, else the older
     {arch}.rope.scale_linear; 0 or missing: none. The type
     ({arch}.rope.scaling.type) is linear where the file has none; "none"
     ignores the factor; "yarn" and "longrope" with a factor other than 1
     are refused (vkq implements linear scaling only; YaRN where the row
-    says, its factor returned negative), and so is a type llama.cpp does
-    not know."""
+    says: a Yarn of its factor), and so is a type llama.cpp does not know."""
     kind = get("rope.scaling.type", "linear")
     if kind not in ROPE_SCALING_TYPES:
         raise ValueError(f"{name}: {arch}.rope.scaling.type is {_show(kind)}; llama.cpp knows "
@@ -289,7 +295,7 @@ def _rope_scaling(name: str, arch: str, get, row: Architecture) -> float:
     if kind == "none":
         return 1.0
     if kind == "yarn" and row.yarn and factor != 1.0:
-        return -factor
+        return Yarn(factor)
     if kind != "linear" and factor != 1.0:
         raise ValueError(f"{name}: RoPE scaling {kind!r} ({arch}.rope.scaling.type) is not supported: "
                          f"vkq scales RoPE linearly only ({arch}.{key} is {_show(factor)})")
