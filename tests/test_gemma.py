@@ -101,6 +101,15 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
     check_decoder(GpuLlama(tiny[1], backend), tiny_run, tiny_run.tokens)
 
 
+def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
+    """`vkq generate` (graph engine): the reference's first tokens, as text."""
+    from vkq.commands.cli import main
+
+    assert main(["generate", str(tiny[1]), "-p", PROMPTS[tiny[0]]["tiny"], "-n", "4"]) == 0
+    text = LlamaModel(tiny[1], path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
+    assert text and text in capsys.readouterr().out
+
+
 def test_gpu_launches_match_the_reference(backend, tiny, tiny_run):
     """NVIDIA's launches (forced: GpuLlama's `launches`) in a context of 40:
     the attention's positions split over workgroups of 8 (splits wholly

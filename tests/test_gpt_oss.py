@@ -105,6 +105,15 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
     check_decoder(GpuLlama(tiny, backend, ctx=CTX), tiny_run, tiny_run.tokens)
 
 
+def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
+    """`vkq generate` (graph engine): the reference's first tokens, as text."""
+    from vkq.commands.cli import main
+
+    assert main(["generate", str(tiny), "-p", PROMPTS["tiny"], "-n", "4"]) == 0
+    text = LlamaModel(tiny, path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
+    assert text and text in capsys.readouterr().out
+
+
 def test_gpu_launches_match_the_reference(backend, tiny, tiny_run):
     """NVIDIA's launches (forced): the attention split over workgroups of 8
     positions, the sinks in the combine; the routing and biases as launched there."""

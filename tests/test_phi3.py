@@ -98,6 +98,15 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
     check_decoder(GpuLlama(tiny, backend, ctx=CTX), tiny_run, tiny_run.tokens)
 
 
+def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
+    """`vkq generate` (graph engine, a context of 512: the short factors): the reference's first tokens, as text."""
+    from vkq.commands.cli import main
+
+    assert main(["generate", str(tiny), "-p", PROMPTS["tiny"], "-n", "4", "-c", str(CTX)]) == 0
+    text = LlamaModel(tiny, path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
+    assert text and text in capsys.readouterr().out
+
+
 def test_unfused_qkv_runs_too(backend, tmp_path):
     """Q, K and V as three matrices (llama.cpp reads either): the graph engine as the reference."""
     path = write_phi3(tmp_path / "unfused.gguf", scale=SCALE, fused_qkv=False)
