@@ -16,7 +16,7 @@ import pytest
 
 from vkq.blocks.formats import FORMATS
 from vkq.commands import tune
-from vkq.coopmat_check import ensure_checked
+from vkq.dispatch.coopmat_check import ensure_checked
 from vkq.device.caps import DeviceCaps
 from vkq.device.shader_variants import MatMulVariant, all_variants, needs_coopmat_compiler, spirv_path
 from vkq.dispatch import coopmat, tile_tuning, tiles, tuning_store

@@ -16,7 +16,7 @@
 - (--kernel coopmat) the cooperative-matrix kernel against the tiled kernel
   the dispatcher takes without it, each a graph of the mat-mat alone timed as
   for --ggml, alternating, on the same weights: first the type's self-check
-  (vkq.coopmat_check, kept in the tuning directory), then, where the kernel
+  (vkq.dispatch.coopmat_check, kept in the tuning directory), then, where the kernel
   is offered, each of its candidate tiles (vkq.dispatch.tiles.
   COOPMAT_CANDIDATES, the first the dispatcher's) and the tiled kernel timed,
   with each candidate's NMSE against the tiled kernel at this shape; where it
@@ -45,7 +45,7 @@ from vkq.blocks.formats import get_format  # noqa: E402
 from vkq.blocks.synthetic import random_weights  # noqa: E402
 from vkq.commands.ggml_perf import GgmlPerf, ggml_type_name  # noqa: E402
 from vkq.blocks.reference import nmse  # noqa: E402
-from vkq.coopmat_check import ensure_checked  # noqa: E402
+from vkq.dispatch.coopmat_check import ensure_checked  # noqa: E402
 from vkq.dispatch import coopmat, tile_tuning, tiles  # noqa: E402
 from vkq.device.timing import summarize  # noqa: E402
 from vkq.resolve import MAX_COLS  # noqa: E402

@@ -273,7 +273,7 @@ class MatMul(_PerBuffer):
         self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot, mul_mat_id, cfg.coopmat)
         texel = cfg.binding == "texel"
         spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
-                int(cfg.shared_tiles), cfg.x_planes, slots_per_x, lay.n_expert]
+                int(cfg.shared_tiles), cfg.x_planes, slots_per_x, lay.n_expert, *cfg.fragment]
         # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [groups], [W's three texel views].
         kinds = ["storage", "texel_u32x4" if texel else "storage", "storage"]
         kinds += ["storage"] if mul_mat_id else []

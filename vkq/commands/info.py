@@ -71,6 +71,7 @@ def matmul_lines(backend) -> list[str]:
     cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
     kernels, why = tiles.prompt_kernels(disp.device_class)
     return [f"  mat-mat         {cfg.describe()} (Q4_0, K 4096) <- {cfg.source}",
+            f"  coop shapes     {coopmat.shapes_line(backend.device_info)}",
             f"  coop matrix     {coopmat.summary(disp.caps, disp.coopmat_checks)}",
             f"  prompts         {kernels} (vkq generate's chunks) <- {why}"]
 

@@ -32,7 +32,7 @@ candidate held to the device's limits (tiles.check) before it is built, the
 same final race; saved in the type's entry as "tiles", taken first by the
 dispatcher's mat-mat choice (vkq.dispatch.tile_tuning). Where the device
 offers the cooperative-matrix kernel for the type (its self-check run here
-first where it has none, vkq.coopmat_check), that kernel runs in the same
+first where it has none, vkq.dispatch.coopmat_check), that kernel runs in the same
 final race at each of its candidate tiles (tiles.COOPMAT_CANDIDATES) that
 fits the device and passes the self-check's NMSE against the float kernel
 here (coopmat_contenders), and the "tiles" object keeps the fastest: its
@@ -53,7 +53,7 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.lookup_tables import has_value_pairs
 from ..blocks.synthetic import random_weights
-from ..coopmat_check import checked_config, config_nmse, run_check
+from ..dispatch.coopmat_check import checked_config, config_nmse, run_check
 from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
                              wall_samples, warm_up)
 from ..device.shader_variants import MATMUL_BINDINGS
@@ -274,13 +274,13 @@ class CoopmatContender:
     """One tile of the cooperative-matrix kernel in the tiles' final race, checked on this device."""
 
     cfg: TileConfig
-    nmse: float  # against the float tiled kernel on coopmat.CHECK_SHAPE (vkq.coopmat_check.config_nmse)
+    nmse: float  # against the float tiled kernel on coopmat.CHECK_SHAPE (vkq.dispatch.coopmat_check.config_nmse)
 
 
 def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[CoopmatContender]:
     """The cooperative-matrix kernel's tiles for the tiles' final race, where
     the device offers it for the type (its self-check run first where the
-    type has none on this device: vkq.coopmat_check.run_check): each of
+    type has none on this device: vkq.dispatch.coopmat_check.run_check): each of
     tiles.COOPMAT_CANDIDATES that fits the device at every K measured (once,
     where fitting makes two the same) and whose NMSE against the float kernel
     is within coopmat.CHECK_NMSE here (the self-check's own tile: its record).

@@ -75,6 +75,14 @@ class DeviceInfo:
     # Compute units: NVIDIA's SMs (VK_NV_shader_sm_builtins), AMD's CUs
     # (VK_AMD_shader_core_properties); 0: not reported (Intel, CPU drivers).
     compute_units: int = 0
+    # The cooperative-matrix shapes the device lists
+    # (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR), each (M, N, K,
+    # A type, B type, C type, result type, scope), types as COMPONENT_TYPES
+    # names, scope "subgroup" or "workgroup"...; the saturating ones left out
+    # (vkq asks for none). Empty: none listed, or not queried (a descriptor
+    # recorded before the query).
+    coopmat_shapes: tuple = ()
+    shader_int8: bool = False  # the shaderInt8 feature (int8 values in shaders)
 
     @property
     def vendor(self) -> str:
@@ -85,6 +93,7 @@ class DeviceInfo:
         d["max_workgroup_size"] = list(self.max_workgroup_size)
         d["max_workgroup_count"] = list(self.max_workgroup_count)
         d["extensions"] = sorted(self.extensions)
+        d["coopmat_shapes"] = [list(shape) for shape in self.coopmat_shapes]
         return d
 
     @classmethod
@@ -100,6 +109,7 @@ class DeviceInfo:
         kw["max_workgroup_count"] = tuple(kw["max_workgroup_count"])
         kw["extensions"] = frozenset(kw["extensions"])
         kw["timestamp_period"] = float(kw["timestamp_period"])
+        kw["coopmat_shapes"] = tuple(tuple(shape) for shape in kw.get("coopmat_shapes", ()))
         return cls(**kw)
 
 
@@ -168,10 +178,42 @@ def _enumerate_cached() -> tuple[DeviceInfo, ...]:
         props2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceProperties2")
         feats2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceFeatures2")
         return tuple(
-            _query(vk, i, pd, props2, feats2) for i, pd in enumerate(physical)
+            _query(vk, instance, i, pd, props2, feats2) for i, pd in enumerate(physical)
         )
     finally:
         vk.vkDestroyInstance(instance, None)
+
+
+# VkComponentTypeKHR 0..10 by name, and VkScopeKHR 1..4.
+COMPONENT_TYPES = ("f16", "f32", "f64", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64")
+_SCOPES = {1: "device", 2: "workgroup", 3: "subgroup", 5: "queue-family"}
+
+
+def _coopmat_shapes(vk, instance, pd, exts) -> tuple:
+    """The device's cooperative-matrix shapes (DeviceInfo.coopmat_shapes)."""
+    if "VK_KHR_cooperative_matrix" not in exts:
+        return ()
+    ffi = vk.ffi
+    name = "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"
+    ptr = vk.lib.vkGetInstanceProcAddr(instance, name.encode())
+    if ptr == ffi.NULL:
+        return ()
+    fn = ffi.cast(f"PFN_{name}", ptr)
+    count = ffi.new("uint32_t *")
+    if fn(pd, count, ffi.NULL) != vk.VK_SUCCESS or count[0] == 0:
+        return ()
+    props = ffi.new(f"VkCooperativeMatrixPropertiesKHR[{count[0]}]")
+    for i in range(count[0]):
+        props[i].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
+    if fn(pd, count, props) not in (vk.VK_SUCCESS, vk.VK_INCOMPLETE):
+        return ()
+
+    def kind(t: int) -> str:
+        return COMPONENT_TYPES[t] if 0 <= t < len(COMPONENT_TYPES) else f"type{t}"
+
+    return tuple((p.MSize, p.NSize, p.KSize, kind(p.AType), kind(p.BType), kind(p.CType), kind(p.ResultType),
+                  _SCOPES.get(p.scope, f"scope{p.scope}"))
+                 for p in (props[i] for i in range(count[0])) if not p.saturatingAccumulation)
 
 
 def _instance_fn(vk, instance, name):
@@ -192,7 +234,7 @@ def _cstr(vk, chars) -> str:
     return vk.ffi.string(chars).decode("utf-8", "replace")
 
 
-def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
+def _query(vk, instance, index, pd, props2, feats2) -> DeviceInfo:
     ffi = vk.ffi
     p = vk.vkGetPhysicalDeviceProperties(pd)
     limits = p.limits
@@ -210,7 +252,7 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         stype = getattr(vk, "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_" + stype)
         return ffi.new(f"{ctype}*", {"sType": stype})
 
-    subgroup = driver = size_ctl = dot_props = dot_feats = maint3 = sms = amd_cores = None
+    subgroup = driver = size_ctl = dot_props = dot_feats = maint3 = sms = amd_cores = int8_feats = None
     if api >= (1, 1, 0):  # a 1.0 device may not be asked for *2 structs
         subgroup = new("VkPhysicalDeviceSubgroupProperties", "SUBGROUP_PROPERTIES")
         maint3 = new("VkPhysicalDeviceMaintenance3Properties", "MAINTENANCE_3_PROPERTIES")
@@ -237,9 +279,11 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         head = new("VkPhysicalDeviceProperties2", "PROPERTIES_2")
         _link(ffi, head, [subgroup, driver, size_ctl, dot_props, maint3, sms, amd_cores])
         props2(pd, head)
-        if dot_feats is not None:
+        if api >= (1, 2, 0) or "VK_KHR_shader_float16_int8" in exts:
+            int8_feats = new("VkPhysicalDeviceShaderFloat16Int8Features", "SHADER_FLOAT16_INT8_FEATURES")
+        if dot_feats is not None or int8_feats is not None:
             fhead = new("VkPhysicalDeviceFeatures2", "FEATURES_2")
-            _link(ffi, fhead, [dot_feats])
+            _link(ffi, fhead, [dot_feats, int8_feats])
             feats2(pd, fhead)
 
     # Kompute uses the first queue family with the compute bit.
@@ -297,6 +341,8 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         compute_units=(sms.shaderSMCount if sms else
                        amd_cores.shaderEngineCount * amd_cores.shaderArraysPerEngineCount
                        * amd_cores.computeUnitsPerShaderArray if amd_cores else 0),
+        coopmat_shapes=_coopmat_shapes(vk, instance, pd, exts),
+        shader_int8=bool(int8_feats and int8_feats.shaderInt8),
     )
 
 

@@ -71,11 +71,16 @@ class Device:
         self.int_dot_enabled = INT_DOT_EXTENSION in extensions and self.manager.integer_dot_product_enabled()
         self.coopmat_enabled = (self.manager.cooperative_matrix_enabled() if want_coopmat
                                 else False if can_coopmat else None)
+        # shaderInt8, the int8 fragments' (enabled with the cooperative-matrix
+        # features where the device has it; None: this kp build cannot say).
+        can_int8 = hasattr(kp.Manager, "shader_int8_enabled")
+        self.int8_enabled = (self.manager.shader_int8_enabled() if can_int8 and self.coopmat_enabled
+                             else False if can_int8 else None)
         self.memory = MemoryLedger(self.info)
 
     @functools.cached_property
     def caps(self) -> DeviceCaps:
-        return DeviceCaps.of(self.info, self.int_dot_enabled, self.coopmat_enabled)
+        return DeviceCaps.of(self.info, self.int_dot_enabled, self.coopmat_enabled, self.int8_enabled)
 
     @property
     def max_buffer_bytes(self) -> int:

@@ -165,11 +165,12 @@ TILE_KEYS = {"n", "k_min", "shapes", "best", "coopmat", *ENTRY_KEYS, *TILE_FIGUR
 # "spread": its spread, "won": {activations: whether it was clearly faster
 # (vkq.device.timing.faster) than the tiles "best" gives those
 # activations}, "tile": [bm, bn, bk_chunks, tm, tn] (tiles.COOPMAT_SHAPE),
-# "nmse": its NMSE against the float kernel}. The tiled kernel's figures
+# "nmse": its NMSE against its path's tiled kernel, optionally "flavour":
+# "int8" where the kernel raced was the int8 flavour (absent: float16)}. The tiled kernel's figures
 # are that key's "gflops"[1] and "spread", from the same race. Without a
 # record (tiles tuned on a device without the kernel) the dispatcher offers
 # the kernel on its self-check alone (vkq.dispatch.tile_tuning).
-COOPMAT_KEYS = ("gflops", "spread", "won", "tile", "nmse")
+COOPMAT_KEYS = ("gflops", "spread", "won", "tile", "nmse", "flavour")
 
 
 @dataclass(frozen=True)
@@ -183,13 +184,15 @@ class CoopmatRace:
     tiled_gflops: float
     tiled_spread: float | None
     tile: tuple[int, ...]  # (bm, bn, bk_chunks, tm, tn)
-    nmse: float  # the tile's NMSE against the float kernel
+    nmse: float  # the tile's NMSE against its path's tiled kernel
+    flavour: str = "float16"  # the kernel's flavour that raced (vkq.dispatch.coopmat.FLAVOURS)
 
 
-def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...], nmse: float) -> dict:
+def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...], nmse: float,
+                   flavour: str = "float16") -> dict:
     """The "coopmat" object of a "tiles" object (see CoopmatRace)."""
     return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won), "tile": list(tile),
-            "nmse": float(f"{nmse:.3e}")}
+            "nmse": float(f"{nmse:.3e}"), **({"flavour": flavour} if flavour != "float16" else {})}
 
 
 def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
@@ -200,7 +203,7 @@ def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
         return None
     key = entry_key(tiles["best"][activations], activations)
     return CoopmatRace(rec["won"][activations], rec["gflops"], rec["spread"], key, tiles["gflops"][key][1],
-                       tiles.get("spread", {}).get(key), tuple(rec["tile"]), rec["nmse"])
+                       tiles.get("spread", {}).get(key), tuple(rec["tile"]), rec["nmse"], rec.get("flavour", "float16"))
 
 
 def coopmat_problems(where: str, tiles: dict) -> list[str]:
@@ -229,19 +232,22 @@ def coopmat_problems(where: str, tiles: dict) -> list[str]:
     problems += coopmat_tile_problems(where, rec.get("tile"))
     if not (_number(rec.get("nmse")) and rec["nmse"] >= 0):
         problems.append(f"{where}: nmse {rec.get('nmse')!r} is not a number >= 0")
+    if rec.get("flavour", "int8") != "int8":
+        problems.append(f"{where}: flavour {rec['flavour']!r} is not \"int8\" (absent: float16)")
     return problems
 
 
 def coopmat_tile_problems(where: str, tile) -> list[str]:
     """What is wrong with a record's "tile": five positive integers that
-    make a tile the kernel supports (the shader's rules at the smallest
-    subgroup; whether it fits a device is the dispatcher's check at use)."""
-    from .tiles import COOPMAT_SHAPE, COOPMAT_SUBGROUPS, TileConfig  # (as tile_problems)
+    make a tile the kernel supports (the shader's rules at 8x8x8 fragments
+    and a subgroup of 32; whether it fits a device is the dispatcher's check
+    at use)."""
+    from .tiles import COOPMAT_SHAPE, TileConfig  # (as tile_problems)
 
     if not isinstance(tile, list) or len(tile) != len(COOPMAT_SHAPE) or not all(_positive_int(v) for v in tile):
         return [f"{where}: tile {tile!r} is not [{', '.join(COOPMAT_SHAPE)}], positive integers"]
     try:
-        TileConfig(**dict(zip(COOPMAT_SHAPE, tile)), coopmat_subgroup=COOPMAT_SUBGROUPS[0])
+        TileConfig(**dict(zip(COOPMAT_SHAPE, tile)), coopmat_subgroup=32, fragment=(8, 8, 8))
     except ValueError as e:
         return [f"{where}: tile {tile!r}: {e}"]
     return []
