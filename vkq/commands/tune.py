@@ -58,6 +58,7 @@ from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calib
                              wall_samples, warm_up)
 from ..device.shader_variants import MATMUL_BINDINGS
 from ..dispatch import coopmat, tiles, tuning_store
+from ..dispatch.tile_tuning import offered_flavour
 from ..dispatch.choose import Dispatcher, apply_limits
 from ..dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
 from ..dispatch.tiles import TileConfig
@@ -277,34 +278,37 @@ class CoopmatContender:
     nmse: float  # against the float tiled kernel on coopmat.CHECK_SHAPE (vkq.dispatch.coopmat_check.config_nmse)
 
 
-def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[CoopmatContender]:
-    """The cooperative-matrix kernel's tiles for the tiles' final race, where
-    the device offers it for the type (its self-check run first where the
-    type has none on this device: vkq.dispatch.coopmat_check.run_check): each of
-    tiles.COOPMAT_CANDIDATES that fits the device at every K measured (once,
-    where fitting makes two the same) and whose NMSE against the float kernel
-    is within coopmat.CHECK_NMSE here (the self-check's own tile: its record).
-    None offered: [], with why in notes["coopmat"] (but for a device without
-    the kernel at all, which `run` says once); candidates left out (a failed
-    check, a pipeline the driver refused) named in notes["coopmat candidates"]."""
+def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> tuple[str, list[CoopmatContender]]:
+    """The cooperative-matrix kernel's flavour and tiles for the tiles'
+    final race, where the device offers it for the type (its self-checks run
+    first where the type has none on this device:
+    vkq.dispatch.coopmat_check.run_check): the flavour the dispatcher takes
+    for the default activations (tile_tuning.offered_flavour), each of its
+    candidate tiles (tiles.coopmat_candidates) that fits the device at every
+    K measured (once, where fitting makes two the same) and whose NMSE
+    against its path's tiled kernel is within coopmat.CHECK_NMSE here (the
+    self-check's own tile: its record). None offered: no tiles, with why in
+    notes["coopmat"] (but for a device without the kernel at all, which
+    `run` says once); candidates left out (a failed check, a pipeline the
+    driver refused) named in notes["coopmat candidates"]."""
     caps, checks = tb.dev.caps, tb.backend.dispatcher.coopmat_checks
-    offer, why = coopmat.status(caps, tb.fmt, checks)
-    if offer == coopmat.UNCHECKED:
-        on_group("mat-mat coopmat", "self-check")
-        run_check(tb.backend, tb.fmt)
-        offer, why = coopmat.status(caps, tb.fmt, checks)
-    if offer != coopmat.OFFERED:
+    for flavour in coopmat.FLAVOURS:
+        if coopmat.status(caps, tb.fmt, checks, flavour)[0] == coopmat.UNCHECKED:
+            on_group("mat-mat coopmat", f"self-check {flavour}")
+            run_check(tb.backend, tb.fmt, flavour)
+    flavour, why = offered_flavour(tb.backend.dispatcher, tb.fmt, ks[-1], DEFAULT_ACTIVATIONS, None)
+    if flavour is None:
         if notes is not None and not coopmat.device_missing(caps):
             notes["coopmat"] = f"not raced: {why}"
-        return []
+        return "float16", []
     try:
-        checked = tiles.coopmat_shape(checked_config(caps, tb.fmt))
+        checked = tiles.coopmat_shape(checked_config(caps, tb.fmt, flavour))
     except ValueError:
         checked = None
     fitting, first_problem = {}, None
-    for shape in tiles.COOPMAT_CANDIDATES:
+    for shape in tiles.coopmat_candidates(caps, flavour):
         try:
-            cfg = tiles.coopmat_config(caps, tb.fmt, ks[-1], shape)
+            cfg = tiles.coopmat_config(caps, tb.fmt, ks[-1], shape, flavour)
             for k in ks:
                 tiles.check(cfg, caps, tb.fmt, k)
         except ValueError as e:
@@ -315,7 +319,7 @@ def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[
     for shape, cfg in fitting.items():
         label = tiles.coopmat_tile_label(shape)
         if shape == checked:  # (the self-check's own tile and case: its record says it)
-            out.append(CoopmatContender(cfg, checks[tb.fmt.name]["nmse"]))
+            out.append(CoopmatContender(cfg, checks[coopmat.check_key(tb.fmt.name, flavour)]["nmse"]))
             continue
         on_group("mat-mat coopmat", f"check {label}")
         try:
@@ -326,13 +330,14 @@ def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[
         if coopmat.passes({"nmse": err}):
             out.append(CoopmatContender(cfg, err))
         else:
-            left_out.append(f"{label} (NMSE {err:.1e} against the float kernel > {coopmat.CHECK_NMSE:g})")
+            left_out.append(f"{label} (NMSE {err:.1e} against the {'int8' if flavour == 'int8' else 'float'} "
+                            f"kernel > {coopmat.CHECK_NMSE:g})")
     if notes is not None:
         if left_out:
             notes["coopmat candidates"] = "tiles left out: " + "; ".join(left_out)
         if not out:
             notes["coopmat"] = f"not raced: {first_problem or 'no candidate tile passed its check on this device'}"
-    return out
+    return flavour, out
 
 
 def tile_variants(tb: TypeBench, k: int, quick: bool) -> list[tuple[str, str, str]]:
@@ -452,7 +457,7 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
     # by side (--quick: the descent's one race already timed them together),
     # and where the device offers it the cooperative-matrix kernel beside
     # them all (in --quick too: it is compared with the tiles chosen here).
-    coop = coopmat_contenders(tb, ks, on_group, notes)
+    flavour, coop = coopmat_contenders(tb, ks, on_group, notes)
     need = list(dict.fromkeys([*from_table.values(), *tuned.values()]))
     todo = need if not quick or coop else [c for c in need if c not in seen]
     todo += [c.cfg for c in coop]
@@ -488,7 +493,7 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
         c = seen[fastest.cfg]
         won = {acts: faster(c, final[tuning_store.entry_key(path, acts)]) for acts, path in result["best"].items()}
         result["coopmat"] = tuning_store.coopmat_record(flops / c.seconds / 1e9, c.spread, won,
-                                                        tiles.coopmat_shape(fastest.cfg), fastest.nmse)
+                                                        tiles.coopmat_shape(fastest.cfg), fastest.nmse, flavour)
     return result
 
 
@@ -551,13 +556,16 @@ def coopmat_unraced(backend, qtype: str, entry: dict) -> bool:
     found, fmt, caps = entry.get("tiles"), FORMATS[qtype], backend.device.caps
     if found is None or "coopmat" in found:
         return False
-    if coopmat.status(caps, fmt, backend.dispatcher.coopmat_checks)[0] not in (coopmat.OFFERED, coopmat.UNCHECKED):
-        return False
-    try:
-        tiles.coopmat_config(caps, fmt, found["k_min"])
-        return True
-    except ValueError:
-        return False
+    for flavour in coopmat.FLAVOURS:
+        if coopmat.status(caps, fmt, backend.dispatcher.coopmat_checks, flavour)[0] not in (coopmat.OFFERED,
+                                                                                           coopmat.UNCHECKED):
+            continue
+        try:
+            tiles.coopmat_config(caps, fmt, found["k_min"], flavour=flavour)
+            return True
+        except ValueError:
+            continue
+    return False
 
 
 def _shapes(shapes) -> str:
@@ -615,8 +623,9 @@ def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> 
     if t and "coopmat" in t:
         races = [tuning_store.coopmat_race(t, a) for a in t["coopmat"]["won"]]
         rec = t["coopmat"]
-        parts.append(f"mat-mat coopmat tile {coopmat_tile_label(rec)} (NMSE {rec['nmse']:.1e} against the float "
-                     "kernel)"
+        int8 = rec.get("flavour") == "int8"
+        parts.append(f"mat-mat coopmat{' int8' if int8 else ''} tile {coopmat_tile_label(rec)} (NMSE "
+                     f"{rec['nmse']:.1e} against the {'int8' if int8 else 'float'} kernel)"
                      + (f"; {notes['tiles coopmat candidates']}" if "tiles coopmat candidates" in notes else ""))
         parts += [f"mat-mat coopmat {a} {r.gflops:.1f} GFLOP/s (spread {100 * r.spread:.1f}%): {coopmat_verdict(r)} "
                   f"the tiled {variant_label(r.key)} {r.tiled_gflops:.1f}" for a, r in zip(t["coopmat"]["won"], races)]
@@ -651,7 +660,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
           f"{_shapes(tile_shapes(backend.device, shapes, quick))} by {TILE_COLS} columns; "
           f"timer: {'GPU timestamps' if info.timestamps_supported else 'wall clock'}", file=sys.stderr)
     missing = coopmat.device_missing(backend.device.caps)
-    if missing:
+    if missing and coopmat.device_missing(backend.device.caps, "int8"):
         print(f"vkq tune: the cooperative-matrix mat-mat is not available on this device ({missing}): "
               "the tiled kernels alone", file=sys.stderr)
     if skipped:
