@@ -4,8 +4,8 @@ device that lacks it (lavapipe 22.3).
 
 Both flavours against float64 for every type at odd shapes (rows and columns
 not multiples of the tile, K an odd number of chunks; with a K step of two
-chunks a partial last step): the float16 flavour within the project's NMSE
-of 5e-4 of the exact product (its tiles are float16); the int8 flavour
+chunks a partial last step; test_matmul.check): the float16 flavour within
+the project's NMSE of 5e-4 of the exact product (its tiles are float16); the int8 flavour
 held to the int8 path's model as the int8 tiled kernel is, whose bits it
 gives (the same chunk sums in the same order). A column's bits do not
 depend on the other columns of its call, so a prompt's logits do not
@@ -26,11 +26,11 @@ from vkq.blocks.formats import FORMATS
 from vkq.dispatch import coopmat, tiles
 from vkq.dispatch.coopmat_check import ensure_checked
 
-from conftest import TYPES, assert_matches, random_x
+from conftest import NMSE_GGML, TYPES, assert_matches, random_x
 from test_matmul import INT8_TYPES, REGISTERS_INT8, case, check, odd_k, refs_of
 
 ROWS = 49
-NMSE = 5e-4  # the project's bound against float64
+
 
 
 @pytest.fixture
@@ -49,30 +49,12 @@ def int8_caps(backend):
     return caps
 
 
-def check_float16(backend, qtype: str, cfg: tiles.TileConfig, k: int, ncols=(9, 37)) -> None:
-    """cfg's product of a ROWS x k matrix within NMSE of float64's, each
-    column's bits those of the same column in a call of more columns."""
-    w, w64 = case(backend, qtype, ROWS, k)
-    ys = {}
-    for n in ncols:
-        x = random_x(k, n, seed=n)
-        y = ys[n] = backend.matmul(w, x, config=cfg)
-        exact = w64 @ x.astype(np.float64)
-        assert y.shape == exact.shape and np.isfinite(y).all()
-        e = ref.nmse(y, exact)
-        assert e < NMSE, f"{qtype} {ROWS}x{k} n={n} {cfg.describe()}: NMSE {e:.3g}"
-    small, big = min(ncols), max(ncols)
-    x_big = random_x(k, big, seed=big)
-    x_big[:, :small] = random_x(k, small, seed=small)
-    np.testing.assert_array_equal(backend.matmul(w, x_big, config=cfg)[:, :small], ys[small])
-
-
 @pytest.mark.parametrize("qtype", TYPES)
 def test_every_type_float16(backend, caps, qtype):
     k = odd_k(qtype)
     cfg = tiles.coopmat_config(caps, FORMATS[qtype], k)
     assert cfg.kernel == f"mul_mm coopmat f16 {'x'.join(map(str, caps.coopmat_fragment))}"
-    check_float16(backend, qtype, cfg, k)
+    check(backend, qtype, ROWS, k, cfg)
 
 
 @pytest.mark.parametrize("qtype", INT8_TYPES)
@@ -101,7 +83,7 @@ def partial_step(caps, flavour: str) -> tiles.TileConfig:
 
 
 def test_a_partial_last_k_step(backend, caps):
-    check_float16(backend, "Q4_0", partial_step(caps, "float16"), odd_k("Q4_0"))
+    check(backend, "Q4_0", ROWS, odd_k("Q4_0"), partial_step(caps, "float16"))
     if caps.coopmat_int8:
         check(backend, "Q4_0", ROWS, odd_k("Q4_0"), partial_step(caps, "int8"))
 
@@ -111,7 +93,7 @@ def test_a_partial_last_k_step(backend, caps):
 def test_many_columns_and_a_long_k(backend, caps, qtype):
     """n up to 1000 and K of a 14336-wide FFN row (lavapipe's loop budget)."""
     cfg = tiles.coopmat_config(caps, FORMATS[qtype], 14336)
-    check_float16(backend, qtype, cfg, 14336, ncols=(9, 1000))
+    check(backend, qtype, ROWS, 14336, cfg, ncols=(9, 1000))
     if FORMATS[qtype].has_int8_path and caps.coopmat_int8:
         check(backend, qtype, ROWS, 14336, tiles.coopmat_config(caps, FORMATS[qtype], 14336, flavour="int8"),
               ncols=(9, 1000))
@@ -138,7 +120,7 @@ def test_mul_mat_id(backend, caps, flavour, qtype):
             y = backend.matmul_id(w, x, ids, config=cfg)
             for e in np.unique(ids):
                 t, j = np.nonzero(ids == e)
-                assert ref.nmse(y[t, j].T, w64[e] @ x[t].T.astype(np.float64)) < NMSE, (n, e)
+                assert ref.nmse(y[t, j].T, w64[e] @ x[t].T.astype(np.float64)) < NMSE_GGML, (n, e)
 
 
 @pytest.fixture
@@ -170,7 +152,7 @@ def test_the_dispatcher_takes_it_after_its_self_check(unchecked, caps):
         if want == "int8":
             assert_matches(y, refs_of(w64, x, cfg), cfg.path)
         else:
-            assert ref.nmse(y, w64 @ x.astype(np.float64)) < NMSE
+            assert ref.nmse(y, w64 @ x.astype(np.float64)) < NMSE_GGML
     checks = coopmat.load_checks(backend.device_info)
     assert coopmat.passes(checks["Q4_0"]) and (not caps.coopmat_int8 or coopmat.passes(checks["Q4_0 int8"]))
     assert not backend.matmul_pipeline(w, 40, path="dmmv").coopmat
