@@ -196,19 +196,26 @@ def test_vkq_matmul_forces_a_kernel(backend, monkeypatch):
         f16.free()
 
 
-@pytest.mark.parametrize("kernel, model", [("coopmat", "tiny"), ("coopmat-int8", "tiny"), ("coopmat", "tiny_moe")])
-def test_prompt_logits_do_not_depend_on_the_chunks(backend, request, monkeypatch, kernel, model):
+@pytest.mark.parametrize("kernel, model", [("coopmat", "tiny"), ("coopmat-int8", "tiny"), ("coopmat", "tiny_moe"),
+                                           (None, "tiny")])
+def test_prompt_logits_do_not_depend_on_the_chunks(backend, request, monkeypatch, tmp_path, kernel, model):
     """`vkq generate`'s prompt through the cooperative-matrix kernels (every
     mat-mat of the model forced to them, MUL_MAT_ID's too; int8 on q8_1
-    activations, which it takes): the same logits, bit for bit, however the
+    activations, which it takes; or, kernel None, the dispatcher's own choice
+    after each type's self-check): the same logits, bit for bit, however the
     prompt is cut into chunks."""
     from vkq.llama.gpu_step import GpuLlama
+    from vkq.resolve import resolve_tiles
 
     caps = backend.device.caps
-    missing = caps.coopmat_missing if kernel == "coopmat" else caps.coopmat_int8_missing
+    missing = caps.coopmat_int8_missing if kernel == "coopmat-int8" else caps.coopmat_missing
     if missing:
-        pytest.skip(f"{kernel}: {missing}")
-    monkeypatch.setenv("VKQ_MATMUL", kernel)
+        pytest.skip(f"{kernel or 'coopmat'}: {missing}")
+    if kernel is None:
+        monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+        monkeypatch.setattr(backend.dispatcher, "coopmat_checks", {})
+    else:
+        monkeypatch.setenv("VKQ_MATMUL", kernel)
     path, acts = ("mmvq", "q8_1") if kernel == "coopmat-int8" else ("auto", None)
     path_file = request.getfixturevalue(model)
     a = GpuLlama(path_file, backend, path, ctx=48, prompt_chunk=16, prompt_kernels="matmul", activations=acts)
@@ -217,6 +224,9 @@ def test_prompt_logits_do_not_depend_on_the_chunks(backend, request, monkeypatch
     la, lb = a.logits(ids), b.logits(ids)
     assert np.isfinite(la).all()
     np.testing.assert_array_equal(la, lb)
+    w = next(w for names, w in a.weights.items()
+             if names != a.file.output_group and not w.is_expert_stack and w.layout.fmt.name != "F32")
+    assert resolve_tiles(backend, w, 16, None if path == "auto" else path, None, a.activations).coopmat
 
 
 def test_tune_races_it_for_real(unchecked, caps):
