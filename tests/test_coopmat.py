@@ -67,11 +67,11 @@ def test_the_fragment_shape_is_the_devices_own():
     lvp = info((8, 8, 8, "f16", "f16", "f16", "f16", "subgroup"), (8, 8, 8, "f16", "f16", "f32", "f32", "subgroup"),
                (8, 8, 8, "u8", "u8", "u32", "u32", "subgroup"), (8, 8, 8, "s8", "s8", "s32", "s32", "subgroup"))
     assert coopmat_fragment(lvp, "float16") == (8, 8, 8) and coopmat_fragment(lvp, "int8") == (8, 8, 8)
-    nv = info((16, 8, 16, "f16", "f16", "f32", "f32", "subgroup"), (16, 16, 16, "f16", "f16", "f32", "f32", "subgroup"),
+    k32 = info((16, 8, 16, "f16", "f16", "f32", "f32", "subgroup"), (16, 16, 16, "f16", "f16", "f32", "f32", "subgroup"),
               (16, 16, 32, "s8", "s8", "s32", "s32", "subgroup"), (16, 8, 32, "s8", "s8", "s32", "s32", "subgroup"))
-    assert coopmat_fragment(nv, "float16") == (16, 16, 16)
-    assert coopmat_fragment(nv, "int8") is None  # (K 32 spans two scales of a chunk)
-    assert coopmat_missing(nv, True, "int8", True).startswith("the device lists no s8*s8+s32 subgroup shape the "
+    assert coopmat_fragment(k32, "float16") == (16, 16, 16)
+    assert coopmat_fragment(k32, "int8") is None  # (int8 at K 32 only: a fragment would span two scales of a chunk)
+    assert coopmat_missing(k32, True, "int8", True).startswith("the device lists no s8*s8+s32 subgroup shape the "
                                                                 "kernel takes")
     assert coopmat_missing(lvp, True, "int8", None) == "this kp build cannot enable the shaderInt8 feature (int8 " \
                                                         "fragments)"
