@@ -464,10 +464,10 @@ def test_read_architecture(tiny_file, tmp_path):
 def test_unsupported_rope_scaling_is_named(tmp_path, capsys):
     path = write_gguf(tmp_path / "yarn.gguf", metadata={"llama.rope.scaling.type": "yarn",
                                                        "llama.rope.scaling.factor": 4.0})
-    with pytest.raises(ValueError, match="RoPE scaling 'yarn' is not supported"):
+    with pytest.raises(ValueError, match=r"RoPE scaling 'yarn' \(llama\.rope\.scaling\.type\) is not supported"):
         LlamaModel(path, path_mode="numpy")
     assert main(["generate", str(path), "-p", "hi"]) == 2
-    assert "RoPE scaling 'yarn' is not supported" in capsys.readouterr().err
+    assert "RoPE scaling 'yarn' (llama.rope.scaling.type) is not supported" in capsys.readouterr().err
 
 
 def test_rope_scaling_and_frequency_factors(backend, tmp_path):
@@ -508,8 +508,8 @@ BAD_METADATA = {
     "rope.freq_base nan": ({"llama.rope.freq_base": float("nan")}, r"llama\.rope\.freq_base is nan"),
     "rope.freq_base 0": ({"llama.rope.freq_base": 0.0}, r"llama\.rope\.freq_base is 0"),
     "rope.freq_base a string": ({"llama.rope.freq_base": "1e4"}, r"llama\.rope\.freq_base is '1e4'"),
-    "rope.scaling.factor 0": ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 0.0},
-                              r"llama\.rope\.scaling\.factor is 0"),
+    "rope.scaling.factor -1": ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": -1.0},
+                               r"llama\.rope\.scaling\.factor is -1"),
     "rms_epsilon nan": ({"llama.attention.layer_norm_rms_epsilon": float("nan")},
                         r"llama\.attention\.layer_norm_rms_epsilon is nan"),
     "rms_epsilon negative": ({"llama.attention.layer_norm_rms_epsilon": -1e-5},

@@ -155,10 +155,7 @@ class SpmTokenizer(Tokenizer):
         token is a control one that decodes to nothing."""
         out = bytearray()
         strip = self.add_space_prefix and not continuation
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < self.n_vocab:
-                raise ValueError(f"token id {i} is not in the vocabulary [0, {self.n_vocab})")
+        for i in self.check_decode(ids):
             piece = b"" if skip_special and self.types[i] in (CONTROL, UNKNOWN) else self.pieces[i]
             if strip and piece.startswith(b" "):
                 piece = piece[1:]

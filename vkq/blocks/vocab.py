@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from ..checks import is_int
+from ..checks import described, is_int, token_ids_argument
 from .gguf_io import GGUFFile, metadata
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type, gguf.TokenType).
@@ -120,6 +120,8 @@ class Tokenizer(ABC):
     def encode(self, text: str, add_special: bool = True) -> list[int]:
         """The ids of text; with add_special, BOS first and EOS last where the
         file's add flags say."""
+        if not isinstance(text, str):
+            raise TypeError(f"text is {described(text)}; expected a str")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # lone surrogates: bytes of another encoding on a UTF-8 command line
@@ -135,6 +137,14 @@ class Tokenizer(ABC):
     @abstractmethod
     def _encode(self, text: str) -> list[int]:
         """The ids of text, without BOS/EOS."""
+
+    def check_decode(self, ids) -> list[int]:
+        """ids as a list of ints for decode: each a token id of this vocabulary."""
+        ids = token_ids_argument("ids", ids)
+        bad = next((i for i in ids if not 0 <= i < self.n_vocab), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is not in the vocabulary [0, {self.n_vocab})")
+        return ids
 
     @abstractmethod
     def decode(self, ids, skip_special: bool = True, continuation: bool = False) -> str:

@@ -4,6 +4,9 @@ timings, on any engine that can feed tokens into its KV cache
 (`Decoder.feed`, `Decoder.feed_rows`)."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -11,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..checks import described, integer_argument
 from ..dispatch.tiles import PROMPT_KERNELS
 from ..dispatch.tiles import prompt_kernels as default_prompt_kernels
 from ..errors import NonFiniteLogits
@@ -153,6 +157,27 @@ def check_choice(token: int, logits: np.ndarray, n_fed: int) -> None:
                               "the model's weights decode to NaN or inf, or its activations overflow")
 
 
+_MAKING_LOCKS = threading.Lock()  # (a decoder's lock is made on first use, by one thread)
+
+
+def serialised(method):
+    """A Decoder call that holds the decoder's lock (Decoder.lock) from start
+    to end, and the lock of a draft model's decoder given as speculative=:
+    one KV cache cannot serve two generations at once, so a second thread's
+    call waits for the first's to end. The locks are taken in one order
+    (by id), so two threads that hold each other's decoder as a draft
+    cannot deadlock."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        draft = getattr(kwargs.get("speculative"), "decoder", None)
+        decoders = sorted({id(d): d for d in (self, draft) if isinstance(d, Decoder)}.items())
+        with contextlib.ExitStack() as held:
+            for _, d in decoders:
+                held.enter_context(d.lock)
+            return method(self, *args, **kwargs)
+    return call
+
+
 @dataclass
 class Generation:
     tokens: list[int]  # generated ids (prompt excluded)
@@ -169,9 +194,22 @@ class Decoder(ABC):
     n_past: int  # positions the KV cache holds now
     device_label = "mat-vec"
 
+    @property
+    def lock(self) -> threading.RLock:
+        """Held by greedy, generate, score and logits for their whole call, so
+        that threads sharing this decoder take turns. The low-level calls
+        (reset, feed, feed_one, feed_rows, step, rewind) keep the KV cache
+        between calls: a sequence of them from one thread goes inside
+        `with decoder.lock:` where other threads use the decoder too."""
+        lock = self.__dict__.get("_lock")
+        if lock is None:
+            with _MAKING_LOCKS:
+                lock = self.__dict__.setdefault("_lock", threading.RLock())
+        return lock
+
     def _set_context(self, ctx: int | None) -> None:
         n_train = self.file.config.n_ctx_train
-        ctx = n_train if ctx is None else int(ctx)
+        ctx = n_train if ctx is None else integer_argument("ctx", ctx)
         if not 1 <= ctx <= n_train:
             raise ValueError(f"a context of {ctx} positions: the model takes 1 to {n_train}")
         self.ctx = ctx
@@ -308,17 +346,21 @@ class Decoder(ABC):
     # -- the token loop ----------------------------------------------------------
     def step(self, token: int) -> np.ndarray:
         """One decode step: feed one token, get the logits of the next."""
-        return self.feed_one(token)[1]
+        return self.feed_one(integer_argument("token", token))[1]
 
+    @serialised
     def logits(self, tokens) -> np.ndarray:
         """The next-token logits after `tokens`, from an empty cache."""
+        tokens = self.file.check_ids(tokens)
         self.reset()
-        return self.feed(list(tokens), True)[1]
+        return self.feed(tokens, True)[1]
 
+    @serialised
     def score(self, prompt_ids, next_ids) -> np.ndarray:
         """Teacher-forced: (len(next_ids), n_vocab) logits; row i is what the model
         predicts after prompt + next_ids[:i] (greedy's logits[i] for those ids)."""
-        next_ids = list(next_ids)
+        prompt_ids = self.file.check_ids(prompt_ids, "prompt_ids")
+        next_ids = self.file.check_ids(next_ids, "next_ids")
         if not next_ids:  # no rows: nothing to feed, not even the prompt
             return np.zeros((0, self.n_vocab), np.float32)
         out = [self.logits(prompt_ids)]
@@ -326,6 +368,7 @@ class Decoder(ABC):
             out.append(self.step(t))
         return np.stack(out)
 
+    @serialised
     def greedy(self, prompt_ids, n_tokens: int, *, stop_at_eos: bool = True, keep_logits: bool = False,
                on_token: Callable[[int], None] | None = None, speculative: str | Drafter | None = None,
                draft_max: int | None = None, steps_per_submit: int = 1) -> Generation:
@@ -347,9 +390,11 @@ class Decoder(ABC):
         submit takes no more steps than tokens are left to choose, and the
         steps after one that ends the generation are dropped (the KV cache
         then holds what one step per submit leaves). Not with speculative."""
-        prompt_ids = self.file.check_ids(prompt_ids)
-        if n_tokens < 0:
-            raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+        prompt_ids = self.file.check_ids(prompt_ids, "prompt_ids")
+        n_tokens = integer_argument("n_tokens", n_tokens, least=0)
+        if draft_max is not None and speculative is None:
+            raise ValueError(f"draft_max {draft_max!r} is for speculative decoding: give speculative= too "
+                             f"(or leave draft_max out)")
         if not prompt_ids:
             raise ValueError("no tokens to feed (empty prompt?)")
         self.check_steps_per_submit(steps_per_submit)
@@ -447,7 +492,8 @@ class Decoder(ABC):
                              f"takes {self.max_row_tokens} per step (prompt_chunk)")
         if draft_max is None:
             return min(DRAFT_MAX, most)
-        if isinstance(draft_max, bool) or not isinstance(draft_max, int) or not 1 <= draft_max <= most:
+        draft_max = integer_argument("draft_max", draft_max)
+        if not 1 <= draft_max <= most:
             raise ValueError(f"draft_max {draft_max!r}: 1 to {most} drafted tokens (with the token before them, "
                              f"one step of at most {self.max_row_tokens})")
         return draft_max
@@ -489,6 +535,7 @@ class Decoder(ABC):
                     return
                 drafter.add(token)
 
+    @serialised
     def generate(self, prompt: str, n_tokens: int, *, stop_at_eos: bool = True,
                  on_text: Callable[[str], None] | None = None,
                  speculative: str | Drafter | None = None,
@@ -496,6 +543,8 @@ class Decoder(ABC):
         """Greedy continuation of a text prompt: (text, generated ids, stats).
         on_text receives the text as it grows, piece by piece; speculative,
         draft_max and steps_per_submit: as greedy's (the same text)."""
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt is {described(prompt)}; expected a str (token ids go to greedy)")
         prompt_ids = self.tokenizer.encode(prompt)
         on_token: Callable[[int], None] | None = None
         if on_text is not None:

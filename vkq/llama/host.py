@@ -38,6 +38,11 @@ PATH_MODES = ("auto", "dmmv", "mmvq", "numpy")
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm over the last axis. x is made contiguous first: numpy sums a
+    strided view (a head's slice of a step's fused Q/K/V output) in another
+    order than a contiguous row, and a row's bits must not depend on how
+    many tokens share the step (speculative decoding, -ub)."""
+    x = np.ascontiguousarray(x)
     return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps))) * w
 
 
@@ -133,6 +138,7 @@ class LlamaModel(Decoder):
         """The numpy float64 reference of this model: the same decoder, parsed
         file and tokenizer, its own KV cache."""
         other = copy.copy(self)
+        other.__dict__.pop("_lock", None)  # (its own KV cache: its own lock)
         other.backend = None
         other.matvecs = NumpyMatvecs(self.file.tensors, self.file.groups)
         other.reset()

@@ -18,6 +18,7 @@ from ..blocks.formats import get_format
 from ..blocks.gguf_io import open_gguf
 from ..blocks.reference import dequantize
 from ..blocks.tokenizer import open_tokenizer
+from ..checks import token_ids_argument
 from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
 from .matvecs import Group, make_groups
 
@@ -98,11 +99,13 @@ class LlamaFile:
     def group(self, names: tuple[str, ...]) -> Group:
         return next(g for g in self.groups if g.names == names)
 
-    def check_ids(self, tokens) -> list[int]:
-        ids = [int(t) for t in tokens]
+    def check_ids(self, tokens, name: str = "tokens") -> list[int]:
+        """tokens as a list of ints, each an id of this vocabulary; `name`: the
+        argument they came as, for the error."""
+        ids = token_ids_argument(name, tokens)
         bad = [i for i in ids if not 0 <= i < self.n_vocab]
         if bad:
-            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:4]}")
+            raise ValueError(f"{name}: token ids out of range [0, {self.n_vocab}): {bad[:4]}")
         return ids
 
     def embed(self, tokens) -> np.ndarray:
