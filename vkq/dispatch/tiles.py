@@ -166,8 +166,8 @@ def param_problems(cfg: TileConfig) -> list[str]:
     if cfg.coopmat:
         frag = tuple(cfg.fragment) if isinstance(cfg.fragment, (tuple, list)) else None
         if not cfg.shared_tiles or cfg.binding != "storage" or cfg.x_planes != 1 or cfg.int_dot:
-            out.append("cooperative matrices: shared tiles through storage buffers, one activation plane, no "
-                       "OpSDot only")
+            out.append("cooperative matrices: shared tiles through storage buffers, one activation plane and "
+                       "int_dot False only")
         if frag not in COOPMAT_FRAGMENTS or COOPMAT_K_UNIT["int8" if cfg.path == "mmvq" else "float16"] % frag[2]:
             out.append(f"cooperative matrices: fragment {cfg.fragment!r} not (M, N, K) with M and N of "
                        f"{'/'.join(map(str, COOPMAT_MN))}, K a multiple of 4 dividing "
@@ -390,15 +390,13 @@ COOPMAT_CANDIDATES = (
 # On a CPU driver (lavapipe) the fragments are emulated and the kernel is
 # there to be checked, not to be fast: a fragment per subgroup, 2 x 2
 # subgroups. Its pipelines compile for as long as their unrolled fragment
-# products are many: Q4_K's 64x64 tile (16 fragments of 8x8x8 per
-# subgroup) took 31.6 s on the float16 flavour, 18.5 s on the int8 one;
-# 16x16 (one fragment) 5.1 s and 1.9 s (lavapipe 26.1.6, Mesa's shader cache
-# off, 2 cores shared, 2026-12-06).
+# products are many (the note's figures: each pipeline's first compile,
+# lavapipe 26.1.6, 2 cores shared with other work).
 COOPMAT_CPU_TILE = {
     "basis": "measured",
     "note": "a CPU driver emulates the fragments: one per subgroup, 2 x 2 subgroups, the shortest compile "
-            "(Q4_K on lavapipe 26, 2026-12-06: 5.1 s float16, 1.9 s int8, against 31.6 s and 18.5 s for "
-            "the 64x64 tile)",
+            "(Q4_K's first compile on lavapipe 26, 2026-12-06: 5.1 s float16, 1.9 s int8 at 16x16; 12.0 s "
+            "and 6.4 s at 32x32; 31.6 s and 18.5 s at the GPUs' 64x64)",
 }
 
 
