@@ -32,6 +32,7 @@ COOPMAT_EXTENSIONS = (COOPMAT_EXTENSION, "VK_KHR_vulkan_memory_model", "VK_KHR_s
 # int8 path's quants (weights and Q8_1 activations) into int32 sums, its
 # scales applied per 16 of K (the unit a block scale covers).
 COOPMAT_TYPES = {"float16": ("f16", "f16", "f32", "f32"), "int8": ("s8", "s8", "s32", "s32")}
+COOPMAT_FLAVOURS = tuple(COOPMAT_TYPES)
 # The fragment shapes the kernel takes: M and N dividing its 32 x 32 blocks
 # per subgroup (tiles.COOPMAT_CANDIDATES), K a multiple of 4 values (the
 # tiles' rows are read in 16-byte or 4-byte units) dividing what one K step

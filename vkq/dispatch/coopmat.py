@@ -1,7 +1,7 @@
 """Whether the dispatcher offers the cooperative-matrix mat-mat on this device.
 
 The kernel (shaders/mul_mm.comp's COOPMAT, vkq.dispatch.tiles.COOPMAT_TILE)
-has two flavours (tiles.COOPMAT_FLAVOURS): "float16", the float path's, and
+has two flavours (vkq.device.caps.COOPMAT_FLAVOURS): "float16", the float path's, and
 "int8", the int8 path's (types with one; Q8_1 activations of one plane).
 Neither is chosen blind: the device must list a fragment shape of the
 flavour's types and have enabled its features (DeviceCaps.coopmat_missing,
@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 
 from ..blocks.formats import FORMATS, BlockFormat
-from ..device.caps import DeviceCaps
+from ..device.caps import COOPMAT_FLAVOURS, DeviceCaps
 from ..device.device_info import DeviceInfo
 from ..device.shader_variants import MatMulVariant, spirv_path
 from .tuning_store import device_key, locked, remove, tuning_path, write_json
@@ -43,7 +43,7 @@ CHECK_NMSE = 5e-4  # the project's bound for a kernel against float64, here agai
 CHECK_SHAPE = (80, 512, 40)  # rows, K, columns
 
 OFFERED, UNCHECKED, REFUSED, UNAVAILABLE = "offered", "unchecked", "refused", "unavailable"
-FLAVOURS = ("float16", "int8")  # (tiles.COOPMAT_FLAVOURS)
+FLAVOURS = COOPMAT_FLAVOURS
 # VKQ_MATMUL's values: the kernel forced, and the flavour it is (None: the plain tiled kernel).
 KERNELS = {"tiled": None, "coopmat": "float16", "coopmat-int8": "int8"}
 

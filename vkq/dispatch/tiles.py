@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import CHUNK, BlockFormat
 from ..checks import is_int
-from ..device.caps import COOPMAT_K_UNIT, COOPMAT_MN, DeviceCaps
+from ..device.caps import COOPMAT_FLAVOURS, COOPMAT_K_UNIT, COOPMAT_MN, DeviceCaps
 from ..device.shader_variants import MATMUL_BINDINGS
 from .choose import int_dot_disabled_by_env, requested_path
 from .classify import DeviceClass
@@ -422,9 +422,6 @@ def coopmat_tile_label(shape: tuple[int, ...]) -> str:
     """A cooperative-matrix tile in a few words: (64, 64, 1, 32, 32) -> "64x64, K step 32, 32x32 per subgroup"."""
     bm, bn, bk_chunks, tm, tn = shape
     return f"{bm}x{bn}, K step {bk_chunks * CHUNK}, {tm}x{tn} per subgroup"
-
-
-COOPMAT_FLAVOURS = ("float16", "int8")
 
 
 def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int, shape: tuple[int, ...] | None = None,
