@@ -191,7 +191,10 @@ def test_coopmat_spirv_validates_for_vulkan_1_3():
     assert {v.qtype for v in variants} == set(FORMATS)
     missing = [v.name for v in variants if not spirv_path(v).exists()]
     assert not missing, f"not built: {missing[:3]}: run tools/compile_shaders.py"
-    for v in (MatMulVariant("Q4_0", coopmat=True), MatMulVariant("F16", coopmat=True)):
+    assert {v.qtype for v in variants if v.mmq} == {name for name, fmt in FORMATS.items() if fmt.has_int8_path}
+    for v in (MatMulVariant("Q4_0", coopmat=True), MatMulVariant("F16", coopmat=True),
+              MatMulVariant("Q4_K", mmq=True, coopmat=True), MatMulVariant("Q4_K", mmq=True, mul_mat_id=True,
+                                                                       coopmat=True)):
         res = subprocess.run([found[1], "--target-env", "vulkan1.3", str(spirv_path(v))], capture_output=True,
                              text=True)
         assert res.returncode == 0, res.stdout + res.stderr
