@@ -457,7 +457,7 @@ def test_on_a_device_without_the_kernel_tune_says_so_once(backend):
         pytest.skip("this device has the kernel")
     notes = {}
     assert tune.coopmat_contenders(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), [256],
-                                   lambda label, group: None, notes)[1] == []
+                                   lambda label, group: None, notes) == {}
     assert notes == {}  # (`vkq tune` says it in one line for the device: test_tune_quick)
 
 
@@ -482,3 +482,26 @@ def test_tune_measures_again_the_tiles_of_a_type_not_raced(backend, coopmat_devi
     assert "Q8_0 already in " in err and "not available on this device" not in err
     assert "Q4_0 in " in err and ("with tiles not yet raced against this device's cooperative-matrix kernel: "
                                   "measuring the tiles alone") in err
+
+
+def test_each_flavour_follows_its_own_race(spirv_built):
+    """With both flavours offered: q8_1 activations on tiles that take the
+    int8 path get the int8 flavour, q8_1x2 the float16 one; each follows
+    its own record ("coopmat_int8", "coopmat"), a race of one flavour never
+    deciding the other; a type without an int8 path gets float16."""
+    caps = dataclasses.replace(GPU_CAPS, coopmat_int8_missing=None)
+    checks = {"Q4_0": coopmat.make_record(2e-7), "Q4_0 int8": coopmat.make_record(0.0),
+              "F16": coopmat.make_record(2e-7)}
+    int8_race = tuning_store.coopmat_record(30.0, 0.01, {"q8_1": False}, tiles.COOPMAT_TILE_SHAPE, 0.0)
+    t = tiles_entry(best={"q8_1": "mmvq", "q8_1x2": "dmmv"}, coopmat_int8=int8_race)
+    assert tuning_store.tile_problems("Q4_0", t) == []
+    d = Dispatcher(caps, DeviceClass("nvidia", "unknown", "proprietary", ("test",)), {"Q4_0": entry(t)}, checks)
+    lost = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1")
+    assert not lost.coopmat and lost.source.startswith("cooperative matrices not used: "), lost.source
+    f16 = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1x2")  # (no float16 race: its self-check alone)
+    assert f16.flavour == "float16" and "vkq tune" not in f16.source
+    fresh = Dispatcher(caps, d.device_class, {}, checks)  # (not tuned: the table's int8 path on q8_1)
+    assert tile_tuning.choose(fresh, Q4_0, 4096, activations="q8_1").flavour == "int8"
+    assert tile_tuning.choose(fresh, F16, 4096, activations="q8_1").flavour == "float16"
+    bad = tiles_entry(coopmat_int8=dict(int8_race, tile=[64, 64, 1, 24, 32]))
+    assert [p for p in tuning_store.tile_problems("Q4_0", bad) if p.startswith("Q4_0/tiles/coopmat_int8: tile ")]

@@ -231,25 +231,27 @@ def test_prompt_logits_do_not_depend_on_the_chunks(backend, request, monkeypatch
 
 def test_tune_races_it_for_real(unchecked, caps):
     """`vkq tune`'s tile phase on this device: the type's self-checks run,
-    the flavour the mat-mat takes for q8_1 timed in the final race beside
-    the tiles, its record saved; the dispatcher then follows the record's
-    word (the kernel where it won, the tiles, saying so, where it did not)."""
+    each flavour the mat-mat takes (int8 for q8_1 where the tiles take the
+    int8 path, float16 otherwise) timed in the final race beside the tiles
+    for the activation formats it serves, its record saved; the dispatcher
+    then follows each record's word (the kernel where it won, the tiles,
+    saying so, where it did not)."""
     from vkq.commands import tune
     from vkq.dispatch import tile_tuning, tuning_store
     from vkq.dispatch.choose import Dispatcher
 
+    from test_tile_tuning import entry
+
     backend, notes = unchecked, {}
     t = tune.tune_tiles(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), quick=True, notes=notes)
     assert coopmat.passes(backend.dispatcher.coopmat_checks["Q4_0"])
-    rec = t["coopmat"]
-    want = "int8" if t["best"]["q8_1"] == "mmvq" and caps.coopmat_int8 else "float16"
-    assert rec.get("flavour", "float16") == want and rec["nmse"] <= coopmat.CHECK_NMSE, (rec, notes)
     assert tuning_store.tile_problems("Q4_0", t) == []
-    from test_tile_tuning import entry
-
     tuning_store.save(backend.device_info, {"Q4_0": entry(t)})
     d = Dispatcher.for_device(backend.device_info, backend.device.caps)
-    cfg = tile_tuning.choose(d, FORMATS["Q4_0"], 256, activations="q8_1")
-    race = tuning_store.coopmat_race(t, "q8_1")
-    assert cfg.coopmat == race.won and (cfg.flavour == want if race.won else
-                                        cfg.source.startswith("cooperative matrices not used: ")), cfg.source
+    for acts in ("q8_1", "q8_1x2"):
+        flavour = "int8" if t["best"][acts] == "mmvq" and acts == "q8_1" and caps.coopmat_int8 else "float16"
+        race = tuning_store.coopmat_race(t, acts, flavour)
+        assert race is not None and race.nmse <= coopmat.CHECK_NMSE, (acts, t, notes)
+        cfg = tile_tuning.choose(d, FORMATS["Q4_0"], 256, activations=acts)
+        assert cfg.coopmat == race.won, cfg.source
+        assert cfg.flavour == flavour if race.won else cfg.source.startswith("cooperative matrices not used: ")

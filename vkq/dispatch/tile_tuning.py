@@ -23,7 +23,7 @@ offered, else the float16 one where it is offered). Where this device's
 these activations (tuning_store.coopmat_race) and it was not clearly
 faster, the tiled kernel, its `source` saying so with the figures; without
 such a race (no `vkq tune` since the kernel was offered, K below the tuned
-k_min, a race of the other flavour), the kernel on its self-check alone.
+k_min), the kernel on its self-check alone.
 Its tile: where the race won, the one `vkq tune` found fastest there (its
 candidates, tiles.coopmat_candidates, each checked first), fitted at this
 K; else the device's default (tiles.coopmat_default_shape; coopmat_tile).
@@ -114,8 +114,7 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
         flavour, why = offered_flavour(dispatcher, fmt, k, activations, n_expert)
         if flavour is not None:
             found = tuned_tiles(dispatcher.tuned, fmt, k)
-            race = tuning_store.coopmat_race(found, activations) if found is not None else None
-            race = race if race is not None and race.flavour == flavour else None
+            race = tuning_store.coopmat_race(found, activations, flavour) if found is not None else None
             if race is not None and not race.won:  # (measured here: the tiled kernel was as fast or faster)
                 cfg = tiled(dispatcher, fmt, k, path, activations, n_expert)
                 return replace(cfg, source=f"cooperative matrices not used: {race_figures(found, race)}; "

@@ -154,23 +154,26 @@ TILE_FIGURES = {
     "gflops": (FIGURES["gbps"][0], "[table, tuned] positive GFLOP/s"),
     "spread": FIGURES["spread"],
 }
-TILE_KEYS = {"n", "k_min", "shapes", "best", "coopmat", *ENTRY_KEYS, *TILE_FIGURES}
+# A "tiles" object's race of each cooperative-matrix flavour (CoopmatRace below), by flavour.
+COOPMAT_RECORDS = {"float16": "coopmat", "int8": "coopmat_int8"}
+TILE_KEYS = {"n", "k_min", "shapes", "best", *COOPMAT_RECORDS.values(), *ENTRY_KEYS, *TILE_FIGURES}
 
 
 # The cooperative-matrix mat-mat raced against the tuned tiles by `vkq tune`
 # on a device that offers it for the type (the same final race, the same
-# rotation), a "tiles" object's optional "coopmat": the fastest of its
-# candidate tiles (vkq.dispatch.tiles.COOPMAT_CANDIDATES that fit the device
-# and passed the self-check's NMSE there), {"gflops": its GFLOP/s,
-# "spread": its spread, "won": {activations: whether it was clearly faster
+# rotation), a "tiles" object's optional "coopmat" (the float16 flavour) and
+# "coopmat_int8" (the int8 one), each raced for the activation formats the
+# mat-mat takes that flavour for: the fastest of its candidate tiles
+# (vkq.dispatch.tiles.coopmat_candidates that fit the device and passed the
+# self-check's NMSE there), {"gflops": its GFLOP/s, "spread": its spread,
+# "won": {activations: whether it was clearly faster
 # (vkq.device.timing.faster) than the tiles "best" gives those
 # activations}, "tile": [bm, bn, bk_chunks, tm, tn] (tiles.COOPMAT_SHAPE),
-# "nmse": its NMSE against its path's tiled kernel, optionally "flavour":
-# "int8" where the kernel raced was the int8 flavour (absent: float16)}. The tiled kernel's figures
+# "nmse": its NMSE against its path's tiled kernel}. The tiled kernel's figures
 # are that key's "gflops"[1] and "spread", from the same race. Without a
 # record (tiles tuned on a device without the kernel) the dispatcher offers
 # the kernel on its self-check alone (vkq.dispatch.tile_tuning).
-COOPMAT_KEYS = ("gflops", "spread", "won", "tile", "nmse", "flavour")
+COOPMAT_KEYS = ("gflops", "spread", "won", "tile", "nmse")
 
 
 @dataclass(frozen=True)
@@ -185,32 +188,36 @@ class CoopmatRace:
     tiled_spread: float | None
     tile: tuple[int, ...]  # (bm, bn, bk_chunks, tm, tn)
     nmse: float  # the tile's NMSE against its path's tiled kernel
-    flavour: str = "float16"  # the kernel's flavour that raced (vkq.dispatch.coopmat.FLAVOURS)
+    flavour: str = "float16"  # the kernel's flavour that raced (COOPMAT_RECORDS)
 
 
-def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...], nmse: float,
-                   flavour: str = "float16") -> dict:
-    """The "coopmat" object of a "tiles" object (see CoopmatRace)."""
+def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...], nmse: float) -> dict:
+    """A "coopmat" or "coopmat_int8" object of a "tiles" object (see CoopmatRace)."""
     return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won), "tile": list(tile),
-            "nmse": float(f"{nmse:.3e}"), **({"flavour": flavour} if flavour != "float16" else {})}
+            "nmse": float(f"{nmse:.3e}")}
 
 
-def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
-    """What a valid "tiles" object says of the kernel for these activations;
-    None where it holds no race for them."""
-    rec = tiles.get("coopmat")
+def coopmat_race(tiles: dict, activations: str, flavour: str = "float16") -> CoopmatRace | None:
+    """What a valid "tiles" object says of the kernel's flavour for these
+    activations; None where it holds no race of it for them."""
+    rec = tiles.get(COOPMAT_RECORDS[flavour])
     if rec is None or activations not in rec["won"]:
         return None
     key = entry_key(tiles["best"][activations], activations)
     return CoopmatRace(rec["won"][activations], rec["gflops"], rec["spread"], key, tiles["gflops"][key][1],
-                       tiles.get("spread", {}).get(key), tuple(rec["tile"]), rec["nmse"], rec.get("flavour", "float16"))
+                       tiles.get("spread", {}).get(key), tuple(rec["tile"]), rec["nmse"], flavour)
 
 
 def coopmat_problems(where: str, tiles: dict) -> list[str]:
-    """What is wrong with a "tiles" object's "coopmat" (absent: nothing)."""
-    if "coopmat" not in tiles:
+    """What is wrong with a "tiles" object's races of the kernel (absent: nothing)."""
+    return [p for name in COOPMAT_RECORDS.values() for p in coopmat_record_problems(where, tiles, name)]
+
+
+def coopmat_record_problems(where: str, tiles: dict, name: str) -> list[str]:
+    """What is wrong with one of them, tiles[name]."""
+    if name not in tiles:
         return []
-    rec, where = tiles["coopmat"], f"{where}/coopmat"
+    rec, where = tiles[name], f"{where}/{name}"
     if not isinstance(rec, dict):
         return [f"{where}: not an object"]
     problems = [f"{where}: unknown key {key!r}" for key in rec if key not in COOPMAT_KEYS]
@@ -232,8 +239,6 @@ def coopmat_problems(where: str, tiles: dict) -> list[str]:
     problems += coopmat_tile_problems(where, rec.get("tile"))
     if not (_number(rec.get("nmse")) and rec["nmse"] >= 0):
         problems.append(f"{where}: nmse {rec.get('nmse')!r} is not a number >= 0")
-    if rec.get("flavour", "int8") != "int8":
-        problems.append(f"{where}: flavour {rec['flavour']!r} is not \"int8\" (absent: float16)")
     return problems
 
 
