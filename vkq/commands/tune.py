@@ -32,15 +32,15 @@ candidate held to the device's limits (tiles.check) before it is built, the
 same final race; saved in the type's entry as "tiles", taken first by the
 dispatcher's mat-mat choice (vkq.dispatch.tile_tuning). Where the device
 offers the cooperative-matrix kernel for the type (its self-checks run here
-first where it has none, vkq.dispatch.coopmat_check), the flavour the
-mat-mat takes for q8_1 activations runs in the same final race at each of
-its candidate tiles (tiles.coopmat_candidates) that fits the device and
-passes the self-check's NMSE against its path's tiled kernel here
-(coopmat_contenders), and the "tiles" object keeps the fastest: its
-flavour, tile, NMSE, GFLOP/s and, per activation format, whether it was clearly
-faster than the tiles chosen for it (`faster`, as final_choice): the
-dispatcher takes it, at that tile, only where it was
-(tuning_store.CoopmatRace).
+first where it has none, vkq.dispatch.coopmat_check), each flavour the
+mat-mat takes runs in the same final race at each of its candidate tiles
+(tiles.coopmat_candidates) that fits the device and passes the self-check's
+NMSE against its path's tiled kernel here (coopmat_contenders), and the
+"tiles" object keeps each flavour's fastest ("coopmat", "coopmat_int8"):
+its tile, NMSE, GFLOP/s and, per activation format the mat-mat takes that
+flavour for, whether it was clearly faster than the tiles chosen for it
+(`faster`, as final_choice): the dispatcher takes it, at that tile, only
+where it was (tuning_store.CoopmatRace).
 """
 from __future__ import annotations
 
