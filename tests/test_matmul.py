@@ -290,7 +290,10 @@ def test_graph_matmul(backend):
     g.run()
     h_host = backend.matmul(w1, xv)
     assert np.array_equal(y.read().T, backend.matmul(w2, h_host))
-    assert_matches(y.read().T, references(w2_64, h_host), "dmmv", "graph: second product")
+    if backend.matmul_pipeline(w2, 20).flavour == "float16":  # (float16 tiles: ggml's bound, no tighter model)
+        assert ref.nmse(y.read().T, w2_64 @ h_host.astype(np.float64)) < NMSE_GGML
+    else:
+        assert_matches(y.read().T, references(w2_64, h_host), "dmmv", "graph: second product")
     assert np.array_equal(y_few.read().T, backend.matvec(w1, xv[:, :3]))
     g.destroy()
 
