@@ -202,8 +202,12 @@ def _enumerate_cached() -> tuple[DeviceInfo, ...]:
         vk.vkDestroyInstance(instance, None)
 
 
-# VkComponentTypeKHR 0..10 by name, and VkScopeKHR 1..4.
+# VkComponentTypeKHR 0..10 by name, then the later extensions' (bfloat16:
+# VK_KHR_shader_bfloat16; the 8-bit floats: VK_EXT_shader_float8; packed
+# int8: VK_NV_cooperative_vector), and VkScopeKHR.
 COMPONENT_TYPES = ("f16", "f32", "f64", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64")
+MORE_COMPONENT_TYPES = {1000141000: "bf16", 1000491000: "s8packed", 1000491001: "u8packed", 1000491002: "e4m3",
+                        1000491003: "e5m2"}
 _SCOPES = {1: "device", 2: "workgroup", 3: "subgroup", 5: "queue-family"}
 
 
@@ -227,7 +231,7 @@ def _coopmat_shapes(vk, instance, pd, exts) -> tuple:
         return ()
 
     def kind(t: int) -> str:
-        return COMPONENT_TYPES[t] if 0 <= t < len(COMPONENT_TYPES) else f"type{t}"
+        return COMPONENT_TYPES[t] if 0 <= t < len(COMPONENT_TYPES) else MORE_COMPONENT_TYPES.get(t, f"type{t}")
 
     return tuple((p.MSize, p.NSize, p.KSize, kind(p.AType), kind(p.BType), kind(p.CType), kind(p.ResultType),
                   _SCOPES.get(p.scope, f"scope{p.scope}"))
