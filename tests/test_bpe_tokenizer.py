@@ -15,6 +15,7 @@ implement, is refused in one line.
 from __future__ import annotations
 
 import gguf
+import numpy as np
 import pytest
 
 import bpe_vocab
@@ -134,7 +135,8 @@ def smollm2_vocab():
                                  for p in [None] + [p for p in PRE_TOKENIZERS if p]])
 def test_a_real_vocabulary_under_every_pre_tokenizer(tmp_path, smollm2_vocab, pre):
     """SmolLM2's vocabulary (its file says "smollm") labelled with each
-    value, in a file of the vocabulary alone (no tensors): llama.cpp's token ids."""
+    value, in a file of the vocabulary alone (no tensors): llama.cpp's token
+    ids, and llama.cpp's text decoded from them and from random ids."""
     from llama_vocab import LlamaVocab
 
     from conftest import finish_gguf
@@ -155,7 +157,13 @@ def test_a_real_vocabulary_under_every_pre_tokenizer(tmp_path, smollm2_vocab, pr
     w.add_key_value("tokenizer.ggml.eos_token_id", 2, V.UINT32)
     path = finish_gguf(w, tmp_path / "vocab.gguf")
     tok = tokenizer_of(path)
+    rng = np.random.default_rng(0)
     with LlamaVocab(path) as witness:
         for text in HARD + REAL_TEXTS:
             assert tok.encode(text) == witness.tokenize(text), (pre, text)
+        # and back: llama_detokenize's text (the spaces cleaned where llama.cpp cleans them for this value)
+        for ids in [witness.tokenize(t + " , it 's ok .") for t in HARD + REAL_TEXTS] + [
+                [int(i) for i in rng.integers(0, len(tokens), 16)] for _ in range(20)]:
+            assert tok.decode(ids) == witness.detokenize(ids), (pre, ids)
+            assert tok.decode(ids, skip_special=False) == witness.detokenize(ids, special=True), (pre, ids)
 

@@ -124,6 +124,8 @@ class FakeBackend:
     """What the self-check uses of a Backend, with a coopmat kernel that is
     `error` off the float kernel's results."""
 
+    executes = True  # (a device that runs its dispatches: Backend.executes)
+
     def __init__(self, error: float):
         info = SimpleNamespace(vendor_id=0x10DE, device_id=1, name="fake gpu", driver_version=1)
         self.device_info, self.device = info, SimpleNamespace(caps=GPU_CAPS)
@@ -150,6 +152,22 @@ def test_the_self_check_is_run_once_and_remembered(spirv_built, tmp_path, monkey
     assert record["nmse"] == pytest.approx(error ** 2, rel=1e-3) and coopmat.passes(record) == offered
     fresh = gpu_dispatcher(coopmat.load_checks(fake.device_info))  # (another process on the device)
     assert tile_tuning.choose(fresh, F16, 4096).coopmat == offered
+
+
+def test_a_device_that_does_not_run_its_dispatches_refuses_each_flavour_and_keeps_nothing(tmp_path, monkeypatch):
+    """Backend.executes false (a null GPU): both kernels would leave y as it
+    was and agree, so each flavour's check refuses it, for this process only."""
+    from vkq.dispatch.coopmat_check import run_check
+
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    fake = FakeBackend(0.0)
+    fake.executes = False
+    for flavour in coopmat.FLAVOURS:
+        record = run_check(fake, Q4_0, flavour)
+        assert record["nmse"] is None and "does not run its dispatches" in record["error"]
+        assert fake.dispatcher.coopmat_checks[coopmat.check_key("Q4_0", flavour)] is record
+        assert coopmat.status(GPU_CAPS, Q4_0, fake.dispatcher.coopmat_checks, flavour)[0] != coopmat.OFFERED
+    assert fake.freed == 0 and coopmat.load_checks(fake.device_info) == {} and list(tmp_path.iterdir()) == []
 
 
 def test_coopmat_tiles_are_held_to_the_kernel_and_the_device():

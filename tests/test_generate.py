@@ -356,7 +356,8 @@ def test_cli_generates(tiny_file, capsys, args, label):
     # the graph engine: one submit per token, said in the singular, and its dispatches and barriers
     assert re.search(r"; 1 submit/token, \d+ dispatches and \d+ barriers/token\)" if label.startswith("engine graph")
                      else r"; \d+ submits/token\)", err), err
-    assert err.rstrip().endswith(label)
+    decode, stopped = err.rstrip().splitlines()[-2:]
+    assert decode.endswith(label) and stopped == "stopped at the token limit (5 tokens); greedy"
 
 
 def test_cli_same_tokens_on_both_engines(tiny_file, capsys):

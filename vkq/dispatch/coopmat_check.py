@@ -22,7 +22,7 @@ from ..blocks.formats import BlockFormat
 from ..blocks.reference import nmse
 from ..blocks.synthetic import random_weights
 from . import coopmat, tiles
-from .choose import requested_path
+from .paths import requested_path
 
 
 def config_nmse(backend, fmt: BlockFormat, cfg: tiles.TileConfig) -> float:
@@ -50,13 +50,20 @@ def checked_config(caps, fmt: BlockFormat, flavour: str = "float16") -> tiles.Ti
 
 
 def run_check(backend, fmt: BlockFormat, flavour: str = "float16") -> dict:
-    """Check the flavour for fmt on the backend's device; record and return the result."""
+    """Check the flavour for fmt on the backend's device; record and return
+    the result. On a device that does not run its dispatches (Backend.executes)
+    the flavour is refused for this process and nothing is kept: both kernels
+    would leave y as it was, and agree."""
+    key = coopmat.check_key(fmt.name, flavour)
+    if not backend.executes:
+        record = coopmat.make_record(None, "the device does not run its dispatches (a null GPU?): no self-check")
+        backend.dispatcher.coopmat_checks[key] = record
+        return record
     try:
         cfg = checked_config(backend.device.caps, fmt, flavour)
         record = coopmat.make_record(config_nmse(backend, fmt, cfg))
     except (ValueError, RuntimeError) as e:  # (a pipeline the driver refused: the kernel is refused)
         record = coopmat.make_record(None, f"{type(e).__name__}: {e}")
-    key = coopmat.check_key(fmt.name, flavour)
     backend.dispatcher.coopmat_checks[key] = record
     coopmat.save_check(backend.device_info, key, record)
     return record

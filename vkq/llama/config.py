@@ -96,6 +96,9 @@ class LlamaConfig:
     n_ctx_train: int
     n_expert: int = 0  # experts per layer (mixture of experts, Mixtral's layout); 0: dense FFN layers
     n_expert_used: int = 0  # experts each token goes through
+    # RoPE's cos and sin are multiplied by it ({arch}.rope.scaling.attn_factor: ggml's mscale),
+    # so each rotated value of Q and K is, and their products by its square.
+    rope_attn_factor: float = 1.0
 
     @property
     def is_moe(self) -> bool:
@@ -169,13 +172,16 @@ class LlamaConfig:
         if n_expert and row.expert_width:
             n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
         rope_scale = _rope_scaling(path.name, arch, get)
+        # llama.cpp multiplies its attention factor (cparams.yarn_attn_factor, 1 unless YaRN
+        # scales) by this key whatever the scaling type; YaRN at factor 1 adds nothing to it.
+        rope_attn_factor = number("rope.scaling.attn_factor", 1.0, above=0)
         return cls(
             arch=arch, n_layer=count("block_count"), n_embd=n_embd, n_ff=n_ff,
             n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot,
             # A base of 1 or less would turn every pair by a radian or more per
             # position: no model is trained so; NaN or 0 is a corrupt file.
             rope_base=number("rope.freq_base", 10000.0, above=1),
-            rope_scale=rope_scale,
+            rope_scale=rope_scale, rope_attn_factor=rope_attn_factor,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
             n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..blocks.formats import get_format
-from ..blocks.gguf_io import open_gguf
+from ..blocks.gguf_io import metadata, open_gguf
 from ..blocks.reference import dequantize
 from ..blocks.tokenizer import open_tokenizer
 from ..checks import token_ids_argument
@@ -57,6 +57,8 @@ class LlamaFile:
         self.tensors = tensors = file.tensors
         self.n_vocab = check_tensors(cfg, tensors, path)
         self.tokenizer = open_tokenizer(file)
+        template = metadata(file, "tokenizer.chat_template", None)
+        self.chat_template = template if isinstance(template, str) and template.strip() else None  # (Jinja)
         if self.tokenizer.n_vocab != self.n_vocab:
             raise ValueError(f"{path.name}: the tokenizer has {self.tokenizer.n_vocab} tokens, "
                              f"token_embd.weight {self.n_vocab} rows")
