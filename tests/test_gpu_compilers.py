@@ -119,12 +119,25 @@ def test_the_matvecs_run_at_the_wave_the_tables_assume(compiled):
 
 def test_the_cooperative_matrix_kernel_compiles_at_the_subgroup_size_it_is_built_for(compiled):
     """Its workgroup is subgroups of the device's reported size (RADV: 64,
-    while it may compile a workgroup as wave32 unless a size is required)."""
+    while it may compile a workgroup as wave32 unless a size is required).
+    Both flavours wherever the device has the extension: every type's
+    float16 kernel and the int8 one of each type with an int8 path (RDNA3
+    and RDNA4 at 16x16x16 fragments, WMMA; NVK's Turing at 16x16x16 float16
+    and 8x8x16 int8, the int8 shape it lists at a K the kernel takes)."""
+    from vkq.blocks.formats import FORMATS
+
     cls, rows = compiled
     coopmat = [r for r in rows if r["op"] == "coopmat"]
     assert [(r["pipeline"], r["subgroup_size"], r["subgroup_size_built_for"]) for r in coopmat
             if r["subgroup_size"] != r["subgroup_size_built_for"]] == []
     assert bool(coopmat) == (cls != "amd/rdna2")  # (RDNA2 has no cooperative matrices)
+    if coopmat:
+        types = {r["type"] for r in rows if r["op"] == "mat-mat"}
+        built = {(r["type"], r["pipeline"].rsplit("_", 1)[1]) for r in coopmat}
+        assert built == {(t, f) for t in types for f in ("f16", "int8") if f == "f16" or FORMATS[t].has_int8_path}
+        int8_fragment = [16, 16, 16] if cls.startswith("amd/") else [8, 8, 16]
+        assert [(r["pipeline"], r["spec_constants"][-3:]) for r in coopmat if r["spec_constants"][-3:] != (
+            int8_fragment if r["pipeline"].endswith("_int8") else [16, 16, 16])] == []
 
 
 def test_no_workgroup_passes_the_devices_limits(compiled):
