@@ -154,7 +154,8 @@ def assert_model_file_refused(path, match: str, capsys) -> None:
         LlamaModel(path, path_mode="numpy")
     assert main(["generate", str(path), "-p", "hi", "--path", "numpy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"vkq: error: {Path(path).name}: ") and re.search(match, err[0]), err
+    assert len(err) == 1 and err[0].startswith(f"vkq generate: error: {Path(path).name}: ") and \
+        re.search(match, err[0]), err
 
 
 def assert_matches(y: np.ndarray, refs: dict[str, np.ndarray], path: str, what: str = "") -> None:

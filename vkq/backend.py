@@ -117,7 +117,9 @@ def _check_x(x, k: int, what: str, max_cols: int = MAX_COLS, op: str = "vkq's ma
     if x.ndim not in (1, 2) or x.shape[0] != k:
         raise ValueError(f"{what} must have shape ({k},) or ({k}, n), got {x.shape}")
     if x.ndim == 2 and not 1 <= x.shape[1] <= max_cols:
-        raise ValueError(f"{what} has {x.shape[1]} columns; {op} takes 1 to {max_cols}")
+        more = ("; more columns: Backend.matmul(weights, x), the tiled mat-mat, takes any number"
+                if op == "vkq's mat-vec" and x.shape[1] > max_cols else "")
+        raise ValueError(f"{what} has {x.shape[1]} columns; {op} takes 1 to {max_cols}{more}")
     return x
 
 

@@ -38,12 +38,24 @@ CPU_KEY_TILE = 16
 # device's maxTexelBufferElements: on lavapipe (SmolLM2's shape, a 512-token
 # chunk on an empty cache, the attend alone) 14-18 against 23-30 ms (2026-11-27,
 # docs/measurements.md).
-# On a GPU: queries per workgroup, and the most keys per tile; the K and V
-# tiles in shared memory stay within GPU_SHARED_BYTES (Vulkan's guaranteed
-# minimum), so a tile is smaller for a wide head. Not measured on a GPU yet.
+# On a GPU a row (a query's head) is spread over row_lanes invocations,
+# each holding GPU_LANE_VEC4S vec4s of its accumulator (up to
+# GPU_ROW_LANES invocations a row); a whole head's query and accumulator in
+# one invocation (256 floats at head_dim 128) spilled on every GPU class's
+# compiler (docs/measurements.md, 'GPU compilers'). The rows' queries and
+# scores and the K and V tiles go through shared memory, within
+# GPU_SHARED_BYTES and the device's limit: on RDNA four such workgroups
+# share a workgroup processor's 128 KiB, and NVIDIA's 48 KiB take one. Up
+# to GPU_QUERY_TILE queries and GPU_INVOCATIONS invocations per workgroup,
+# GPU_KEY_TILE keys per tile; first fewer queries where the workgroup is too
+# large, then fewer keys (down to 8) and queries where shared memory is.
+# Compiled for each GPU class, not measured on a GPU yet.
 GPU_QUERY_TILE = 16
-GPU_KEY_TILE = 32
-GPU_SHARED_BYTES = 16384
+GPU_KEY_TILE = 16
+GPU_SHARED_BYTES = 32768
+GPU_INVOCATIONS = 256
+GPU_LANE_VEC4S = 4
+GPU_ROW_LANES = 8
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,9 @@ class AttentionTiles:
     """A TiledAttention's launch: queries (bq) and query heads (heads) per
     workgroup, keys per tile (bkv), whether the K/V tiles go through shared
     memory, and the rows (a query's head) of each invocation: lane_heads
-    heads of lane_queries queries. Only bkv changes a query's bits."""
+    heads of lane_queries queries, or (row_lanes > 1, with shared_kv and
+    a row per invocation group) a row over row_lanes invocations, which
+    divides bkv. Only bkv changes a query's bits."""
 
     bq: int
     bkv: int
@@ -60,13 +74,22 @@ class AttentionTiles:
     lane_heads: int = 1  # query heads per invocation (a divisor of heads)
     lane_queries: int = 1  # queries per invocation (a divisor of bq)
     texel_kv: bool = False  # the caches read through texel views (whole-vec4 heads)
+    row_lanes: int = 1  # invocations per row (> 1: shared_kv, lane_heads and lane_queries 1)
 
     @property
     def wg_size(self) -> int:
-        return self.bq * self.heads // (self.lane_heads * self.lane_queries)
+        return self.bq * self.heads // (self.lane_heads * self.lane_queries) * self.row_lanes
 
     def shared_bytes(self, head_dim: int) -> int:
-        return 2 * self.bkv * _ceil(head_dim, 4) * 16 if self.shared_kv else 0
+        """attention_tiled.comp's shared memory: the K and V tiles, and
+        with row_lanes > 1 the rows' queries and scores (heads padded by a
+        vec4 there)."""
+        if not self.shared_kv:
+            return 0
+        spread = self.row_lanes > 1
+        stride = 16 * (_ceil(head_dim, 4) + spread)
+        rows = self.bq * self.heads if spread else 0
+        return 2 * self.bkv * stride + rows * (stride + 4 * self.bkv)
 
 
 def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
@@ -83,13 +106,39 @@ def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
         return AttentionTiles(CPU_LANES * lane_queries, CPU_KEY_TILE, heads, False, lane_heads, lane_queries,
                               texel_kv_fits(device, shape))
     limit = min(GPU_SHARED_BYTES, caps.max_shared_memory)
-    bkv = GPU_KEY_TILE
-    while bkv > 1 and AttentionTiles(1, bkv, 1, True).shared_bytes(shape.head_dim) > limit:
-        bkv //= 2
-    bq = GPU_QUERY_TILE
-    while bq > 1 and bq * heads > caps.max_workgroup_invocations:
-        bq //= 2
-    return AttentionTiles(bq, bkv, heads, True)
+    invocations = min(GPU_INVOCATIONS, caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+    row_lanes = 1
+    while row_lanes < GPU_ROW_LANES and row_lanes * GPU_LANE_VEC4S < _ceil(shape.head_dim, 4):
+        row_lanes *= 2
+    bq, bkv = GPU_QUERY_TILE, GPU_KEY_TILE
+    while True:
+        t = AttentionTiles(bq, bkv, heads, True, row_lanes=row_lanes)
+        fits = t.shared_bytes(shape.head_dim) <= limit
+        if t.wg_size <= invocations and fits:
+            return t
+        if t.wg_size > invocations and bq > 1:
+            bq //= 2
+        elif not fits and bkv > max(8, row_lanes):
+            bkv //= 2
+        elif bq > 1:
+            bq //= 2
+        elif row_lanes > 1:  # (little shared memory, or few invocations: a row per invocation, K/V tiles alone)
+            row_lanes, bkv = 1, GPU_KEY_TILE
+        elif bkv > 1:
+            bkv //= 2
+        else:
+            raise ValueError(f"TiledAttention: no tile of {shape} fits the device's {limit} bytes of shared memory "
+                             f"and {invocations} invocations per workgroup")
+
+
+def attend_spec(shape: AttentionShape, tiles: AttentionTiles, vec4_io: bool, split: int = 0) -> list[int]:
+    """attention_tiled.comp's specialization constants for the attend at
+    these tiles (vec4_io: q's and out's heads are whole vec4s; split:
+    positions per workgroup, 0 none). ROW_LANES only where it is not 1, so
+    that a row per invocation is the pipeline it always was."""
+    spec = [tiles.wg_size, shape.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(shape.neox), int(tiles.shared_kv),
+            shape.n_rot, tiles.lane_heads, tiles.lane_queries, int(vec4_io), split]
+    return spec + ([0, tiles.row_lanes] if tiles.row_lanes > 1 else [])  # (COMBINE 0, ROW_LANES)
 
 
 def texel_kv_fits(device, shape: AttentionShape) -> bool:
@@ -187,10 +236,14 @@ class TiledAttention(_Op):
         tiles = attention_tiles(device, s) if tiles is None else tiles
         group = s.n_head // s.n_head_kv
         caps = device.caps
-        if min(tiles.bq, tiles.bkv, tiles.heads, tiles.lane_heads, tiles.lane_queries) < 1 or group % tiles.heads \
-                or tiles.heads % tiles.lane_heads or tiles.bq % tiles.lane_queries:
+        if min(tiles.bq, tiles.bkv, tiles.heads, tiles.lane_heads, tiles.lane_queries, tiles.row_lanes) < 1 \
+                or group % tiles.heads or tiles.heads % tiles.lane_heads or tiles.bq % tiles.lane_queries:
             raise ValueError(f"TiledAttention: {tiles}: heads must divide the {group} query heads of a K/V head, "
                              "lane_heads divide heads and lane_queries divide bq")
+        if tiles.row_lanes > 1 and (not tiles.shared_kv or tiles.lane_heads * tiles.lane_queries > 1
+                                    or tiles.bkv % tiles.row_lanes):
+            raise ValueError(f"TiledAttention: {tiles}: row_lanes > 1 needs shared_kv, a row per invocation group "
+                             "(lane_heads and lane_queries 1) and row_lanes dividing bkv")
         if tiles.wg_size > min(caps.max_workgroup_invocations, caps.max_workgroup_size_x):
             raise ValueError(f"TiledAttention: {tiles.wg_size} invocations per workgroup; the device takes "
                              f"{min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)}")
@@ -245,10 +298,9 @@ class TiledAttention(_Op):
             kinds = ["storage"] * 7 + ["texel_u32x4"] * 2
         attend = VectorOpVariant("attention_tiled", texel_kv=tiles.texel_kv)
         groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), _groups(n_split, 1))
-        spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
-                s.n_rot, tiles.lane_heads, tiles.lane_queries,
-                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim))), split]
+        spec = attend_spec(s, tiles, all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim)),
+                           split)
         self._dispatch(tensors, attend, groups, spec, push, tiled_attention_depth(s, tiles, split), kinds)
-        if split:
-            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1), [COMBINE_WG] + spec[1:] + [1],
-                           push, tiled_attention_combine_depth(n_split), kinds)
+        if split:  # (the combine: an invocation per row, whatever the attend's tiles)
+            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1),
+                           [COMBINE_WG] + spec[1:12] + [1], push, tiled_attention_combine_depth(n_split), kinds)

@@ -96,7 +96,7 @@ from .config import STEPS_PER_SUBMIT_MAX
 from .chunk_attention import TiledAttention
 from .context_fit import PROMPT_STEPS_KEPT, fit_context
 from .decoding import Decoder, check_prompt_kernels, submit_sizes
-from .matvecs import VkqMatvecs
+from .matvecs import VkqMatvecs, engine_label
 from .model import LlamaFile
 from .profile import MatvecView, Profile, step_shape
 from .sample_op import PARAM_WORDS, RING_SLOTS, Sample, ring_of
@@ -187,13 +187,25 @@ class GpuLlama(Decoder):
         # MAX_COLS: the prompt's chunks with prompt_kernels "matvec"), "rows"
         # (feed_rows: every token's logits), "prompt" (the mat-mat chunks).
         self._steps: dict[tuple[str, int], _Step] = {}
+        self.record_seconds = 0.0  # time spent recording steps on their first use by feeds (not warm_up's)
         self.step_graph = self._step("decode", 1).graph  # the decode step
         self.reset()
 
     @property
     def label(self) -> str:
-        return f"engine graph, path {self.path_mode}" + (
-            "" if self.path_mode == "dmmv" else f", int8 activations {self.activations}")
+        return engine_label("graph", self.path_mode, [cfg.path for _, cfg in self.step_graph.matvecs],
+                            self.activations)
+
+    @property
+    def prompt_kernel_names(self) -> str | None:
+        """The kernels the recorded prompt steps' weight products ran ("mul_mm
+        float", ...; the mat-vecs' paths with prompt_kernels "matvec"); None
+        where no prompt step was recorded."""
+        graphs = [step.graph for (kind, n, *_), step in self._steps.items()
+                  if kind == self._chunk_key(n)[0] and (kind == "prompt" or n > 1)]
+        names = [cfg.kernel for g in graphs for _, cfg in g.matmuls] + \
+                [f"{cfg.path} mat-vec" for g in graphs if not self.tiled_prompt for _, cfg in g.matvecs]
+        return ", ".join(dict.fromkeys(names)) if names else None
 
     @property
     def graph(self):
@@ -218,6 +230,9 @@ class GpuLlama(Decoder):
 
     def counters(self) -> tuple[float, int]:
         return self.kernel_seconds, self.submits
+
+    def recording_seconds(self) -> float:
+        return self.record_seconds
 
     def step_counts(self, steps: int = 1) -> tuple[float, float]:
         if steps == 1:
@@ -329,8 +344,11 @@ class GpuLlama(Decoder):
         key = (kind, n, "sampled") if sampled else (kind, n)
         step = self._steps.pop(key, None)
         if step is None:
+            t0 = time.perf_counter()
             step = (self._record_chain(n, sampled) if kind == "chain"
                     else self._record_step(n, every_row=kind == "rows", tiled=kind == "prompt", sample=sampled))
+            step.graph.record()
+            self.record_seconds += time.perf_counter() - t0
         self._steps[key] = step  # (last: the most recently used)
         rests = [k for k in self._steps if k[0] == "prompt" and k[1] != self.prompt_chunk]
         for k in rests[:max(len(rests) - (PROMPT_STEPS_KEPT - 1), 0)]:
@@ -379,8 +397,19 @@ class GpuLlama(Decoder):
         positions = g.input(b.tensor(n, dtype=np.int32, name="positions"))
         k_used = cfg.n_expert_used
         n_slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
-        # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID).
-        y = {gr.names: scratch(sum(gr.rows), n_slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
+        # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID). The
+        # groups of one role in every layer (attn_q+attn_k+attn_v, ffn_down, ...) share one tensor: a layer
+        # reads its outputs before the next layer writes them (the graph puts the barriers), and a step's
+        # memory, and the time to allocate and upload it, stays that of one layer, not n_layer.
+        by_role: dict[tuple, object] = {}
+
+        def output_of(gr):
+            key = (tuple(nm.split(".")[-2] for nm in gr.names), sum(gr.rows), n_slots if gr.n_expert else n)
+            if key not in by_role:
+                by_role[key] = scratch(key[1], key[2], name="+".join(key[0]))
+            return by_role[key]
+
+        y = {gr.names: output_of(gr) for gr in f.groups}
         # The residual stream, in two tensors a norm that adds a residual reads one
         # of and writes the other (RMSNorm: a vector spread over workgroups is not
         # written back in place); the second is made at its first use (with fold a
@@ -569,37 +598,40 @@ class GpuLlama(Decoder):
 
     def warm_up(self, n_prompt: int = 0, speculative: bool = False, steps_per_submit: int = 1,
                 n_tokens: int | None = None, sampling: Sampling | None = None) -> float:
-        """The first replay of every step a prompt of n_prompt tokens and the
-        decode steps use (it records the graph and uploads the constants), on
-        an empty KV cache, left empty; speculative: and the steps that verify
-        drafts (feed_rows); steps_per_submit: and the chains of decode steps
-        greedy(steps_per_submit=) takes for n_tokens new tokens (default: the
-        full chain only); sampling: the steps that sample with these
+        """Records every step a prompt of n_prompt tokens and the decode
+        steps use (their graphs, pipelines and Kompute sequences; the
+        constants uploaded), without running them: a prompt's chunks cost
+        their recording here, not their compute, so this time depends on
+        the chunk sizes (at most two: prompt_chunk and the rest), not on
+        the prompt's length. speculative: and the steps that verify drafts
+        (feed_rows); steps_per_submit: and the chains of decode steps
+        greedy(steps_per_submit=) takes for n_tokens new tokens (default:
+        the full chain only); sampling: the steps that sample with these
         settings instead of those that take the argmax (where the device's
-        sampler takes them). Returns the seconds it took."""
-        if self.n_past:
-            raise RuntimeError("warm_up() needs an empty KV cache (reset() first)")
+        sampler takes them). Returns the seconds it took; the time a
+        generation spends recording what warm_up did not is in its
+        statistics (GenerationStats.record_seconds)."""
         self.check_steps_per_submit(steps_per_submit)
         t0 = time.perf_counter()
+        before = self.record_seconds
         self.set_sampling(sampling if sampling is not None and not sampling.greedy else None)
         try:
-            self._replay(self._step("decode", 1), [0], 0)
+            self._step("decode", 1)
             for n in sorted(set(self._chunks(n_prompt))):
-                self._replay(self._step(*self._chunk_key(n)), [0] * n, 0)
+                self._step(*self._chunk_key(n))
             for n in range(2, self.max_row_tokens + 1) if speculative else ():
-                self._replay(self._step("rows", n), [0] * n, 0)
+                self._step("rows", n)
             n_steps = steps_per_submit if n_tokens is None else n_tokens - 1  # (the first token is the prompt's)
             chains = sorted(set(submit_sizes(steps_per_submit, min(n_steps, self.ctx))) - {1})
             for m in chains:
-                self._replay_chain(self._step("chain", m), 0, 0)
+                self._step("chain", m)
         finally:
             self.set_sampling(None)
         if chains:
             # A chain's graph is many Python objects: left to the cyclic collector, its first full pass over
             # them (some 0.2 s on lavapipe's host) would fall in the decode steps timed next.
             gc.collect()
-        if self.op_samples is not None:
-            self.op_samples.clear()  # a first replay's times are not a step's
+        self.record_seconds = before  # (warm_up's time is its own figure, not a generation's)
         return time.perf_counter() - t0
 
     def _chunks(self, n_tokens: int) -> list[int]:

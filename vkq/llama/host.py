@@ -29,9 +29,10 @@ import numpy as np
 
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS, check_activations
+from ..dispatch.paths import resolve_path
 from ..resolve import MAX_COLS
 from .decoding import Decoder, check_prompt_kernels
-from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs, matmul_columns
+from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs, engine_label, matmul_columns
 from .model import LlamaFile
 
 PATH_MODES = ("auto", "dmmv", "mmvq", "numpy")
@@ -217,7 +218,9 @@ class LlamaModel(Decoder):
         mode = self.path_mode
         if mode == "numpy":
             return "engine numpy (float64 reference)"
-        return f"engine host, path {mode}" + ("" if mode == "dmmv" else f", int8 activations {self.activations}")
+        ran = [self.backend.pipeline(g, 1, resolve_path(g.layout.fmt, mode), self.activations).path
+               for g in self.matvecs.weights.values() if not g.is_expert_stack]
+        return engine_label("host", mode, ran, self.activations)
 
     def counters(self) -> tuple[float, int]:
         return self.matvecs.seconds, (0 if self.backend is None else self.matvecs.calls)
