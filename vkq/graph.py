@@ -495,6 +495,7 @@ class Graph:
         proxy = weakref.proxy(w)
         self._weights[id(w)] = proxy
         self.matvecs = [(proxy if v is w else v, cfg) for v, cfg in self.matvecs]
+        self.matmuls = [(proxy if v is w else v, cfg) for v, cfg in self.matmuls]
 
     # -- replaying -----------------------------------------------------------
     @_locked
