@@ -239,7 +239,7 @@ def tiny_moe(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     """No test sees the caller's VKQ_* settings unless it sets them itself."""
-    for name in ("VKQ_PATH", "VKQ_DEVICE", "VKQ_DISABLE_INT_DOT"):
+    for name in ("VKQ_PATH", "VKQ_DEVICE", "VKQ_DISABLE_INT_DOT", "VKQ_MATMUL"):
         monkeypatch.delenv(name, raising=False)
 
 

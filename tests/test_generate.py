@@ -40,8 +40,9 @@ from vkq.commands.cli import main
 from vkq.dispatch.paths import resolve_path
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
+from vkq.resolve import resolve_tiles
 
-from conftest import assert_model_file_refused, finish_gguf, NMSE_TIGHT
+from conftest import assert_model_file_refused, finish_gguf, NMSE_GGML, NMSE_TIGHT
 from tiny_llama import write_gguf
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived a"  # 16 tokens: 2 chunks
@@ -216,10 +217,17 @@ def test_every_matvec_of_a_forward_pass_matches_its_model(smol, smol_ref, path):
     def check(names, x, y):
         w = smol.matvecs.weights[names]
         cfg = smol.backend.pipeline(w, x.shape[0], resolve_path(w.layout.fmt, path), smol.activations)
-        chosen = cfg.path
-        planes = cfg.x_planes if chosen == "mmvq" else 1
+        tiles = resolve_tiles(smol.backend, w, x.shape[0], resolve_path(w.layout.fmt, path), None,
+                              smol.activations) if smol.tiled_prompt and x.shape[0] > 1 else None
+        run = cfg if tiles is None else tiles
+        chosen = run.path
+        planes = run.x_planes if chosen == "mmvq" else 1
         want = ref.matvec_model(smol_ref.matvecs.weights[names], np.ascontiguousarray(x.T), chosen, planes).T
         e = ref.nmse(y, want)
+        if run is tiles and tiles.flavour == "float16":
+            # (a device's float16 cooperative matrices: ggml's bound, no tighter model)
+            assert e < NMSE_GGML, f"{names} {tiles.kernel} n={x.shape[0]}: NMSE {e:.3g}"
+            return
         worst[chosen] = max(worst.get(chosen, 0.0), e)
         assert e < NMSE_TIGHT, f"{names} {chosen} n={x.shape[0]}: NMSE {e:.3g}"
 

@@ -119,12 +119,25 @@ def test_the_matvecs_run_at_the_wave_the_tables_assume(compiled):
 
 def test_the_cooperative_matrix_kernel_compiles_at_the_subgroup_size_it_is_built_for(compiled):
     """Its workgroup is subgroups of the device's reported size (RADV: 64,
-    while it may compile a workgroup as wave32 unless a size is required)."""
+    while it may compile a workgroup as wave32 unless a size is required).
+    Both flavours wherever the device has the extension: every type's
+    float16 kernel and the int8 one of each type with an int8 path (RDNA3
+    and RDNA4 at 16x16x16 fragments, WMMA; NVK's Turing at 16x16x16 float16
+    and 8x8x16 int8, the int8 shape it lists at a K the kernel takes)."""
+    from vkq.blocks.formats import FORMATS
+
     cls, rows = compiled
     coopmat = [r for r in rows if r["op"] == "coopmat"]
     assert [(r["pipeline"], r["subgroup_size"], r["subgroup_size_built_for"]) for r in coopmat
             if r["subgroup_size"] != r["subgroup_size_built_for"]] == []
     assert bool(coopmat) == (cls != "amd/rdna2")  # (RDNA2 has no cooperative matrices)
+    if coopmat:
+        types = {r["type"] for r in rows if r["op"] == "mat-mat"}
+        built = {(r["type"], r["pipeline"].rsplit("_", 1)[1]) for r in coopmat}
+        assert built == {(t, f) for t in types for f in ("f16", "int8") if f == "f16" or FORMATS[t].has_int8_path}
+        int8_fragment = [16, 16, 16] if cls.startswith("amd/") else [8, 8, 16]
+        assert [(r["pipeline"], r["spec_constants"][-3:]) for r in coopmat if r["spec_constants"][-3:] != (
+            int8_fragment if r["pipeline"].endswith("_int8") else [16, 16, 16])] == []
 
 
 def test_no_workgroup_passes_the_devices_limits(compiled):
@@ -233,11 +246,12 @@ import os, pathlib, sys
 import vkq
 from vkq.blocks.formats import FORMATS
 from vkq.commands.cli import main
-from vkq.coopmat_check import run_check
 from vkq.dispatch import coopmat
+from vkq.dispatch.coopmat_check import run_check
 b = vkq.Backend()
 print("executes", b.executes)
-print("check", run_check(b, FORMATS["Q4_0"]))
+for flavour in coopmat.FLAVOURS:
+    print("check", flavour, run_check(b, FORMATS["Q4_0"], flavour))
 print("kept", sorted(p.name for p in pathlib.Path(os.environ["VKQ_TUNING_DIR"]).glob("*")))
 for command in (["tune", "--types", "Q4_0", "--quick"], ["bench", "--matvec", "--types", "Q4_0"], ["report", "--quick"]):
     print(command[0], main(command))
@@ -252,7 +266,8 @@ def test_a_null_gpu_is_known_and_nothing_of_it_is_kept(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "executes False" in out
-    assert "'nmse': None" in out and "does not run its dispatches" in out
+    for flavour in ("float16", "int8"):  # each flavour's self-check refused, none kept
+        assert f"check {flavour} {{'nmse': None" in out and "does not run its dispatches" in out, out
     assert "kept []" in out and list(tmp_path.iterdir()) == []
     assert "tune 2" in out and "bench 2" in out and "report 2" in out, out
     assert done.stderr.count("does not run its dispatches") == 3, done.stderr[-2000:]

@@ -68,9 +68,14 @@ def matmul_lines(backend) -> list[str]:
     4096 x 4096 matrix, and the kernels a model's prompt chunks take, each
     with what it rests on."""
     disp = backend.dispatcher
-    cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
+    try:
+        cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
+        matmul = f"{cfg.describe()} (Q4_0, K 4096) <- {cfg.source}"
+    except ValueError as e:  # (VKQ_MATMUL forcing a kernel the device lacks)
+        matmul = f"refused: {e}"
     kernels, why = tiles.prompt_kernels(disp.device_class)
-    return [f"  mat-mat         {cfg.describe()} (Q4_0, K 4096) <- {cfg.source}",
+    return [f"  mat-mat         {matmul}",
+            f"  coop shapes     {coopmat.shapes_line(backend.device_info)}",
             f"  coop matrix     {coopmat.summary(disp.caps, disp.coopmat_checks)}",
             f"  prompts         {kernels} (vkq generate's chunks) <- {why}"]
 
