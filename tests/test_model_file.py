@@ -158,3 +158,13 @@ def test_every_preset_the_gpu_campaign_writes_is_writable():
         name, _, mix = p.partition(":")
         spec = PRESETS[name]
         assert model_file._writable(spec) and mix in spec.mixes, p
+
+
+def test_main_says_what_it_writes(tmp_path, tokenizer, capsys):
+    """`python -m vkq.commands.model_file` says what it writes before, and its size after (a model file is
+    hundreds of MB: it wrote them silently)."""
+    out = tmp_path / "tok.gguf"
+    assert model_file.main(["--tokenizer-only", str(tokenizer), str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("python -m vkq.commands.model_file: writing the tokenizer of ") and len(err) == 2
+    assert err[1].startswith(f"python -m vkq.commands.model_file: wrote {out}: ") and " MB in " in err[1]

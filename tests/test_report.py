@@ -262,6 +262,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
     out = capsys.readouterr()
     r = json.loads(out.out)
     check_schema(r, ["Q4_0", "F16", "Q4_1"], report.FULL)
+    assert r["command"].startswith("vkq report --types Q4_0,F16,Q4_1") and r["command"].endswith(" -o json")
     assert not r["quick"] and r["models"] == [] and set(r["not_measured"]) == {"models", "llama.cpp"} and r["bench"]
     rows = {(x["type"], x["n"]): x for x in r["ggml"]["rows"]}
     assert set(rows) == {(t, n) for t in ("Q4_0", "F16", "Q4_1") for n in (1, 4)}
@@ -280,7 +281,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
         assert heading in md
     assert "Not measured: no GGUF model given" in md
     assert re.search(r"\| Q4_0 \| +1 \| +62149 \|", md)
-    assert f"`vkq report --types Q4_0,F16,Q4_1 --ggml {ggml}`" in md
+    assert f"`vkq report --types Q4_0,F16,Q4_1 --ggml {ggml} -o json`" in md  # (the data came from -o json)
     assert re.search(r"\| Q4_1 \| +1 \| +not supported \|", md)
     tables = [line for line in md.splitlines() if line.startswith("| Q4_0 | mmvq")]
     assert len(tables) == 2  # one matrix, and the rotation

