@@ -25,7 +25,7 @@ VALUES = {"$F": "/tmp/f", "$f": "/tmp/f/x.gguf", "$N_PROMPT": "16", "$N_GEN": "8
           "$KERNEL_TYPES": "Q4_0,Q2_K", "$TUNE_TYPES": "Q4_0", "$kernels": "matmul", '"$PROMPT"': "text",
           '"${PRESETS// /,}"': "smollm2-135m:Q4_0", '"$prompt_long"': "text", '"${MODELS[@]}"': "-m a.gguf -m b.gguf",
           '"${SERVER[@]}"': "--llama-server", '"${GGML[@]}"': "--ggml /bin/true", '"${flag[@]}"': "--no-fuse",
-          '"${ggml[@]}"': "--ggml"}
+          '"${ggml[@]}"': "--ggml", '"${int8[@]}"': "--activations q8_1"}
 
 
 def script_text() -> str:

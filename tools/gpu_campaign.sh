@@ -213,7 +213,8 @@ def cell(r, name):
     if not r["compiled"]:
         return "not compiled"
     v = r[name]
-    return "-" if v is None else str(v) + (" " + r["occupancy_unit"] if name == "occupancy" and r["occupancy_unit"] else "")
+    unit = r["occupancy_unit"] if name == "occupancy" and r["occupancy_unit"] else ""
+    return "-" if v is None else f"{v} {unit}".strip()
 
 figures = [("registers", "regs"), ("spills", "spills"), ("scratch_bytes", "local/scratch"),
            ("shared_bytes", "shared"), ("occupancy", "occupancy"), ("instructions", "instr")]
@@ -347,8 +348,10 @@ prompts() {
       local forced=("")
       [ $kernels = matmul ] && forced=("" $(forced_matmuls))
       for matmul in "${forced[@]}"; do
+        local int8=()  # (the int8 flavour takes one activation plane, q8_1)
+        [ "$matmul" = coopmat-int8 ] && int8=(--activations q8_1)
         part "prompt-$(basename "$f" .gguf)-$kernels${matmul:+-$matmul}" $LIMIT_RUN env ${matmul:+VKQ_MATMUL=$matmul} \
-          "${VKQ[@]}" generate "$f" -p "$prompt_long" -n 8 --ignore-eos --profile --prompt-kernels $kernels
+          "${VKQ[@]}" generate "$f" -p "$prompt_long" -n 8 --ignore-eos --profile --prompt-kernels $kernels "${int8[@]}"
       done
     done
   done
