@@ -10,7 +10,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := .make
 
-.PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed clean
+.PHONY: bench test test-slow setup shaders validate test-numpy1 test-subgroups smoke-installed mesa26 test-mesa26 \
+  test-gpu-compilers clean
 
 bench: setup
 	$(VENV)/bin/vkq bench -p 64 -n 64
@@ -19,14 +20,14 @@ bench: setup
 PYTEST := $(PY) -m pytest --durations=15
 
 test: setup
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not mesa26"
 
 # The slow cases: whole SmolLM2 files made by llama.cpp's quantizer and raced
 # against llama.cpp and the float64 reference, the largest shapes. CI runs
 # them; what they make is kept by content outside the checkout
 # (tests/file_cache.py), so a second run skips the making.
 test-slow: setup
-	$(PYTEST) -m slow
+	$(PYTEST) -m "slow and not mesa26"
 
 # Under the Khronos validation layer, with synchronization validation
 # (tests/vk_validation.py; any message fails), the tests whose Vulkan work
@@ -71,6 +72,31 @@ test-subgroups: setup
 	  && LP_NATIVE_VECTOR_WIDTH=$$width $(PYTEST) -x -q -m "not slow" -p no:randomly $(SUBGROUP_TESTS) \
 	  || exit 1; \
 	done
+
+# A newer Mesa (Debian trixie-backports, 26.1.x) unpacked outside the
+# checkout (~/.cache/vkq/mesa26; tools/mesa26.sh pins each package by its
+# SHA-256; downloaded once, offline after): lavapipe 26 and the null AMD and
+# NVIDIA GPUs. Run a command on it with `tools/mesa26.sh lvp|radv[:GPU]|nvk[:CHIP] COMMAND`.
+mesa26:
+	tools/mesa26.sh fetch
+
+# What Debian 12's lavapipe (Mesa 22.3) cannot run, on lavapipe 26: the
+# cooperative-matrix tests (its VK_KHR_cooperative_matrix) and the GPU
+# tables' launches run on a CPU driver.
+MESA26_TESTS := tests/test_coopmat.py tests/test_gpu_table_configs.py tests/test_shape_nvidia.py
+test-mesa26: setup mesa26
+	tools/mesa26.sh lvp $(PY) -m pytest --durations=15 -x -q -m "not slow" -p no:randomly $(MESA26_TESTS)
+
+# Every pipeline of the GPU classes' tables (amd/rdna2, rdna3, rdna4 and
+# nvidia/turing+) for the 8B preset in Q4_0, Q4_K_M and the i-quant mixes,
+# compiled by Mesa 26's RADV and NVK on null GPUs (`vkq pipelines`) under the
+# validation layer, and a 2-layer 8B-shaped decode step, 512-token prompt
+# chunk and draft verification recorded and replayed there with each class's
+# launches: each compiles, the layer says nothing, no spills, the device's
+# workgroup limits and each op's occupancy floor held, a null GPU known for
+# one that does not execute (tests/test_gpu_compilers.py).
+test-gpu-compilers: setup mesa26
+	$(PYTEST) -q -p no:randomly tests/test_gpu_compilers.py
 
 # vkq as a user installs it: sdist, wheel, a fresh venv, every command run
 # from outside the checkout (tools/smoke_installed.sh).

@@ -10,6 +10,12 @@ share the call, bit for bit (vkq.dispatch.choose.Dispatcher.choose).
   at n = 1 (`PipelineConfig.summation`), even where its rules pick another
   path or split for n > 1 (then the source says that the order was kept).
 
+- on the decoders: every architecture (vkq.llama.architectures), both
+  engines: a step over several tokens (feed_rows: speculative decoding's
+  verifying step, a prompt's mat-vec chunks) gives each row the logits of
+  its token fed alone, bit for bit; a prompt through the mat-mats gives the
+  same logits whatever its chunks (-ub).
+
 What breaks it elsewhere: ggml-vulkan's n > 1 path flips greedy tokens
 against n = 1 (llama.cpp PR 28489), and with it speculative decoding and a
 prompt processed in chunks.
@@ -32,6 +38,11 @@ from vkq.resolve import MAX_COLS
 
 import ggml_quant
 from test_gpu_table_configs import gpu_configs
+from tiny_llama import write_gguf
+from tiny_qwen import write_qwen
+from vkq.llama.architectures import ARCHITECTURES
+from vkq.llama.gpu_step import GpuLlama
+from vkq.llama.host import LlamaModel
 
 DEVICES = Path(__file__).parent / "devices"
 # (rows, K) of the matrices of the models vkq runs: SmolLM2's, Llama 3's, an output head
@@ -111,3 +122,41 @@ def test_one_summation_order_per_matrix_on_every_device(dispatcher):
                         assert cfg.summation == one.summation, (qtype, rows, k, path, n, cfg.source)
                         kept += "summation order, kept" in cfg.source
     print(f"{kept} choices kept one column's order against their rules")
+
+
+# A tiny model of every architecture the decoder runs (and llama's mixture of experts).
+TINY_MODELS = {"llama": lambda path: write_gguf(path), "llama-moe": lambda path: write_gguf(path, experts=(6, 2)),
+               **{arch: (lambda path, arch=arch: write_qwen(path, arch)) for arch in ("qwen2", "qwen3", "qwen3moe")}}
+
+
+def test_every_architecture_has_a_tiny_model():
+    assert set(ARCHITECTURES) <= set(TINY_MODELS), "a tiny model for each architecture, for the test below"
+
+
+@pytest.mark.parametrize("engine", [GpuLlama, LlamaModel], ids=["graph", "host"])
+@pytest.mark.parametrize("model", list(TINY_MODELS))
+def test_decoder_rows_equal_one_token_at_a_time(backend, tmp_path, model, engine):
+    """After a 3-token prompt, 5 tokens in one step: each row is the bits of
+    the logits of its token fed alone (greedy's, with or without drafts)."""
+    d = engine(TINY_MODELS[model](tmp_path / f"{model}.gguf"), backend, "auto", ctx=16)
+    ids = d.tokenizer.encode("then the 12 thieves")[:8]
+    d.feed(ids[:3], False)
+    _, rows = d.feed_rows(ids[3:])
+    d.reset()
+    d.feed(ids[:3], False)
+    for i, token in enumerate(ids[3:]):
+        assert d.feed_one(token)[1].tobytes() == rows[i].tobytes(), f"row {i} of {len(rows)}"
+
+
+@pytest.mark.parametrize("model, engine", [
+    pytest.param(m, e, id=f"{m}-{name}", marks=() if (m, name) == ("qwen3", "host") else pytest.mark.slow)
+    for m in TINY_MODELS for name, e in (("graph", GpuLlama), ("host", LlamaModel))])
+def test_decoder_prompt_cut_any_way_gives_the_same_logits(backend, tmp_path, model, engine):
+    """A prompt through the mat-mats (-ub) in chunks of 1 and of 4 tokens:
+    the same logits, bit for bit (qwen3's per-head norms on the host engine
+    in the default suite; the rest slow, a few seconds each on lavapipe)."""
+    path = TINY_MODELS[model](tmp_path / f"{model}.gguf")
+    first = engine(path, backend, "auto", ctx=16, prompt_chunk=1, prompt_kernels="matmul")
+    ids = first.tokenizer.encode("then the 12 thieves")[:9]
+    cut = engine(None, backend, "auto", ctx=16, prompt_chunk=4, prompt_kernels="matmul", file=first.file)
+    assert first.logits(ids).tobytes() == cut.logits(ids).tobytes()

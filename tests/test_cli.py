@@ -331,7 +331,7 @@ def test_sigint_during_generate_is_one_line(tmp_path):
 @pytest.mark.parametrize("argv, line", [
     (["generate", "model.gguf", "-p", "hi", "--bogus"],
      "vkq generate: error: unrecognized arguments: --bogus (`vkq generate --help` lists the options)"),
-    (["generate", "model.gguf"], "vkq generate: error: the following arguments are required: -p/--prompt"),
+    (["generate", "model.gguf"], "vkq generate: error: one of the arguments -p/--prompt -f/--file is required"),
     (["tune", "--types"], "vkq tune: error: argument --types: expected one argument"),
     ([], "vkq: error: the following arguments are required: command (`vkq --help` lists the commands)"),
 ])

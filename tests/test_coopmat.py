@@ -6,6 +6,7 @@ extension: its numbers are checked on a GPU (tools/gpu_campaign.sh)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import warnings
 from pathlib import Path
@@ -31,14 +32,18 @@ Q4_0, F16 = FORMATS["Q4_0"], FORMATS["F16"]
 
 def test_lavapipe_is_not_offered_the_kernel(backend):
     caps = backend.device.caps
-    assert not caps.coopmat and caps.coopmat_missing == "device lacks VK_KHR_cooperative_matrix"
+    # Mesa 22.3's lavapipe lacks the extension; Mesa 26's offers it at 8x8x8 only (make test-mesa26)
+    why = ("device lacks VK_KHR_cooperative_matrix" if "VK_KHR_cooperative_matrix" not in backend.device.info.extensions
+           else "its shape list cannot be queried through Kompute, and 16x16x16 float16 is documented only for "
+                "nvidia and amd, not mesa")
+    assert not caps.coopmat and caps.coopmat_missing == why
     from vkq.commands.info import matmul_lines
 
-    assert "  coop matrix     not offered (device lacks VK_KHR_cooperative_matrix)" in matmul_lines(backend)
+    assert f"  coop matrix     not offered ({why})" in matmul_lines(backend)
     w = backend.upload("Q4_0", (32, 256), np.zeros(32 * Q4_0.row_bytes(256), np.uint8))
     try:
         assert not backend.matmul_pipeline(w, 40).coopmat
-        with pytest.raises(ValueError, match="cooperative matrices: not on this device .device lacks"):
+        with pytest.raises(ValueError, match=re.escape(f"cooperative matrices: not on this device ({why})")):
             backend.matmul(w, np.zeros((256, 40), np.float32),
                            config=tiles.TileConfig(64, 64, 1, 32, 32, coopmat_subgroup=caps.subgroup_size))
     finally:
@@ -79,6 +84,8 @@ def test_the_choice_takes_only_a_kernel_that_passed_its_check(spirv_built):
 class FakeBackend:
     """What the self-check uses of a Backend, with a coopmat kernel that is
     `error` off the float kernel's results."""
+
+    executes = True  # (a device that runs its dispatches: Backend.executes)
 
     def __init__(self, error: float):
         info = SimpleNamespace(vendor_id=0x10DE, device_id=1, name="fake gpu", driver_version=1)

@@ -471,3 +471,22 @@ def test_activation_rules_are_validated():
     problems = validate_table(table)
     assert sum("'activations' must be a non-empty list" in p for p in problems) == 2
     assert any("needs 'paths': ['mmvq']" in p for p in problems)
+
+
+def test_the_gpu_classes_tables_follow_their_facts():
+    """Each GPU class with facts (vkq.dispatch.gpu_classes): its table's
+    workgroups are whole waves of the class, and its occupancy floors (one
+    per op) are counted in the unit its compilers report."""
+    from vkq.dispatch import gpu_classes
+    from vkq.dispatch.tables import OCCUPANCY_OPS, occupancy_floors
+
+    for key, facts in gpu_classes.CLASSES.items():
+        cls = DeviceClass(*key.split("/"), "proprietary")
+        table_name, class_key, table = tables._find_class(cls)
+        assert table_name == f"{facts.vendor}.json", key
+        for label, entry in tables.class_entries(table, class_key):
+            assert entry["wg_size"] % facts.wave == 0, (key, label, entry["wg_size"])
+        floors = occupancy_floors(cls)
+        if facts.null_gpu:  # (the classes CI compiles for: tests/test_gpu_compilers.py)
+            assert set(floors) == set(OCCUPANCY_OPS), key
+        assert all(f["unit"] == facts.occupancy_unit for f in floors.values()), key

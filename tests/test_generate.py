@@ -348,7 +348,8 @@ def test_cli_generates(tiny_file, capsys, args, label):
     # the graph engine: one submit per token, said in the singular, and its dispatches and barriers
     assert re.search(r"; 1 submit/token, \d+ dispatches and \d+ barriers/token\)" if label.startswith("engine graph")
                      else r"; \d+ submits/token\)", err), err
-    assert err.rstrip().endswith(label)
+    decode, stopped = err.rstrip().splitlines()[-2:]
+    assert decode.endswith(label) and stopped == "stopped at the token limit (5 tokens); greedy"
 
 
 def test_cli_same_tokens_on_both_engines(tiny_file, capsys):
@@ -464,10 +465,10 @@ def test_read_architecture(tiny_file, tmp_path):
 def test_unsupported_rope_scaling_is_named(tmp_path, capsys):
     path = write_gguf(tmp_path / "yarn.gguf", metadata={"llama.rope.scaling.type": "yarn",
                                                        "llama.rope.scaling.factor": 4.0})
-    with pytest.raises(ValueError, match="RoPE scaling 'yarn' is not supported"):
+    with pytest.raises(ValueError, match=r"RoPE scaling 'yarn' \(llama\.rope\.scaling\.type\) is not supported"):
         LlamaModel(path, path_mode="numpy")
     assert main(["generate", str(path), "-p", "hi"]) == 2
-    assert "RoPE scaling 'yarn' is not supported" in capsys.readouterr().err
+    assert "RoPE scaling 'yarn' (llama.rope.scaling.type) is not supported" in capsys.readouterr().err
 
 
 def test_rope_scaling_and_frequency_factors(backend, tmp_path):
@@ -508,8 +509,8 @@ BAD_METADATA = {
     "rope.freq_base nan": ({"llama.rope.freq_base": float("nan")}, r"llama\.rope\.freq_base is nan"),
     "rope.freq_base 0": ({"llama.rope.freq_base": 0.0}, r"llama\.rope\.freq_base is 0"),
     "rope.freq_base a string": ({"llama.rope.freq_base": "1e4"}, r"llama\.rope\.freq_base is '1e4'"),
-    "rope.scaling.factor 0": ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 0.0},
-                              r"llama\.rope\.scaling\.factor is 0"),
+    "rope.scaling.factor -1": ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": -1.0},
+                               r"llama\.rope\.scaling\.factor is -1"),
     "rms_epsilon nan": ({"llama.attention.layer_norm_rms_epsilon": float("nan")},
                         r"llama\.attention\.layer_norm_rms_epsilon is nan"),
     "rms_epsilon negative": ({"llama.attention.layer_norm_rms_epsilon": -1e-5},

@@ -139,3 +139,10 @@ def test_replays(backend):
     mb, files = growth(replay, 100, 10000)
     assert mb < 20, f"10000 replays: RSS +{mb:.0f} MB"
     assert files <= 2
+
+
+def test_lavapipe_runs_its_dispatches(backend):
+    """The known-answer mat-vec (Backend.executes) on a device that computes;
+    the null GPUs' side is in tests/test_gpu_compilers.py."""
+    assert backend.executes is True
+    backend.require_execution("a test")  # does not raise

@@ -32,7 +32,8 @@ def byte_level_vocab() -> tuple[list[str], list[str], list[int]]:
 def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), reshape: dict | None = None,
                metadata: dict | None = None, experts: tuple[int, int] | None = None,
                expert_types: dict[str, str] | None = None, extra: dict | None = None,
-               nan_scales: str | None = None, tokenizer: dict | None = None, scale: float = 1.0) -> Path:
+               nan_scales: str | None = None, tokenizer: dict | None = None, scale: float = 1.0,
+               times: dict[str, float] | None = None) -> Path:
     """The tiny model (see the module's note) at path. drop: tensors left out;
     reshape: name -> another shape; extra: name -> shape of tensors to add.
     metadata: keys to add or to replace (the hyper-parameters too): a str, a
@@ -95,12 +96,13 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     for name, shape in shapes.items():
         if name in drop:
             continue
+        factor = (times or {}).get(name.split(".", 2)[-1] if name.startswith("blk.") else name, 1.0)
         if len(shape) == 1:
             values = rng.standard_normal(shape) if name.endswith(".bias") else 1 + 0.1 * rng.standard_normal(shape)
-            w.add_tensor(name, values.astype(np.float32))
+            w.add_tensor(name, factor * values.astype(np.float32))
             continue
         std = 1.0 if name == "token_embd.weight" else scale / np.sqrt(shape[-1])
-        values = (std * rng.standard_normal(shape)).astype(np.float32)
+        values = factor * (std * rng.standard_normal(shape)).astype(np.float32)
         if "ffn_gate_inp" in name:  # routers are F32, as llama.cpp keeps them
             w.add_tensor(name, values)
             continue

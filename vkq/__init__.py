@@ -4,13 +4,13 @@ from .blocks.gguf_io import GGUFTensor, load_gguf
 from .example import example_model
 
 __all__ = ["Backend", "Weights", "Graph", "Tensor", "FORMATS", "get_format", "load_gguf", "GGUFTensor", "MAX_COLS",
-           "example_model", "load_model", "DraftModel"]
+           "example_model", "load_model", "DraftModel", "Sampling"]
 __version__ = "0.1.0"
 
 # Imported on first use: they load Kompute and the Vulkan loader, which
 # `vkq --version`, `vkq --help` and the CLI's error report must not need.
 _LAZY = {"Backend": "backend", "Weights": "weights", "MAX_COLS": "resolve", "Graph": "graph", "Tensor": "tensor",
-         "load_model": "llama.loading", "DraftModel": "llama.draft"}
+         "load_model": "llama.loading", "DraftModel": "llama.draft", "Sampling": "llama.sampling"}
 
 
 def __getattr__(name: str):

@@ -16,6 +16,7 @@ shape) the dispatches are recorded once into a Kompute sequence and replayed.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 
@@ -25,7 +26,9 @@ from .blocks.activations import DEFAULT_ACTIVATIONS, check_activations
 from .blocks.formats import BlockFormat, GGMLType, get_format
 from .blocks.layout import MatrixLayout, pack_rows
 from .device.runtime import Device
-from .dispatch.choose import Dispatcher, env_path, int_dot_disabled_by_env
+from .dispatch.choose import Dispatcher
+from .dispatch.paths import env_path, int_dot_disabled_by_env
+from .errors import DeviceDoesNotExecute
 from .dispatch.config import PipelineConfig
 from .graph import Graph
 from .ops import MAX_GROUPS_X
@@ -134,6 +137,29 @@ class Backend:
         self._lock = threading.RLock()
         self._many: OrderedDict[tuple, _Call] = OrderedDict()  # matvec_many's graphs, least recent first
         self._in_flight: set[Graph] = set()  # graphs with a replay submitted and not yet waited for
+
+    @functools.cached_property
+    def executes(self) -> bool:
+        """Whether the device runs its dispatches, by a known-answer mat-vec:
+        an F32 2 x 32 matrix of small integers by a vector of ones, exact in
+        float32 on every path. Mesa's null GPUs (RADV and NVK on drm-shim,
+        tools/mesa26.sh) compile pipelines but leave every buffer as it was."""
+        k = 32
+        w = np.arange(2 * k, dtype=np.float32).reshape(2, k) % 7 - 3
+        weights = self.upload("F32", (2, k), w.view(np.uint8))
+        try:
+            return bool(np.array_equal(self.matvec(weights, np.ones(k, np.float32)), w.sum(axis=1)))
+        finally:
+            weights.free()
+
+    def require_execution(self, what: str) -> None:
+        """DeviceDoesNotExecute unless the device runs its dispatches (`what`
+        would measure, check or keep figures of it)."""
+        if not self.executes:
+            raise DeviceDoesNotExecute(
+                f"{what}: device {self.device_info.index} ({self.device_info.name}) does not run its dispatches "
+                f"(a known-answer mat-vec came back unchanged: a null GPU?); nothing it computes or times means "
+                f"anything, so nothing is measured or kept")
 
     def __repr__(self) -> str:
         return f"<vkq.Backend device {self.device_info.index}: {self.device_info.name}, activations={self.activations}>"

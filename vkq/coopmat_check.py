@@ -18,7 +18,7 @@ from .blocks.formats import BlockFormat
 from .blocks.reference import nmse
 from .blocks.synthetic import random_weights
 from .dispatch import coopmat, tiles
-from .dispatch.choose import requested_path
+from .dispatch.paths import requested_path
 
 
 def config_nmse(backend, fmt: BlockFormat, cfg: tiles.TileConfig) -> float:
@@ -45,7 +45,14 @@ def checked_config(caps, fmt: BlockFormat) -> tiles.TileConfig:
 
 
 def run_check(backend, fmt: BlockFormat) -> dict:
-    """Check the kernel for fmt on the backend's device; record and return the result."""
+    """Check the kernel for fmt on the backend's device; record and return the
+    result. On a device that does not run its dispatches (Backend.executes)
+    the kernel is refused for this process and nothing is kept: both kernels
+    would leave y as it was, and agree."""
+    if not backend.executes:
+        record = coopmat.make_record(None, "the device does not run its dispatches (a null GPU?): no self-check")
+        backend.dispatcher.coopmat_checks[fmt.name] = record
+        return record
     try:
         cfg = checked_config(backend.device.caps, fmt)
         record = coopmat.make_record(config_nmse(backend, fmt, cfg))

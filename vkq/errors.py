@@ -35,6 +35,11 @@ class KomputeUnavailable(VkqError, RuntimeError):
     """Kompute (`kp`) is missing, or built without the vkq patch level needed."""
 
 
+class DeviceDoesNotExecute(VkqError, RuntimeError):
+    """A device whose dispatches do nothing (Mesa's null GPUs, tools/mesa26.sh):
+    what it computes, times or checks means nothing, and nothing of it is kept."""
+
+
 class NonFiniteLogits(VkqError, ValueError):
     """A model's logits hold NaN or inf (its weights decode to NaN, or overflow)."""
 

@@ -143,6 +143,26 @@ def matvec_launches(cfg: PipelineConfig, k: int, buffer_rows, n_slots: int = 0) 
     return out
 
 
+def matvec_spec(cfg: PipelineConfig, ncols: int, slots_per_x: int = 1, glu: bool = False,
+                accumulate: bool = False) -> list[int]:
+    """shaders/mul_mat_vec.comp's specialization constants for a launch on `cfg`."""
+    return [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
+            int(cfg.value_lookup == "selects"), slots_per_x, int(glu), int(accumulate)]
+
+
+def matvec_bindings(cfg: PipelineConfig, mul_mat_id: bool) -> list[str]:
+    """Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views]."""
+    kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
+    kinds += ["storage"] if mul_mat_id else []
+    kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"] if cfg.weights_binding == "texel" else []
+    return kinds
+
+
+def matvec_variant(qtype: str, cfg: PipelineConfig, mul_mat_id: bool) -> MatVecVariant:
+    return MatVecVariant(qtype, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id, cfg.weights_binding,
+                         cfg.x_binding)
+
+
 class MatVec(_PerBuffer):
     """y = W @ x for every weights buffer of one matrix (or expert stack).
 
@@ -178,17 +198,11 @@ class MatVec(_PerBuffer):
                              f"{cfg.rows_per_wg}")
         self.cfg = cfg
         texel_weights = cfg.weights_binding == "texel"
-        self.variant = MatVecVariant(lay.fmt.name, cfg.path == "mmvq", cfg.int_dot, cfg.subgroup, mul_mat_id,
-                                     cfg.weights_binding, cfg.x_binding)
+        self.variant = matvec_variant(lay.fmt.name, cfg, mul_mat_id)
         x_stride = lay.k_padded // CHUNK if cfg.path == "mmvq" else lay.k_padded
         y_stride = lay.rows // (2 if glu else 1) if y_stride is None else y_stride
-        spec = [cfg.wg_size, cfg.rows_per_wg, ncols, cfg.chunks_per_thread, int(cfg.split_k), cfg.x_planes,
-                int(cfg.value_lookup == "selects"), slots_per_x, int(glu), int(accumulate)]
-        # Binding kinds in shaders/mul_mat_vec.comp's order: W, x, y, [ids], [W's three texel views].
-        kinds = ["storage", "texel_u32x4" if cfg.x_binding == "texel" else "storage", "storage"]
-        kinds += ["storage"] if mul_mat_id else []
-        if texel_weights:
-            kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"]
+        spec = matvec_spec(cfg, ncols, slots_per_x, glu, accumulate)
+        kinds = matvec_bindings(cfg, mul_mat_id)
         # What it was made for (a profile's view of another device's choice: vkq.llama.profile.MatvecView);
         # not the weights themselves, which a cached call's graph must not keep alive.
         self.layout, self.buffer_rows = lay, tuple(buf.rows.count for buf in weights.buffers)
@@ -243,6 +257,25 @@ def id_tiles(n_slots: int, n_expert: int, bn: int) -> int:
     return (n_slots + min(n_expert, n_slots) * (bn - 1)) // bn
 
 
+def matmul_spec(cfg: TileConfig, slots_per_x: int = 1, n_expert: int = 1) -> list[int]:
+    """shaders/mul_mm.comp's specialization constants for a launch on `cfg`."""
+    return [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
+            int(cfg.shared_tiles), cfg.x_planes, slots_per_x, n_expert]
+
+
+def matmul_bindings(cfg: TileConfig, mul_mat_id: bool) -> list[str]:
+    """Binding kinds in shaders/mul_mm.comp's order: W, x, y, [groups], [W's three texel views]."""
+    texel = cfg.binding == "texel"
+    kinds = ["storage", "texel_u32x4" if texel else "storage", "storage"]
+    kinds += ["storage"] if mul_mat_id else []
+    kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"] if texel else []
+    return kinds
+
+
+def matmul_variant(qtype: str, cfg: TileConfig, mul_mat_id: bool) -> MatMulVariant:
+    return MatMulVariant(qtype, cfg.binding, cfg.path == "mmvq", cfg.int_dot, mul_mat_id, cfg.coopmat)
+
+
 class MatMul(_PerBuffer):
     """y = W @ x for many columns (shaders/mul_mm.comp), over every weights
     buffer of one matrix: x_in exactly `ncols` vectors of k_pad floats, or
@@ -270,14 +303,10 @@ class MatMul(_PerBuffer):
         if mul_mat_id and (n_slots != ncols * slots_per_x or groups.size() != lay.n_expert + n_slots):
             raise ValueError(f"MUL_MAT_ID: {n_slots} slots, {ncols} vectors of x read by {slots_per_x} slots each, "
                              f"groups of {groups.size()} for {lay.n_expert} experts: the counts must agree")
-        self.variant = MatMulVariant(lay.fmt.name, cfg.binding, mmq, cfg.int_dot, mul_mat_id, cfg.coopmat)
+        self.variant = matmul_variant(lay.fmt.name, cfg, mul_mat_id)
         texel = cfg.binding == "texel"
-        spec = [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
-                int(cfg.shared_tiles), cfg.x_planes, slots_per_x, lay.n_expert]
-        # Binding kinds in shaders/mul_mm.comp's order: W, x, y, [groups], [W's three texel views].
-        kinds = ["storage", "texel_u32x4" if texel else "storage", "storage"]
-        kinds += ["storage"] if mul_mat_id else []
-        kinds += ["texel_u32", "texel_u32x2", "texel_u32x4"] if texel else []
+        spec = matmul_spec(cfg, slots_per_x, lay.n_expert)
+        kinds = matmul_bindings(cfg, mul_mat_id)
         x_words = q8_1_words(ncols, lay.k_padded, cfg.x_planes) if mmq else ncols * lay.k_padded
         if x_in.size() != x_words:
             raise ValueError(f"x must hold exactly {ncols} vectors ({x_words} words; the shader counts its columns "

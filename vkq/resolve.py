@@ -20,7 +20,8 @@ from .blocks.activations import ACTIVATION_PLANES, check_activations
 from .blocks.lookup_tables import has_value_pairs
 from .coopmat_check import ensure_checked
 from .dispatch import tile_tuning, tiles
-from .dispatch.choose import check_config, env_path, fit_bindings, int_dot_disabled_by_env
+from .dispatch.choose import check_config, fit_bindings
+from .dispatch.paths import env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
 from .dispatch.paths import check_request
 from .dispatch.tiles import TileConfig

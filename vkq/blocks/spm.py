@@ -8,22 +8,21 @@ and after a special token), its spaces become '▁' (U+2581), and its
 characters are merged: of the adjacent pairs whose concatenation is a token,
 the one with the highest score first (leftmost on ties), until no pair
 merges. What is left and is not a token goes out as its UTF-8 bytes, the
-byte tokens <0xXX>. Decoding turns '▁' back to spaces and byte tokens to
-bytes, and drops the space the encoder put at the text's start.
+byte tokens <0xXX>. Decoding (vocab.Tokenizer.decode) turns '▁' back to
+spaces and byte tokens to bytes, and drops the space the encoder put at the
+text's start; llama.cpp cleans no spaces of a SentencePiece text.
 """
 from __future__ import annotations
 
 import heapq
 import math
-import re
 
 from ..checks import is_int
 from .gguf_io import GGUFFile, metadata
-from .vocab import (BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Tokenizer, end_of_generation, flag, token_id,
-                    token_strings, token_types)
+from .vocab import (BYTE, CONTROL, NORMAL, UNKNOWN, USER_DEFINED, Tokenizer, byte_of_token, end_of_generation, flag,
+                    token_id, token_kinds, token_strings, token_types)
 
 SPACE = "\u2581"  # '▁', SentencePiece's space
-_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
 class SpmTokenizer(Tokenizer):
@@ -33,7 +32,7 @@ class SpmTokenizer(Tokenizer):
         name = file.path.name
         tokens = token_strings(file)
         self.n_vocab = n = len(tokens)
-        self.types = types = token_types(file, n)
+        types = token_types(file, n)
         scores = metadata(file, "tokenizer.ggml.scores", [0.0] * n)
         if (not isinstance(scores, list) or len(scores) < n
                 or not all(isinstance(s, float) or is_int(s) for s in scores)):
@@ -45,10 +44,6 @@ class SpmTokenizer(Tokenizer):
         for i, t in enumerate(tokens):
             if self.ids.setdefault(t, i) != i:
                 raise ValueError(f"{name}: token {t!r} is in the vocabulary twice (ids {self.ids[t]} and {i})")
-        bad = next((i for i, (t, ty) in enumerate(zip(tokens, types)) if ty == BYTE and not _BYTE_TOKEN.fullmatch(t)),
-                   None)
-        if bad is not None:
-            raise ValueError(f"{name}: token {bad} ({tokens[bad]!r}) has the byte type but is no <0xXX>")
         self.tokens = tokens
         # llama.cpp's defaults for an SPM vocabulary: <unk> 0, <s> 1, </s> 2, BOS added, EOS not.
         self.bos_id = token_id(file, "tokenizer.ggml.bos_token_id", n, default=1)
@@ -57,26 +52,16 @@ class SpmTokenizer(Tokenizer):
         self.add_bos = flag(file, "tokenizer.ggml.add_bos_token", True)
         self.add_eos = flag(file, "tokenizer.ggml.add_eos_token", False)
         self.add_space_prefix = flag(file, "tokenizer.ggml.add_space_prefix", True)
+        self.clean_spaces = False
         self._check_special(name)
+        self.kinds = kinds = token_kinds(file, tokens, types, self.eog_ids)
         # Cut out of the text whole, the longest (in UTF-8 bytes, as llama.cpp orders them) first:
         # a longer one may hold a shorter one.
-        self.special = sorted((i for i, ty in enumerate(types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)),
+        self.special = sorted((i for i, ty in enumerate(kinds) if ty in (CONTROL, USER_DEFINED, UNKNOWN)),
                               key=lambda i: (-len(tokens[i].encode()), i))
         # The token of each byte: <0xXX>, or the byte itself as a token for ASCII (llama.cpp's fallback).
         self.byte_ids = [self.ids.get(f"<0x{b:02X}>", self.ids.get(chr(b)) if b < 128 else None) for b in range(256)]
-        self.pieces = [self._piece(t, ty) for t, ty in zip(tokens, types)]
-
-    @staticmethod
-    def _piece(text: str, kind: int) -> bytes:
-        """What a token decodes to (decode drops control and unknown tokens' text
-        unless skip_special is false); unused and undefined tokens to nothing."""
-        if kind in (UNKNOWN, CONTROL, USER_DEFINED):
-            return text.encode()
-        if kind == NORMAL:
-            return text.replace(SPACE, " ").encode()
-        if kind == BYTE:
-            return bytes([int(text[3:5], 16)])
-        return b""
+        self.pieces = [_piece(name, i, t, ty) for i, (t, ty) in enumerate(zip(tokens, kinds))]
 
     def _encode(self, text: str) -> list[int]:
         parts: list[str | int] = [text] if text else []
@@ -149,19 +134,15 @@ class SpmTokenizer(Tokenizer):
                     out.append(self.byte_ids[b])
             i = nxt[i]
 
-    def decode(self, ids, skip_special: bool = True, continuation: bool = False) -> str:
-        """As llama.cpp's llama_detokenize (remove_special false): the first token
-        loses the space the encoder prefixed (unless continuation), even when that
-        token is a control one that decodes to nothing."""
-        out = bytearray()
-        strip = self.add_space_prefix and not continuation
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < self.n_vocab:
-                raise ValueError(f"token id {i} is not in the vocabulary [0, {self.n_vocab})")
-            piece = b"" if skip_special and self.types[i] in (CONTROL, UNKNOWN) else self.pieces[i]
-            if strip and piece.startswith(b" "):
-                piece = piece[1:]
-            strip = False
-            out += piece
-        return out.decode("utf-8", errors="replace")
+
+def _piece(name: str, ident: int, text: str, kind: int) -> bytes:
+    """What a token decodes to, as llama.cpp's llama_token_to_piece with
+    special (decode drops control and unknown tokens' text unless
+    skip_special is false); unused and undefined tokens to nothing."""
+    if kind in (UNKNOWN, CONTROL, USER_DEFINED):
+        return text.encode()
+    if kind == NORMAL:
+        return text.replace(SPACE, " ").encode()
+    if kind == BYTE:
+        return bytes([byte_of_token(name, ident, text)])
+    return b""

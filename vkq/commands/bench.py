@@ -532,6 +532,7 @@ def run_bench(model: str, n_gen: str | int | None = None, repetitions: int = 3, 
     else:
         paths = _paths(path or "auto", "--path")
     backend = Backend(device, activations=activations)
+    backend.require_execution("vkq bench")
     for m in models:
         check_host_memory(m, backend.device_info.device_type)
     rows = bench(backend, models, paths, gens, repetitions, n_prompt=prompts)
@@ -631,6 +632,7 @@ def bench_matvec(types: list[str] | None = None, shape: str = "4096x14336", path
     check_matvec_memory(rows, k)
     check_matvec_k(shape, k, cases)
     backend = Backend(device, activations=activations)
+    backend.require_execution("vkq bench --matvec")
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, k).astype(np.float32)
     print(f"vkq bench: {rows} x {k} mat-vec, one column, on {backend.device_info.name}; {repetitions} calls per "

@@ -1,4 +1,4 @@
-"""The `vkq` command line: info, bench, compare, tune, generate, model, report."""
+"""The `vkq` command line: info, bench, compare, tune, generate, chat, model, report."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,7 @@ from ..errors import VkqError, from_import_error
 from ..dispatch.tiles import PROMPT_KERNELS
 from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX
 from ..llama.lookup import DRAFT_MAX, P_MIN, SPECULATIVE
+from .chat import add_sampling_options, read_prompt, sampling_from
 
 
 def positive_int(text: str) -> int:
@@ -97,6 +98,8 @@ def cmd_tune(args) -> int:
 def cmd_generate(args) -> int:
     from .generate import compare_engines, generate
 
+    prompt = read_prompt(args.prompt, args.file)
+    sampling = sampling_from(args)
     if args.compare_engines:
         # It runs every engine itself: an option it would ignore is refused, not dropped unsaid.
         ignored = [flag for flag, given in (("--engine", args.engine is not None), ("-c", args.ctx is not None),
@@ -106,19 +109,30 @@ def cmd_generate(args) -> int:
                                             ("--speculative", args.speculative is not None),
                                             ("--draft", args.draft is not None),
                                             ("--draft-max", args.draft_max is not None),
-                                            ("--steps-per-submit", args.steps_per_submit != 1)) if given]
+                                            ("--steps-per-submit", args.steps_per_submit != 1),
+                                            ("the sampling options", sampling is not None),
+                                            ("--stop", bool(args.stop)), ("--chat", args.chat)) if given]
         if ignored:
             raise ValueError(f"--compare-engines sets the engines, their context, timestamps and launches itself: "
                              f"drop {', '.join(ignored)}")
-        return compare_engines(args.model, args.prompt, args.n_tokens, rounds=args.compare_engines, path=args.path,
+        return compare_engines(args.model, prompt, args.n_tokens, rounds=args.compare_engines, path=args.path,
                                activations=args.activations, fuse=not args.no_fuse, device=args.device)
-    return generate(args.model, args.prompt, args.n_tokens, engine=args.engine or "graph", path=args.path,
+    return generate(args.model, prompt, args.n_tokens, engine=args.engine or "graph", path=args.path,
                     activations=args.activations, ctx=args.ctx, ignore_eos=args.ignore_eos,
                     fuse=not args.no_fuse, device=args.device, timestamps=args.timestamps, profile=args.profile,
                     spread=not args.no_spread, fold=not args.no_fold, shape=args.shape, speculative=args.speculative,
                     ubatch=args.ubatch, prompt_kernels=args.prompt_kernels, draft=args.draft,
                     draft_max=args.draft_max, draft_p_min=args.draft_p_min,
-                    steps_per_submit=args.steps_per_submit)
+                    steps_per_submit=args.steps_per_submit, sampling=sampling, stop=args.stop, chat=args.chat,
+                    chat_template=args.chat_template, system=args.system)
+
+
+def cmd_chat(args) -> int:
+    from .chat import chat
+
+    return chat(args.model, n_tokens=args.n_tokens, engine=args.engine, path=args.path, activations=args.activations,
+                ctx=args.ctx, device=args.device, sampling=sampling_from(args), system=args.system,
+                template=args.chat_template, stop=args.stop, steps_per_submit=args.steps_per_submit)
 
 
 def cmd_model(args) -> int:
@@ -134,6 +148,14 @@ def cmd_report(args) -> int:
     return report.run(models=args.model, llama_server=args.llama_server, ggml=args.ggml, quick=args.quick,
                       output=args.output, types=block_types(args.types), device=args.device, n_prompt=args.n_prompt,
                       n_gen=args.n_gen)
+
+
+def cmd_pipelines(args) -> int:
+    from . import pipelines
+
+    return pipelines.run(args.model or [pipelines.DEFAULT_MODEL], output=args.output, device=args.device, activations=args.activations,
+                         types=block_types(args.types), ops=args.op, columns=args.columns, validate=args.validate,
+                         ggml=args.ggml, step=args.step)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -214,9 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("generate", help="greedy text generation of a llama or Qwen GGUF model on vkq",
-                       description="Greedy decoding of a GGUF model of the llama, qwen2, qwen3 or qwen3moe "
-                                   "architecture. Engine graph (default): "
+    p = sub.add_parser("generate", help="text generation of a llama or Qwen GGUF model on vkq (greedy or sampled)",
+                       description="Text generation by a GGUF model of the llama, qwen2, qwen3 or qwen3moe "
+                                   "architecture: greedy, or sampled with --temp. Engine graph (default): "
                                    "the whole decode step on the device, one submit per token; engine host: "
                                    "every weight mat-vec a vkq call, norms/RoPE/attention in numpy. Prints the "
                                    "text, then tokens/s and submits per token (stderr), and the share of the step "
@@ -224,8 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--timestamps the graph engine's kernels.")
     p.add_argument("model", help="a .gguf file (architecture llama, qwen2, qwen3 or qwen3moe; byte-level BPE or "
                                  "SentencePiece tokenizer)")
-    p.add_argument("-p", "--prompt", required=True, help="the prompt text (no chat template is applied)")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("-p", "--prompt", default=None,
+                       help="the prompt text (no chat template is applied without --chat)")
+    given.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from FILE (UTF-8) instead")
     p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    p.add_argument("--chat", action="store_true",
+                   help="the prompt is a user's message: rendered with the model's chat template, and the reply "
+                        "printed (one turn of vkq chat)")
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                   help="--chat: this template instead of the model's (a built-in name: chatml, llama3, llama2, "
+                        "gemma, phi3, zephyr; or a file of Jinja text)")
+    p.add_argument("-sys", "--system", default=None, metavar="TEXT", help="--chat: a system message first")
     p.add_argument("--engine", choices=("graph", "host"), default=None,  # None: not given (graph)
                    help="graph (default): the decode step recorded once, one submit per token; host: one vkq "
                         "mat-vec call per weight matrix, the vector ops in numpy")
@@ -291,7 +323,38 @@ def build_parser() -> argparse.ArgumentParser:
                         "chunks of up to 8; the logits of feeding it token by token). Default: the device's "
                         "(vkq info)")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_sampling_options(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("chat", help="a conversation with a chat model (its chat template; the KV cache kept "
+                                    "between turns)",
+                       description="An interactive chat: each line you type is a user's turn, rendered with the "
+                                   "model's chat template (tokenizer.chat_template) after the turns before it; "
+                                   "only the new turn's tokens are fed, the KV cache keeps the rest. The reply "
+                                   "prints as it is generated, then its statistics and why it stopped (stderr). "
+                                   "/exit or Ctrl-D (end of input) ends it.")
+    p.add_argument("model", help="a .gguf chat model (architecture llama, qwen2, qwen3 or qwen3moe)")
+    p.add_argument("-sys", "--system", default=None, metavar="TEXT", help="a system message first")
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
+                   help="this template instead of the model's (a built-in name: chatml, llama3, llama2, gemma, "
+                        "phi3, zephyr; or a file of Jinja text)")
+    p.add_argument("-n", "--n-tokens", type=int, default=-1,
+                   help="the most tokens of a reply (default -1: until an end-of-turn token or the context's end)")
+    p.add_argument("-c", "--ctx", type=positive_int, default=None,
+                   help="positions the KV cache holds, the whole conversation's (default 2048, at most the "
+                        "model's context length)")
+    p.add_argument("--engine", choices=("graph", "host"), default="graph",
+                   help="graph (default): the decode step on the device, one submit per token; host: the vector "
+                        "ops in numpy")
+    p.add_argument("--path", choices=("auto", "dmmv", "mmvq", "numpy"), default="auto",
+                   help="mat-vec path (default auto); numpy: the float64 reference")
+    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
+                   help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS})")
+    p.add_argument("--steps-per-submit", type=positive_int, metavar="K", default=1,
+                   help=f"graph engine: up to K decode steps (1 to {STEPS_PER_SUBMIT_MAX}) in one submit")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_sampling_options(p)
+    p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("model", help="print the path of the example model, SmolLM2-135M-Instruct Q4_1",
                        description="Prints the path of vkq's example model, SmolLM2-135M-Instruct as llama.cpp "
@@ -328,6 +391,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
     p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("pipelines", help="every pipeline vkq would create for a model, compiled by this device's "
+                                         "driver: registers, spills, shared memory, occupancy",
+                       description="Every pipeline vkq's dispatcher would create on this device for a model's "
+                                   "shapes (each type's mat-vec on both paths at 1..8 columns, MUL_MAT_ID, the "
+                                   "prompt's mat-mat tiles, the cooperative-matrix kernel), compiled by the "
+                                   "driver, with its statistics (VK_KHR_pipeline_executable_properties) and the "
+                                   "table entry that chose it. Runs on Mesa's null GPUs too (tools/mesa26.sh).")
+    p.add_argument("-m", "--model", action="append", default=[],
+                   help="a preset NAME:MIX (vkq bench --list) or a .gguf file (default: llama-3.1-8b:Q4_K_M); "
+                        "repeat for more: their pipelines together, each once")
+    p.add_argument("--types", default="all", help="comma-separated block types (default: all of the model's)")
+    p.add_argument("--op", action="append", default=None,
+                   help="only this op (repeat for more): mat-vec, MUL_MAT_ID, mat-mat, MUL_MAT_ID mat-mat, coopmat, "
+                        "step (the recorded step's, as --step)")
+    p.add_argument("--columns", type=positive_int, action="append", default=None,
+                   help="only the mat-vecs of this many columns (repeat for more; 1..8)")
+    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=None,
+                   help=f"the int8 path's activation format (default: vkq generate's, {GENERATE_ACTIVATIONS})")
+    p.add_argument("--validate", action="store_true",
+                   help="under the Khronos validation layer; its messages per pipeline")
+    p.add_argument("--step", action="store_true",
+                   help="also every pipeline of the model's decode step, 512-token prompt chunk and draft "
+                        "verification as recorded on the device (norms, attention at 512 and 32768 positions, "
+                        "argmax, ...; a preset is written as a 2-layer file of its shapes first), and with "
+                        "--validate what the layer says while they are recorded and replayed")
+    p.add_argument("--ggml", metavar="LIB", nargs="?", const="", default=None,
+                   help="also ggml-vulkan's own Q4_0 and Q4_K mat-vecs from its libggml-vulkan.so (default: the "
+                        "llama-server wheel's), compiled by the same driver")
+    p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    p.set_defaults(func=cmd_pipelines)
     return ap
 
 

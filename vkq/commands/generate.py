@@ -1,4 +1,5 @@
-"""`vkq generate`: greedy text generation of a llama GGUF model on vkq.
+"""`vkq generate`: text generation of a llama GGUF model on vkq (greedy,
+or sampled; one chat turn with --chat).
 
 The model is loaded by vkq.llama.loading.load_model (`vkq.load_model` from
 Python), with the same defaults; the context grows to what the prompt and
@@ -21,6 +22,7 @@ from ..llama.host import LlamaModel
 from ..llama.loading import load_model
 from ..llama.model import LlamaFile
 from ..llama.profile import shape_table
+from ..llama.sampling import Sampling
 from ..llama.vector_ops import GPU_LAUNCH_CAPS
 
 
@@ -48,7 +50,9 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
              fuse: bool = True, device: int | None = None, timestamps: bool = False, profile: bool = False,
              spread: bool = True, fold: bool = True, shape: str | None = None, speculative: str | None = None,
              ubatch: int | None = None, prompt_kernels: str | None = None, draft: str | Path | None = None,
-             draft_max: int | None = None, draft_p_min: float | None = None, steps_per_submit: int = 1) -> int:
+             draft_max: int | None = None, draft_p_min: float | None = None, steps_per_submit: int = 1,
+             sampling: Sampling | None = None, stop=(), chat: bool = False, chat_template: str | None = None,
+             system: str | None = None) -> int:
     """The command: prints the prompt and its continuation (stdout), the load
     time and the statistics (stderr). ctx: the context the KV cache holds
     (default: LlamaConfig.default_context, grown to what the prompt
@@ -71,7 +75,11 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     its prompt chunks, "matmul" or "matvec" (default: the device's).
     steps_per_submit: the graph engine chains up to that many greedy
     decode steps in one submit (Decoder.greedy's: the same text). spread,
-    fold: the graph engine's (vkq.llama.gpu_step.GpuLlama)."""
+    fold: the graph engine's (vkq.llama.gpu_step.GpuLlama). sampling: a
+    vkq.llama.sampling.Sampling (None: greedy); stop: strings that end the
+    generation. chat: the prompt is a user's message, rendered with the
+    model's chat template (chat_template: another, a built-in name or a
+    Jinja file; system: a system message first), and the reply is printed."""
     if shape is not None and shape != "device" and shape not in GPU_LAUNCH_CAPS:
         raise ValueError(f"--shape {shape}: device, or a GPU class: {', '.join(sorted(GPU_LAUNCH_CAPS))}")
     if shape is not None and (engine == "host" or path == "numpy"):
@@ -97,10 +105,22 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if (speculative is not None or draft is not None) and profile:
         raise ValueError("--profile times the one-token decode step; speculative decoding (--speculative, --draft) "
                          "decodes in steps of several: give one of them")
+    samples = sampling is not None and not sampling.greedy
+    if samples and profile:
+        raise ValueError("--profile times greedy's decode step: not with sampling (--temp above 0, --repeat-penalty)")
+    if not chat and (chat_template is not None or system is not None):
+        raise ValueError("--chat-template and -sys/--system render the prompt as a chat turn: they need --chat")
     launches = None if shape in (None, "device") else shape
     t0 = time.perf_counter()
     file = LlamaFile(model, fuse)
-    n_prompt = len(_prompt_ids(file, prompt))
+    if chat:
+        from ..llama.chat_template import chat_prompt_ids
+        from .chat import messages_of
+
+        prompt_ids = chat_prompt_ids(file, messages_of(prompt, system), chat_template)
+    else:
+        prompt_ids = _prompt_ids(file, prompt)
+    n_prompt = len(prompt_ids)
     if n_tokens < 0:
         raise ValueError(f"-n must be >= 0, got {n_tokens}")
     if profile and n_tokens < 2:
@@ -137,7 +157,7 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
         decoder.drafter(drafter, draft_max)  # refused before any text is printed
     load_s = time.perf_counter() - t0
     chained = dict(steps_per_submit=steps_per_submit, n_tokens=n_tokens) if steps_per_submit > 1 else {}
-    warm = decoder.warm_up(n_prompt, speculative=drafter is not None, **chained)
+    warm = decoder.warm_up(n_prompt, speculative=drafter is not None, sampling=sampling, **chained)
     if isinstance(drafter, DraftModel):
         warm += drafter.warm_up(n_prompt)
     cfg = file.config
@@ -147,10 +167,12 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     print(f"{file.path.name}: {cfg.arch}, {cfg.n_layer} layers, {cfg.n_embd} wide, {cfg.n_head}/{cfg.n_head_kv} "
           f"heads{experts}, vocab {file.n_vocab}; loaded in {load_s:.1f} s on {dev}, pipelines recorded in "
           f"{warm:.1f} s{_prompt_kernels_text(decoder)}", file=sys.stderr)
-    print(prompt, end="", flush=True)
-    _, _, stats = decoder.generate(prompt, n_tokens, stop_at_eos=not ignore_eos,
-                                   on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
-                                   draft_max=draft_max, steps_per_submit=steps_per_submit)
+    if not chat:
+        print(prompt, end="", flush=True)
+    _, _, stats = decoder.generate_ids(prompt_ids, n_tokens, stop_at_eos=not ignore_eos,
+                                       on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
+                                       draft_max=draft_max, steps_per_submit=steps_per_submit, sampling=sampling,
+                                       stop=stop)
     print()
     print(stats.summary(), file=sys.stderr)
     if profile:
@@ -229,7 +251,7 @@ def compare_engines(model: str | Path, prompt: str, n_tokens: int = 48, *, round
             tg[name].append(gen.stats.tokens_per_second)
             stats[name] = gen.stats
             print(f"round {r + 1}, {name}: pp {gen.stats.prompt_tokens_per_second:.2f} t/s; "
-                  f"{gen.stats.summary().splitlines()[-1]}")
+                  f"{gen.stats.summary().splitlines()[1]}")
     same = all(t == tokens["host"] for t in tokens.values())
     pp_med = {name: statistics.median(v) for name, v in pp.items()}
     tg_med = {name: statistics.median(v) for name, v in tg.items()}

@@ -98,9 +98,11 @@ def write_random_model(preset: str, path: str | Path, tokenizer_from: str | Path
     return write_model(spec, mix, path, tokenizer_from, seed)
 
 
-def write_model(spec: ModelSpec, mix: str, path: str | Path, tokenizer_from: str | Path, seed: int = 0) -> Path:
+def write_model(spec: ModelSpec, mix: str, path: str | Path, tokenizer_from: str | Path, seed: int = 0,
+                context: int = CONTEXT) -> Path:
     """The file of a ModelSpec (any shape, e.g. a test's) in one of its mixes,
-    with tokenizer_from's tokenizer and vocabulary. Returns path."""
+    with tokenizer_from's tokenizer and vocabulary, its context length
+    `context`. Returns path."""
     arch = ARCHITECTURES[spec.arch]
     rope_base, rms_eps = HYPER[spec.arch]
     fields, n_vocab = _tokenizer_fields(Path(tokenizer_from))
@@ -113,7 +115,7 @@ def write_model(spec: ModelSpec, mix: str, path: str | Path, tokenizer_from: str
 
     path = Path(path)
     w = gguf.GGUFWriter(str(path), spec.arch)
-    add_hyperparameters(w, spec, CONTEXT, rms_eps)
+    add_hyperparameters(w, spec, context, rms_eps)
     w.add_rope_freq_base(rope_base)
     w.add_name(f"random {spec.name} {mix}" + (f", {spec.n_expert} experts" if spec.is_moe else ""))
     for f in fields:

@@ -498,8 +498,10 @@ def run(models=(), llama_server: str | None = None, ggml: str | None = None, qui
 
     if output not in ("md", "json"):
         raise ValueError(f"-o must be md or json, got {output!r}")
+    backend = Backend(device)
+    backend.require_execution("vkq report")
     try:
-        report = measure(Backend(device), types=types, quick=quick, models=models, llama_server=llama_server,
+        report = measure(backend, types=types, quick=quick, models=models, llama_server=llama_server,
                          ggml=ggml, n_prompt=n_prompt, n_gen=n_gen)
     except KeyboardInterrupt:  # the CLI says it in one line, with this note
         raise KeyboardInterrupt("nothing reported") from None

@@ -637,6 +637,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
     shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
     tuning_store.check_dir()  # before minutes of measuring
     backend = Backend(device)
+    backend.require_execution("vkq tune")  # (a null GPU's times would be saved as this device's)
     info = backend.device_info
     entries = tuning_store.load(info)
     saved = [t for t in names if t in entries and not retune]

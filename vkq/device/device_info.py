@@ -38,6 +38,9 @@ _VENDORS = {
     0x1010: "imgtec",
 }
 
+# VK_SHADER_STAGE_COMPUTE_BIT
+_SHADER_STAGE_COMPUTE = 0x20
+
 # VkPhysicalDeviceType 0..4
 _DEVICE_TYPES = ("other", "integrated", "discrete", "virtual", "cpu")
 
@@ -75,6 +78,21 @@ class DeviceInfo:
     # Compute units: NVIDIA's SMs (VK_NV_shader_sm_builtins), AMD's CUs
     # (VK_AMD_shader_core_properties); 0: not reported (Intel, CPU drivers).
     compute_units: int = 0
+    # VK_EXT_subgroup_size_control (the extension, as Kompute's 1.1 instance
+    # reaches it): whether a pipeline may be given a required subgroup size
+    # (the subgroupSizeControl feature) and be made to launch full subgroups
+    # (computeFullSubgroups), and in which shader stages a size may be
+    # required (requiredSubgroupSizeStages, VkShaderStageFlags bits; 0: none).
+    subgroup_size_control: bool = False
+    compute_full_subgroups: bool = False
+    required_subgroup_size_stages: int = 0
+    max_compute_workgroup_subgroups: int = 0  # subgroups of a workgroup with a required size (0: not reported)
+
+    @property
+    def required_subgroup_size_in_compute(self) -> bool:
+        """A compute pipeline may be given a required subgroup size in
+        [subgroup_min_size, subgroup_max_size]."""
+        return self.subgroup_size_control and bool(self.required_subgroup_size_stages & _SHADER_STAGE_COMPUTE)
 
     @property
     def vendor(self) -> str:
@@ -210,7 +228,7 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         stype = getattr(vk, "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_" + stype)
         return ffi.new(f"{ctype}*", {"sType": stype})
 
-    subgroup = driver = size_ctl = dot_props = dot_feats = maint3 = sms = amd_cores = None
+    subgroup = driver = size_ctl = size_feats = dot_props = dot_feats = maint3 = sms = amd_cores = None
     if api >= (1, 1, 0):  # a 1.0 device may not be asked for *2 structs
         subgroup = new("VkPhysicalDeviceSubgroupProperties", "SUBGROUP_PROPERTIES")
         maint3 = new("VkPhysicalDeviceMaintenance3Properties", "MAINTENANCE_3_PROPERTIES")
@@ -220,6 +238,10 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
             size_ctl = new(
                 "VkPhysicalDeviceSubgroupSizeControlProperties",
                 "SUBGROUP_SIZE_CONTROL_PROPERTIES")
+        if "VK_EXT_subgroup_size_control" in exts:
+            size_feats = new(
+                "VkPhysicalDeviceSubgroupSizeControlFeatures",
+                "SUBGROUP_SIZE_CONTROL_FEATURES")
         if "VK_KHR_shader_integer_dot_product" in exts:
             dot_props = new(
                 "VkPhysicalDeviceShaderIntegerDotProductProperties",
@@ -237,9 +259,9 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         head = new("VkPhysicalDeviceProperties2", "PROPERTIES_2")
         _link(ffi, head, [subgroup, driver, size_ctl, dot_props, maint3, sms, amd_cores])
         props2(pd, head)
-        if dot_feats is not None:
+        if dot_feats is not None or size_feats is not None:
             fhead = new("VkPhysicalDeviceFeatures2", "FEATURES_2")
-            _link(ffi, fhead, [dot_feats])
+            _link(ffi, fhead, [dot_feats, size_feats])
             feats2(pd, fhead)
 
     # Kompute uses the first queue family with the compute bit.
@@ -297,6 +319,10 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         compute_units=(sms.shaderSMCount if sms else
                        amd_cores.shaderEngineCount * amd_cores.shaderArraysPerEngineCount
                        * amd_cores.computeUnitsPerShaderArray if amd_cores else 0),
+        subgroup_size_control=bool(size_feats and size_feats.subgroupSizeControl),
+        compute_full_subgroups=bool(size_feats and size_feats.computeFullSubgroups),
+        required_subgroup_size_stages=(size_ctl.requiredSubgroupSizeStages if size_ctl else 0),
+        max_compute_workgroup_subgroups=(size_ctl.maxComputeWorkgroupSubgroups if size_ctl else 0),
     )
 
 

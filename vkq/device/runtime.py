@@ -8,14 +8,28 @@ orders a dispatch after the one whose output it reads,
 views, not only as storage buffers, and `Tensor.release_staging` frees an
 uploaded tensor's host copy; pipelines are shared between algorithms and
 a sequence keeps one fence; the cooperative-matrix features are enabled
-when their extensions are requested (Manager.cooperative_matrix_enabled). A kp without the whole series (stock, or an
+when their extensions are requested (Manager.cooperative_matrix_enabled), and so is
+subgroupSizeControl with VK_EXT_subgroup_size_control
+(Manager.subgroup_size_control_enabled), so that an algorithm may be given a
+required subgroup size (`required_subgroup_size` of Manager.algorithm and
+Manager.algorithm_with_bindings; Device.algorithm below). A kp without the whole series (stock, or an
 older level) still runs what needs none of these: the int8 path and
 texel bindings are refused with a clear error, uploaded weights keep their
 host copy.
+
+Pipeline cache (patch 0013): every pipeline of a Manager is created through
+the Manager's one VkPipelineCache. `Device.manager.pipeline_cache_data()`
+returns its contents as bytes; `Device.manager.load_pipeline_cache(data)`
+merges bytes saved earlier into it and returns True, or returns False and
+ignores them when their header is not this device's and driver's (vendor,
+device, pipelineCacheUUID) or they are not a pipeline cache at all. Load
+before the algorithms that are to use it are created. vkq itself neither
+saves nor loads a cache here.
 """
 from __future__ import annotations
 
 import functools
+import numbers
 import warnings
 
 import kp
@@ -30,8 +44,9 @@ from .shader_variants import load_spirv
 # The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
 # patch: its number, so that a kp of level N has patches 0001 to N);
 # tools/install_kompute.sh reads this line to check its build.
-REQUIRED_KP_PATCH = 12
+REQUIRED_KP_PATCH = 13
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
+SUBGROUP_SIZE_CONTROL_EXTENSION = "VK_EXT_subgroup_size_control"
 
 # Vulkan flag bits used for barriers between dependent dispatches.
 STAGE_COMPUTE = 0x00000800
@@ -67,10 +82,19 @@ class Device:
         want_coopmat = can_coopmat and COOPMAT_EXTENSION in self.info.extensions
         if want_coopmat:
             extensions += [e for e in COOPMAT_EXTENSIONS if e in self.info.extensions]
+        # Required subgroup sizes: only through a kp that enables the feature
+        # (Manager.subgroup_size_control_enabled).
+        if (hasattr(kp.Manager, "subgroup_size_control_enabled")
+                and SUBGROUP_SIZE_CONTROL_EXTENSION in self.info.extensions):
+            extensions.append(SUBGROUP_SIZE_CONTROL_EXTENSION)
         self.manager = kp.Manager(self.index, [], extensions)
         self.int_dot_enabled = INT_DOT_EXTENSION in extensions and self.manager.integer_dot_product_enabled()
         self.coopmat_enabled = (self.manager.cooperative_matrix_enabled() if want_coopmat
                                 else False if can_coopmat else None)
+        # Whether Device.algorithm may be given a required_subgroup_size.
+        self.subgroup_size_control = bool(
+            SUBGROUP_SIZE_CONTROL_EXTENSION in extensions and self.manager.subgroup_size_control_enabled()
+            and self.info.required_subgroup_size_in_compute)
         self.memory = MemoryLedger(self.info)
 
     @functools.cached_property
@@ -110,16 +134,42 @@ class Device:
         return self.manager.tensor_t(np.zeros(max(n, 1), dtype))
 
     def algorithm(self, tensors, variant, groups: tuple[int, int, int], spec: list[int], push: np.ndarray,
-                  binding_kinds: list[str] | None = None):
+                  binding_kinds: list[str] | None = None, required_subgroup_size: int | None = None):
         """A Kompute algorithm; tensor i is binding i, bound as binding_kinds[i]
         ("storage" when not given; "texel_u32", "texel_u32x2", "texel_u32x4"
-        need vkq's Kompute patch)."""
+        need vkq's Kompute patch). required_subgroup_size: None (the driver
+        picks, as always) or the subgroup size the pipeline must run with, a
+        power of two in [info.subgroup_min_size, info.subgroup_max_size] on a
+        device with `subgroup_size_control`; where the shader's local x size
+        is a multiple of it, its subgroups are also full."""
         spec, push = np.asarray(spec, np.uint32), np.asarray(push, np.uint32)
+        extra = {}
+        if required_subgroup_size is not None:
+            self.check_required_subgroup_size(required_subgroup_size)
+            extra["required_subgroup_size"] = int(required_subgroup_size)
         if binding_kinds and any(k != "storage" for k in binding_kinds):
             if not self.patched_kp:
                 raise KomputeUnavailable(f"texel bindings need kp with {patches(REQUIRED_KP_PATCH)}; {KOMPUTE_HINT}")
-            return self.manager.algorithm_with_bindings(tensors, binding_kinds, _spirv(variant), groups, spec, push)
-        return self.manager.algorithm(tensors, _spirv(variant), groups, spec, push)
+            return self.manager.algorithm_with_bindings(tensors, binding_kinds, _spirv(variant), groups, spec, push,
+                                                        **extra)
+        return self.manager.algorithm(tensors, _spirv(variant), groups, spec, push, **extra)
+
+    def check_required_subgroup_size(self, size) -> None:
+        """Raises unless `size` may be required of a compute pipeline here:
+        TypeError for a non-integer, KomputeUnavailable where the device (or
+        this kp) cannot require one, ValueError outside the device's range or
+        not a power of two."""
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+            raise TypeError(f"required_subgroup_size must be an integer or None, got {size!r}")
+        if not self.subgroup_size_control:
+            raise KomputeUnavailable(
+                f"{self.info.name} cannot require a subgroup size of a compute pipeline here "
+                f"(needs VK_EXT_subgroup_size_control with the subgroupSizeControl feature, compute among "
+                f"requiredSubgroupSizeStages, and kp with {patches(REQUIRED_KP_PATCH)})")
+        lo, hi = self.info.subgroup_min_size, self.info.subgroup_max_size
+        if not (lo <= size <= hi) or size & (size - 1):
+            raise ValueError(f"required_subgroup_size {size} is not a power of two in {self.info.name}'s "
+                             f"range [{lo}, {hi}]")
 
     def compute_barrier(self):
         """Orders a dispatch after the previous one whose output it reads."""

@@ -201,7 +201,7 @@ class VectorOpVariant:
 
 REDUCING_OPS = ("rms_norm", "attention", "expert_routing", "head_norm")  # the ops with workgroup reductions
 LLAMA_OPS = (*(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)),
-             *(VectorOpVariant(op) for op in ("swiglu", "argmax", "attention_tiled")),
+             *(VectorOpVariant(op) for op in ("swiglu", "argmax", "sample", "attention_tiled")),
              VectorOpVariant("attention_tiled", texel_kv=True))
 
 

@@ -19,7 +19,6 @@ storage for texel bindings) are made for both, and named in `source`.
 """
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import replace
 
@@ -28,44 +27,8 @@ from ..blocks.formats import CHUNK, BlockFormat
 from ..device.caps import DeviceCaps
 from . import coopmat, tables, tuning_store
 from .classify import DeviceClass, classify
-from .config import PATHS, PipelineConfig, describe
-
-def env_path() -> str | None:
-    value = os.environ.get("VKQ_PATH", "").strip().lower()
-    if not value:
-        return None
-    if value not in PATHS:
-        raise ValueError(f"VKQ_PATH={value!r} is not a path; use one of {', '.join(PATHS)}")
-    return value
-
-
-def int_dot_disabled_by_env() -> bool:
-    return os.environ.get("VKQ_DISABLE_INT_DOT", "") not in ("", "0")
-
-
-def check_path(path) -> str:
-    if not isinstance(path, str) or path.lower() not in PATHS:
-        raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATHS)} (or None)")
-    return path.lower()
-
-
-def requested_path(fmt: BlockFormat, path: str | None) -> tuple[str | None, str, str]:
-    """The path asked for a matrix of type fmt, before any table or tuning:
-    the caller's `path` (refused where the type lacks it), else VKQ_PATH
-    where the type has it, else None (the rules' choice); with where it came
-    from ("argument", "env VKQ_PATH") and a note where VKQ_PATH does not
-    apply (the environment sets a preference for every matrix; a type
-    without that path keeps the one it has)."""
-    if path is not None:
-        path = check_path(path)
-        if path == "mmvq" and not fmt.has_int8_path:
-            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
-        return path, "argument", ""
-    path = env_path()
-    if path == "mmvq" and not fmt.has_int8_path:
-        return None, "", f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path"
-    return path, "env VKQ_PATH" if path is not None else "", ""
-
+from .config import PipelineConfig, describe
+from .paths import int_dot_disabled_by_env, requested_path
 
 def row_chunks(k: int) -> int:
     """32-element chunks of a row of K values (padded to a whole chunk)."""

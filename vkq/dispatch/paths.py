@@ -1,4 +1,8 @@
-"""A caller's path request for one matrix, resolved in one place.
+"""A caller's path request, resolved in one place: for one matrix
+(`requested_path`: a `path=` argument, else VKQ_PATH), for a whole model
+(`resolve_path`), and the environment's settings (VKQ_PATH,
+VKQ_DISABLE_INT_DOT). Below the mat-vec's choice (choose), the tiles
+(tiles, tile_tuning) and the tuning store: each of them asks it.
 
 Commands and engines that run a whole model take "auto", "dmmv" or "mmvq"
 for every matrix; "mmvq" then means "the int8 path where the block type
@@ -8,7 +12,10 @@ a request for one matrix, is refused instead (vkq.dispatch.choose).
 """
 from __future__ import annotations
 
+import os
+
 from ..blocks.formats import BlockFormat
+from .config import PATHS
 
 PATH_REQUESTS = ("auto", "dmmv", "mmvq")
 
@@ -31,3 +38,40 @@ def resolve_path(fmt: BlockFormat, request: str | None) -> str | None:
     if request == "mmvq" and not fmt.has_int8_path:
         return "dmmv"
     return request
+
+
+def env_path() -> str | None:
+    value = os.environ.get("VKQ_PATH", "").strip().lower()
+    if not value:
+        return None
+    if value not in PATHS:
+        raise ValueError(f"VKQ_PATH={value!r} is not a path; use one of {', '.join(PATHS)}")
+    return value
+
+
+def int_dot_disabled_by_env() -> bool:
+    return os.environ.get("VKQ_DISABLE_INT_DOT", "") not in ("", "0")
+
+
+def check_path(path) -> str:
+    if not isinstance(path, str) or path.lower() not in PATHS:
+        raise ValueError(f"unknown path {path!r}; expected one of {', '.join(PATHS)} (or None)")
+    return path.lower()
+
+
+def requested_path(fmt: BlockFormat, path: str | None) -> tuple[str | None, str, str]:
+    """The path asked for a matrix of type fmt, before any table or tuning:
+    the caller's `path` (refused where the type lacks it), else VKQ_PATH
+    where the type has it, else None (the rules' choice); with where it came
+    from ("argument", "env VKQ_PATH") and a note where VKQ_PATH does not
+    apply (the environment sets a preference for every matrix; a type
+    without that path keeps the one it has)."""
+    if path is not None:
+        path = check_path(path)
+        if path == "mmvq" and not fmt.has_int8_path:
+            raise ValueError(f"{fmt.name} has no int8 (mmvq) path; use path='dmmv'")
+        return path, "argument", ""
+    path = env_path()
+    if path == "mmvq" and not fmt.has_int8_path:
+        return None, "", f"VKQ_PATH=mmvq does not apply: {fmt.name} has no int8 path"
+    return path, "env VKQ_PATH" if path is not None else "", ""

@@ -25,6 +25,12 @@ VENDORS = ("nvidia", "amd", "intel", "apple", "qualcomm", "arm", "software", "un
 CONDITIONS = ("types", "paths", "activations", "k_min", "k_max", "rows_min", "rows_max", "ncols_min", "ncols_max")
 META = ("basis", "note")
 BASES = ("ggml", "measured", "guess")
+# A class's occupancy floors (`occupancy`): per op, the fewest waves per SIMD
+# (AMD) or warps per SM (NVIDIA) a pipeline may be compiled to, with the
+# reason; `vkq pipelines` reports each pipeline's floor, and CI holds the
+# GPU classes' pipelines to them on Mesa's compilers.
+OCCUPANCY_OPS = ("mat-vec", "MUL_MAT_ID", "mat-mat", "MUL_MAT_ID mat-mat", "coopmat")
+OCCUPANCY_UNITS = ("waves/SIMD", "warps/SM")
 FALLBACK_CLASS = "unknown/*"  # in unknown.json: the last resort for every device
 
 
@@ -85,6 +91,20 @@ def table_label(cls: DeviceClass) -> str:
 
 def _table_label(table_name: str, class_key: str, cls: DeviceClass) -> str:
     return f"table {table_name} class {class_key} (device {cls.key})"
+
+
+def occupancy_floors(cls: DeviceClass) -> dict[str, dict]:
+    """The occupancy floors of a device's class by op (OCCUPANCY_OPS), each
+    {"min", "unit", "reason"}: its own, over those of the classes it extends."""
+    _, key, table = _find_class(cls)
+    chain = []
+    while key is not None:
+        chain.append(table["classes"][key])
+        key = table["classes"][key].get("extends")
+    floors: dict[str, dict] = {}
+    for c in reversed(chain):
+        floors.update(c.get("occupancy", {}))
+    return floors
 
 
 def rule_notes(cls: DeviceClass) -> dict[str, str]:
@@ -182,7 +202,19 @@ def validate_table(table: dict) -> list[str]:
             continue
         if len(key.split("/")) not in (2, 3) or key.split("/")[0] != vendor:
             problems.append(f"{where}: key must be '{vendor}/<arch or *>[/<driver>]'")
-        _keys(problems, where, cls, ("default", "rules", "extends", "note"))
+        _keys(problems, where, cls, ("default", "rules", "extends", "note", "occupancy"))
+        floors = cls.get("occupancy", {})
+        if not isinstance(floors, dict):
+            problems.append(f"{where}: 'occupancy' must be an object of ops")
+            floors = {}
+        for op, floor in floors.items():
+            if op not in OCCUPANCY_OPS:
+                problems.append(f"{where}: occupancy of unknown op {op!r} (one of {OCCUPANCY_OPS})")
+            elif not isinstance(floor, dict) or set(floor) != {"min", "unit", "reason"} \
+                    or not is_int(floor["min"]) or floor["min"] < 1 or floor["unit"] not in OCCUPANCY_UNITS \
+                    or not isinstance(floor["reason"], str) or not floor["reason"]:
+                problems.append(f"{where}: occupancy of {op}: an object of 'min' (an integer >= 1), 'unit' "
+                                f"(one of {OCCUPANCY_UNITS}) and 'reason'")
         base = cls.get("extends")
         if base is None and "default" not in cls:
             problems.append(f"{where}: needs a 'default' (or 'extends')")

@@ -33,7 +33,7 @@ from dataclasses import replace
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import BlockFormat
 from . import coopmat, tiles, tuning_store
-from .choose import requested_path
+from .paths import requested_path
 
 
 def tuned_tiles(tuned: dict, fmt: BlockFormat, k: int) -> dict | None:

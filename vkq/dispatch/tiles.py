@@ -29,7 +29,7 @@ from ..blocks.formats import CHUNK, BlockFormat
 from ..checks import is_int
 from ..device.caps import DeviceCaps
 from ..device.shader_variants import MATMUL_BINDINGS
-from .choose import int_dot_disabled_by_env, requested_path
+from .paths import int_dot_disabled_by_env, requested_path
 from .classify import DeviceClass
 from .config import PATHS, VALUE_LOOKUPS
 

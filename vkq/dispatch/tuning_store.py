@@ -25,6 +25,7 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS
 from ..device.device_info import DeviceInfo
 from .config import ALL_PARAMS, PATHS, param_problems
+from .tiles import COOPMAT_SHAPE, COOPMAT_SUBGROUPS, TileConfig
 
 # 2: the int8 path's parameters per activation format, and each type's k_min.
 SCHEMA = 2
@@ -236,8 +237,6 @@ def coopmat_tile_problems(where: str, tile) -> list[str]:
     """What is wrong with a record's "tile": five positive integers that
     make a tile the kernel supports (the shader's rules at the smallest
     subgroup; whether it fits a device is the dispatcher's check at use)."""
-    from .tiles import COOPMAT_SHAPE, COOPMAT_SUBGROUPS, TileConfig  # (as tile_problems)
-
     if not isinstance(tile, list) or len(tile) != len(COOPMAT_SHAPE) or not all(_positive_int(v) for v in tile):
         return [f"{where}: tile {tile!r} is not [{', '.join(COOPMAT_SHAPE)}], positive integers"]
     try:
@@ -255,8 +254,6 @@ def tile_problems(qtype: str, tiles) -> list[str]:
     """What is wrong with a type's "tiles" object, whatever its JSON shape;
     each key's parameters held to what the shader supports
     (vkq.dispatch.tiles.param_problems, by building the TileConfig)."""
-    from .tiles import TileConfig  # (tiles imports the dispatcher, which imports this module)
-
     where = f"{qtype}/tiles"
     if not isinstance(tiles, dict):
         return [f"{where}: not an object"]

@@ -8,5 +8,8 @@
 - host: the host-driven decoder (engine "host", and the float64 numpy reference);
 - gpu_step: the whole decode step on the device (engine "graph");
 - profile: where the graph engine's step spends its GPU time;
-- decoding: the token loop (greedy, scoring) and its statistics.
+- sampling: llama.cpp's sampler chain, its settings and its numpy sampler;
+- sample_op: the device's sampler, the op after the output head;
+- chat_template: a conversation rendered by a model's chat template (Jinja2's sandbox);
+- decoding: the token loop (greedy or sampled, why it stopped, chat, scoring) and its statistics.
 """

@@ -45,6 +45,12 @@ PROMPT_CHUNK_MATVEC = 8
 # (Decoder.greedy's steps_per_submit): each step keeps its own logits on the
 # device, and by 16 the host's work per token is a small share of a submit's.
 STEPS_PER_SUBMIT_MAX = 16
+# The values of {arch}.rope.scaling.type llama.cpp knows (llama_rope_scaling_type_from_string);
+# vkq runs "none" and "linear", and the others with a factor of 1 (no scaling).
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+# The architectures whose RoPE rotates every value of a head: llama.cpp refuses a
+# {arch}.rope.dimension_count other than the head size for them ("invalid n_rot").
+FULL_ROPE_ARCHS = ("llama",)
 
 
 def read_architecture(path: str | Path, max_keys: int = 64) -> str | None:
@@ -90,6 +96,9 @@ class LlamaConfig:
     n_ctx_train: int
     n_expert: int = 0  # experts per layer (mixture of experts, Mixtral's layout); 0: dense FFN layers
     n_expert_used: int = 0  # experts each token goes through
+    # RoPE's cos and sin are multiplied by it ({arch}.rope.scaling.attn_factor: ggml's mscale),
+    # so each rotated value of Q and K is, and their products by its square.
+    rope_attn_factor: float = 1.0
 
     @property
     def is_moe(self) -> bool:
@@ -142,6 +151,9 @@ class LlamaConfig:
             raise ValueError(f"{path.name}: key and value head sizes differ; vkq generate needs them equal")
         if n_head % n_head_kv:
             raise ValueError(f"{path.name}: {n_head} attention heads do not split into {n_head_kv} KV groups")
+        if n_rot != head_dim and arch in FULL_ROPE_ARCHS:
+            raise ValueError(f"{path.name}: {arch}.rope.dimension_count is {n_rot}, but the heads are {head_dim} wide "
+                             f"({_head_size_keys(arch)}); a {arch} model rotates whole heads (llama.cpp: invalid n_rot)")
         if n_rot % 2 or n_rot > head_dim:
             raise ValueError(f"{path.name}: RoPE over {n_rot} dimensions of {head_dim}-wide heads is not supported "
                              f"(an even count up to the head size)")
@@ -159,16 +171,17 @@ class LlamaConfig:
         n_ff = count("feed_forward_length")
         if n_expert and row.expert_width:
             n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
-        scaling = str(get("rope.scaling.type", "none"))
-        if scaling not in ("none", "linear") and get("rope.scaling.factor", 1.0) != 1.0:
-            raise ValueError(f"{path.name}: RoPE scaling {scaling!r} is not supported (only linear)")
+        rope_scale = _rope_scaling(path.name, arch, get)
+        # llama.cpp multiplies its attention factor (cparams.yarn_attn_factor, 1 unless YaRN
+        # scales) by this key whatever the scaling type; YaRN at factor 1 adds nothing to it.
+        rope_attn_factor = number("rope.scaling.attn_factor", 1.0, above=0)
         return cls(
             arch=arch, n_layer=count("block_count"), n_embd=n_embd, n_ff=n_ff,
             n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_rot=n_rot,
             # A base of 1 or less would turn every pair by a radian or more per
             # position: no model is trained so; NaN or 0 is a corrupt file.
             rope_base=number("rope.freq_base", 10000.0, above=1),
-            rope_scale=number("rope.scaling.factor", 1.0, above=0) if scaling == "linear" else 1.0,
+            rope_scale=rope_scale, rope_attn_factor=rope_attn_factor,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
             n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
         )
@@ -182,6 +195,37 @@ class LlamaConfig:
         if freq_factors is not None:
             inv = inv / np.asarray(freq_factors, np.float64)[:half]
         return inv / self.rope_scale
+
+
+def _head_size_keys(arch: str) -> str:
+    return f"{arch}.attention.key_length, or {arch}.embedding_length / {arch}.attention.head_count"
+
+
+def _rope_scaling(name: str, arch: str, get) -> float:
+    """The linear RoPE scaling factor (positions are divided by it), read as
+    llama.cpp reads the file: {arch}.rope.scaling.factor, else the older
+    {arch}.rope.scale_linear; 0 or missing: none. The type
+    ({arch}.rope.scaling.type) is linear where the file has none; "none"
+    ignores the factor; "yarn" and "longrope" with a factor other than 1
+    are refused (vkq implements linear scaling only), and so is a type
+    llama.cpp does not know."""
+    kind = get("rope.scaling.type", "linear")
+    if kind not in ROPE_SCALING_TYPES:
+        raise ValueError(f"{name}: {arch}.rope.scaling.type is {_show(kind)}; llama.cpp knows "
+                         f"{', '.join(ROPE_SCALING_TYPES)}")
+    key = next((k for k in ("rope.scaling.factor", "rope.scale_linear") if get(k, None) is not None),
+               "rope.scaling.factor")
+    factor = get(key, 0.0)
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not math.isfinite(factor) or factor < 0:
+        raise ValueError(f"{name}: {arch}.{key} is {_show(factor)}; expected a finite number above 0 "
+                         f"(or 0: no scaling)")
+    factor = float(factor) or 1.0
+    if kind == "none":
+        return 1.0
+    if kind != "linear" and factor != 1.0:
+        raise ValueError(f"{name}: RoPE scaling {kind!r} ({arch}.rope.scaling.type) is not supported: "
+                         f"vkq scales RoPE linearly only ({arch}.{key} is {_show(factor)})")
+    return factor
 
 
 def _expert_counts(name: str, arch: str, get) -> tuple[int, int]:
@@ -242,7 +286,7 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
     n_vocab = tensors["token_embd.weight"].shape[0]
     # Before anything is built per layer: a corrupt count (4e9) must not make it grow without end.
     blocks = {m.group(1) for n in tensors if (m := re.match(r"blk\.(\d+)\.", n))}
-    if cfg.n_layer > len(blocks):
+    if cfg.n_layer != len(blocks):  # (fewer: the layers past block_count would be left out, silently)
         raise ValueError(f"{name}: {cfg.arch}.block_count is {cfg.n_layer}, but the file has tensors of "
                          f"{len(blocks)} layers")
     want = {"token_embd.weight": (n_vocab, cfg.n_embd), "output_norm.weight": (cfg.n_embd,)}

@@ -75,7 +75,8 @@ class DraftModel:
     def start(self, context) -> None:
         self.tokens = [int(t) for t in context]  # the text: the prompt and the tokens greedy chose
         self.cached: list[int] = []  # what the draft's KV cache holds: a prefix of the text, then drafts
-        self.decoder.reset()
+        with self.decoder.lock:  # (made in one thread while another generates on the draft's decoder: wait)
+            self.decoder.reset()
 
     def add(self, token: int) -> None:
         self.tokens.append(int(token))

@@ -72,6 +72,11 @@ Greedy's steps_per_submit chains k one-token decode steps in one graph
 embedding reads its token, so the host submits once and reads k tokens
 and their logits; the steps share one set of intermediate tensors, each has
 its own position, logits and argmax.
+A generation that samples (Decoder.set_sampling, with settings the device's
+sampler takes) runs steps recorded with the sampler op in the argmax's place
+(vkq.llama.sample_op.Sample): the same one submit per token, chains too.
+Its settings and the ring of recent tokens its repeat penalty reads are
+tensors the host writes before a submit.
 """
 from __future__ import annotations
 
@@ -94,6 +99,8 @@ from .decoding import Decoder, check_prompt_kernels, submit_sizes
 from .matvecs import VkqMatvecs
 from .model import LlamaFile
 from .profile import MatvecView, Profile, step_shape
+from .sample_op import PARAM_WORDS, RING_SLOTS, Sample, ring_of
+from .sampling import Sampling
 from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
                          Q8_1Output, RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split,
                          launches_of, rope_table)
@@ -272,7 +279,7 @@ class GpuLlama(Decoder):
                                stacklevel=3, prompt_chunk=self._tiled_chunk)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx,
                                             neox=cfg.architecture.neox)
-        self.rope = constant(rope_table(f.inv_freq, self.ctx), "RoPE table")
+        self.rope = constant(rope_table(f.inv_freq, self.ctx, cfg.rope_attn_factor), "RoPE table")
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
         self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.attention_queries),
@@ -290,6 +297,25 @@ class GpuLlama(Decoder):
         self.head_norm_weights = [{r: constant(v, f"{r}_norm {i}") for r, v in hn.items()}
                                   for i, hn in enumerate(f.head_norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
+        # The device sampler's settings (Sampling.params) and the ring of recent tokens it reads (sample_op).
+        self.sample_params = b.tensor(PARAM_WORDS, dtype=np.uint32, name="sampler settings")
+        self.sample_params.write(np.zeros(PARAM_WORDS, np.uint32))
+        self.sample_ring = b.tensor(RING_SLOTS, dtype=np.int32, name="recent tokens")
+        self.sample_ring.write(np.full(RING_SLOTS, -1, np.int32))
+
+    # -- sampling ------------------------------------------------------------------
+    def sampler_place(self, sampling: Sampling) -> str:
+        return "device" if sampling.on_device else "host"
+
+    def set_sampling(self, sampling: Sampling | None) -> None:
+        super().set_sampling(sampling)
+        if sampling is not None and sampling.on_device:
+            self.sample_params.write(sampling.params())
+
+    @property
+    def _samples(self) -> bool:
+        """The steps run now draw on the device (else argmax; the host samples from their logits)."""
+        return self.sampling is not None and self.sampling.on_device
 
     def _step(self, kind: str, n: int) -> "_Step | _Chain":
         """The recorded step of a kind ("decode", "rows", "prompt": see
@@ -299,11 +325,12 @@ class GpuLlama(Decoder):
         kept (a prompt's remainders take every size); of the chains the last
         CHAINS_KEPT used (a generation takes chains of steps_per_submit and one
         shorter one at its end)."""
-        key = (kind, n)
+        sampled = self._samples and kind != "rows"  # (speculative decoding's steps never sample)
+        key = (kind, n, "sampled") if sampled else (kind, n)
         step = self._steps.pop(key, None)
         if step is None:
-            step = (self._record_chain(n) if kind == "chain"
-                    else self._record_step(n, every_row=kind == "rows", tiled=kind == "prompt"))
+            step = (self._record_chain(n, sampled) if kind == "chain"
+                    else self._record_step(n, every_row=kind == "rows", tiled=kind == "prompt", sample=sampled))
         self._steps[key] = step  # (last: the most recently used)
         rests = [k for k in self._steps if k[0] == "prompt" and k[1] != self.prompt_chunk]
         for k in rests[:max(len(rests) - (PROMPT_STEPS_KEPT - 1), 0)]:
@@ -315,7 +342,7 @@ class GpuLlama(Decoder):
 
     # -- the recorded step ---------------------------------------------------------
     def _record_step(self, n: int, every_row: bool = False, tiled: bool = False, *, graph=None, tokens=None,
-                     shared: list | None = None) -> "_Step":
+                     shared: list | None = None, sample: bool = False) -> "_Step":
         """The graph of one forward pass over n tokens at consecutive positions
         (n = 1: a decode step); the last token's logits and their argmax come
         back, or with every_row each token's (the output norm and head over
@@ -327,7 +354,8 @@ class GpuLlama(Decoder):
         intermediate tensors those of `shared` (the i-th it makes is
         shared[i]; the first step records them there): each is written in
         a step before that step reads it, so the steps of one chain take
-        turns with one set."""
+        turns with one set. sample: the last token's next one drawn by the
+        sampler op (sample_op.Sample), not the argmax."""
         f, cfg, b = self.file, self.config, self.backend
         dev = self.launch_device
         g = graph if graph is not None else b.graph(timestamps=self.timestamps)
@@ -531,31 +559,41 @@ class GpuLlama(Decoder):
         logits = g.output(b.tensor(f.n_vocab, n_out, name="logits"))
         matvec(f.output_group, h_last, out=logits)
         next_token = g.output(b.tensor(n_out, dtype=np.int32, name="next token"))
-        g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1,
-                     fold=self.fold))
-        return _Step(n, g, tokens, positions, logits, next_token, every_row, tiled)
+        if sample:
+            g.add(Sample(dev, Vectors(logits, f.n_vocab), tokens, positions, g.input(self.sample_params),
+                         g.input(self.sample_ring), next_token, 1, n - 1, parts=None if self.spread else 1))
+        else:
+            g.add(Argmax(dev, Vectors(logits, f.n_vocab), next_token, n_out, parts=None if self.spread else 1,
+                         fold=self.fold))
+        return _Step(n, g, tokens, positions, logits, next_token, every_row, tiled, sample)
 
     def warm_up(self, n_prompt: int = 0, speculative: bool = False, steps_per_submit: int = 1,
-                n_tokens: int | None = None) -> float:
+                n_tokens: int | None = None, sampling: Sampling | None = None) -> float:
         """The first replay of every step a prompt of n_prompt tokens and the
         decode steps use (it records the graph and uploads the constants), on
         an empty KV cache, left empty; speculative: and the steps that verify
         drafts (feed_rows); steps_per_submit: and the chains of decode steps
         greedy(steps_per_submit=) takes for n_tokens new tokens (default: the
-        full chain only). Returns the seconds it took."""
+        full chain only); sampling: the steps that sample with these
+        settings instead of those that take the argmax (where the device's
+        sampler takes them). Returns the seconds it took."""
         if self.n_past:
             raise RuntimeError("warm_up() needs an empty KV cache (reset() first)")
         self.check_steps_per_submit(steps_per_submit)
         t0 = time.perf_counter()
-        self._replay(self._step("decode", 1), [0], 0)
-        for n in sorted(set(self._chunks(n_prompt))):
-            self._replay(self._step(*self._chunk_key(n)), [0] * n, 0)
-        for n in range(2, self.max_row_tokens + 1) if speculative else ():
-            self._replay(self._step("rows", n), [0] * n, 0)
-        n_steps = steps_per_submit if n_tokens is None else n_tokens - 1  # (the first token is the prompt's)
-        chains = sorted(set(submit_sizes(steps_per_submit, min(n_steps, self.ctx))) - {1})
-        for m in chains:
-            self._replay_chain(self._step("chain", m), 0, 0)
+        self.set_sampling(sampling if sampling is not None and not sampling.greedy else None)
+        try:
+            self._replay(self._step("decode", 1), [0], 0)
+            for n in sorted(set(self._chunks(n_prompt))):
+                self._replay(self._step(*self._chunk_key(n)), [0] * n, 0)
+            for n in range(2, self.max_row_tokens + 1) if speculative else ():
+                self._replay(self._step("rows", n), [0] * n, 0)
+            n_steps = steps_per_submit if n_tokens is None else n_tokens - 1  # (the first token is the prompt's)
+            chains = sorted(set(submit_sizes(steps_per_submit, min(n_steps, self.ctx))) - {1})
+            for m in chains:
+                self._replay_chain(self._step("chain", m), 0, 0)
+        finally:
+            self.set_sampling(None)
         if chains:
             # A chain's graph is many Python objects: left to the cyclic collector, its first full pass over
             # them (some 0.2 s on lavapipe's host) would fall in the decode steps timed next.
@@ -570,6 +608,10 @@ class GpuLlama(Decoder):
         return [c] * (n_tokens // c) + ([n_tokens % c] if n_tokens % c else [])
 
     def _replay(self, step: "_Step", tokens: list[int], position: int) -> None:
+        if step.sampled:  # (the context's tokens before the last one's position)
+            first = max(0, position + step.n - RING_SLOTS)
+            self.sample_ring.write(ring_of(self.cache_tokens[first:position] + list(tokens), position + step.n - 1,
+                                           first))
         step.tokens.write(np.array(tokens, np.int32))
         step.positions.write(np.arange(position, position + step.n, dtype=np.int32))
         self._run(step.graph)
@@ -581,6 +623,9 @@ class GpuLlama(Decoder):
     def _replay_chain(self, chain: "_Chain", token: int, position: int) -> None:
         """A chain's replay: `token` into its first step, the steps at
         position, position + 1, ..."""
+        if chain.steps[0].sampled:
+            first = max(0, position - RING_SLOTS)
+            self.sample_ring.write(ring_of(self.cache_tokens[first:position], position, first))
         chain.steps[0].tokens.write(np.array([token], np.int32))
         for j, step in enumerate(chain.steps):
             step.positions.write(np.array([position + j], np.int32))
@@ -593,7 +638,7 @@ class GpuLlama(Decoder):
         self.submits += 1
         self.kernel_seconds += graph.kernel_seconds or 0.0
 
-    def _record_chain(self, m: int) -> "_Chain":
+    def _record_chain(self, m: int, sample: bool = False) -> "_Chain":
         """m one-token decode steps recorded into one graph (one submit):
         each step's argmax is the next step's token, read by its embedding
         on the device; the host writes the first token and every step's
@@ -605,7 +650,7 @@ class GpuLlama(Decoder):
         shared: list = []
         steps, tokens = [], None
         for _ in range(m):
-            step = self._record_step(1, graph=g, tokens=tokens, shared=shared)
+            step = self._record_step(1, graph=g, tokens=tokens, shared=shared, sample=sample)
             steps.append(step)
             tokens = step.next_token
         return _Chain(g, tuple(steps))
@@ -614,6 +659,7 @@ class GpuLlama(Decoder):
     def reset(self) -> None:
         # Positions past n_past are never read: the cache needs no clearing.
         self.n_past = 0
+        self.cache_tokens = []
 
     def feed(self, tokens, want_logits: bool = True):
         """The tokens join the KV cache, a chunk of up to prompt_chunk per submit."""
@@ -625,8 +671,16 @@ class GpuLlama(Decoder):
         for n in self._chunks(len(tokens)):
             self._replay(self._step(*self._chunk_key(n)), tokens[done:done + n], self.n_past)
             self.n_past += n
+            self.cache_tokens += tokens[done:done + n]
             done += n
+        return self._last_choice(want_logits)
+
+    def _last_choice(self, want_logits: bool = True):
+        """The last replay's choice (the device's, or the host sampler's from its logits) and logits."""
         last = self._last
+        if self.sampling is not None and not self._samples:
+            logits = last.logits.read()
+            return self._choice(logits), logits
         return int(last.next_token.read()[0]), (last.logits.read() if want_logits else None)
 
     def feed_one(self, token: int):
@@ -636,7 +690,8 @@ class GpuLlama(Decoder):
         step = self._step("decode", 1)
         self._replay(step, tokens, self.n_past)
         self.n_past += 1
-        return int(step.next_token.read()[0]), step.logits.read()
+        self.cache_tokens += tokens
+        return self._last_choice()
 
     max_steps_per_submit = STEPS_PER_SUBMIT_MAX
 
@@ -651,8 +706,9 @@ class GpuLlama(Decoder):
         chain = self._step("chain", m)
         self._replay_chain(chain, tokens[0], self.n_past)
         self.n_past += m
-        return (np.array([int(s.next_token.read()[0]) for s in chain.steps], np.int64),
-                np.stack([s.logits.read() for s in chain.steps]))
+        choices = np.array([int(s.next_token.read()[0]) for s in chain.steps], np.int64)
+        self.cache_tokens += tokens + choices[:-1].tolist()
+        return choices, np.stack([s.logits.read() for s in chain.steps])
 
     @property
     def max_row_tokens(self) -> int:
@@ -666,6 +722,7 @@ class GpuLlama(Decoder):
         step = self._step("rows", n)
         self._replay(step, tokens, self.n_past)
         self.n_past += n
+        self.cache_tokens += tokens
         return step.next_token.read().astype(np.int64), step.logits.read().reshape(n, self.n_vocab)
 
 
@@ -681,6 +738,7 @@ class _Step:
     next_token: object  # their argmax (every_row: each row's)
     every_row: bool = False
     tiled: bool = False  # the weight products on the mat-mat kernels (a prompt's chunks)
+    sampled: bool = False  # next_token is the sampler op's draw (else the argmax)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,11 @@ PATH_MODES = ("auto", "dmmv", "mmvq", "numpy")
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm over the last axis. x is made contiguous first: numpy sums a
+    strided view (a head's slice of a step's fused Q/K/V output) in another
+    order than a contiguous row, and a row's bits must not depend on how
+    many tokens share the step (speculative decoding, -ub)."""
+    x = np.ascontiguousarray(x)
     return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps))) * w
 
 
@@ -71,13 +76,15 @@ def route(logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, (weights / total).astype(np.float32)
 
 
-def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox: bool = False) -> np.ndarray:
+def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox: bool = False,
+         mscale: float = 1.0) -> np.ndarray:
     """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]), or
     (neox) pairs (x[i], x[i + n_rot/2]); values past n_rot stay as they are.
-    cos and sin of float64 angles, rounded to float32 (as the GPU's table)."""
+    cos and sin of float64 angles, times mscale (the config's rope_attn_factor),
+    rounded to float32 (as the GPU's table)."""
     ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
-    cos = np.cos(ang).astype(np.float32)[:, None, :]
-    sin = np.sin(ang).astype(np.float32)[:, None, :]
+    cos = (np.cos(ang) * mscale).astype(np.float32)[:, None, :]
+    sin = (np.sin(ang) * mscale).astype(np.float32)[:, None, :]
     first, second = (slice(0, n_rot // 2), slice(n_rot // 2, n_rot)) if neox else (
         slice(0, n_rot, 2), slice(1, n_rot, 2))
     x0, x1 = x[..., first], x[..., second]
@@ -133,18 +140,20 @@ class LlamaModel(Decoder):
         """The numpy float64 reference of this model: the same decoder, parsed
         file and tokenizer, its own KV cache."""
         other = copy.copy(self)
+        other.__dict__.pop("_lock", None)  # (its own KV cache: its own lock)
         other.backend = None
         other.matvecs = NumpyMatvecs(self.file.tensors, self.file.groups)
         other.reset()
         return other
 
-    def warm_up(self, n_prompt: int = 0, speculative: bool = False) -> float:
+    def warm_up(self, n_prompt: int = 0, speculative: bool = False, sampling=None) -> float:
         """Record the dispatches of every mat-vec for the column counts a prompt
         of n_prompt tokens and the decode steps use (speculative: and the
         steps that verify drafts, any count), so that the timings that
         follow are steady state (Backend.matvec records a matrix's pipeline on
         its first call with a new column count: ~25 ms each on lavapipe).
-        Returns the seconds it took; the KV cache is untouched."""
+        Returns the seconds it took; the KV cache is untouched. (sampling:
+        the graph engine's; this engine samples in numpy, nothing to record.)"""
         if self.backend is None:
             return 0.0
         sizes = {(n, False) for n in (range(1, MAX_COLS + 1) if speculative else (1,))}
@@ -217,6 +226,7 @@ class LlamaModel(Decoder):
     def reset(self) -> None:
         cfg = self.config
         self.n_past = 0
+        self.cache_tokens = []
         self._cap = 0
         self.k_cache = [np.zeros((0, cfg.n_head_kv, cfg.head_dim), np.float32) for _ in range(cfg.n_layer)]
         self.v_cache = [np.zeros((0, cfg.n_head_kv, cfg.head_dim), np.float32) for _ in range(cfg.n_layer)]
@@ -300,13 +310,14 @@ class LlamaModel(Decoder):
                 y = y + f.biases[i][role] if role in f.biases[i] else y
                 y = y.reshape(n, heads[role], cfg.head_dim)
                 qkv[role] = rms_norm(y, f.head_norms[i][role], cfg.rms_eps) if role in f.head_norms[i] else y
-            q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox)
-            k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox)
+            q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox, cfg.rope_attn_factor)
+            k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox, cfg.rope_attn_factor)
             a = self._attention(i, q, k, qkv["attn_v"])
             x = x + mv.run(layer.attn_output, a, tiled=tiled)[0]
             h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
             x = x + (self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled))
         self.n_past += n
+        self.cache_tokens.extend(int(t) for t in tokens)
         h = rms_norm(x if all_logits else x[-1:], f.output_norm, cfg.rms_eps)
         logits = mv.run(f.output_group, h)[0]
         return logits if all_logits else logits[0]
@@ -319,14 +330,14 @@ class LlamaModel(Decoder):
         c = self.prompt_chunk
         for s in range(0, len(tokens), c):
             logits = self.forward(tokens[s : s + c], tiled=self.tiled_prompt)
-        return int(np.argmax(logits)), logits
+        return self._choice(logits), logits
 
     def feed_one(self, token: int):
         """A decode step: the token through the mat-vecs (whatever the prompt's kernels)."""
         tokens = self.file.check_ids([token])
         self.check_room(self.n_past, 1)
         logits = self.forward(tokens)
-        return int(np.argmax(logits)), logits
+        return self._choice(logits), logits
 
     @property
     def max_row_tokens(self) -> int:

@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from ..blocks.formats import get_format
-from ..blocks.gguf_io import open_gguf
+from ..blocks.gguf_io import metadata, open_gguf
 from ..blocks.reference import dequantize
 from ..blocks.tokenizer import open_tokenizer
+from ..checks import token_ids_argument
 from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
 from .matvecs import Group, make_groups
 
@@ -56,6 +57,8 @@ class LlamaFile:
         self.tensors = tensors = file.tensors
         self.n_vocab = check_tensors(cfg, tensors, path)
         self.tokenizer = open_tokenizer(file)
+        template = metadata(file, "tokenizer.chat_template", None)
+        self.chat_template = template if isinstance(template, str) and template.strip() else None  # (Jinja)
         if self.tokenizer.n_vocab != self.n_vocab:
             raise ValueError(f"{path.name}: the tokenizer has {self.tokenizer.n_vocab} tokens, "
                              f"token_embd.weight {self.n_vocab} rows")
@@ -98,11 +101,13 @@ class LlamaFile:
     def group(self, names: tuple[str, ...]) -> Group:
         return next(g for g in self.groups if g.names == names)
 
-    def check_ids(self, tokens) -> list[int]:
-        ids = [int(t) for t in tokens]
+    def check_ids(self, tokens, name: str = "tokens") -> list[int]:
+        """tokens as a list of ints, each an id of this vocabulary; `name`: the
+        argument they came as, for the error."""
+        ids = token_ids_argument(name, tokens)
         bad = [i for i in ids if not 0 <= i < self.n_vocab]
         if bad:
-            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:4]}")
+            raise ValueError(f"{name}: token ids out of range [0, {self.n_vocab}): {bad[:4]}")
         return ids
 
     def embed(self, tokens) -> np.ndarray:

@@ -46,6 +46,7 @@ import numpy as np
 
 from ..blocks.formats import CHUNK
 from ..device.shader_variants import GetRowsVariant, VectorOpVariant
+from ..dispatch import gpu_classes
 from ..dispatch.classify import DeviceClass
 from ..ops import MAX_GROUPS_X, Launch, q8_1_words, weights_push
 from .config import MAX_EXPERTS, MAX_EXPERTS_USED
@@ -116,12 +117,14 @@ class LaunchCaps:
 
 
 # GPU classes whose launches a step can be recorded with on any device
-# (LaunchesOf; `vkq generate --shape nvidia`): their reported caps; for the
-# compute units, a proxy of the class (an H100's 132 SMs), which only sizes
-# the attention's splits (attention_split), and for the table an H100's
+# (LaunchesOf; `vkq generate --shape nvidia`): their facts
+# (vkq.dispatch.gpu_classes: the wave, the workgroup limit, and for the
+# compute units a proxy of the class, an H100's 132 SMs, which only sizes
+# the attention's splits, attention_split), and for the table an H100's
 # class (Turing or newer).
+_NVIDIA = gpu_classes.CLASSES["nvidia/turing+"]
 GPU_LAUNCH_CAPS = {
-    "nvidia": LaunchCaps("discrete", 32, True, 1024, 132,  # every NVIDIA GPU since Kepler: warps of 32
+    "nvidia": LaunchCaps("discrete", _NVIDIA.wave, True, _NVIDIA.max_workgroup_invocations, _NVIDIA.compute_units,
                          DeviceClass("nvidia", "turing+", "proprietary", ("vkq.llama: an H100's class",))),
 }
 
@@ -413,11 +416,12 @@ class AttentionShape:
         return self.n_head_kv * self.capacity * self.head_dim
 
 
-def rope_table(inv_freq: np.ndarray, capacity: int) -> np.ndarray:
-    """(capacity, n_rot/2, 2) float32 (cos, sin) of pos * inv_freq[i], computed
-    in float64 and rounded once, as the numpy reference computes them."""
+def rope_table(inv_freq: np.ndarray, capacity: int, mscale: float = 1.0) -> np.ndarray:
+    """(capacity, n_rot/2, 2) float32 (cos, sin) of pos * inv_freq[i], times
+    mscale (the config's rope_attn_factor), computed in float64 and rounded
+    once, as the numpy reference computes them."""
     ang = np.arange(capacity, dtype=np.float64)[:, None] * np.asarray(inv_freq, np.float64)[None, :]
-    return np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
+    return (np.stack([np.cos(ang), np.sin(ang)], axis=-1) * mscale).astype(np.float32)
 
 
 MAX_HEAD_DIM = 256  # shaders/attention.comp keeps a head's q and new key in shared memory
