@@ -111,6 +111,8 @@ const uint UNIT_CHUNKS = 8u;  // chunks covered by one unit_meta
 // blocks) loads their scales at once (unit_meta: one 16-byte load where
 // per chunk it would be 8 word loads), not per chunk (block_scales).
 const bool WHOLE_UNITS = CHUNKS_PER_THREAD == UNIT_CHUNKS;
+// The dequantize path's order within a chunk (see main).
+const bool HOLD_ROWS = SPLIT_K && NCOLS >= NUM_ROWS;
 
 #ifndef BLOCK_PLAIN
 // The quants of chunk j of a unit, sub-block sb of block ib: from the unit's
@@ -130,14 +132,15 @@ Quants chunk_quants(UnitMeta m, uint j, uint ib, uint sb) {
 // The dequantize path sums quants times x (16 of them per half-block)
 // before it applies the block's scale: up to 2^12 times the largest |x|,
 // past float32's range once |x| nears 1e35, where the products with the
-// scaled weights still fit. A half-block of x holding a value of 2^112 or
-// more (about 5.2e33) is summed as x * 2^-12 and its sums scaled back:
-// exact (powers of two). Others are summed as they are, so subnormal x
-// keeps every bit float32 gives it, as in the mat-mat (mul_mm.comp), which
-// multiplies dequantized weights by x. (The int8 path multiplies by x's
-// scale d last; plain types have no quants: neither scales x.)
+// scaled weights still fit. A half-block of x whose squares do not all fit
+// float32 (a value of 2^64, about 1.8e19, or more) is summed as x * 2^-12
+// and its sums scaled back: exact (powers of two). Others are summed as they
+// are, so subnormal x keeps every bit float32 gives it, as in the mat-mat
+// (mul_mm.comp), which multiplies dequantized weights by x. (The sum of
+// squares is the cheapest test of size: one fma per value. The int8 path
+// multiplies by x's scale d last; plain types have no quants: neither
+// scales x.)
 #define SCALE_LARGE_X
-const float X_LARGE = 5.192296858534828e33;  // 2^112
 const float X_SCALE = 1.0 / 4096.0;
 #endif
 
@@ -153,9 +156,8 @@ XHalf x_half(uint k4) {
                  v2 = uintBitsToFloat(load_x(k4 + 2u)), v3 = uintBitsToFloat(load_x(k4 + 3u));
     float inv = 1.0;
 #ifdef SCALE_LARGE_X
-    // (precise: so that no compiler moves the scale past a sum)
-    const vec4 m = max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3)));
-    const bool large = max(max(m.x, m.y), max(m.z, m.w)) >= X_LARGE;
+    const vec4 sq = v0 * v0 + v1 * v1 + v2 * v2 + v3 * v3;
+    const bool large = !(sq.x + sq.y + sq.z + sq.w <= 3.4028234663852886e38);  // (inf or NaN: scaled)
     const float s = large ? X_SCALE : 1.0;
     inv = large ? 1.0 / X_SCALE : 1.0;
     v0 *= s;
@@ -190,7 +192,17 @@ float half_dot(WHalf w, XHalf x) {
     return qx;
 #else
     // sum_i (scale*q_i + offset) * x_i
-    return (w.so.x * qx + w.so.y * x.sum) * x.inv;
+    return w.so.x * qx + w.so.y * x.sum;
+#endif
+}
+
+// A row's sum with a half-block added: its sums scaled back by an fma
+// (x.inv is 1 or 2^12, so the product is exact: the bits of acc + t).
+float add_half(float acc, WHalf w, XHalf x) {
+#ifdef BLOCK_PLAIN
+    return acc + half_dot(w, x);
+#else
+    return fma(half_dot(w, x), x.inv, acc);
 #endif
 }
 
@@ -298,14 +310,15 @@ void main() {
         }
 #else
         // Which values a thread holds while it dots a chunk's rows with its
-        // columns, whichever are fewer: with fewer columns than rows, x of
-        // every column (32 values each; each row then decoded and used at
-        // once: lavapipe's many rows per thread); else each row's decoded
-        // half-block (16 values), then the columns one at a time (the GPUs'
-        // 2 rows at 8 columns: 32 values of x per column held at once spilled
-        // registers there). The same operations on each row and column
-        // either way.
-        if (NCOLS < NUM_ROWS) {
+        // columns: x of every column (32 values each), each row then decoded
+        // and used at once; or, where threads split K (GPUs) and there are
+        // no fewer columns than rows, each row's decoded half-block (16
+        // values), then the columns one at a time (the GPUs' 2 rows at 8
+        // columns: 32 values of x per column held at once spilled registers
+        // there). A thread owning whole rows (CPU drivers) keeps the first:
+        // lavapipe ran the second 2x slower at 8 columns. The same
+        // operations on each row and column either way.
+        if (!HOLD_ROWS) {
             XHalf xh[NCOLS][2];
             for (uint col = 0u; col < NCOLS; col++) {
                 const uint k4 = (x0 + col * p.x_col_stride + c * 32u) / 4u;
@@ -327,7 +340,7 @@ void main() {
                     const WHalf w = w_half(q, so, h);
 #endif
                     for (uint col = 0u; col < NCOLS; col++) {
-                        acc[r * NCOLS + col] += half_dot(w, xh[col][h]);
+                        acc[r * NCOLS + col] = add_half(acc[r * NCOLS + col], w, xh[col][h]);
                     }
                 }
             }
@@ -353,7 +366,7 @@ void main() {
                 for (uint col = 0u; col < NCOLS; col++) {
                     const XHalf xh = x_half((x0 + col * p.x_col_stride + c * 32u) / 4u + 4u * h);
                     for (uint r = 0u; r < NUM_ROWS; r++) {
-                        acc[r * NCOLS + col] += half_dot(w[r], xh);
+                        acc[r * NCOLS + col] = add_half(acc[r * NCOLS + col], w[r], xh);
                     }
                 }
             }

@@ -52,7 +52,7 @@ def loop_iterations(cfg: PipelineConfig, k: int, ncols: int, subgroup_size: int 
     per_thread = -(-units // cfg.wg_size) if cfg.split_k else units
     if cfg.path == "mmvq":
         chunk = 1 + nc + r * (1 + nc)  # x loads per column; rows x columns
-    elif nc < r:  # x of every column held: the columns' x; rows x halves x columns
+    elif not (cfg.split_k and nc >= r):  # x of every column held: the columns' x; rows x halves x columns
         chunk = 1 + nc + r * (1 + 2 * (1 + nc))
     else:  # the rows' half-blocks held: the rows' quants; halves x (rows' decodes, columns x rows)
         chunk = 1 + r + 2 * (1 + r + nc * (1 + r))
