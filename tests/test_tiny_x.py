@@ -6,8 +6,8 @@ floats (|x| below 1.2e-38; lavapipe keeps them, a GPU may flush them).
 
 - The float path (dmmv; the mat-mat's float flavour) keeps subnormal x as
   float32 does: the mat-vec sums quants times x unscaled unless a half-block
-  of x is large enough to overflow those sums (docs/numerics.md, "Large and
-  tiny x"), as the mat-mat multiplies dequantized weights by x unscaled. The
+  of x holds a value of 2^64 or more (docs/numerics.md, "Large and tiny
+  x"), as the mat-mat multiplies dequantized weights by x unscaled. The
   result is then as close to float64 numpy as float32's subnormal spacing
   (2^-149) allows, on both. A device that flushes subnormals gives zeros on
   both.
