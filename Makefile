@@ -81,9 +81,11 @@ mesa26:
 	tools/mesa26.sh fetch
 
 # What Debian 12's lavapipe (Mesa 22.3) cannot run, on lavapipe 26: the
-# cooperative-matrix tests (its VK_KHR_cooperative_matrix) and the GPU
+# cooperative-matrix tests (its VK_KHR_cooperative_matrix: the choice, and
+# both flavours' numbers against float64 and the tiled kernels) and the GPU
 # tables' launches run on a CPU driver.
-MESA26_TESTS := tests/test_coopmat.py tests/test_gpu_table_configs.py tests/test_shape_nvidia.py
+MESA26_TESTS := tests/test_coopmat.py tests/test_coopmat_device.py tests/test_gpu_table_configs.py \
+  tests/test_shape_nvidia.py
 test-mesa26: setup mesa26
 	tools/mesa26.sh lvp $(PY) -m pytest --durations=15 -x -q -m "not slow" -p no:randomly $(MESA26_TESTS)
 

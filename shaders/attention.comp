@@ -16,6 +16,12 @@
 // Query head h reads K/V head g = h / G, G = n_head / n_head_kv, as ggml
 // broadcasts:
 //   s_t = (q . k_t) * scale;  p_t = exp(s_t - max s) / sum exp;  out = sum p_t v_t
+// over the positions t <= pos; with a sliding window (push constant
+// `window` > 0) only t > pos - window; with `softcap` > 0, each s_t
+// soft-capped first (soft_cap.glsl); with SINKS (specialization constant
+// 12), head h's sink (binding 10, a logit per query head, gpt-oss's) joins
+// the denominator: max s and sum exp over the scores and the sink, once per
+// head (with SPLIT, in the combine).
 // A workgroup takes HEADS query heads of one K/V head (HEADS divides G:
 // workgroup x is g * (G / HEADS) + b, heads g*G + b*HEADS ...), so that
 // each key and value it loads serves them all; each head's sums run in the
@@ -28,8 +34,8 @@
 // computed by the host in float64 (base, linear scaling, frequency factors):
 // exact, and no GPU sin/cos of large angles.
 //
-// The group's first workgroup writes the new key and value into the caches
-// at the position; every head takes that position's key and value from k and v
+// The group's first workgroup of the split that holds the position writes
+// the new key and value into the caches at the position; every head takes that position's key and value from k and v
 // themselves, so no workgroup reads a cache entry another one is writing, and
 // RoPE, the cache append and the attention are one dispatch. The caches are
 // (n_head_kv, capacity, head_dim): a head's keys are contiguous. The scores
@@ -62,14 +68,16 @@
 // iterations per position (16 per position at head_dim 64 on its 8-wide
 // subgroups: wrong past ~4000 positions). The host picks SPLIT from that
 // budget there; on a GPU, from its compute units, so that a short context
-// still spreads over the device (vkq/llama/vector_ops.py: attention_split);
+// still spreads over the device (vkq/llama/vector_ops/attention.py: attention_split);
 // elsewhere SPLIT is 0 and a head is one workgroup.
-// Splits past the position have nothing to do and return at once.
+// Splits past the position, or before a sliding window's first position,
+// have nothing to do and return at once; the combine and the fold's
+// tickets count the splits from the window's first.
 //
 // On a GPU, a head's positions split over workgroups or not (a short
 // context), each loop that reads the caches spreads over the workgroup so
 // that one invocation takes only a few dependent loads
-// (vkq/llama/vector_ops.py: attention_launch):
+// (vkq/llama/vector_ops/attention.py: attention_launch):
 // KEY_LANES (specialization constant 7) invocations score one position
 // together, each a part of the key's vec4s, their parts then added in a
 // fixed tree in shared memory; VALUE_ROWS (8) rows of invocations take the
@@ -87,7 +95,8 @@
 //
 // Bindings: 0 q, 1 k, 2 v (the new vectors, unrotated), 3 K cache, 4 V cache,
 // 5 RoPE table, 6 pos, 7 scores (scratch: per query the scores, the partial
-// results, then the fold's counters, one per head group), 8 out, 9 xq.
+// results, then the fold's counters, one per head group), 8 out, 9 xq,
+// 10 sinks (SINKS).
 // Variants: REDUCE_SUBGROUP (reduce.glsl).
 
 #extension GL_GOOGLE_include_directive : require
@@ -110,6 +119,7 @@ layout(constant_id = 9) const bool FOLD = false;
 // two, COMBINE_ROWS dividing COMBINE_WG, COMBINE_WG dividing the workgroup.
 layout(constant_id = 10) const uint COMBINE_WG = 1;
 layout(constant_id = 11) const uint COMBINE_ROWS = 1;
+layout(constant_id = 12) const bool SINKS = false;
 
 layout(std430, binding = 0) readonly restrict buffer Q { float q[]; };
 layout(std430, binding = 1) readonly restrict buffer K { float k[]; };
@@ -131,15 +141,18 @@ layout(std430, binding = 7) coherent readonly buffer Partials4 { vec4 partials4[
 layout(std430, binding = 7) coherent buffer Tickets { uint tickets[]; };
 layout(std430, binding = 8) coherent restrict buffer Out { float o[]; };
 layout(std430, binding = 9) writeonly restrict buffer XQ { uvec4 xq[]; };
+layout(std430, binding = 10) readonly restrict buffer Sinks { float sinks[]; };
 
 layout(push_constant) uniform Params {
     uint q_off, k_off, v_off, out_off;  // first value of each vector in its tensor
     uint n_head, n_head_kv, head_dim, n_rot;
     uint capacity;   // positions the caches hold (the host keeps the positions below it)
-    float scale;     // 1 / sqrt(head_dim)
+    float scale;     // the queries' scale (1 / sqrt(head_dim), or the architecture's)
     uint q_step, k_step, v_step, out_step;  // floats between the vectors of a chunk's tokens
     uint xq_step;    // Q8_1 blocks between them in xq
     uint scratch_step;  // floats of scratch per query (scores, then partial results)
+    uint window;     // a sliding window's positions (0: every position up to the query's)
+    float softcap;   // scores soft-capped at this (0: not)
 } p;
 
 const uint WG_SIZE = gl_WorkGroupSize.x;
@@ -155,6 +168,18 @@ shared bool last_of_splits;  // FOLD: this workgroup drew the last ticket
 #include "reduce.glsl"
 #include "q8_1.glsl"
 #include "float4.glsl"
+#include "soft_cap.glsl"
+
+// The first position a query at `position` sees.
+uint first_seen(uint position) {
+    return p.window > 0u && position >= p.window ? position + 1u - p.window : 0u;
+}
+
+// A score as the softmax takes it: q . k scaled, soft-capped where asked.
+float score(float dot) {
+    const float s = dot * p.scale;
+    return p.softcap > 0.0 ? soft_cap(s, p.softcap) : s;
+}
 
 // The two values of a head that pair j rotates together (RoPE's mode); past
 // n_rot, the pairs of the values left as they are.
@@ -278,17 +303,21 @@ void store_out_q8_1(uint lane, uint width, uint qi, uint h, uint ob, bool store)
 void combine_splits(uint first, uint lane, uint qi, uint h, uint position, bool has_head) {
     const uint n_split = (p.capacity + SPLIT - 1u) / SPLIT;
     const uint used = has_head ? position / SPLIT + 1u : 0u;
+    const uint c0 = first_seen(position) / SPLIT;  // (the splits before it returned at once)
     float m = -1.0 / 0.0;
-    for (uint c = lane; c < used; c += COMBINE_WG) {
+    for (uint c = c0 + lane; c < used; c += COMBINE_WG) {
         m = max(m, partials[partial(qi, h, c, n_split)]);
     }
     m = segment_reduce(m, 1u, first, COMBINE_WG);
+    if (SINKS) {
+        m = max(m, sinks[h]);
+    }
     float l = 0.0;
-    for (uint c = lane; c < used; c += COMBINE_WG) {
+    for (uint c = c0 + lane; c < used; c += COMBINE_WG) {
         const uint pb = partial(qi, h, c, n_split);
         l += exp(partials[pb] - m) * partials[pb + 1u];
     }
-    const float inv_l = 1.0 / segment_reduce(l, 0u, first, COMBINE_WG);
+    const float inv_l = 1.0 / (segment_reduce(l, 0u, first, COMBINE_WG) + (SINKS ? exp(sinks[h] - m) : 0.0));
     const uint ob = p.out_off + qi * p.out_step + h * p.head_dim;
     const uint cols = COMBINE_WG / COMBINE_ROWS;
     const uint row = lane / cols;
@@ -297,7 +326,7 @@ void combine_splits(uint first, uint lane, uint qi, uint h, uint position, bool 
         const uint i = k * cols + lane % cols;
         vec4 acc = vec4(0.0);
         if (i < vec4s) {
-            for (uint c = row; c < used; c += COMBINE_ROWS) {
+            for (uint c = c0 + row; c < used; c += COMBINE_ROWS) {
                 const uint pb = partial(qi, h, c, n_split);
                 acc += exp(partials[pb] - m) * partials4[(pb + 4u) / 4u + i];
             }
@@ -357,8 +386,8 @@ void main() {
     // Pass 2 reads every key and value from the caches, the query's own too.
     const bool cached = PASS == 2u;
     const uint split = gl_WorkGroupID.y;
-    const uint t0 = split * SPLIT;  // this workgroup's positions t0 .. t1 - 1
-    const uint t1 = SPLIT > 0u ? min(t0 + SPLIT, position + 1u) : position + 1u;
+    const uint t0 = max(split * SPLIT, first_seen(position));  // this workgroup's positions t0 .. t1 - 1
+    const uint t1 = SPLIT > 0u ? min(split * SPLIT + SPLIT, position + 1u) : position + 1u;
     if (t0 >= t1) {
         return;  // (the whole workgroup: t0 and t1 are uniform)
     }
@@ -387,7 +416,7 @@ void main() {
         if (pair) {
             k_rot[e.y / 4u][e.y % 4u] = ke.y;
         }
-        if (!cached && h0 % group_size == 0u && split == 0u) {
+        if (!cached && h0 % group_size == 0u && split == (SPLIT > 0u ? position / SPLIT : 0u)) {
             const uint c = kv0 + position * p.head_dim;
             k_cache[c + e.x] = ke.x;
             v_cache[c + e.x] = v[vb + e.x];
@@ -418,7 +447,7 @@ void main() {
             float s[HEADS];
             scores_of(kv0 + t * p.head_dim, cached || t < position, s);
             for (uint j = 0u; j < HEADS; j++) {
-                const float sj = s[j] * p.scale;
+                const float sj = score(s[j]);
                 scores[sb + j * p.capacity + t] = sj;
                 m[j] = max(m[j], sj);
             }
@@ -448,7 +477,7 @@ void main() {
                 }
             }
             for (uint j = 0u; j < HEADS; j++) {
-                const float sj = sum_lanes(s[j], tid) * p.scale;
+                const float sj = score(sum_lanes(s[j], tid));
                 if (t < t1 && lane == 0u) {
                     scores[sb + j * p.capacity + t] = sj;
                     m[j] = max(m[j], sj);
@@ -462,6 +491,9 @@ void main() {
     float sum[HEADS];
     for (uint j = 0u; j < HEADS; j++) {
         m[j] = workgroup_max(m[j]);
+        if (SINKS && SPLIT == 0u) {
+            m[j] = max(m[j], sinks[h0 + j]);
+        }
         sum[j] = 0.0;
     }
     for (uint t = t0 + tid; t < t1; t += WG_SIZE) {
@@ -473,6 +505,9 @@ void main() {
     }
     for (uint j = 0u; j < HEADS; j++) {
         sum[j] = workgroup_sum(sum[j]);
+        if (SINKS && SPLIT == 0u) {
+            sum[j] += exp(sinks[h0 + j] - m[j]);
+        }
     }
     // Every invocation reads every weight below: make the writes visible.
     memoryBarrierBuffer();
@@ -537,13 +572,14 @@ void main() {
         }
     }
     if (FOLD && SPLIT > 0u) {
-        // Every split with positions (position / SPLIT + 1 of them) draws a
+        // Every split with positions (position / SPLIT + 1 of them, less
+        // those before the window's first) draws a
         // ticket once its partial results are out; the last combines them.
         memoryBarrierBuffer();
         barrier();
         if (tid == 0u) {
             const uint at = ticket(qi, gl_WorkGroupID.x, n_split);
-            const bool last = atomicAdd(tickets[at], 1u) == position / SPLIT;
+            const bool last = atomicAdd(tickets[at], 1u) == position / SPLIT - first_seen(position) / SPLIT;
             if (last) {
                 atomicExchange(tickets[at], 0u);
             }

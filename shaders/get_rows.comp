@@ -1,6 +1,7 @@
 #version 450
 // Rows of a quantized matrix as floats, picked by index: out[v] = W[ids[v]]
-// for vector v (the token embedding lookup). W is one buffer of a matrix in
+// for vector v (the token embedding lookup), times SCALE (specialization
+// constant 2, float32 bits; 1 by default). W is one buffer of a matrix in
 // vkq's device layout (vkq/blocks/layout.py), the layout the mat-vec reads, decoded
 // by the same block decoders (dequant.glsl); a matrix split over several
 // buffers is one dispatch per buffer, each writing only the rows it holds.
@@ -21,6 +22,8 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 // How 4-bit quants that index 16 values are decoded: the device's choice for
 // the matrix's mat-vec (blocks/nibble_pairs.glsl; vkq.dispatch.config.VALUE_LOOKUPS).
 layout(constant_id = 1) const bool VALUES_BY_SELECTS = false;
+// The rows' scale, as float32 bits (Gemma's sqrt(n_embd)): 1.0 leaves them as decoded.
+layout(constant_id = 2) const uint SCALE_BITS = 0x3F800000u;
 #include "dequant.glsl"
 
 layout(std430, binding = 1) readonly restrict buffer Ids { int ids[]; };
@@ -45,6 +48,6 @@ void main() {
     vec4 values[8];
     dequant_chunk(ib, sb, values);
     for (uint i = 0u; i < 8u; i++) {
-        out4[o4 + i] = values[i];
+        out4[o4 + i] = SCALE_BITS == 0x3F800000u ? values[i] : values[i] * uintBitsToFloat(SCALE_BITS);
     }
 }

@@ -18,12 +18,14 @@
 //   MUL_MAT_ID       W is a stack of experts, a column per used-expert slot
 //                    of ggml's MUL_MAT_ID over many tokens, the slots
 //                    grouped by expert in binding 3 (see "Experts" below)
-//   COOPMAT          the float flavour on cooperative matrices
-//                    (VK_KHR_cooperative_matrix): the tiles in shared memory
-//                    as float16, f16 x f16 -> f32 in 16x16x16 fragments (see
-//                    "Cooperative matrices" below); storage buffers, no
-//                    MUL_MAT_ID. Needs glslang 13 (tools/compile_shaders.py)
-//                    and a device that enabled the extension's feature
+//   COOPMAT          on cooperative matrices (VK_KHR_cooperative_matrix),
+//                    fragments of the device's own shape (CM_M x CM_N x
+//                    CM_K, spec constants): the float flavour with the tiles
+//                    in shared memory as float16, f16 x f16 -> f32; with MMQ
+//                    the int8 flavour, s8 x s8 -> s32 (see "Cooperative
+//                    matrices" below); storage buffers. Needs glslang 13
+//                    (tools/compile_shaders.py) and a device that enabled the
+//                    extension's feature
 //
 // Bindings: 0 W, 1 x, 2 y, then 3 the expert groups (MUL_MAT_ID), then the
 // three texel views of W (TEXEL_WEIGHTS; binding 0 is then not read).
@@ -83,18 +85,28 @@
 //   sub-block choices then resolve at compile time); K must then be whole
 //   units (the host checks).
 //
-// Cooperative matrices (COOPMAT; SHARED_TILES only): the tiles are filled
-// as in the first way, the values converted to float16 (activations past
-// 65504 in magnitude would become infinities: the self-check against the
-// float kernel is what lets a device use this). TM and TN are then a
+// Cooperative matrices (COOPMAT; SHARED_TILES only). TM and TN are then a
 // subgroup's block: BM / TM x BN / TN subgroups (the host makes the
-// workgroup that many times the subgroup size), each holding TM / 16 x
-// TN / 16 accumulator fragments of float32 and multiplying 16 x 16 float16
-// fragments of the tiles, 16 of K at a time. The sums go through shared
-// memory (c_tile) on their way to y, so that rows and columns past the end
-// are not written. Subgroups past BM / TM x BN / TN (a device whose
-// subgroups are smaller than the host assumed) compute nothing; larger ones
-// would leave blocks out: the self-check finds either (wrong numbers).
+// workgroup that many times the subgroup size, SG), each holding TM / CM_M x
+// TN / CM_N accumulator fragments, CM_M x CM_N x CM_K the fragment shape the
+// device lists (vkq.device.caps). Subgroups past BM / TM x BN / TN (a device
+// whose subgroups are smaller than the host assumed) compute nothing; larger
+// ones would leave blocks out: the self-check finds either (wrong numbers).
+// - The float flavour: the tiles are filled as in the first way, the values
+//   converted to float16 (activations past 65504 in magnitude would become
+//   infinities: the self-check against the float kernel is what lets a
+//   device use this); float32 sums, CM_K of K at a time. The sums go through
+//   shared memory (c_tile) on their way to y, so that rows and columns past
+//   the end are not written.
+// - The int8 flavour (MMQ): the tiles hold the weights' int8 quants and the
+//   activations' Q8_1 quants (wq_tile, xq_tile), each chunk's scales beside
+//   them (ws_tile, xd_tile). Per 16-element half of a chunk (the unit a
+//   scale covers) a subgroup multiplies int8 fragments into int32 ones, 16 /
+//   CM_K products deep, and stores them in its part of ci_tile; each of its
+//   invocations then takes LANE_SUMS of those integer sums and applies the
+//   row's and the column's scales as chunk_dot does (an outer-product
+//   rescale), into float sums in registers: the same arithmetic in the same
+//   order as the int8 tiled kernel's, so the same bits. One activation plane.
 //
 // The loops inside a step have constant trip counts and are unrolled
 // ([[unroll]]): lavapipe counts every iteration of a loop that remains
@@ -107,9 +119,13 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
+#ifdef MMQ
+#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+#else
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#if defined(MMQ) || defined(MUL_MAT_ID) || defined(TEXEL_WEIGHTS) || defined(TEXEL_X)
-#error "COOPMAT: the float flavour through storage buffers only"
+#endif
+#if defined(TEXEL_WEIGHTS) || defined(TEXEL_X)
+#error "COOPMAT: through storage buffers only"
 #endif
 #endif
 
@@ -130,6 +146,10 @@ layout(constant_id = 8) const uint X_PLANES = 1;
 // experts: n_used; or 1, a vector per slot).
 layout(constant_id = 9) const uint SLOTS_PER_X = 1;
 layout(constant_id = 10) const uint N_EXPERT = 1;  // MUL_MAT_ID: experts in the stack
+// COOPMAT: the fragment shape, one the device lists (M x K times K x N).
+layout(constant_id = 11) const uint CM_M = 16;
+layout(constant_id = 12) const uint CM_N = 16;
+layout(constant_id = 13) const uint CM_K = 16;
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4
@@ -196,15 +216,30 @@ const uint W_ITEMS = (BM * BK_CHUNKS + WG_SIZE - 1u) / WG_SIZE;
 const uint X_ITEMS = (BN * X_STEP + WG_SIZE - 1u) / WG_SIZE;
 
 #ifdef COOPMAT
+const uint FM = TM / CM_M, FN = TN / CM_N;  // a subgroup's fragments
+const uint SUBGROUPS = (BM / TM) * (BN / TN);
+const uint SG = WG_SIZE / SUBGROUPS;  // the subgroup size the host assumed
+#endif
+#if defined(COOPMAT) && defined(MMQ)
+// A row of weights (a column of x) of one step: its int8 quants, 32 bytes a
+// chunk, then 16 bytes of padding (fragment rows stay 16-byte aligned).
+const uint Q_STRIDE = BK_CHUNKS * 8u + 4u;  // (uints)
+shared uint wq_tile[BM * Q_STRIDE];
+shared vec4 ws_tile[BM * BK_CHUNKS];  // each chunk's scales (block_scales)
+shared uint xq_tile[BN * Q_STRIDE];
+shared vec4 xd_tile[BN * BK_CHUNKS];  // each chunk's (d, s0, s1, d_r)
+shared int ci_tile[BM * BN];  // each subgroup's TM x TN integer sums of a half chunk (column-major)
+const uint LANE_SUMS = TM * TN / SG;  // an invocation's sums (the host makes TM x TN a multiple of SG)
+float acc[LANE_SUMS];
+float half_lo[LANE_SUMS];  // so.x * the first half's integer sum, until the second half's
+#elif defined(COOPMAT)
 shared f16vec4 w_tile[BM * W_STRIDE];
 shared f16vec4 x_tile[BN * X_STRIDE];
 shared float c_tile[BM * BN];  // the sums on their way to y (column-major)
 #define PUT_W(at, v) w_tile[at] = f16vec4(v)
 #define PUT_X(at, v) x_tile[at] = f16vec4(uintBitsToFloat(v))
 
-const uint FM = TM / 16u, FN = TN / 16u;  // a subgroup's fragments
-const uint SUBGROUPS = (BM / TM) * (BN / TN);
-coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> sums[FM * FN];
+coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator> sums[FM * FN];
 #else
 // (float values as their bits in the float flavour: one copy of x for both)
 shared uvec4 w_tile[SHARED_TILES ? BM * W_STRIDE : 1u];
@@ -261,10 +296,12 @@ XBlock x_block(uint b) {
     return XBlock(load_xq(b), load_xq(b + 1u), X_PLANES == 2u ? load_xq(b + 2u) : uvec4(0u),
                   X_PLANES == 2u ? load_xq(b + 3u) : uvec4(0u), uintBitsToFloat(load_xq(b + XQ_BLOCK - 1u)));
 }
+#ifndef COOPMAT
 XBlock x_block_shared(uint b) {
     return XBlock(x_tile[b], x_tile[b + 1u], X_PLANES == 2u ? x_tile[b + 2u] : uvec4(0u),
                   X_PLANES == 2u ? x_tile[b + 3u] : uvec4(0u), uintBitsToFloat(x_tile[b + XQ_BLOCK - 1u]));
 }
+#endif
 
 // One chunk's contribution to a sum, as the int8 mat-vec's:
 // sum (scale*q + offset) * d*qx = d * (scale*dot(q, qx) + offset*s), s in
@@ -284,6 +321,7 @@ float chunk_dot(Quants q, vec4 so, XBlock x) {
 }
 #endif
 
+#if !(defined(COOPMAT) && defined(MMQ))
 // SHARED_TILES: the step at chunk c0, through shared memory.
 void step_shared(uint c0) {
     [[unroll]] for (uint n = 0u; n < W_ITEMS; n++) {
@@ -338,15 +376,15 @@ void step_shared(uint c0) {
     // (uniform in each subgroup)
     if (gl_SubgroupID < SUBGROUPS) {
         const uint r0 = (gl_SubgroupID % (BM / TM)) * TM, n0 = (gl_SubgroupID / (BM / TM)) * TN;
-        [[unroll]] for (uint k = 0u; k < BK4; k += 4u) {  // (16 of K: 4 vec4s)
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a[FM];
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> b[FN];
+        [[unroll]] for (uint k = 0u; k < BK4; k += CM_K / 4u) {  // (CM_K of K: CM_K / 4 vec4s)
+            coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA> a[FM];
+            coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB> b[FN];
             [[unroll]] for (uint i = 0u; i < FM; i++) {
-                coopMatLoad(a[i], w_tile, (r0 + i * 16u) * W_STRIDE + k, W_STRIDE,
+                coopMatLoad(a[i], w_tile, (r0 + i * CM_M) * W_STRIDE + k, W_STRIDE,
                             gl_CooperativeMatrixLayoutRowMajor);
             }
             [[unroll]] for (uint j = 0u; j < FN; j++) {
-                coopMatLoad(b[j], x_tile, (n0 + j * 16u) * X_STRIDE + k, X_STRIDE,
+                coopMatLoad(b[j], x_tile, (n0 + j * CM_N) * X_STRIDE + k, X_STRIDE,
                             gl_CooperativeMatrixLayoutColumnMajor);
             }
             [[unroll]] for (uint i = 0u; i < FM; i++) {
@@ -393,6 +431,112 @@ void step_shared(uint c0) {
 #endif
     barrier();
 }
+
+#endif
+
+#if defined(COOPMAT) && defined(MMQ)
+// The int8 flavour's step at chunk c0 (see "Cooperative matrices").
+void step_coopmat_int8(uint c0) {
+    [[unroll]] for (uint n = 0u; n < W_ITEMS; n++) {
+        const uint i = gl_LocalInvocationID.x + n * WG_SIZE;
+        if (i >= BM * BK_CHUNKS) {
+            break;
+        }
+        const uint r = i % BM, j = i / BM;
+        const uint c = c0 + j;
+        const uint row = min(row0 + r, p.nrows - 1u);
+        const uint ib = w_block(row) + c / CHUNKS_PER_BLOCK, sb = c % CHUNKS_PER_BLOCK;
+        // (a chunk past the end of K is not stored: the products stop before it)
+        if (c < nchunks) {
+            const Quants q = block_quants(ib, sb);
+            const uint at = r * Q_STRIDE + j * 8u;
+            [[unroll]] for (uint w = 0u; w < 4u; w++) {
+                wq_tile[at + w] = q.lo[w];
+                wq_tile[at + 4u + w] = q.hi[w];
+            }
+            ws_tile[r * BK_CHUNKS + j] = block_scales(ib, sb);
+        }
+    }
+    [[unroll]] for (uint n = 0u; n < (BN * BK_CHUNKS + WG_SIZE - 1u) / WG_SIZE; n++) {
+        const uint i = gl_LocalInvocationID.x + n * WG_SIZE;
+        if (i >= BN * BK_CHUNKS) {
+            break;
+        }
+        // Neighbouring invocations on neighbouring chunks of a column.
+        const uint col = i / BK_CHUNKS, j = i % BK_CHUNKS;
+        const uint c = c0 + j;
+        // (a column past the end reads zeros: its sums are not written)
+        const bool real = col < tile_cols && c < nchunks;
+        const uint b = x_column(min(col, tile_cols - 1u)) * x_col_uvec4s() + c * XQ_BLOCK;
+        const uvec4 lo = real ? load_xq(b) : uvec4(0u), hi = real ? load_xq(b + 1u) : uvec4(0u);
+        const uint at = col * Q_STRIDE + j * 8u;
+        [[unroll]] for (uint w = 0u; w < 4u; w++) {
+            xq_tile[at + w] = lo[w];
+            xq_tile[at + 4u + w] = hi[w];
+        }
+        xd_tile[col * BK_CHUNKS + j] = real ? uintBitsToFloat(load_xq(b + XQ_BLOCK - 1u)) : vec4(0.0);
+    }
+    barrier();
+    // (uniform in each subgroup)
+    if (gl_SubgroupID < SUBGROUPS) {
+        const uint r0 = (gl_SubgroupID % (BM / TM)) * TM, n0 = (gl_SubgroupID / (BM / TM)) * TN;
+        const uint mine = gl_SubgroupID * TM * TN;  // this subgroup's part of ci_tile
+        [[unroll]] for (uint j = 0u; j < BK_CHUNKS; j++) {
+            if (c0 + j >= nchunks) {
+                break;  // (uniform)
+            }
+            [[unroll]] for (uint h = 0u; h < 2u; h++) {
+                coopmat<int, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator> isum[FM * FN];
+                [[unroll]] for (uint f = 0u; f < FM * FN; f++) {
+                    isum[f] = coopmat<int, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>(0);
+                }
+                [[unroll]] for (uint k = 0u; k < 16u; k += CM_K) {
+                    const uint kw = j * 8u + h * 4u + k / 4u;  // (uints into a row's quants)
+                    coopmat<int8_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA> a[FM];
+                    coopmat<int8_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB> b[FN];
+                    [[unroll]] for (uint i = 0u; i < FM; i++) {
+                        coopMatLoad(a[i], wq_tile, (r0 + i * CM_M) * Q_STRIDE + kw, Q_STRIDE,
+                                    gl_CooperativeMatrixLayoutRowMajor);
+                    }
+                    [[unroll]] for (uint jn = 0u; jn < FN; jn++) {
+                        coopMatLoad(b[jn], xq_tile, (n0 + jn * CM_N) * Q_STRIDE + kw, Q_STRIDE,
+                                    gl_CooperativeMatrixLayoutColumnMajor);
+                    }
+                    [[unroll]] for (uint i = 0u; i < FM; i++) {
+                        [[unroll]] for (uint jn = 0u; jn < FN; jn++) {
+                            isum[i * FN + jn] = coopMatMulAdd(a[i], b[jn], isum[i * FN + jn]);
+                        }
+                    }
+                }
+                [[unroll]] for (uint i = 0u; i < FM; i++) {
+                    [[unroll]] for (uint jn = 0u; jn < FN; jn++) {
+                        coopMatStore(isum[i * FN + jn], ci_tile, mine + (jn * CM_N) * TM + i * CM_M, TM,
+                                     gl_CooperativeMatrixLayoutColumnMajor);
+                    }
+                }
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                // The rescale, as chunk_dot: d * (so.x * lo + so.z * hi + so.y * s0 + so.w * s1).
+                [[unroll]] for (uint t = 0u; t < LANE_SUMS; t++) {
+                    const uint e = gl_SubgroupInvocationID + t * SG;
+                    const vec4 so = ws_tile[(r0 + e % TM) * BK_CHUNKS + j];
+                    const float isum_e = float(ci_tile[mine + e]);
+                    if (h == 0u) {
+                        precise float lo = so.x * isum_e;
+                        half_lo[t] = lo;
+                    } else {
+                        const vec4 ds = xd_tile[(n0 + e / TM) * BK_CHUNKS + j];
+                        precise float v = ds.x * (half_lo[t] + so.z * isum_e + so.y * ds.y + so.w * ds.z);
+                        acc[t] += v;
+                    }
+                }
+                subgroupBarrier();  // (before the next half's sums overwrite these)
+            }
+        }
+    }
+    barrier();
+}
+#endif
 
 #ifdef COOPMAT
 void step_registers(uint c0) {}  // (never called: COOPMAT takes shared tiles only)
@@ -488,9 +632,27 @@ void main() {
     tile_cols = min(ncols - col0, BN);
 #endif
 
+#if defined(COOPMAT) && defined(MMQ)
+    [[unroll]] for (uint t = 0u; t < LANE_SUMS; t++) {
+        acc[t] = 0.0;
+    }
+    for (uint c0 = 0u; c0 < nchunks; c0 += BK_CHUNKS) {
+        step_coopmat_int8(c0);
+    }
+    if (gl_SubgroupID < SUBGROUPS) {
+        const uint r0 = (gl_SubgroupID % (BM / TM)) * TM, n0 = (gl_SubgroupID / (BM / TM)) * TN;
+        [[unroll]] for (uint t = 0u; t < LANE_SUMS; t++) {
+            const uint e = gl_SubgroupInvocationID + t * SG;
+            const uint row = row0 + r0 + e % TM, col = n0 + e / TM;
+            if (row < p.nrows && col < tile_cols) {
+                y[p.y_row_offset + y_column(col) * p.y_col_stride + row] = acc[t];
+            }
+        }
+    }
+#else
 #ifdef COOPMAT
     [[unroll]] for (uint f = 0u; f < FM * FN; f++) {
-        sums[f] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+        sums[f] = coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>(0.0);
     }
 #else
     [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
@@ -510,7 +672,7 @@ void main() {
         const uint r0 = (gl_SubgroupID % (BM / TM)) * TM, n0 = (gl_SubgroupID / (BM / TM)) * TN;
         [[unroll]] for (uint i = 0u; i < FM; i++) {
             [[unroll]] for (uint j = 0u; j < FN; j++) {
-                coopMatStore(sums[i * FN + j], c_tile, (n0 + j * 16u) * BM + r0 + i * 16u, BM,
+                coopMatStore(sums[i * FN + j], c_tile, (n0 + j * CM_N) * BM + r0 + i * CM_M, BM,
                              gl_CooperativeMatrixLayoutColumnMajor);
             }
         }
@@ -533,5 +695,6 @@ void main() {
             }
         }
     }
+#endif
 #endif
 }

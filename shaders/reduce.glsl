@@ -1,7 +1,8 @@
 // Sums and maxima over a workgroup, every invocation getting the result.
 // REDUCE_SUBGROUP: subgroup arithmetic, then the subgroups' results through
-// shared memory; with a workgroup of one subgroup (what vkq/llama/vector_ops.py
-// launches where subgroup arithmetic exists) no barrier runs at all.
+// shared memory; with a workgroup of one subgroup (what
+// vkq/llama/vector_ops/common.py launches where subgroup arithmetic exists)
+// no barrier runs at all.
 // Otherwise a shared-memory tree (WG_SIZE a power of two: the host checks).
 // The including shader defines WG_SIZE; every invocation must call these.
 #ifndef REDUCE_GLSL

@@ -1,5 +1,8 @@
 #version 450
-// SwiGLU of a llama FFN, for n vectors: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+// SwiGLU of a llama FFN, for n vectors: out = silu(gate) * up, silu(x) = x / (1 + exp(-x));
+// with GELU (a define: the variant swiglu_gelu), GeGLU: out = gelu(gate) * up (gelu.glsl);
+// with OAI (swiglu_oai), gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7),
+// out = g / (1 + exp(-1.702 g)) * (u + 1), as ggml's swiglu_oai.
 // gate and up may be two parts of one tensor (the stacked gate/up mat-vec).
 // One invocation per 32 values, so that with X_PLANES (specialization
 // constant 1) of 1 or 2 it also writes them as one Q8_1 block (q8_1.glsl)
@@ -34,6 +37,20 @@ layout(push_constant) uniform Params {
 #include "q8_1.glsl"
 #include "float4.glsl"
 #include "silu.glsl"
+#include "gelu.glsl"
+
+vec4 swiglu_oai(vec4 gate, vec4 up) {
+    const vec4 g = min(gate, vec4(7.0));
+    return g / (1.0 + exp(1.702 * -g)) * (clamp(up, vec4(-7.0), vec4(7.0)) + 1.0);
+}
+
+#if defined(GELU)
+#define GLU(g, u) (gelu(g) * (u))
+#elif defined(OAI)
+#define GLU(g, u) swiglu_oai(g, u)
+#else
+#define GLU(g, u) (silu(g) * (u))
+#endif
 
 FLOAT4_READER(gate_at, gate, gate4)
 FLOAT4_READER(up_at, up, up4)
@@ -53,7 +70,7 @@ void main() {
         vec4 s = vec4(0.0);
         if (i < p.n) {
             const vec4 g = gate_at(gb, i, p.n, aligned);
-            s = silu(g) * up_at(ub, i, p.n, aligned);
+            s = GLU(g, up_at(ub, i, p.n, aligned));
             out_put(ob, i, p.n, aligned, s);
         }
         vals[j] = s;

@@ -154,7 +154,8 @@ def assert_model_file_refused(path, match: str, capsys) -> None:
         LlamaModel(path, path_mode="numpy")
     assert main(["generate", str(path), "-p", "hi", "--path", "numpy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"vkq: error: {Path(path).name}: ") and re.search(match, err[0]), err
+    assert len(err) == 1 and err[0].startswith(f"vkq generate: error: {Path(path).name}: ") and \
+        re.search(match, err[0]), err
 
 
 def assert_matches(y: np.ndarray, refs: dict[str, np.ndarray], path: str, what: str = "") -> None:
@@ -238,7 +239,7 @@ def tiny_moe(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     """No test sees the caller's VKQ_* settings unless it sets them itself."""
-    for name in ("VKQ_PATH", "VKQ_DEVICE", "VKQ_DISABLE_INT_DOT"):
+    for name in ("VKQ_PATH", "VKQ_DEVICE", "VKQ_DISABLE_INT_DOT", "VKQ_MATMUL"):
         monkeypatch.delenv(name, raising=False)
 
 

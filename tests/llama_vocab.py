@@ -15,6 +15,10 @@ The struct `llama_model_params` below is the layout of llama.h at the wheel's
 llama.cpp (commit 7e4c0a9: its llama_model_default_params writes 70 bytes,
 eight pointers and ints, then the booleans, vocab_only first): checked at
 load against the defaults that function returns.
+
+The tests ask it through `witness(path, label)`: its answers are kept as
+data (tests/data/llama_cpp_reference/vocab.json), checked against it where
+libllama runs and standing in for it where it cannot (VKQ_LLAMA_CPP=off).
 """
 from __future__ import annotations
 
@@ -139,3 +143,67 @@ class LlamaVocab:
         """The ids that end a generation in llama.cpp (llama_vocab_is_eog)."""
         n = self.lib.llama_vocab_n_tokens(self.vocab)
         return {i for i in range(n) if self.lib.llama_vocab_is_eog(self.vocab, i)}
+
+
+def vocabulary_key(path) -> str:
+    """What llama.cpp's tokenizer of a file depends on: the hash of its
+    tokenizer.* metadata and its architecture (not of its tensors, nor of how
+    the gguf package lays the file out)."""
+    import hashlib
+    import json
+
+    from vkq.blocks.gguf_io import open_gguf
+
+    meta = open_gguf(path).metadata
+    kept = {k: v for k, v in meta.items() if k.startswith("tokenizer.") or k == "general.architecture"}
+    return "tokenizer " + hashlib.sha256(json.dumps(kept, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+class Witness:
+    """llama.cpp's tokenizer on a file as the tests ask it: LlamaVocab's
+    answers where libllama runs, checked against the ones kept as data
+    (tests/llama_cpp_reference.Answers, "vocab"); the data's elsewhere.
+
+        with witness(path, "spm: as converted") as ref:
+            ref.tokenize(text), ref.detokenize(ids), ref.piece(i), ref.end_of_generation()
+    """
+
+    def __init__(self, path: str | Path, label: str):
+        from llama_cpp_reference import Answers
+
+        from llama_quant import unavailable
+
+        self.live = LlamaVocab(path) if unavailable() is None else None
+        self.answers = Answers("vocab", path, self.live is not None, label, vocabulary_key(path))
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        from llama_cpp_reference import digest
+
+        key = text if len(text) <= 64 else digest(text)  # (a long text by its hash)
+        return self.answers.answer("tokenize", f"{add_special:d}{parse_special:d} {key}",
+                                   lambda: self.live.tokenize(text, add_special, parse_special))
+
+    def detokenize(self, ids: list[int], special: bool = False) -> str:
+        from llama_cpp_reference import digest
+
+        return self.answers.answer("detokenize", f"{special:d} {digest(list(ids))}",
+                                   lambda: self.live.detokenize(ids, special))
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return bytes.fromhex(self.answers.answer("piece", f"{special:d} {token}",
+                                                 lambda: self.live.piece(token, special).hex()))
+
+    def end_of_generation(self) -> set[int]:
+        return set(self.answers.answer("end_of_generation", "all", lambda: sorted(self.live.end_of_generation())))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.close()
+        self.answers.close()
+
+    def __enter__(self) -> Witness:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

@@ -1,6 +1,7 @@
-"""vkq against a float64 reference's greedy run (and llama.cpp's tokens): the
-comparison the tests of llama.cpp-quantized files share (test_qwen,
-test_spm_moe, test_llama_moe_smollm2, test_llama_quantized).
+"""vkq against a float64 reference's greedy run (and llama.cpp's tokens, kept
+as data: tests/llama_cpp_reference.py): the comparison the tests of
+llama.cpp-quantized files share (test_qwen, test_spm_moe,
+test_llama_moe_smollm2, test_llama_quantized).
 
 Greedy tokens are compared up to the reference's first near-tie (a top-1
 margin under NEAR_TIE logits, which float32 rounding may flip either way);
@@ -15,7 +16,7 @@ import io
 
 import numpy as np
 
-import llama_quant
+import llama_cpp_reference
 import vkq.blocks.reference as ref
 import vkq.llama.host as host
 from file_cache import cached_arrays, file_digest, reference_sources
@@ -49,12 +50,10 @@ def compared_run(ids, tokens, logits) -> Run:
     return Run(list(ids), list(tokens), list(logits), ties[0] if ties else len(tokens))
 
 
-def cached_runs(what: str, path, prompt: str, n_tokens: int) -> tuple[Run, list[int]]:
-    """(the float64 reference's greedy run, llama-server's greedy tokens) of a
-    file, each kept by the file's content (tests/file_cache.py) as
-    "<what>-reference" and "<what>-llama-cpp"."""
-    from vkq.commands.llama_server import LlamaServer
-
+def cached_runs(module: str, what: str, path, prompt: str, n_tokens: int) -> tuple[Run, list[int]]:
+    """(the float64 reference's greedy run, kept by the file's content
+    (tests/file_cache.py) as "<what>-reference"; llama-server's greedy tokens
+    as recorded in the module's data under `what`)."""
     key = f"{file_digest(path)} {prompt!r} {n_tokens}"
 
     def reference_run():
@@ -65,13 +64,7 @@ def cached_runs(what: str, path, prompt: str, n_tokens: int) -> tuple[Run, list[
 
     stored = cached_arrays(f"{what}-reference", f"{key} {reference_sources()}", reference_run)
     want = compared_run(stored["ids"].tolist(), stored["tokens"].tolist(), list(stored["logits"]))
-
-    def llama_cpp_run():
-        with LlamaServer(path) as server:
-            return {"tokens": np.array(server.complete(want.ids, n_tokens).tokens)}
-
-    llama_cpp = cached_arrays(f"{what}-llama-cpp", f"{key} {llama_quant.WHEEL}", llama_cpp_run)["tokens"].tolist()
-    return want, llama_cpp
+    return want, llama_cpp_reference.recorded(module, what, path, want.ids, n_tokens)
 
 
 def check_decoder(model, want: Run, expect_tokens: list[int]):

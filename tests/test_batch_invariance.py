@@ -39,6 +39,9 @@ from vkq.resolve import MAX_COLS
 import ggml_quant
 from test_gpu_table_configs import gpu_configs
 from tiny_llama import write_gguf
+from tiny_gemma import write_gemma
+from tiny_gpt_oss import write_gpt_oss
+from tiny_phi3 import write_phi3
 from tiny_qwen import write_qwen
 from vkq.llama.architectures import ARCHITECTURES
 from vkq.llama.gpu_step import GpuLlama
@@ -126,18 +129,26 @@ def test_one_summation_order_per_matrix_on_every_device(dispatcher):
 
 # A tiny model of every architecture the decoder runs (and llama's mixture of experts).
 TINY_MODELS = {"llama": lambda path: write_gguf(path), "llama-moe": lambda path: write_gguf(path, experts=(6, 2)),
-               **{arch: (lambda path, arch=arch: write_qwen(path, arch)) for arch in ("qwen2", "qwen3", "qwen3moe")}}
+               **{arch: (lambda path, arch=arch: write_qwen(path, arch)) for arch in ("qwen2", "qwen3", "qwen3moe")},
+               **{arch: (lambda path, arch=arch: write_gemma(path, arch, scale=2.5)) for arch in ("gemma2", "gemma3")},
+               "phi3": lambda path: write_phi3(path, scale=2.5), "gpt-oss": lambda path: write_gpt_oss(path, scale=2.5)}
+# The rows test in the default suite for these, slow for the others (the sliding windows': gemma2's graph engine;
+# gpt-oss's sinks and expert biases: its graph engine)
+ROWS_FAST = {(m, e) for m in ("llama", "llama-moe", "qwen2", "qwen3", "qwen3moe") for e in ("graph", "host")} | {
+    ("gemma2", "graph"), ("gpt-oss", "graph")}
 
 
 def test_every_architecture_has_a_tiny_model():
     assert set(ARCHITECTURES) <= set(TINY_MODELS), "a tiny model for each architecture, for the test below"
 
 
-@pytest.mark.parametrize("engine", [GpuLlama, LlamaModel], ids=["graph", "host"])
-@pytest.mark.parametrize("model", list(TINY_MODELS))
+@pytest.mark.parametrize("model, engine", [
+    pytest.param(m, e, id=f"{m}-{name}", marks=() if (m, name) in ROWS_FAST else pytest.mark.slow)
+    for m in TINY_MODELS for name, e in (("graph", GpuLlama), ("host", LlamaModel))])
 def test_decoder_rows_equal_one_token_at_a_time(backend, tmp_path, model, engine):
     """After a 3-token prompt, 5 tokens in one step: each row is the bits of
-    the logits of its token fed alone (greedy's, with or without drafts)."""
+    the logits of its token fed alone (greedy's, with or without drafts;
+    Gemma's rows past its window of 5 positions)."""
     d = engine(TINY_MODELS[model](tmp_path / f"{model}.gguf"), backend, "auto", ctx=16)
     ids = d.tokenizer.encode("then the 12 thieves")[:8]
     d.feed(ids[:3], False)

@@ -389,7 +389,7 @@ def test_bench_markdown(capsys):
     # Tiny models sit in the CPU's cache: faster than its memory, so no % is printed.
     assert all(r[10] == bench.OVER or float(r[10]) <= 100 for r in (table[1], table[3]))
     assert "synthetic activations" in out and "¹ mmvq falls back to dmmv" in out
-    assert "int8 path activations: q8_1 " in out and "pp: no GB/s or % bw" in out
+    assert "int8 path activations: q8_1x2 " in out and "pp: no GB/s or % bw" in out  # (vkq generate's)
 
 
 def test_bench_verbose_shows_each_matrix_config(capsys):
@@ -466,17 +466,38 @@ def test_bench_takes_the_better_of_two_bandwidth_probes(monkeypatch, capsys):
     monkeypatch.setattr(bench, "_seconds_per_pass", lambda device, algo: next(passes))
     monkeypatch.setattr(bench, "_BANDWIDTH", {})
     backend = vkq.Backend()
-    rows = bench.bench(backend, [presets.resolve("tiny-llama:Q4_0")], ["auto"], 2, 1)  # (tg only: report's call)
+    rows = bench.bench(backend, [presets.resolve("tiny-llama:Q4_0")], ["auto"], 2, 1, probe_after=True)
     best = bench.memory_bandwidth(backend.device)
-    # stderr is no terminal here: a line per finished step, with an ETA (was nothing until the table)
+    # stderr is no terminal here: a line per finished step, with an ETA (was nothing until the table); each
+    # probe announced before it runs, the second counted in the ETA of the runs before it
     err = capsys.readouterr().err.splitlines()
-    assert [line.split(":")[0] for line in err] == ["vkq bench"] * 4, err
-    assert "tiny-llama:Q4_0 auto tg2: " in err[2] and "t/s (ETA " in err[2] and err[3].endswith("(done)"), err
+    assert [line.split(":")[0] for line in err] == ["vkq bench"] * 6, err
+    assert "measuring the device's memory read bandwidth" in err[0] and "measured in" in err[1], err
+    assert "tiny-llama:Q4_0 auto tg2: " in err[3] and "t/s (ETA " in err[3], err
+    assert "measuring the memory bandwidth again" in err[4] and err[5].endswith("(done)"), err
     assert rows[0].membw_gbps == best / 1e9 and next(passes, None) is None  # both probes ran
     assert rows[0].bw_pct == pytest.approx(100 * rows[0].gbps / rows[0].membw_gbps)
     monkeypatch.setattr(bench, "_BANDWIDTH", {})
     passes = iter([1.0] * 4)
     assert bench.probe_bandwidth(backend.device) == pytest.approx(best / 4)  # the first probe read a quarter
+
+
+def test_bench_probes_again_only_after_long_tg_runs(monkeypatch, capsys):
+    """By default the second bandwidth probe runs only where there are tg
+    rows (pp rows have no % bw) and the runs took longer than
+    PROBE_AGAIN_AFTER: a short run's probe would double its time."""
+    probes = []
+    monkeypatch.setattr(bench, "probe_bandwidth", lambda device: probes.append(1) or 1e10)
+    monkeypatch.setattr(bench, "_BANDWIDTH", {0: 1e10})  # (the first probe made already)
+    backend = vkq.Backend()
+    tiny = presets.resolve("tiny-llama:Q4_0")
+    bench.bench(backend, [tiny], ["auto"], 2, 1)
+    assert probes == [] and "again" not in capsys.readouterr().err
+    monkeypatch.setattr(bench, "PROBE_AGAIN_AFTER", 0.0)
+    bench.bench(backend, [tiny], ["auto"], [], 1, n_prompt=[8])  # pp only: nothing to relate to the bandwidth
+    assert probes == []
+    bench.bench(backend, [tiny], ["auto"], 2, 1)
+    assert probes == [1] and "measuring the memory bandwidth again" in capsys.readouterr().err
 
 
 def test_percent_of_bandwidth_never_over_100():
@@ -640,10 +661,19 @@ def test_compare_smollm2(capsys):
 def test_compare_moe_gguf(capsys, moe_gguf):
     status, out, _ = run_cli(capsys, "compare", str(moe_gguf))
     assert status == 0, out
+    assert out.splitlines()[1].split() == ["tensor", "type", "shape", "NMSE", "per", "path"]  # a header
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("blk.", "output", "token"))}
     assert len(lines) == 2 * 8 + 2  # every matrix and stack, token_embd included
     assert "4x256x256" in lines["blk.0.ffn_up_exps.weight"]
     assert "mmvq" not in lines["blk.0.ffn_gate_inp.weight"]  # F32: dmmv only
+
+
+def test_compare_lists_layers_in_order():
+    from vkq.commands.compare import natural_key
+
+    names = ["blk.10.attn_q.weight", "output.weight", "blk.2.attn_q.weight", "blk.1.ffn_up.weight"]
+    assert sorted(names, key=natural_key) == ["blk.1.ffn_up.weight", "blk.2.attn_q.weight", "blk.10.attn_q.weight",
+                                              "output.weight"]
 
 
 def test_compare_names_a_nan_scale_as_the_files(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """Byte-level BPE (tokenizer.ggml.model "gpt2") as llama.cpp tokenizes it.
 
-The witness is libllama's own tokenizer (tests/llama_vocab.py) on the same
-file. On a vocabulary trained here (tests/bpe_vocab.py), every
+The witness is libllama's own tokenizer (tests/llama_vocab.py: its answers
+kept as data, checked where libllama runs) on the same file. On a vocabulary trained here (tests/bpe_vocab.py), every
 tokenizer.ggml.pre value vkq implements (vkq.blocks.tokenizer.PRE_TOKENIZERS,
 the key missing too) tokenizes hard text as llama.cpp does: runs of spaces,
 tabs and newlines, digits, CJK, emoji, full-width and other scripts' digits,
@@ -19,13 +19,12 @@ import numpy as np
 import pytest
 
 import bpe_vocab
-import llama_quant
 from conftest import assert_model_file_refused
+from llama_vocab import Witness
 from tiny_llama import write_gguf
 from vkq.blocks.gguf_io import open_gguf
 from vkq.blocks.tokenizer import PRE_TOKENIZERS, open_tokenizer
 
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 V = gguf.GGUFValueType
 HARD = ["abc", "The quick brown fox", "  lots   of    spaces\n\n\ttabs\r\n  ", "12345678 1,000 3.14 0.5%",
         "東京都は日本の首都", "🙂🎉 café 👩‍👩‍👧", "don't DON'T I'M we'll You'Ve", "x = a+b <= c^d ~ e|f $g `h`",
@@ -44,14 +43,11 @@ def tokenizer_of(path):
     return open_tokenizer(open_gguf(path))
 
 
-@needs_libllama
 @pytest.mark.parametrize("pre", [None] + [p for p in PRE_TOKENIZERS if p])
 def test_every_pre_tokenizer_is_llama_cpps(tmp_path, pre):
-    from llama_vocab import LlamaVocab
-
     path = write_gguf(tmp_path / "v.gguf", tokenizer=bpe_vocab.gguf_tokenizer(pre))
     tok = tokenizer_of(path)
-    with LlamaVocab(path) as witness:
+    with Witness(path, f"trained BPE: pre {pre}") as witness:
         for text in HARD + REAL_TEXTS:
             assert tok.encode(text) == witness.tokenize(text), (pre, text)
 
@@ -68,17 +64,14 @@ BOS_CASES = {  # tokenizer.ggml.* keys (beside the vocabulary's): llama.cpp's de
 }
 
 
-@needs_libllama
 @pytest.mark.parametrize("case", list(BOS_CASES))
 def test_bos_and_eos_are_llama_cpps(tmp_path, case):
-    from llama_vocab import LlamaVocab
-
     keys = dict(BOS_CASES[case])
     meta = bpe_vocab.gguf_tokenizer(keys.pop("pre"), **keys)
     meta = {k: v for k, v in meta.items() if v is not None}
     path = write_gguf(tmp_path / "v.gguf", tokenizer=meta)
     tok = tokenizer_of(path)
-    with LlamaVocab(path) as witness:
+    with Witness(path, f"trained BPE: {case}") as witness:
         assert tok.encode("the quick") == witness.tokenize("the quick")
         assert tok.eog_ids == witness.end_of_generation()
 
@@ -130,15 +123,12 @@ def smollm2_vocab():
 
 # SmolLM2's own pre-tokenizer in the default suite; every other value on its vocabulary: slow
 # (about a second each, to build both tokenizers of 49,152 tokens).
-@needs_libllama
 @pytest.mark.parametrize("pre", [pytest.param(p, marks=() if p == "smollm" else pytest.mark.slow)
                                  for p in [None] + [p for p in PRE_TOKENIZERS if p]])
 def test_a_real_vocabulary_under_every_pre_tokenizer(tmp_path, smollm2_vocab, pre):
     """SmolLM2's vocabulary (its file says "smollm") labelled with each
     value, in a file of the vocabulary alone (no tensors): llama.cpp's token
     ids, and llama.cpp's text decoded from them and from random ids."""
-    from llama_vocab import LlamaVocab
-
     from conftest import finish_gguf
 
     tokens, merges, types = smollm2_vocab
@@ -158,7 +148,7 @@ def test_a_real_vocabulary_under_every_pre_tokenizer(tmp_path, smollm2_vocab, pr
     path = finish_gguf(w, tmp_path / "vocab.gguf")
     tok = tokenizer_of(path)
     rng = np.random.default_rng(0)
-    with LlamaVocab(path) as witness:
+    with Witness(path, f"SmolLM2's vocabulary: pre {pre}") as witness:
         for text in HARD + REAL_TEXTS:
             assert tok.encode(text) == witness.tokenize(text), (pre, text)
         # and back: llama_detokenize's text (the spaces cleaned where llama.cpp cleans them for this value)

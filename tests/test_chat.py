@@ -138,7 +138,7 @@ def test_chat_command(tiny, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
     assert main(["chat", str(tiny)]) == 2
     assert capsys.readouterr().err.strip() == (
-        "vkq: error: tiny.gguf has no chat template (tokenizer.chat_template): give one with --chat-template "
+        "vkq chat: error: tiny.gguf has no chat template (tokenizer.chat_template): give one with --chat-template "
         "NAME|FILE (built in: chatml, llama3, llama2, gemma, phi3, zephyr)")
 
 
@@ -153,7 +153,7 @@ def test_generate_prompt_file_and_stop(tiny, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == ("vkq generate: error: argument -p/--prompt: not allowed with argument "
                                                "-f/--file (`vkq generate --help` lists the options)")
     assert main(["generate", str(tiny), "-f", str(tmp_path / "none.txt")]) == 2
-    assert re.match(r"vkq: error: -f .*none.txt: cannot read it", capsys.readouterr().err)
+    assert re.match(r"vkq generate: error: -f .*none.txt: cannot read it", capsys.readouterr().err)
     assert main(["generate", str(tiny), "-p", "the", "--system", "x"]) == 2
     assert "they need --chat" in capsys.readouterr().err
 

@@ -14,7 +14,8 @@ import pytest
 
 import vkq.blocks.reference as ref
 from test_llama_ops import NMSE_F32, attention64, inv_freq, qkv_parts, step_inputs, upload, zeros
-from vkq.llama.chunk_attention import (AttentionTiles, TiledAttention, attention_tiles,
+from vkq.llama.chunk_attention import (GPU_INVOCATIONS, GPU_LANE_VEC4S, GPU_ROW_LANES, GPU_SHARED_BYTES,
+                                       AttentionTiles, TiledAttention, attention_tiles,
                                        tiled_attention_loop_iterations)
 from vkq.llama.vector_ops import (Attention, AttentionShape, Vectors, attention_scratch_size, launches_of,
                                   rope_table)
@@ -168,11 +169,12 @@ def test_tiled_attention_is_close_to_attention(backend):
 
 
 def test_tile_shapes_keep_the_bits(backend):
-    """The GPU's way (K/V tiles through shared memory, with barriers) on this
-    device, and other ways of spreading rows over invocations (a row per
-    invocation, several heads and queries per invocation, more queries per
-    workgroup), the caches read as storage or as texels: float64's results,
-    and at one key tile the same bits."""
+    """The GPU's ways (K/V tiles through shared memory, with barriers; a row
+    over 2, 4 or 8 invocations, some of them holding no value of its head
+    at head_dim 20) on this device, and other ways of spreading rows over
+    invocations (a row per invocation, several heads and queries per
+    invocation, more queries per workgroup), the caches read as storage or
+    as texels: float64's results, and at one key tile the same bits."""
     shape = AttentionShape(6, 2, 20, 20, capacity=60)
     freqs = inv_freq(20)
     r = np.random.default_rng(11)
@@ -182,17 +184,40 @@ def test_tile_shapes_keep_the_bits(backend):
     outs = []
     for t in (AttentionTiles(4, 8, 1, True), AttentionTiles(2, 8, 3, True), AttentionTiles(8, 8, 3, False),
               AttentionTiles(16, 8, 3, False, 3, 4), AttentionTiles(8, 8, 3, True, 1, 2),
-              AttentionTiles(16, 8, 3, False, 3, 4, texel_kv=True)):
+              AttentionTiles(16, 8, 3, False, 3, 4, texel_kv=True), AttentionTiles(4, 8, 1, True, row_lanes=2),
+              AttentionTiles(8, 8, 3, True, row_lanes=4), AttentionTiles(2, 8, 3, True, row_lanes=8)):
         k_c, v_c = caches(backend, shape, old, -old)
         outs.append(run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=t)[0])
     assert ref.nmse(outs[0], expected64(shape, freqs, q, k, v, old, -old, p0)) < NMSE_F32
     assert all(o.tobytes() == outs[0].tobytes() for o in outs[1:])
 
 
+@pytest.mark.parametrize("n_head, n_head_kv, head_dim, n_rot, neox, split", [
+    pytest.param(7, 1, 37, 20, False, 0, id="mqa-7x37-rot20"),
+    pytest.param(6, 2, 33, 32, True, 8, id="neox-6x2x33-split8"),
+])
+def test_rows_over_invocations_keep_the_bits(backend, n_head, n_head_kv, head_dim, n_rot, neox, split):
+    """A row over 4 invocations (a GPU's way) at head_dims of partial vec4s,
+    in both RoPE modes, with and without splits of the keys: the same bits
+    as a row per invocation at the same key tile."""
+    shape = AttentionShape(n_head, n_head_kv, head_dim, n_rot, capacity=40, neox=neox)
+    freqs = inv_freq(n_rot)
+    r = np.random.default_rng(head_dim)
+    p0, n = 9, 21
+    old_k, old_v = older_rows(r, shape, p0)
+    _, _, _, qkv = step_inputs(r, shape, n)
+    outs = []
+    for t in (AttentionTiles(8, 8, 1, False), AttentionTiles(8, 8, 1, True, row_lanes=4)):
+        k_c, v_c = caches(backend, shape, old_k, old_v)
+        outs.append(run_chunk(backend, shape, qkv, p0, k_c, v_c, freqs, tiles=t, split=split)[0])
+    assert np.isfinite(outs[0]).all() and outs[1].tobytes() == outs[0].tobytes()
+
+
 def test_tiled_attention_launches(backend):
     """Two dispatches (append, attend), the attend's workgroups (query-head
     groups, query tiles) and its depth one step per key tile; a GPU's tiles
-    keep the K/V tiles within 16 KiB."""
+    keep their shared memory within GPU_SHARED_BYTES, and spread a row of
+    a head_dim past 4 * GPU_LANE_VEC4S over invocations."""
     shape = AttentionShape(9, 3, 64, 64, capacity=100)
     _, _, _, qkv = step_inputs(np.random.default_rng(1), shape, 37)
     k_c, v_c = caches(backend, shape, np.zeros((0, 3, 64), np.float32), np.zeros((0, 3, 64), np.float32))
@@ -203,9 +228,11 @@ def test_tiled_attention_launches(backend):
     assert attend.groups == (9 // tiles.heads, -(-37 // tiles.bq), 1)
     assert attend.invocations == tiles.bq * tiles.heads // (tiles.lane_heads * tiles.lane_queries)
     assert attend.depth == 1 + -(-100 // tiles.bkv) + (0 if tiles.shared_kv else 200)
-    for hd in (64, 128, 256, 37):
+    for hd in (64, 80, 128, 256, 37):
         gpu = attention_tiles(launches_of(backend.device, "nvidia"), AttentionShape(8, 2, hd, hd // 2 * 2, 4096))
-        assert gpu.shared_kv and gpu.shared_bytes(hd) <= 16384 and gpu.wg_size <= 1024
+        assert gpu.shared_kv and gpu.shared_bytes(hd) <= GPU_SHARED_BYTES and gpu.wg_size <= GPU_INVOCATIONS
+        assert gpu.row_lanes * GPU_LANE_VEC4S >= min(-(-hd // 4), GPU_ROW_LANES * GPU_LANE_VEC4S), gpu
+        assert gpu.bkv % gpu.row_lanes == 0 and gpu.bq * gpu.heads * gpu.row_lanes == gpu.wg_size
 
 
 def test_tiled_attention_refuses(backend):
@@ -228,6 +255,10 @@ def test_tiled_attention_refuses(backend):
         make(tiles=AttentionTiles(8, 16, 2, False))
     with pytest.raises(ValueError, match="lane_queries divide bq"):
         make(tiles=AttentionTiles(8, 16, 3, False, 1, 3))
+    for tiles in (AttentionTiles(8, 16, 3, False, row_lanes=2), AttentionTiles(8, 16, 3, True, 3, row_lanes=2),
+                  AttentionTiles(8, 6, 3, True, row_lanes=4)):
+        with pytest.raises(ValueError, match="row_lanes > 1 needs shared_kv"):
+            make(tiles=tiles)
     with pytest.raises(ValueError, match="int32 positions"):
         make(pos=zeros(backend, 4))
     with pytest.raises(ValueError, match=r"the K cache holds \d+ values; .* needs 320"):

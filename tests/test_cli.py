@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -37,7 +38,7 @@ def assert_user_error(result_or_code, stderr: str, *needles: str) -> None:
     code = result_or_code
     assert code == 2, f"exit status {code}, stderr:\n{stderr}"
     assert "Traceback" not in stderr, stderr
-    lines = [line for line in stderr.splitlines() if line.startswith("vkq: error:")]
+    lines = [line for line in stderr.splitlines() if re.match(r"vkq( \w+)?: error:", line)]
     assert len(lines) == 1, stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
@@ -124,7 +125,7 @@ def test_example_model_not_installed(monkeypatch, capsys):
 
 
 def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
-    def broken(verbose=False):
+    def broken(**kwargs):
         raise ImportError("something else", name="not_kp")
 
     monkeypatch.setattr(vkq.commands.info, "report", broken)
@@ -133,7 +134,7 @@ def test_an_import_error_of_another_module_is_a_bug(monkeypatch):
 
 
 def test_type_error_is_a_bug_not_a_message(monkeypatch):
-    def broken(verbose=False):
+    def broken(**kwargs):
         raise TypeError("a bug in vkq")
 
     monkeypatch.setattr(vkq.commands.info, "report", broken)
@@ -164,7 +165,7 @@ def test_vkq_errors_keep_the_builtin_types():
 
 
 def one_error_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vkq: error:")]
+    err = [line for line in capsys.readouterr().err.splitlines() if re.match(r"vkq( \w+)?: error:", line)]
     assert len(err) == 1, err
     return err[0]
 
@@ -216,6 +217,26 @@ def test_info_lines_fit_and_vkq_device_is_honoured(capsys, monkeypatch):
     monkeypatch.setenv("VKQ_DEVICE", str(n))
     assert main(["info"]) == 2
     assert f"VKQ_DEVICE={n}: no Vulkan device with that index ({n} found: 0..{n - 1})" in one_error_line(capsys)
+    # --device: that device alone (it was refused as an unknown option); a continuation lines up under its value
+    monkeypatch.delenv("VKQ_DEVICE")
+    assert main(["info", "--device", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("device 0: ") and not any(line.startswith("device ") for line in lines[1:])
+    assert main(["info", "--device", str(n)]) == 2
+    assert f"--device {n}: no Vulkan device with that index" in one_error_line(capsys)
+    assert main(["info", "Q9_9"]) == 2
+    assert "unknown block type Q9_9" in one_error_line(capsys)
+
+
+def test_info_continuations_line_up(capsys):
+    """A wrapped line of `vkq info --verbose` continues under its value, the
+    same column for every block type (IQ3_XXS's went 6 columns in, Q8_0's 12)."""
+    assert main(["info", "--verbose"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("    ") and line.split()[0] in ("Q8_0", "IQ3_XXS") and not lines[i + 1].startswith("    Q"):
+            following = lines[i + 1]
+            assert len(following) - len(following.lstrip()) == len("    IQ3_XXS  "), (line, following)
 
 
 @pytest.mark.parametrize("types, needle", [
@@ -320,12 +341,13 @@ def test_sigint_during_generate_is_one_line(tmp_path):
         else:
             pytest.fail(f"vkq generate ended before it decoded: {''.join(seen)}")
         proc.send_signal(signal.SIGINT)
-        _, rest = proc.communicate(timeout=60)
+        out, rest = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, rest
     assert "Traceback" not in rest and rest.strip() == "vkq generate: interrupted", rest
+    assert out == "the\n", out  # the text so far, ended by a newline (a shell prompt then starts a line of its own)
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -343,3 +365,14 @@ def test_a_command_line_mistake_is_one_line(capsys, argv, line):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(line), err
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["generate", "model.gguf", "-p", "hi", "-n", "-5"], "vkq generate: error: -n must be >= 0, got -5"),
+    (["bench", "-p", "abc"], "vkq bench: error: -p: 'abc' is not a whole number of tokens"),
+])
+def test_errors_name_their_command(capsys, argv, line):
+    """A user's mistake found by the command (not by argparse) is named by the command too, as argparse's are."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err

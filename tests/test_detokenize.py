@@ -27,13 +27,12 @@ import numpy as np
 import pytest
 
 import bpe_vocab
-import llama_quant
 import spm_vocab
+from llama_vocab import Witness
 from tiny_llama import write_gguf
 from vkq.blocks.gguf_io import open_gguf
 from vkq.blocks.tokenizer import PRE_TOKENIZERS, open_tokenizer
 
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 V, T = gguf.GGUFValueType, gguf.TokenType
 
 # Text that llama.cpp's clean-up changes, and text around it that it leaves.
@@ -77,14 +76,12 @@ def random_ids(n_vocab: int, seed: int, n: int = 40) -> list[list[int]]:
     return [[int(i) for i in rng.integers(0, n_vocab, int(rng.integers(1, 24)))] for _ in range(n)]
 
 
-def assert_text_is_llama_cpps(path, texts) -> None:
+def assert_text_is_llama_cpps(path, texts, label: str) -> None:
     """Every text's ids (llama.cpp's) and random ids decode to llama.cpp's text,
     whole and as pieces; the text encodes to llama.cpp's ids; the same tokens
     end a generation."""
-    from llama_vocab import LlamaVocab
-
     tok = open_tokenizer(open_gguf(path))
-    with LlamaVocab(path) as witness:
+    with Witness(path, label) as witness:
         assert tok.eog_ids == witness.end_of_generation()
         cases = [witness.tokenize(t) for t in texts] + random_ids(tok.n_vocab, len(texts))
         for text, ids in zip(texts, cases):
@@ -100,28 +97,27 @@ def assert_text_is_llama_cpps(path, texts) -> None:
 FAST_PRE = ("gpt-2", "qwen2")
 
 
-@needs_libllama
 @pytest.mark.parametrize("pre", [pytest.param(p, marks=() if p in FAST_PRE else pytest.mark.slow)
                                  for p in [None] + [p for p in PRE_TOKENIZERS if p]])
 def test_bpe_text_is_llama_detokenize(tmp_path, pre):
     path = write_gguf(tmp_path / "v.gguf", tokenizer=with_extra(bpe_vocab.gguf_tokenizer(pre)))
-    assert_text_is_llama_cpps(path, TEXTS + EXTRA_TEXTS)
+    assert_text_is_llama_cpps(path, TEXTS + EXTRA_TEXTS, f"detokenize: BPE pre {pre}")
 
 
-@needs_libllama
 def test_bpe_space_prefix_key(tmp_path):
     """tokenizer.ggml.add_space_prefix on a byte-level BPE file: llama.cpp
     encodes as without it and takes the first space off the decoded text."""
     meta = with_extra(bpe_vocab.gguf_tokenizer("llama-bpe", add_space_prefix=(True, V.BOOL)))
-    assert_text_is_llama_cpps(write_gguf(tmp_path / "v.gguf", tokenizer=meta), TEXTS[:6] + EXTRA_TEXTS[:2])
+    assert_text_is_llama_cpps(write_gguf(tmp_path / "v.gguf", tokenizer=meta), TEXTS[:6] + EXTRA_TEXTS[:2],
+                              "detokenize: BPE space prefix")
 
 
-@needs_libllama
 def test_sentencepiece_text_is_llama_detokenize(tmp_path):
     """The trained SentencePiece vocabulary with the same added tokens (byte
     tokens of its own): llama.cpp's types and text."""
     meta = with_extra(spm_vocab.gguf_tokenizer(spm_vocab.train()), byte_token=False)
-    assert_text_is_llama_cpps(write_gguf(tmp_path / "spm.gguf", tokenizer=meta), TEXTS + EXTRA_TEXTS)
+    assert_text_is_llama_cpps(write_gguf(tmp_path / "spm.gguf", tokenizer=meta), TEXTS + EXTRA_TEXTS,
+                              "detokenize: SentencePiece")
 
 
 def test_what_the_clean_up_does(tmp_path):
@@ -170,15 +166,12 @@ def fake_greedy(tokens):
     return greedy
 
 
-@needs_libllama
 @pytest.mark.parametrize("cut", [0, 1, 2], ids=["ends in a whole character", "ends inside one", "ends two bytes in"])
 def test_generate_streams_its_whole_text(tmp_path, monkeypatch, capsys, cut):
     """generate's on_text pieces joined, the text it returns and what `vkq
     generate` prints after the prompt are the pieces llama-server streams for
     the tokens (no clean-up of " ," or " 's"), even where the generation
     ends inside a UTF-8 character (its bytes shown as U+FFFD)."""
-    from llama_vocab import LlamaVocab
-
     from vkq.commands.cli import main
     from vkq.llama.decoding import Decoder
     from vkq.llama.host import LlamaModel
@@ -186,7 +179,7 @@ def test_generate_streams_its_whole_text(tmp_path, monkeypatch, capsys, cut):
     path = write_gguf(tmp_path / "m.gguf", tokenizer=with_extra(bpe_vocab.gguf_tokenizer("gpt-2")))
     model = LlamaModel(path, path_mode="numpy")
     tok = model.tokenizer
-    with LlamaVocab(path) as witness:
+    with Witness(path, "detokenize: streamed") as witness:
         tokens = witness.tokenize("Hi , you . It 's <|im_end|>日本", add_special=False)
         tokens += witness.tokenize("鯨", add_special=False)[:cut] if cut else []
         want = b"".join(witness.piece(i) for i in tokens).decode("utf-8", errors="replace")

@@ -214,7 +214,7 @@ def test_cli_refuses_a_context_beyond_one_buffer_in_one_line(monkeypatch, capsys
     code = main(["generate", str(long_file), "-p", "the", "-n", "2", "-c", "3000"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("vkq: error:")]
+    lines = [line for line in err.splitlines() if line.startswith("vkq generate: error:")]
     assert len(lines) == 1, err
     assert "a context of 3000 positions" in lines[0] and "maxStorageBufferRange" in lines[0], lines[0]
     assert "the largest that fits is" in lines[0], lines[0]

@@ -199,8 +199,8 @@ def test_env_mmvq_keeps_dmmv_for_plain_types(backend, monkeypatch, capsys):
     np.testing.assert_array_equal(backend.matvec(w, np.ones(32, np.float32)), np.full(4, 32.0))
     with pytest.raises(ValueError, match="F32 has no int8"):
         backend.matvec(w, np.ones(32, np.float32), path="mmvq")
-    assert cli.main(["info"]) == 0
-    assert "F16    dmmv" in capsys.readouterr().out
+    assert cli.main(["info", "F16"]) == 0
+    assert "    F16      dmmv" in capsys.readouterr().out
 
 
 def _device_file(info, entries) -> str:

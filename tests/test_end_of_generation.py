@@ -13,8 +13,8 @@ from __future__ import annotations
 import gguf
 import pytest
 
-import llama_quant
 import spm_vocab
+from llama_vocab import Witness
 from tiny_llama import byte_level_vocab, write_gguf
 from tiny_qwen import ascii_vocab, write_qwen
 from vkq.blocks.gguf_io import open_gguf
@@ -37,9 +37,6 @@ GEMMA = ("<|tool_response>", "</s>")
 # first token of the vocabularies below.
 ORDINARY = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
             "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>")
-
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
-
 
 def bpe_file(path, extra: tuple[str, ...], metadata: dict | None = None, normal: tuple[str, ...] = ()):
     """tiny_llama's file, its byte-level vocabulary with `extra` tokens after it
@@ -66,14 +63,11 @@ CASES = {
 }
 
 
-@needs_libllama
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_ends_are_llama_cpps(tmp_path, case):
-    from llama_vocab import LlamaVocab
-
     path = bpe_file(tmp_path / "v.gguf", **CASES[case])
     tok = open_tokenizer(open_gguf(path))
-    with LlamaVocab(path) as witness:
+    with Witness(path, f"end of generation: {case}") as witness:
         want = witness.end_of_generation()
     names = {i: tok.decode([i], skip_special=False) for i in tok.eog_ids ^ want}
     assert tok.eog_ids == want, f"vkq only: {[names[i] for i in tok.eog_ids - want]}, " \
@@ -96,18 +90,16 @@ def test_what_ends_a_generation(tmp_path):
     assert ends("gemma") == {"<|endoftext|>", "<|tool_response>", "<eos>"}
 
 
-@needs_libllama
 def test_smollm2_ends_as_in_llama_cpp():
     """A real byte-level BPE vocabulary (SmolLM2's: <|endoftext|>, <|im_end|>, its
     fill-in-the-middle tokens) gives llama.cpp's set."""
     from conftest import SMOLLM2_MISSING, smollm2_path
-    from llama_vocab import LlamaVocab
 
     path = smollm2_path()
     if path is None:
         pytest.skip(SMOLLM2_MISSING)
     tok = open_tokenizer(open_gguf(path))
-    with LlamaVocab(path) as witness:
+    with Witness(path, "SmolLM2-135M-Instruct") as witness:
         assert tok.eog_ids == witness.end_of_generation()
     assert {tok.decode([i], skip_special=False) for i in tok.eog_ids} >= {"<|endoftext|>", "<|im_end|>"}
 
@@ -122,11 +114,8 @@ def test_a_sentencepiece_vocabulary_ends_at_its_eos(tmp_path):
     path = write_gguf(tmp_path / "spm.gguf", tokenizer=meta | vocab)
     tok = open_tokenizer(open_gguf(path))
     assert tok.eog_ids == {2, len(tokens)}
-    if llama_quant.bin_dir() is not None:
-        from llama_vocab import LlamaVocab
-
-        with LlamaVocab(path) as witness:
-            assert witness.end_of_generation() == tok.eog_ids
+    with Witness(path, "end of generation: SentencePiece") as witness:
+        assert witness.end_of_generation() == tok.eog_ids
 
 
 # -- greedy decoding stops there -------------------------------------------------------------------

@@ -40,8 +40,9 @@ from vkq.commands.cli import main
 from vkq.dispatch.paths import resolve_path
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
+from vkq.resolve import resolve_tiles
 
-from conftest import assert_model_file_refused, finish_gguf, NMSE_TIGHT
+from conftest import assert_model_file_refused, finish_gguf, NMSE_GGML, NMSE_TIGHT
 from tiny_llama import write_gguf
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived a"  # 16 tokens: 2 chunks
@@ -216,10 +217,17 @@ def test_every_matvec_of_a_forward_pass_matches_its_model(smol, smol_ref, path):
     def check(names, x, y):
         w = smol.matvecs.weights[names]
         cfg = smol.backend.pipeline(w, x.shape[0], resolve_path(w.layout.fmt, path), smol.activations)
-        chosen = cfg.path
-        planes = cfg.x_planes if chosen == "mmvq" else 1
+        tiles = resolve_tiles(smol.backend, w, x.shape[0], resolve_path(w.layout.fmt, path), None,
+                              smol.activations) if smol.tiled_prompt and x.shape[0] > 1 else None
+        run = cfg if tiles is None else tiles
+        chosen = run.path
+        planes = run.x_planes if chosen == "mmvq" else 1
         want = ref.matvec_model(smol_ref.matvecs.weights[names], np.ascontiguousarray(x.T), chosen, planes).T
         e = ref.nmse(y, want)
+        if run is tiles and tiles.flavour == "float16":
+            # (a device's float16 cooperative matrices: ggml's bound, no tighter model)
+            assert e < NMSE_GGML, f"{names} {tiles.kernel} n={x.shape[0]}: NMSE {e:.3g}"
+            return
         worst[chosen] = max(worst.get(chosen, 0.0), e)
         assert e < NMSE_TIGHT, f"{names} {chosen} n={x.shape[0]}: NMSE {e:.3g}"
 
@@ -334,12 +342,17 @@ def test_chunked_prefill_equals_token_by_token(tiny_ref):
     assert ref.nmse(chunked, single) < 1e-10
 
 
+# The label says the paths the mat-vecs ran (what auto chose on this device), and the int8 activations
+# exactly where some ran the int8 path.
+AUTO = r": mat-vecs (dmmv|mmvq, int8 activations {0}|(mmvq|dmmv) \d+, (mmvq|dmmv) \d+, int8 activations {0})"
+
+
 @pytest.mark.parametrize("args, label", [
-    ([], "engine graph, path auto, int8 activations q8_1x2"),
-    (["--engine", "host"], "engine host, path auto, int8 activations q8_1x2"),
+    ([], "engine graph, path auto" + AUTO.format("q8_1x2")),
+    (["--engine", "host"], "engine host, path auto" + AUTO.format("q8_1x2")),
     (["--engine", "host", "--path", "mmvq", "--activations", "q8_1"], "engine host, path mmvq, int8 activations q8_1"),
     (["--path", "dmmv"], "engine graph, path dmmv"),
-    (["--path", "numpy"], "engine numpy (float64 reference)"),
+    (["--path", "numpy"], re.escape("engine numpy (float64 reference)")),
 ], ids=["default", "host", "host-q8_1", "dmmv", "numpy"])
 def test_cli_generates(tiny_file, capsys, args, label):
     assert main(["generate", str(tiny_file), "-p", "the", "-n", "5", "--ignore-eos", *args]) == 0
@@ -349,7 +362,7 @@ def test_cli_generates(tiny_file, capsys, args, label):
     assert re.search(r"; 1 submit/token, \d+ dispatches and \d+ barriers/token\)" if label.startswith("engine graph")
                      else r"; \d+ submits/token\)", err), err
     decode, stopped = err.rstrip().splitlines()[-2:]
-    assert decode.endswith(label) and stopped == "stopped at the token limit (5 tokens); greedy"
+    assert re.search(f"; {label}$", decode) and stopped == "stopped at the token limit (5 tokens); greedy", err
 
 
 def test_cli_same_tokens_on_both_engines(tiny_file, capsys):
@@ -389,7 +402,7 @@ def test_nan_weights_give_one_line(tmp_path, tiny_ref, capsys, args):
     assert main(["generate", str(nan_file), "-p", "the", "-n", "5", *args]) == 2
     n_prompt = len(tiny_ref.tokenizer.encode("the"))
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith(f"vkq: error: the logits are not finite after token {n_prompt} (nan at "), last
+    assert last.startswith(f"vkq generate: error: the logits are not finite after token {n_prompt} (nan at "), last
 
 
 def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):
@@ -400,9 +413,13 @@ def test_graph_refuses_weights_of_another_backend(tiny_file, tiny_ref):
 
 def test_cli_refuses_a_prompt_longer_than_the_context(tiny_file, capsys):
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "16"]) == 2
-    assert "the prompt (19 tokens) is longer than the context of 16 it was given" in capsys.readouterr().err
+    assert "the prompt (19 tokens) is longer than the context of 16 (-c) it was given: give a larger -c (the " \
+        "model takes up to " in capsys.readouterr().err
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-c", "20", "-n", "5"]) == 2
-    assert "need 23 positions; the context is 20 (-c): give a smaller -n" in capsys.readouterr().err
+    assert "need 23 positions; the context is 20 (-c): give a smaller -n or a larger -c" in capsys.readouterr().err
+    # one token, one position: said in the singular
+    assert main(["generate", str(tiny_file), "-p", "a", "-c", "1", "-n", "2"]) == 2
+    assert "the prompt (1 token) and 2 new tokens need 2 positions; the context is 1 (-c)" in capsys.readouterr().err
     assert main(["generate", str(tiny_file), "-p", TINY_PROMPT, "-n", "100000000"]) == 2
     assert "positions; the model's context length is" in capsys.readouterr().err
 
@@ -426,7 +443,7 @@ def test_bad_tensors_are_named(tmp_path, capsys, drop, reshape, match):
     assert "bad.gguf" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("arch", ["mamba", "gemma3"])
+@pytest.mark.parametrize("arch", ["mamba", "bert"])
 def test_unsupported_architecture_is_named_before_the_parse(tmp_path, capsys, monkeypatch, arch):
     """Refused from the head of the file: the full parse (seconds for a real
     vocabulary) would fail this test."""
@@ -569,7 +586,7 @@ def test_a_block_count_far_beyond_the_tensors_is_refused_at_once(tmp_path):
                        capture_output=True, text=True, timeout=120, preexec_fn=limit,
                        cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == 2, r.stderr[-2000:]
-    assert r.stderr.strip() == ("vkq: error: layers.gguf: llama.block_count is 4000000000, but the file has "
+    assert r.stderr.strip() == ("vkq generate: error: layers.gguf: llama.block_count is 4000000000, but the file has "
                                 "tensors of 2 layers"), r.stderr[-2000:]
 
 
@@ -578,7 +595,7 @@ def test_a_prompt_that_is_not_utf8(tiny_file, capsys):
     surrogates (surrogateescape): named, not a TypeError of the tokenizer."""
     assert main(["generate", str(tiny_file), "-p", "caf\udce9", "-n", "2", "--path", "numpy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is not valid UTF-8"), err
+    assert len(err) == 1 and err[0].startswith("vkq generate: error: the prompt is not valid UTF-8"), err
 
 
 @pytest.mark.parametrize("args", [["-n", "0"], ["-n", "1"], ["-n", "4"], ["-n", "4", "--compare-engines", "1"]],
@@ -589,7 +606,7 @@ def test_an_empty_prompt_is_refused_before_the_model_loads(tiny_file, capsys, mo
     monkeypatch.setattr(vkq.Backend, "upload", lambda *a, **k: pytest.fail("the model was loaded"))
     assert main(["generate", str(tiny_file), "-p", "", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: the prompt is empty: "), err
+    assert len(err) == 1 and err[0].startswith("vkq generate: error: the prompt is empty: "), err
 
 
 def test_score_of_no_tokens_is_no_rows(tiny_ref):
@@ -619,8 +636,9 @@ def test_heads_too_wide_for_the_graph_engine_are_refused_before_the_upload(tmp_p
         for extra in ([], ["--compare-engines", "1"]):
             assert main(["generate", str(path), "-p", "the", "-n", "3", *extra]) == 2
             err = capsys.readouterr().err.strip().splitlines()
-            assert len(err) == 1 and err[0].startswith(f"vkq: error: wide-heads.gguf: heads of {hd} values; the "
-                                                       f"graph engine's attention takes at most {MAX_HEAD_DIM}"), err
+            assert len(err) == 1 and err[0].startswith(f"vkq generate: error: wide-heads.gguf: heads of {hd} "
+                                                       f"values; the graph engine's attention takes at most "
+                                                       f"{MAX_HEAD_DIM}"), err
             assert "--engine host" in err[0], err
     assert main(["generate", str(path), "-p", "the", "-n", "3", "--engine", "host", "--ignore-eos"]) == 0
     assert capsys.readouterr().out.startswith("the")
@@ -647,7 +665,7 @@ def test_compare_engines_refuses_the_options_it_sets_itself(tiny_file, capsys, m
     assert main(["generate", str(tiny_file), "-p", "the", "-n", "4", "--compare-engines", "2", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     flags = [a for a in args if a.startswith("-")]
-    assert len(err) == 1 and err[0].startswith("vkq: error: --compare-engines sets ") and all(
+    assert len(err) == 1 and err[0].startswith("vkq generate: error: --compare-engines sets ") and all(
         f in err[0] for f in flags) and "drop" in err[0], err
 
 

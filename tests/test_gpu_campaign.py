@@ -96,12 +96,14 @@ def test_the_coopmat_race_runs_every_candidate(backend, monkeypatch, capsys):
     monkeypatch.setattr(coopmat, "status", lambda *a: (coopmat.OFFERED, "pretended"))
     table = bench.tile_tuning.tiled(backend.dispatcher, bench.get_format("Q8_0"), 256)
 
-    def as_plain_tiles(caps, fmt, k, shape):
+    def as_plain_tiles(caps, fmt, k, shape, flavour="float16"):
         if shape == tiles.COOPMAT_CANDIDATES[-1]:
             raise ValueError("refused here")
         return dataclasses.replace(table, bm=shape[0], bn=8)
 
     monkeypatch.setattr(tiles, "coopmat_config", as_plain_tiles)
+    # (a GPU's candidate tiles: a CPU driver races its one)
+    monkeypatch.setattr(tiles, "coopmat_candidates", lambda caps, flavour="float16": tiles.COOPMAT_CANDIDATES)
     assert bench.coopmat_against_tiled(backend, ["Q8_0"], [(96, 256)], 24, 2, np.random.default_rng(0)) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| Q8_0 | 96 x 256 |")]

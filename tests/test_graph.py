@@ -272,8 +272,10 @@ def test_bad_input_is_refused(backend):
         g.matvec(w, backend.tensor(64))  # a producer's 64 outputs into a K=128 consumer
     with pytest.raises(TypeError, match="float32"):
         g.matvec(w, backend.tensor(128, dtype=np.int32))
-    with pytest.raises(ValueError, match="at most 8"):
+    with pytest.raises(ValueError, match="at most 8; more vectors: Graph.matmul"):
         g.matvec(w, backend.tensor(128, 9))
+    with pytest.raises(ValueError, match="9 columns; vkq's mat-vec takes 1 to 8; more columns: Backend.matmul"):
+        backend.matvec(w, np.zeros((128, 9), np.float32))
     with pytest.raises(ValueError, match="out"):
         g.matvec(w, backend.tensor(128), out=backend.tensor(63))
     square = upload(backend, "Q4_0", 128, 128)

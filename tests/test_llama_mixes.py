@@ -13,7 +13,9 @@ matrix (a flat one: its values change no type choice, only that there is
 one) and the others without, as mix_type assumes.
 
 The i-quant and BF16 quantizations take 1-25 s each on two cores, so all but
-a few are slow-marked.
+a few are slow-marked. llama.cpp's types are kept as data
+(tests/data/llama_cpp_reference/type_mixes.json), checked against it where
+libllama runs, standing in for it where it cannot.
 """
 from __future__ import annotations
 
@@ -29,9 +31,7 @@ from vkq.commands import presets
 from vkq.commands.model_file import add_hyperparameters
 
 import llama_quant
-
-if llama_quant.bin_dir() is None:
-    pytest.skip(llama_quant.MISSING, allow_module_level=True)
+from llama_cpp_reference import Answers
 
 SPECS = {s.name: s for s in (
     presets.ModelSpec("gqa4", "llama", hidden=256, n_layer=16, n_head=8, n_head_kv=2, head_dim=32,
@@ -89,13 +89,20 @@ def sources(tmp_path_factory):
     return {name: write_f16(spec, where / f"{name}-f16.gguf") for name, spec in SPECS.items()}
 
 
+def llama_cpp_types(source: Path, out: Path, spec: presets.ModelSpec, mix: str) -> dict[str, str]:
+    """The block type of every tensor of the file llama.cpp's quantizer writes."""
+    imatrix = flat_imatrix(spec) if mix in presets.IQ_MIXES else None
+    llama_quant.quantizer().quantize(source, out, FTYPE.get(mix, mix), imatrix)
+    return {n: t.qtype for n, t in open_gguf(out).tensors.items()}
+
+
 @pytest.mark.parametrize("name, mix", list(cases()))
 def test_mix_types_are_llama_cpp_s(sources, tmp_path, name, mix):
+    """(llama.cpp's types kept as data: tests/llama_cpp_reference.Answers, checked where libllama runs.)"""
     spec = SPECS[name]
-    out = tmp_path / f"{name}-{mix}.gguf"
-    imatrix = flat_imatrix(spec) if mix in presets.IQ_MIXES else None
-    llama_quant.quantizer().quantize(sources[name], out, FTYPE.get(mix, mix), imatrix)
-    written = {n: t.qtype for n, t in open_gguf(out).tensors.items()}
+    answers = Answers("type_mixes", sources[name], llama_quant.unavailable() is None, f"{name} F16")
+    written = answers.answer("types", mix, lambda: llama_cpp_types(sources[name], tmp_path / "q.gguf", spec, mix))
+    answers.close()
     ours = {m.name: m.qtype for m in spec.matrices(mix)}  # mix_type, then the fallback
     differ = {n: (ours[n], written[n]) for n in ours if ours[n] != written[n]}
     assert not differ, f"{name}:{mix} (vkq's type, llama.cpp's) {differ}"

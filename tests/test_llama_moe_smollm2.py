@@ -9,17 +9,18 @@ MXFP4_MOE (MXFP4 expert stacks, Q8_0 elsewhere). On each:
 
 - llama.cpp wrote the expert stacks in the block types asked for;
 - `vkq compare` passes on every tensor, expert stacks included;
-- llama.cpp's llama-server (its Vulkan backend; tests/llama_server.py)
-  decodes the float64 reference's greedy tokens up to the reference's first
-  near-tie, and so does `vkq generate` on both engines and both paths;
+- llama.cpp's llama-server (its Vulkan backend) decoded the float64
+  reference's greedy tokens up to the reference's first near-tie (its
+  tokens kept as data: tests/llama_cpp_reference.py; run again where it
+  runs), and so does `vkq generate` on both engines and both paths;
   every step's logits, teacher-forced, are within NMSE 1e-3 of the
   reference's; the graph engine takes one submit per token.
 
 And the tests would see a wrong expert choice: routing each token to the
 next-best experts moves the logits by far more than the tolerance.
 
-The files, the reference's runs and llama.cpp's tokens are made once and
-kept by content (tests/file_cache.py).
+The files, the reference's runs and llama-server's live tokens are made
+once and kept by content (tests/file_cache.py).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import pytest
 from vkq.blocks.gguf_io import open_gguf
 from vkq.llama.loading import load_model
 
+import llama_cpp_reference
 import llama_quant
 import moe_model
 from conftest import SMOLLM2_MISSING, smollm2_path
@@ -86,7 +88,7 @@ def test_compare_every_tensor(backend, moe_file):
 def runs(moe_file):
     """(the float64 reference's greedy run, llama.cpp's tokens), kept by the file's content (file_cache)."""
     name, path = moe_file
-    want, llama_cpp = cached_runs(f"smol-moe-{name}", path, PROMPT, N_TOKENS)
+    want, llama_cpp = cached_runs("test_llama_moe_smollm2", f"smol-moe-{name}", path, PROMPT, N_TOKENS)
     print(f"{name}: reference tokens {want.tokens}; {want.compared} compared")
     return want, llama_cpp
 
@@ -94,6 +96,11 @@ def runs(moe_file):
 def test_llama_cpp_decodes_the_reference_tokens(runs):
     want, llama_cpp = runs
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+def test_llama_cpp_still_gives_the_recorded_tokens(moe_file, runs):
+    llama_cpp_reference.check_live("test_llama_moe_smollm2", f"smol-moe-{moe_file[0]}", moe_file[1], runs[0].ids,
+                                   N_TOKENS, runs[0].compared)
 
 
 @pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)

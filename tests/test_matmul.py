@@ -32,7 +32,7 @@ from vkq.dispatch.tiles import TileConfig
 from vkq.resolve import MAX_COLS
 
 import ggml_quant
-from conftest import TYPES, assert_matches, force_split, random_x, references
+from conftest import NMSE_GGML, TYPES, assert_matches, force_split, random_x, references
 
 ROWS = 49
 NCOLS = (9, 37)
@@ -97,7 +97,12 @@ def check(backend, qtype: str, rows: int, k: int, config: TileConfig | None, nco
         y = ys[n] = backend.matmul(w, x, config=config)
         assert y.dtype == np.float32
         cfg = config or backend.matmul_pipeline(w, n)
-        assert_matches(y, refs_of(w64, x, cfg), cfg.path, f"{qtype} {rows}x{k} n={n} {cfg.describe()}")
+        what = f"{qtype} {rows}x{k} n={n} {cfg.describe()}"
+        if cfg.flavour == "float16":  # (float16 tiles: ggml's bound against the exact product, no tighter model)
+            e = ref.nmse(y, w64 @ x.astype(np.float64))
+            assert np.isfinite(y).all() and e < NMSE_GGML, f"{what}: NMSE {e:.3g}"
+        else:
+            assert_matches(y, refs_of(w64, x, cfg), cfg.path, what)
     # A column's bits do not depend on how many columns share the call.
     small, big = min(ncols), max(ncols)
     x_small, x_big = random_x(k, small, seed=small), random_x(k, big, seed=big)
@@ -260,7 +265,9 @@ def test_the_choice_says_what_it_rests_on(backend):
     w, _ = case(backend, "Q4_0", ROWS, 576)
     cfg = backend.matmul_pipeline(w, MAX_COLS + 1)
     assert isinstance(cfg, TileConfig)
-    assert cfg.source.startswith("tiles ") and cfg.evidence <= {"measured", "guess", "ggml"} and cfg.evidence
+    # (the tile table's entry; on a device with cooperative matrices, the kernel's tile after its self-check)
+    assert cfg.source.startswith("coopmat tile " if cfg.coopmat else "tiles ")
+    assert cfg.evidence <= {"measured", "guess", "ggml"} and cfg.evidence
     assert cfg.describe().startswith("tiled mat-mat")
 
 
@@ -283,7 +290,10 @@ def test_graph_matmul(backend):
     g.run()
     h_host = backend.matmul(w1, xv)
     assert np.array_equal(y.read().T, backend.matmul(w2, h_host))
-    assert_matches(y.read().T, references(w2_64, h_host), "dmmv", "graph: second product")
+    if backend.matmul_pipeline(w2, 20).flavour == "float16":  # (float16 tiles: ggml's bound, no tighter model)
+        assert ref.nmse(y.read().T, w2_64 @ h_host.astype(np.float64)) < NMSE_GGML
+    else:
+        assert_matches(y.read().T, references(w2_64, h_host), "dmmv", "graph: second product")
     assert np.array_equal(y_few.read().T, backend.matvec(w1, xv[:, :3]))
     g.destroy()
 

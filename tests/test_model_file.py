@@ -115,19 +115,32 @@ def test_refusals_are_one_line(tmp_path, tokenizer, capsys, argv, match):
     assert not (tmp_path / "x.gguf").exists()
 
 
+def first_near_tie(want) -> int:
+    """The reference's first step with a near-tie (N_TOKENS: none)."""
+    ties = [i for i, w in enumerate(want.logits) if margin(w) < NEAR_TIE]
+    return ties[0] if ties else N_TOKENS
+
+
 @pytest.mark.slow
 def test_llama_server_decodes_it_as_the_reference(written, reference):
-    from vkq.commands.llama_server import LlamaServer, wheel_bin
+    """llama-server's tokens on the file (recorded: tests/llama_cpp_reference.py)
+    are the reference's up to its first near-tie."""
+    import llama_cpp_reference
 
-    if wheel_bin() is None:
-        pytest.skip("llama-server not found (the llama.cpp wheel of the test extra)")
     ids, want = reference
-    with LlamaServer(written[1]) as server:
-        tokens = server.complete(ids, N_TOKENS).tokens
+    tokens = llama_cpp_reference.recorded("test_model_file", written[0].arch, written[1], ids, N_TOKENS)
     assert len(tokens) == N_TOKENS
-    ties = [i for i, w in enumerate(want.logits) if margin(w) < NEAR_TIE]
-    n = ties[0] if ties else N_TOKENS
+    n = first_near_tie(want)
     assert tokens[:n] == want.tokens[:n]
+
+
+@pytest.mark.slow
+def test_llama_cpp_still_gives_the_recorded_tokens(written, reference):
+    import llama_cpp_reference
+
+    ids, want = reference
+    llama_cpp_reference.check_live("test_model_file", written[0].arch, written[1], ids, N_TOKENS,
+                                   first_near_tie(want))
 
 
 def test_every_preset_the_gpu_campaign_writes_is_writable():
@@ -145,3 +158,13 @@ def test_every_preset_the_gpu_campaign_writes_is_writable():
         name, _, mix = p.partition(":")
         spec = PRESETS[name]
         assert model_file._writable(spec) and mix in spec.mixes, p
+
+
+def test_main_says_what_it_writes(tmp_path, tokenizer, capsys):
+    """`python -m vkq.commands.model_file` says what it writes before, and its size after (a model file is
+    hundreds of MB: it wrote them silently)."""
+    out = tmp_path / "tok.gguf"
+    assert model_file.main(["--tokenizer-only", str(tokenizer), str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("python -m vkq.commands.model_file: writing the tokenizer of ") and len(err) == 2
+    assert err[1].startswith(f"python -m vkq.commands.model_file: wrote {out}: ") and " MB in " in err[1]

@@ -1,6 +1,7 @@
 """What the wheel holds cannot drift from the tree: every package under vkq/
 and every data file of one are part of it by pyproject.toml's rules (found,
-not listed), and vkq's kp requirement is the level the patch series builds.
+not listed), and vkq's kp requirement is the level the patch series builds
+(a kp short of only its later patches keeping the rest).
 
 (tools/smoke_installed.sh, run by CI, builds the sdist and the wheel and runs
 every command from the installed wheel.)"""
@@ -90,3 +91,28 @@ def test_kp_requirement_is_the_level_the_series_builds():
     read = re.search(r'REQUIRED_KP_PATCH = .*"\$root/([^"]+)"', install).group(1)
     assert (ROOT / read).is_file() and "\nREQUIRED_KP_PATCH = " in (ROOT / read).read_text(), read
     assert not re.search(r"VKQ_PATCH_LEVEL\s*>=?\s*\d", install)
+
+
+def test_a_kp_short_of_the_later_patches_keeps_the_core(monkeypatch):
+    """A kp from CORE_KP_PATCH on but short of REQUIRED_KP_PATCH keeps what
+    every graph needs (barrier, texel bindings, staging release), warned once
+    per process naming the missing patches; below CORE_KP_PATCH those are refused."""
+    import warnings
+
+    import kp
+
+    from vkq.device import runtime
+
+    runtime._warn_once.cache_clear()
+    monkeypatch.setattr(kp, "VKQ_PATCH_LEVEL", REQUIRED_KP_PATCH - 1, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, second = runtime.Device(), runtime.Device()
+    assert first.patched_kp and second.patched_kp and first.compute_barrier() is not None
+    said = [str(w.message) for w in caught if "vkq needs" in str(w.message)]
+    assert len(said) == 1 and f"what patch {REQUIRED_KP_PATCH:04d} adds is not offered" in said[0], said
+    monkeypatch.setattr(kp, "VKQ_PATCH_LEVEL", runtime.CORE_KP_PATCH - 1)
+    with pytest.warns(UserWarning, match="the int8 path and texel bindings are refused"):
+        old = runtime.Device()
+    assert not old.patched_kp
+    runtime._warn_once.cache_clear()

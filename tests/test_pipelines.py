@@ -95,9 +95,54 @@ def test_the_plan_of_a_model(device, monkeypatch, tmp_path):
         assert default == {dispatcher.choose(dispatcher_fmt(qtype), 4096, 4096, 1).path}
     assert {p.op for p in plan} >= {"mat-vec", "mat-mat"}
     assert any(p.op == "coopmat" for p in plan) == caps.coopmat
-    assert [p for p in plan if p.op == "coopmat" and not p.pipeline.shader.endswith("_coopmat_f16")] == []
+    assert [p for p in plan if p.op == "coopmat" and not p.pipeline.shader.endswith(("_coopmat_f16",
+                                                                                      "_coopmat_int8"))] == []
     only = pipelines.plan(model, dispatcher, 1 << 30, types={"Q4_K"}, ops={"mat-vec"}, columns={8})
     assert [(p.qtype, p.columns) for p in only] == [("Q4_K", 8), ("Q4_K", 8)]
+
+
+# RDNA3's cooperative-matrix shapes as RADV lists them (null navi31, Mesa 26.1), the ones vkq's flavours take.
+RDNA3_SHAPES = ((16, 16, 16, "f16", "f16", "f32", "f32", "subgroup"), (16, 16, 16, "s8", "s8", "s32", "s32", "subgroup"))
+
+
+@pytest.mark.parametrize("activations, int8_note", [("q8_1", False), ("q8_1x2", True)])
+def test_the_plan_builds_both_cooperative_matrix_flavours(activations, int8_note, monkeypatch, tmp_path):
+    """On a device listing both flavours' fragments (RDNA3's) the plan holds
+    each type's float16 and, where it has an int8 path, int8 kernel, over
+    matrices and expert stacks, at the device's default tile (the spec
+    constants MatMul passes, the fragment last) with its subgroup size
+    required where the device lets one be; the int8 one says where the
+    activations keep the dispatcher from taking it."""
+    from dataclasses import replace
+
+    from vkq.dispatch import tiles
+    from vkq.ops import matmul_spec
+
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    info = replace(info_of("amd_rx6800xt"), extensions=info_of("amd_rx6800xt").extensions | {
+        "VK_KHR_cooperative_matrix", "VK_KHR_vulkan_memory_model", "VK_KHR_shader_float16_int8"},
+        coopmat_shapes=RDNA3_SHAPES, shader_int8=True)
+    caps = pipelines.caps_as_opened(info)
+    assert caps.coopmat and caps.coopmat_int8
+    dispatcher = Dispatcher.for_device(info, caps)
+    model = resolve("tiny-moe:Q4_K_M")
+    plan = pipelines.plan(model, dispatcher, 1 << 30, activations, require_subgroup=True)
+    coop = [p for p in plan if p.op == "coopmat"]
+    stacks = {m.qtype for m in model.matrices if m.is_expert_stack}
+    plain = {m.qtype for m in model.matrices if not m.is_expert_stack}
+    want = {(f"mul_mm{i}_{t.lower()}_coopmat_{f}") for i, types in (("", plain), ("_id", stacks)) for t in types
+            for f in ("f16", "int8") if f == "f16" or dispatcher_fmt(t).has_int8_path}
+    assert {p.pipeline.shader for p in coop} == want and len(coop) >= len(want)
+    for p in coop:
+        flavour = "int8" if p.pipeline.shader.endswith("_int8") else "float16"
+        cfg = tiles.coopmat_config(caps, dispatcher_fmt(p.qtype), 256, flavour=flavour)  # (tiny-moe's every K)
+        n_expert = 8 if "_id_" in p.pipeline.shader else 1
+        assert p.pipeline.spec == tuple(matmul_spec(cfg, 1, n_expert)) and p.pipeline.spec[-3:] == (16, 16, 16)
+        assert p.pipeline.subgroup_size == p.subgroup == caps.subgroup_size and p.path == (
+            "mmvq" if flavour == "int8" else "dmmv")
+        assert ("not " + activations in p.entry) == (flavour == "int8" and int8_note), p.entry
+    unrequired = pipelines.plan(model, dispatcher, 1 << 30, activations, ops={"coopmat"})
+    assert {p.pipeline.subgroup_size for p in unrequired} == {0}
 
 
 def dispatcher_fmt(qtype):

@@ -118,8 +118,9 @@ def test_without_spread_every_op_is_one_workgroup(backend, model_file, monkeypat
     one = GpuLlama(model_file, backend, "auto", ctx=40)
     ids = one.tokenizer.encode(TEXT)[:13]
     want = one.greedy(ids, 5, stop_at_eos=False, keep_logits=True)
-    monkeypatch.setattr(ops, "spreads", lambda device: True)
-    monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
+    for module in (ops.rms_norm, ops.attention, ops.argmax):
+        monkeypatch.setattr(module, "spreads", lambda device: True)
+    monkeypatch.setattr(ops.argmax, "argmax_parts", lambda device, length: 7)
     monkeypatch.setattr(gpu_step, "attention_split", lambda device, shape, spread: FORCED_SPLIT * spread)
     kept = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), spread=False)
     ops_of = kept.step_graph._keep
@@ -228,8 +229,8 @@ def test_gpu_launches_of_the_vector_ops_give_the_same_bits(backend, model_file, 
     import vkq.llama.vector_ops as ops
 
     one = GpuLlama(model_file, backend, "auto", ctx=40)
-    monkeypatch.setattr(ops, "argmax_parts", lambda device, length: 7)
-    monkeypatch.setattr(ops, "rms_norm_workgroups", lambda device, length, spread=True: 2)
+    monkeypatch.setattr(ops.argmax, "argmax_parts", lambda device, length: 7)
+    monkeypatch.setattr(ops.rms_norm, "rms_norm_workgroups", lambda device, length, spread=True: 2)
     chunked = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), launches="nvidia")
     single = GpuLlama(None, backend, "auto", ctx=40, file=one.file, weights=_matvecs_of(one), launches="nvidia",
                       prompt_chunk=1)

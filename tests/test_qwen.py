@@ -14,8 +14,9 @@ and the "qwen2" pre-tokenizer):
 - slow: llama.cpp's quantizer writes each model as Q4_0 and Q4_K_M (from
   F32; at these widths its Q4_K_M is Q5_0 and Q8_0, its fallbacks for rows
   not of 256-value blocks, but for the Qwen3 files' attn_output in Q4_K),
-  llama-server decodes the reference's greedy tokens up to its first
-  near-tie, and so does vkq on both engines and both paths, its
+  llama-server decoded the reference's greedy tokens up to its first
+  near-tie (its tokens kept as data: tests/llama_cpp_reference.py; run
+  again where it runs), and so does vkq on both engines and both paths, its
   teacher-forced logits within NMSE 1e-3 of the reference's.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
@@ -48,9 +50,6 @@ N_TOKENS = 10
 # Every matrix F32 in the source llama.cpp quantizes (tiny_llama's roles).
 F32 = {r: "F32" for r in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
                           "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")}
-
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
-
 
 def reference_run(path) -> Run:
     reference = LlamaModel(path, path_mode="numpy")
@@ -142,14 +141,13 @@ def test_a_llama_file_with_biases_is_refused(tmp_path):
 TEXTS = ["the 12 theses", "x 123 1212 12.5", "it's 2024\n\n  ok", "a1b22c333"]
 
 
-@needs_libllama
 def test_qwen2_pre_tokenizer_equals_llama_cpp(tiny):
     """Digits one by one (the vocabulary merges "1 2": llama 3's regex would
     keep "12" whole, Qwen's never), as llama.cpp's tokenizer splits them."""
-    from llama_vocab import LlamaVocab
+    from llama_vocab import Witness
 
     tok = LlamaModel(tiny[1], path_mode="numpy").tokenizer
-    with LlamaVocab(tiny[1]) as witness:
+    with Witness(tiny[1], f"tiny {tiny[0]}") as witness:
         for text in TEXTS:
             assert tok.encode(text) == witness.tokenize(text), text
     twelve = tok.encode("12")[-1]
@@ -174,13 +172,10 @@ def quantized(request, tiny, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def quantized_runs(quantized):
-    """(the reference's run, llama.cpp's greedy tokens) of the quantized file."""
-    from vkq.commands.llama_server import LlamaServer
-
+    """(the reference's run, llama.cpp's recorded greedy tokens) of the quantized file."""
     path = quantized[2]
     want = reference_run(path)
-    with LlamaServer(path) as server:
-        llama_cpp = server.complete(want.ids, N_TOKENS).tokens
+    llama_cpp = llama_cpp_reference.recorded("test_qwen", "-".join(quantized[:2]), path, want.ids, N_TOKENS)
     print(f"{quantized[:2]}: {llama_quant.type_summary(path)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
           f"{want.compared} compared")
     return want, llama_cpp
@@ -190,6 +185,13 @@ def quantized_runs(quantized):
 def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
     want, llama_cpp = quantized_runs
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+@pytest.mark.slow
+def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs):
+    want = quantized_runs[0]
+    llama_cpp_reference.check_live("test_qwen", "-".join(quantized[:2]), quantized[2], want.ids, N_TOKENS,
+                                   want.compared)
 
 
 @pytest.mark.slow

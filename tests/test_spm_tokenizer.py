@@ -16,16 +16,14 @@ import numpy as np
 import pytest
 import gguf
 
-import llama_quant
 import spm_vocab
+from llama_vocab import Witness
 from tiny_llama import write_gguf
 from vkq.blocks.gguf_io import open_gguf
 from vkq.blocks.spm import SpmTokenizer
 from vkq.blocks.tokenizer import open_tokenizer
 from vkq.commands.cli import main
 from vkq.llama.host import LlamaModel
-
-needs_libllama = pytest.mark.skipif(llama_quant.bin_dir() is None, reason=llama_quant.MISSING)
 
 BOOL = gguf.GGUFValueType.BOOL
 
@@ -90,13 +88,10 @@ def spm(path) -> SpmTokenizer:
     return tok
 
 
-@needs_libllama
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_ids_and_text_equal_llama_cpp(spm_files, variant):
-    from llama_vocab import LlamaVocab
-
     tok = spm(spm_files[variant])
-    with LlamaVocab(spm_files[variant]) as ref:
+    with Witness(spm_files[variant], f"SentencePiece: {variant}") as ref:
         for what, text in TEXTS.items():
             ids = ref.tokenize(text)
             same(tok.encode(text), ids, what)
@@ -116,21 +111,18 @@ REAL_TEXTS = {
 }
 
 
-@needs_libllama
 @pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] if i else [])
                                   for i, name in enumerate(spm_vocab.MISTRAL_MODELS)])
 def test_real_vocabularies_equal_llama_cpp(tmp_path, name):
     """Mistral's own SentencePiece vocabularies (Mistral 7B v0.1's is made as Llama 2's):
     ids and text as llama.cpp's, at every text above and a few of instructions, control
     tokens, scripts and code; the tokens that end a generation as llama.cpp's."""
-    from llama_vocab import LlamaVocab
-
     model = spm_vocab.mistral_models().get(name)
     if model is None:
         pytest.skip(f"{name}: the mistral-common package, which ships it, is not installed")
     path = write_gguf(tmp_path / "real.gguf", tokenizer=spm_vocab.gguf_tokenizer(spm_vocab.load(model)))
     tok = spm(path)
-    with LlamaVocab(path) as ref:
+    with Witness(path, f"Mistral: {name}") as ref:
         assert tok.eog_ids == ref.end_of_generation()
         for what, text in (TEXTS | REAL_TEXTS).items():
             ids = ref.tokenize(text)

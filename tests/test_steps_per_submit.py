@@ -150,3 +150,14 @@ def test_cli(dense, capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     assert "--steps-per-submit K" in capsys.readouterr().out
+
+
+def test_a_fraction_of_a_barrier_per_token_is_one_decimal():
+    """Chained steps share the barriers between them: a fraction per token, said with one decimal (it printed
+    "213.938 barriers/token"), a whole count as it is."""
+    from vkq.llama.decoding import GenerationStats
+
+    stats = GenerationStats("engine graph", None, n_prompt=3, n_generated=17, prompt_seconds=0.1, decode_steps=16,
+                            decode_tokens=16, decode_seconds=1.0, decode_submits=1, dispatches=214.0,
+                            barriers=213 + 15 / 16)
+    assert "214 dispatches and 213.9 barriers/token" in stats.summary()

@@ -122,7 +122,7 @@ def test_tuning_dir_that_cannot_be_a_directory(tmp_path, monkeypatch, capsys, wh
 
     monkeypatch.setattr(tune, "tune_type", measure)
     assert cli.main(["tune", "--types", "Q4_0", "--quick", "--no-progress"]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vkq: error:")]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vkq tune: error:")]
     assert len(err) == 1 and "VKQ_TUNING_DIR" in err[0] and str(blocker) in err[0], err
     assert "is not a directory" in err[0] or "cannot be created" in err[0], err
 

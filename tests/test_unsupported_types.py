@@ -101,14 +101,14 @@ def test_compare_with_nothing_to_check(tmp_path, capsys):
     finish_gguf(w, path)
     assert cli.main(["compare", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: ") and "blk.0.ffn_up.weight (Q8_1)" in err[0], err
+    assert len(err) == 1 and err[0].startswith("vkq compare: error: ") and "blk.0.ffn_up.weight (Q8_1)" in err[0], err
 
 
 def test_bench_refuses_naming_them(model, capsys):
     path, named = model
     assert cli.main(["bench", "-n", "1", "-r", "1", "-m", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vkq: error: "), err
+    assert len(err) == 1 and err[0].startswith("vkq bench: error: "), err
     one_line_naming(err[0], named)
 
 

@@ -33,6 +33,7 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
                metadata: dict | None = None, experts: tuple[int, int] | None = None,
                expert_types: dict[str, str] | None = None, extra: dict | None = None,
                nan_scales: str | None = None, tokenizer: dict | None = None, scale: float = 1.0,
+               n_layer: int | None = None, embed_std: float = 1.0, vector_scale: dict | None = None,
                times: dict[str, float] | None = None) -> Path:
     """The tiny model (see the module's note) at path. drop: tensors left out;
     reshape: name -> another shape; extra: name -> shape of tensors to add.
@@ -44,9 +45,11 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
     in place of the byte-level BPE's (spm_vocab.gguf_tokenizer's); its tokens
     give the vocabulary size. scale: multiplies every matrix but the token
     embedding (larger: logits less flat). 1-D tensors are norm weights
-    near 1, except biases (*.bias): N(0, 1)."""
+    near 1, except biases (*.bias, F32 whatever their shape): N(0, 1). n_layer: layers in place of TINY's;
+    embed_std: the token embedding's standard deviation; vector_scale: role
+    (post_ffw_norm, ...) -> a factor of its 1-D tensors."""
     rng = np.random.default_rng(0)
-    t = TINY
+    t = TINY | ({"n_layer": n_layer} if n_layer else {})
     tokens, merges, types = byte_level_vocab()
     w = gguf.GGUFWriter(str(path), arch)
     hyper = {"block_count": t["n_layer"], "context_length": 256, "embedding_length": t["n_embd"],
@@ -97,11 +100,12 @@ def write_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), resh
         if name in drop:
             continue
         factor = (times or {}).get(name.split(".", 2)[-1] if name.startswith("blk.") else name, 1.0)
-        if len(shape) == 1:
+        if len(shape) == 1 or name.endswith(".bias"):  # (a mixture of experts' biases: a row per expert)
             values = rng.standard_normal(shape) if name.endswith(".bias") else 1 + 0.1 * rng.standard_normal(shape)
+            values = values * (vector_scale or {}).get(name.split(".")[-2], 1.0)
             w.add_tensor(name, factor * values.astype(np.float32))
             continue
-        std = 1.0 if name == "token_embd.weight" else scale / np.sqrt(shape[-1])
+        std = embed_std if name == "token_embd.weight" else scale / np.sqrt(shape[-1])
         values = factor * (std * rng.standard_normal(shape)).astype(np.float32)
         if "ffn_gate_inp" in name:  # routers are F32, as llama.cpp keeps them
             w.add_tensor(name, values)

@@ -13,17 +13,19 @@
   mat-mul repeated; vkq/commands/ggml_perf.py). ggml's perf list holds
   MUL_MAT at m=4096, k=14336 only: another shape shows as "no such case"
   unless that binary's list has it;
-- (--kernel coopmat) the cooperative-matrix kernel against the tiled kernel
-  the dispatcher takes without it, each a graph of the mat-mat alone timed as
-  for --ggml, alternating, on the same weights: first the type's self-check
-  (vkq.coopmat_check, kept in the tuning directory), then, where the kernel
-  is offered, each of its candidate tiles (vkq.dispatch.tiles.
-  COOPMAT_CANDIDATES, the first the dispatcher's) and the tiled kernel timed,
+- (--kernel coopmat, or coopmat-int8) the cooperative-matrix kernel's
+  float16 flavour (or its int8 one) against the tiled kernel the dispatcher
+  takes without it (for int8: the int8 tiled kernel on q8_1 activations),
+  each a graph of the mat-mat alone timed as for --ggml, alternating, on the
+  same weights: first the type's self-checks (vkq.dispatch.coopmat_check,
+  kept in the tuning directory), then, where the flavour is offered, each of
+  its candidate tiles (vkq.dispatch.tiles.coopmat_candidates, the first the
+  dispatcher's) and the tiled kernel timed,
   with each candidate's NMSE against the tiled kernel at this shape; where it
   is not offered, why.
 
 Usage: python tools/bench_matmul.py [--types Q4_0,Q4_K] [--shapes 4096x4096,4096x14336] [--n 512] [--reps 3]
-                                    [--ggml build/bin/test-backend-ops | --kernel coopmat]
+                                    [--ggml build/bin/test-backend-ops | --kernel coopmat|coopmat-int8]
 (--rows R --k K: the single shape RxK, when --shapes is not given.)
 Weights are random valid blocks (vkq.blocks.synthetic); the first call of
 each (pipeline compile) is not timed.
@@ -45,7 +47,7 @@ from vkq.blocks.formats import get_format  # noqa: E402
 from vkq.blocks.synthetic import random_weights  # noqa: E402
 from vkq.commands.ggml_perf import GgmlPerf, ggml_type_name  # noqa: E402
 from vkq.blocks.reference import nmse  # noqa: E402
-from vkq.coopmat_check import ensure_checked  # noqa: E402
+from vkq.dispatch.coopmat_check import ensure_checked  # noqa: E402
 from vkq.dispatch import coopmat, tile_tuning, tiles  # noqa: E402
 from vkq.device.timing import summarize  # noqa: E402
 from vkq.resolve import MAX_COLS  # noqa: E402
@@ -172,14 +174,15 @@ def against_ggml(backend, ggml_path, types, shapes, n, reps, rng) -> None:
         m.w.free()
 
 
-def coopmat_against_tiled(backend, types, shapes, n, reps, rng) -> int:
-    """--kernel coopmat; 1 where the device has no cooperative matrices at all.
-    Every tile of tiles.COOPMAT_CANDIDATES that fits the device is timed
-    against the tiled kernel, alternating, with its NMSE against it (the
-    self-check covers COOPMAT_TILE's tile only: a wrong candidate shows
+def coopmat_against_tiled(backend, types, shapes, n, reps, rng, flavour: str = "float16") -> int:
+    """--kernel coopmat (the float16 flavour) or coopmat-int8; 1 where the
+    device lacks that flavour. Every tile of tiles.coopmat_candidates that
+    fits the device is timed against the tiled kernel (for int8, the int8
+    tiled kernel on q8_1 activations), alternating, with its NMSE against it
+    (the self-check covers the default tile only: a wrong candidate shows
     here)."""
     disp, caps = backend.dispatcher, backend.device.caps
-    if not caps.coopmat:
+    if coopmat.device_missing(caps, flavour):
         print(f"cooperative matrix: {coopmat.summary(caps, disp.coopmat_checks)}")
         return 1
     rows_out = []
@@ -187,20 +190,21 @@ def coopmat_against_tiled(backend, types, shapes, n, reps, rng) -> int:
         for t in types:
             fmt = get_format(t)
             ensure_checked(backend, fmt, None)
-            status, why = coopmat.status(caps, fmt, disp.coopmat_checks)
-            print(f"{fmt.name}: cooperative matrix {status} ({why})", flush=True)
+            status, why = coopmat.status(caps, fmt, disp.coopmat_checks, flavour)
+            print(f"{fmt.name}: cooperative matrix {flavour} {status} ({why})", flush=True)
             if status != coopmat.OFFERED:
                 continue
             w = backend.upload(fmt.name, (rows, k), random_weights(fmt, rows, k, rng))
-            tiled = tile_tuning.tiled(disp, fmt, k)
+            tiled = tile_tuning.tiled(disp, fmt, k, "mmvq", "q8_1") if flavour == "int8" else \
+                tile_tuning.tiled(disp, fmt, k)
             x = rng.uniform(-1, 1, (k, n)).astype(np.float32)
             expected = backend.matmul(w, x, config=tiled)
             sides = {"tiled": VkqMatMul(backend, fmt, rows, k, n, rng, w, tiled)}
             errors = {}
-            for shape in tiles.COOPMAT_CANDIDATES:
+            for shape in tiles.coopmat_candidates(caps, flavour):
                 name = "coopmat " + "x".join(map(str, shape))
                 try:
-                    cm = tiles.coopmat_config(caps, fmt, k, shape)
+                    cm = tiles.coopmat_config(caps, fmt, k, shape, flavour)
                     errors[name] = nmse(backend.matmul(w, x, config=cm), expected)
                     sides[name] = VkqMatMul(backend, fmt, rows, k, n, rng, w, cm)
                 except (ValueError, RuntimeError) as e:  # (a tile the device or its driver refuses)
@@ -237,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ggml", metavar="PATH", help="ggml's test-backend-ops (a Vulkan build): compare with it")
-    ap.add_argument("--kernel", choices=["coopmat"], help="coopmat: the cooperative-matrix kernel against the tiled")
+    ap.add_argument("--kernel", choices=["coopmat", "coopmat-int8"],
+                    help="coopmat: the cooperative-matrix kernel's float16 flavour against the tiled kernel; "
+                         "coopmat-int8: its int8 flavour against the int8 tiled kernel")
     return ap
 
 
@@ -252,8 +258,9 @@ def main() -> int:
     backend = vkq.Backend()
     print(f"device: {backend.device_info.name}")
     rng = np.random.default_rng(0)
-    if args.kernel == "coopmat":
-        return coopmat_against_tiled(backend, types, shapes, args.n, args.reps, rng)
+    if args.kernel:
+        return coopmat_against_tiled(backend, types, shapes, args.n, args.reps, rng,
+                                     "int8" if args.kernel == "coopmat-int8" else "float16")
     if args.ggml:
         against_ggml(backend, args.ggml, types, shapes, args.n, args.reps, rng)
     else:

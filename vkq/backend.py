@@ -27,6 +27,7 @@ from .blocks.formats import BlockFormat, GGMLType, get_format
 from .blocks.layout import MatrixLayout, pack_rows
 from .device.runtime import Device
 from .dispatch.choose import Dispatcher
+from .dispatch.coopmat import env_kernel
 from .dispatch.gpu_classes import required_wave
 from .dispatch.paths import env_path, int_dot_disabled_by_env
 from .errors import DeviceDoesNotExecute
@@ -117,7 +118,9 @@ def _check_x(x, k: int, what: str, max_cols: int = MAX_COLS, op: str = "vkq's ma
     if x.ndim not in (1, 2) or x.shape[0] != k:
         raise ValueError(f"{what} must have shape ({k},) or ({k}, n), got {x.shape}")
     if x.ndim == 2 and not 1 <= x.shape[1] <= max_cols:
-        raise ValueError(f"{what} has {x.shape[1]} columns; {op} takes 1 to {max_cols}")
+        more = ("; more columns: Backend.matmul(weights, x), the tiled mat-mat, takes any number"
+                if op == "vkq's mat-vec" and x.shape[1] > max_cols else "")
+        raise ValueError(f"{what} has {x.shape[1]} columns; {op} takes 1 to {max_cols}{more}")
     return x
 
 
@@ -297,14 +300,16 @@ class Backend:
 
     def matmul_pipeline(self, weights: Weights, n: int, path: str | None = None, activations: str | None = None):
         """What matmul runs for n columns (vkq.resolve.plan): the mat-vec's
-        PipelineConfig up to 8, else the mat-mat's TileConfig; `source` says
-        what the choice rests on."""
+        PipelineConfig up to 8, else the mat-mat's TileConfig (its `kernel`
+        names the kernel: "mul_mm float", "mul_mm int8 ...", "mul_mm coopmat
+        f16 8x8x8", "mul_mm coopmat int8 16x16x16", ...); `source` says what
+        the choice rests on (VKQ_MATMUL forces a mat-mat kernel)."""
         return plan(self, weights, n, path, activations)
 
     def _matmul_call(self, w: Weights, n: int, path, activations, config) -> _Call:
         """The cached graph of a mat-mat of n columns (made on first use)."""
         key = ("matmul", n, path, activations, config, env_path() if path is None or path == "auto" else None,
-               int_dot_disabled_by_env())
+               int_dot_disabled_by_env(), env_kernel())
         call = w._calls.get(key)
         if call is not None:
             return call
@@ -380,7 +385,7 @@ class Backend:
                         config) -> _Call:
         """The cached graph of a matmul_id call shape (made on first use)."""
         key = ("matmul_id", n_tokens, n_used, shared, path, activations, config,
-               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
+               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env(), env_kernel())
         call = w._calls.get(key)
         if call is not None:
             return call

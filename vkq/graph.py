@@ -140,6 +140,7 @@ class Graph:
         self._quantized: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (x id, planes) -> (xq, x version)
         self._grouped: dict[tuple[int, int], tuple[Tensor, int]] = {}  # (ids id, n_expert) -> (groups, ids version)
         self.matvecs: list[tuple[object, object]] = []  # (weights, PipelineConfig) of every mat-vec
+        self.matmuls: list[tuple[object, object]] = []  # (weights, TileConfig) of every mat-mat
         self.counts = {"barrier": 0, "quantize": 0, "group": 0, "matvec": 0, "matmul": 0, "op": 0}  # recorded
         self._seq = None
         self._submits = 0  # serial number of the last replay submitted
@@ -260,14 +261,14 @@ class Graph:
         self._keep.append(keep)
         self.nodes.append((label, keep))
 
-    def _check_x(self, x, k: int, n_max: int, what: str) -> Tensor:
+    def _check_x(self, x, k: int, n_max: int, what: str, more: str = "") -> Tensor:
         x = self._own(x, what)
         if x.dtype != np.float32:
             raise TypeError(f"{what} {x!r} must hold float32 values")
         if x.length != k:
             raise ValueError(f"{what} {x!r} has vectors of {x.length} values; the weights' K is {k}")
         if x.n > n_max:
-            raise ValueError(f"{what} {x!r} holds {x.n} vectors; this mat-vec takes at most {n_max}")
+            raise ValueError(f"{what} {x!r} holds {x.n} vectors; this mat-vec takes at most {n_max}{more}")
         return x
 
     def _out(self, out, x: Tensor, rows: int, n: int, name: str) -> Tensor:
@@ -350,7 +351,7 @@ class Graph:
             raise ValueError("accumulate adds W x into `out`: give out")
         w = check_weights(self.backend, weights, expert_stack=False)
         _check_glu(w, glu)
-        x = self._check_x(x, w.layout.k, MAX_COLS, "x")
+        x = self._check_x(x, w.layout.k, MAX_COLS, "x", more="; more vectors: Graph.matmul, the tiled mat-mat")
         cfg = resolve(self.backend, w, x.n, path, config, activations, glu=glu)
         y = self._out(out, x, w.layout.rows // (2 if glu else 1), x.n, "y")
         self._matvec_node(w, cfg, x, y, None, 0, label, glu, accumulate)
@@ -417,6 +418,7 @@ class Graph:
         op.record(collector)
         self._node(collector.ops, [xin], [y], keep=op, label=f"{label or 'mat-mat'} {w.qtype} {cfg.kernel}")
         self._weights[id(w)] = w
+        self.matmuls.append((w, cfg))
         self.counts["matmul"] += 1
         return y
 
@@ -468,6 +470,7 @@ class Graph:
         self._node(collector.ops, [xin, groups], [y], keep=op,
                    label=f"{label or 'MUL_MAT_ID mat-mat'} {w.qtype} {cfg.kernel}")
         self._weights[id(w)] = w
+        self.matmuls.append((w, cfg))
         self._ids_checks.append((ids, n_expert))
         self.counts["matmul"] += 1
         return y
@@ -492,8 +495,21 @@ class Graph:
         proxy = weakref.proxy(w)
         self._weights[id(w)] = proxy
         self.matvecs = [(proxy if v is w else v, cfg) for v, cfg in self.matvecs]
+        self.matmuls = [(proxy if v is w else v, cfg) for v, cfg in self.matmuls]
 
     # -- replaying -----------------------------------------------------------
+    @_locked
+    def record(self) -> None:
+        """Record the Kompute sequence now, and upload the host values of
+        the tensors no replay has taken yet, without running anything (the
+        first replay does this itself where it was not done): what is
+        built once goes before a replay that is timed. The graph is fixed
+        from here on."""
+        if self._destroyed:
+            raise RuntimeError("this graph was destroyed")
+        if self._seq is None:
+            self._record()
+
     def _record(self) -> None:
         dev = self.backend.device
         head = [kp.OpTensorSyncDevice([t.kp for t in self._inputs])] if self._inputs else []

@@ -262,9 +262,10 @@ def id_tiles(n_slots: int, n_expert: int, bn: int) -> int:
 
 
 def matmul_spec(cfg: TileConfig, slots_per_x: int = 1, n_expert: int = 1) -> list[int]:
-    """shaders/mul_mm.comp's specialization constants for a launch on `cfg`."""
+    """shaders/mul_mm.comp's specialization constants for a launch on `cfg`
+    (the cooperative-matrix kernel's fragment shape last)."""
     return [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
-            int(cfg.shared_tiles), cfg.x_planes, slots_per_x, n_expert]
+            int(cfg.shared_tiles), cfg.x_planes, slots_per_x, n_expert, *cfg.fragment]
 
 
 def matmul_bindings(cfg: TileConfig, mul_mat_id: bool) -> list[str]:
@@ -319,6 +320,11 @@ class MatMul(_PerBuffer):
         if col_groups > MAX_GROUPS_X:
             raise ValueError(f"{n_slots if mul_mat_id else ncols} columns take {col_groups} workgroups of "
                              f"{cfg.bn}; at most {MAX_GROUPS_X}")
+        # The cooperative-matrix kernel's subgroups are coopmat_subgroup invocations (its sums are split
+        # among them): required of the pipeline where the device lets one be (else the driver's own size,
+        # which the self-check holds to it).
+        subgroup = {"required_subgroup_size": cfg.coopmat_subgroup} if cfg.coopmat and device.subgroup_size_control \
+            else {}
         self.algorithms = []
         for buf in weights.buffers:
             groups_x = -(-buf.rows.count // cfg.bm)
@@ -328,5 +334,5 @@ class MatMul(_PerBuffer):
             tensors = [buf.tensor, x_in, y] + ([groups] if mul_mat_id else []) + ([buf.tensor] * 3 if texel else [])
             self.algorithms.append(device.algorithm(tensors, self.variant, (min(groups_x, MAX_GROUPS_X), col_groups,
                                                                             -(-groups_x // MAX_GROUPS_X)),
-                                                    spec, push, kinds))
+                                                    spec, push, kinds, **subgroup))
         self._barrier = device.compute_barrier

@@ -18,12 +18,12 @@ from dataclasses import replace
 
 from .blocks.activations import ACTIVATION_PLANES, check_activations
 from .blocks.lookup_tables import has_value_pairs
-from .coopmat_check import ensure_checked
+from .dispatch.coopmat_check import ensure_checked
 from .dispatch import tile_tuning, tiles
 from .dispatch.choose import check_config, fit_bindings
-from .dispatch.paths import env_path, int_dot_disabled_by_env
 from .dispatch.config import PipelineConfig
-from .dispatch.paths import check_request
+from .dispatch.coopmat import env_kernel
+from .dispatch.paths import check_request, env_path, int_dot_disabled_by_env
 from .dispatch.tiles import TileConfig
 from .ops import q8_1_words
 from .weights import Weights
@@ -133,11 +133,11 @@ def resolve_tiles(backend, weights: Weights, ncols: int, path: str | None = None
             path = check_request(path)
             path = None if path == "auto" else path
         activations = check_activations(activations or backend.activations)
-        key = ("tiles", lay.k, path, activations, env_path() if path is None else None, int_dot_disabled_by_env())
+        key = ("tiles", lay.k, path, activations, env_path() if path is None else None, int_dot_disabled_by_env(),
+               env_kernel())
         cfg = weights._configs.get(key)
         if cfg is None:
-            if not mul_mat_id:
-                ensure_checked(backend, lay.fmt, path)  # (the cooperative-matrix kernel, at first use)
+            ensure_checked(backend, lay.fmt, path)  # (the cooperative-matrix kernel, at first use)
             cfg = weights._configs[key] = tile_tuning.choose(backend.dispatcher, lay.fmt, lay.k, path, activations,
                                                              n_expert=n_expert)
         problems = tiles.limit_problems(cfg, caps, lay.k, n_expert) if mul_mat_id else []

@@ -168,8 +168,23 @@ class _Cursor:
             return self._scalars(itype, count, f"{what} ({count} items)")
         self.need(count * 8, f"{what} ({count} items)")  # each item at least a length
         if itype == _STRING:
-            return [self.string(what) for _ in range(count)]
+            return self._strings(count, what)
         return [self.value(itype, what, depth + 1) for _ in range(count)]
+
+    def _strings(self, count: int, what: str) -> list[str]:
+        """count strings in a row: string()'s checks and results in one tight
+        loop (a vocabulary is some 10^5 of them: the command's start waits)."""
+        buf, size, pos, out = self.buf, self.size, self.pos, []
+        length = struct.Struct(self.order + "Q").unpack_from
+        for _ in range(count):
+            if pos + 8 > size or pos + 8 + length(buf, pos)[0] > size:
+                self.pos = pos
+                return [*out, self.string(what)]  # (raises, with string()'s words)
+            end = pos + 8 + length(buf, pos)[0]
+            out.append(str(buf[pos + 8:end], "utf-8"))
+            pos = end
+        self.pos = pos
+        return out
 
     def _scalars(self, vtype: int, count: int, what: str) -> list:
         dtype = np.dtype(_SCALAR_TYPES[vtype]).newbyteorder(self.order)

@@ -23,6 +23,14 @@ _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 _LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")  # llama 3's, but digits one by one
+# o200k's (GPT-4o's: Phi-4-mini's and gpt-oss's vocabularies): a word's capitals and then its small letters
+# (with a contraction), digits three at a time, punctuation with the newlines or slashes after it.
+_CASED = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
+_UNCASED = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+_GPT4O_REGEX = (rf"[^\r\n\p{{L}}\p{{N}}]?{_CASED}*{_UNCASED}+{_CONTRACTION}"
+                rf"|[^\r\n\p{{L}}\p{{N}}]?{_CASED}+{_UNCASED}*{_CONTRACTION}"
+                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ PRE_TOKENIZERS = {
     "gpt-2": PreTokenizer((_GPT2_REGEX,)),
     **dict.fromkeys(("llama-bpe", "llama3", "llama-v3", "falcon3"), _LLAMA3),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen"), PreTokenizer((_QWEN2_REGEX,), clean_spaces=False)),
+    "gpt-4o": PreTokenizer((_GPT4O_REGEX,), clean_spaces=False),
     **dict.fromkeys(("starcoder", "refact", "codeshell", "exaone", "minerva-7b"), _DIGITS),
     **dict.fromkeys(("smollm", "command-r"), replace(_DIGITS, clean_spaces=False)),
 }

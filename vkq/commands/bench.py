@@ -29,13 +29,14 @@ import math
 import statistics
 import sys
 import textwrap
+import time
 from dataclasses import asdict, dataclass, field
 
 import kp
 import numpy as np
 
 from ..backend import Backend
-from ..blocks.activations import DEFAULT_ACTIVATIONS
+from ..blocks.activations import GENERATE_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.reference import dequantize
 from ..blocks.synthetic import random_weights
@@ -72,6 +73,7 @@ MEMBW_LOADS = {False: 16, True: 256}  # LANE_RUNS -> loads
 MEMBW_BUFFERS = 4  # bindings of shaders/membw.comp
 MEMBW_SAMPLE_SECONDS = 0.05  # GPU time per sample
 MEMBW_SAMPLES = 7  # the best of them counts: the device's bandwidth, not the machine's load
+PROBE_AGAIN_AFTER = 60.0  # seconds of runs after which vkq bench probes the bandwidth again (bench's probe_after)
 _BANDWIDTH: dict[int, float] = {}  # device index -> bytes/s, the best probe of this process
 
 
@@ -270,23 +272,40 @@ def _matrix_record(name: str, w, cfg) -> dict:
 
 
 def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | list[int], repetitions: int,
-          probe_after: bool = True, progress: bool = True, n_prompt: list[int] = ()) -> list[Row]:
+          probe_after: bool | None = None, progress: bool = True, n_prompt: list[int] = ()) -> list[Row]:
     """The rows of every model, path and test, llama-bench's order: pp of
     each of `n_prompt`, then tg of each of `n_gen`. Their % bw is of the best
     bandwidth probe of the process: one before the runs (unless one was made
     already) and, with `probe_after`, one after them (a probe that other
-    work slowed reads low, and would put a mat-vec above 100%). progress:
-    each step on stderr as it finishes (vkq.commands.console.Progress)."""
+    work slowed reads low, and would put a mat-vec above 100%); None: after
+    them where there are tg rows (pp rows have no % bw) and the runs took
+    longer than PROBE_AGAIN_AFTER seconds (short runs fall in one spell of
+    the machine's load; the probe would double their time). progress:
+    each step on stderr as it finishes (vkq.commands.console.Progress),
+    the probes announced and counted in the ETA."""
     tests = [("pp", n) for n in n_prompt] + [("tg", n) for n in ([n_gen] if isinstance(n_gen, int) else n_gen)]
+    has_tg = any(kind == "tg" for kind, _ in tests)
     # The ETA counts tokens: the tests take nearly all the time, about in
-    # proportion to their tokens; the probes and uploads take seconds (the
-    # first ones 0, else the ETA would extrapolate them; the one after, 1).
-    bar = Progress(len(models) * len(paths) * sum(n for _, n in tests) + probe_after, progress, label="vkq bench")
-    bar.step("measuring the device's memory bandwidth")
-    bar.finish(0, f"vkq bench: {backend.device_info.name}, memory read bandwidth "
-                  f"{memory_bandwidth(backend.device) / 1e9:.1f} GB/s")
+    # proportion to their tokens; the probes count in seconds (the second
+    # takes about what the first took), the uploads 0.
+    bar = Progress(len(models) * len(paths) * sum(n for _, n in tests), progress, label="vkq bench")
+    first = backend.device.index not in _BANDWIDTH
+    if first:
+        bar.note(f"vkq bench: {backend.device_info.name}: measuring the device's memory read bandwidth "
+                 f"({MEMBW_SAMPLES} samples of each way to read it)")
+    t0 = time.monotonic()
+    membw = memory_bandwidth(backend.device)
+    probe_s = time.monotonic() - t0 if first else 0.0
+
+    def probe_again(tests_s: float) -> bool:
+        return probe_after if probe_after is not None else has_tg and tests_s > PROBE_AGAIN_AFTER
+
+    bar.fixed(spent=probe_s)
+    bar.finish(0, f"vkq bench: {backend.device_info.name}, memory read bandwidth {membw / 1e9:.1f} GB/s"
+                  + (f", measured in {probe_s:.0f} s" if first else ""))
     timestamps = backend.device_info.timestamps_supported
     measured = []
+    t_tests = time.monotonic()
     for model in models:
         weights = upload(backend, model, bar)
         bar.finish(0, f"vkq bench: {model.name}: {len(model.matrices)} matrices uploaded ({_size(model.nbytes)})")
@@ -307,12 +326,18 @@ def bench(backend: Backend, models: list[Model], paths: list[str], n_gen: int | 
                 measured.append((model, path, kind, n, wall, kernel, {p: used.count(p) for p in sorted(set(used))},
                                  matrices))
                 del step, timed
+                projected = (time.monotonic() - t_tests) * bar.total / (bar.done_units + n)  # (all the tests)
+                bar.fixed(left=probe_s if probe_again(projected) else 0.0)
                 bar.finish(n, f"vkq bench: {model.name} {path} {kind}{n}: {statistics.mean(wall):.2f} t/s")
         del weights  # free the device memory before the next model
-    if probe_after:
-        bar.step("measuring the device's memory bandwidth again")
-        bar.finish(1, f"vkq bench: memory read bandwidth {probe_bandwidth(backend.device) / 1e9:.1f} GB/s after "
-                      "the runs")
+    tests_s = time.monotonic() - t_tests
+    if probe_again(tests_s):
+        bar.note(f"vkq bench: measuring the memory bandwidth again after {tests_s:.0f} s of runs (other work "
+                 f"only slows a probe: the better one counts)")
+        t0 = time.monotonic()
+        again = probe_bandwidth(backend.device)
+        bar.fixed(spent=time.monotonic() - t0, left=0.0)
+        bar.finish(0, f"vkq bench: memory read bandwidth {again / 1e9:.1f} GB/s after the runs")
     membw_gbps = memory_bandwidth(backend.device) / 1e9
     return [Row(model.name, model.nbytes, model.params, BACKEND, backend.device_info.name, path, f"{kind}{n}",
                 n if kind == "pp" else 0, n if kind == "tg" else 0, wall, kernel,
@@ -507,7 +532,7 @@ def token_counts(text: str, flag: str) -> list[int]:
 
 
 def run_bench(model: str, n_gen: str | int | None = None, repetitions: int = 3, path: str | None = None,
-              compare_paths: str | None = None, activations: str = DEFAULT_ACTIVATIONS, output: str = "md",
+              compare_paths: str | None = None, activations: str = GENERATE_ACTIVATIONS, output: str = "md",
               verbose: bool = False, device: int | None = None, n_prompt: str | int | None = None) -> int:
     """`vkq bench`: the table for the models (comma-separated presets or .gguf
     files): pp of each of `n_prompt` and tg of each of `n_gen` (comma-separated
@@ -617,7 +642,7 @@ def matvec_cases(types: list[str] | None, paths: list[str]) -> tuple[list[tuple[
 
 
 def bench_matvec(types: list[str] | None = None, shape: str = "4096x14336", path: str = "dmmv,mmvq",
-                 repetitions: int = 5, activations: str = DEFAULT_ACTIVATIONS, output: str = "md",
+                 repetitions: int = 5, activations: str = GENERATE_ACTIVATIONS, output: str = "md",
                  device: int | None = None) -> int:
     """`vkq bench --matvec`: one rows x K matrix per block type (`types`;
     None: all), `Backend.matvec` per call (x in, y out: wall clock including

@@ -60,7 +60,7 @@ def block_types(text: str) -> list[str] | None:
 def cmd_info(args) -> int:
     from .info import report
 
-    print(report(verbose=args.verbose))
+    print(report(verbose=args.verbose, device=args.device, types=args.types or None))
     return 0
 
 
@@ -167,8 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.subcommands = sub.choices  # name -> its parser
 
     p = sub.add_parser("info", help="list Vulkan devices, their capabilities and vkq's choices")
+    p.add_argument("types", nargs="*", metavar="TYPE",
+                   help="block types (Q4_0 ...): their mat-vec's launch and what its choice rests on")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="every rule's whole note and every choice's whole source (default: a line each)")
+                   help="every block type's launch and what each choice rests on (default: the kernels that run)")
+    p.add_argument("--device", type=int, default=None, help="that Vulkan device alone (default: VKQ_DEVICE, or all)")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
@@ -182,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default llama-3.2-1b:Q4_0)")
     p.add_argument("-p", "--n-prompt", default=None,
                    help="prompt tokens of the pp test, several comma-separated; 0: no pp test (default 512: pp512, "
-                        "llama-bench's; on a CPU driver 30-60 s per prompt of a 1B model: -p 64 is an eighth of "
-                        "the work)")
+                        "llama-bench's; on a CPU driver a prompt of a 1B model takes minutes: -p 64 is an eighth "
+                        "of the work)")
     p.add_argument("-n", "--n-gen", default=None,
                    help="tokens of the tg test, several comma-separated; 0: no tg test (default 128: tg128)")
     p.add_argument("-r", "--repetitions", type=positive_int, default=None,
@@ -192,9 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated paths: auto,dmmv,mmvq (default auto; --matvec dmmv,mmvq)")
     p.add_argument("--compare", metavar="A,B", default=None,
                    help="measure two paths (e.g. dmmv,mmvq) side by side with the diff in %%")
-    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=DEFAULT_ACTIVATIONS,
-                   help=f"the int8 path's activations (default {DEFAULT_ACTIVATIONS}: ggml's Q8_1; q8_1x2: two "
-                        "planes, more precise, as vkq generate uses)")
+    p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=GENERATE_ACTIVATIONS,
+                   help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS}, as vkq generate's: path auto "
+                        f"then times the kernels vkq generate runs; {DEFAULT_ACTIVATIONS}: ggml's Q8_1, one plane)")
     p.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="table format (default md)")
     p.add_argument("--list", action="store_true", help="list the model presets and exit")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -219,14 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "it finishes (an interrupted run resumes). They are saved per device "
                                    "(VKQ_TUNING_DIR, else vkq/tuning in XDG_CACHE_HOME or ~/.cache; --show "
                                    "prints them, --reset removes them) and used by every vkq command on this "
-                                   "device from then on. On lavapipe with other work beside it (2 cores, "
-                                   "2026-11-27): 42 minutes for all 28 types, 26-204 s per type, before the "
-                                   "mat-mat was tuned too; on an NVIDIA H100 (2026-11-25) about 20 s per type.")
+                                   "device from then on. How long it takes: docs/cli.md (on an NVIDIA H100, "
+                                   "2026-11-25, about 20 s per type).")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="one 4096x4096 shape, fewer candidates; on a CPU driver the mat-mat on 1024x4096 and the "
-                        "tile table's tiles alone, raced path against path (on lavapipe, 2 cores shared, "
-                        "2026-11-27: 12-45 s per type, mat-mat included)")
+                        "tile table's tiles alone, raced path against path (on lavapipe, 2 cores under a load "
+                        "average of 10-16, 2026-12-06: Q4_0 62 s, Q4_K 85 s, mat-mat included)")
     p.add_argument("--retune", action="store_true",
                    help="measure again the types already in this device's tuning file (default: skip them, "
                         "so an interrupted run resumes where it stopped)")
@@ -289,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "tokens/step")
     p.add_argument("--draft-max", type=positive_int, metavar="N", default=None,
                    help=f"the most drafted tokens a step verifies (--draft, --speculative; default {DRAFT_MAX}, as "
-                        "llama.cpp's, cut to what the engine's verifying step takes with the token before them)")
+                        "llama.cpp's; any N is cut to what the engine's verifying step takes with the token "
+                        "before them, saying so)")
     p.add_argument("--draft-p-min", type=probability, metavar="P", default=None,
                    help=f"--draft: stop drafting at a token the draft gives less than probability P (default "
                         f"{P_MIN}, llama.cpp's; 0: always draft --draft-max)")
@@ -368,8 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "n=1 and n=4), vkq bench's default model; with --model, vkq generate's speed (and "
                                    "llama.cpp's, with --llama-server); "
                                    "with --ggml, ggml-vulkan's times beside vkq's. On lavapipe with other work "
-                                   "beside it (2 cores, 2026-11-27, 28 types): --quick 1.3 minutes, the full "
-                                   "report about 25 (load average 10-14); --ggml adds ggml's own time.")
+                                   "beside it (2 cores, 28 types): --quick 2m12s (load average 10, 2026-12-06), "
+                                   "the full report 24m07s to the end of its vkq bench part (load average 10-14, "
+                                   "2026-11-27); --ggml adds ggml's own time.")
     p.add_argument("-m", "--model", action="append", default=[],
                    help="a .gguf file vkq generate runs (llama, qwen2, qwen3, qwen3moe): vkq generate's prompt and "
                         "generation speed on it, dispatches per token, share of the bandwidth (repeat for more)")
@@ -429,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs one command; a situation of the user's (bad input, a file that
     cannot be read, no Vulkan, no kp, no shaders, no such device) is one line
-    on stderr and exit status 2. Anything else is a bug and keeps its traceback.
+    on stderr, `vkq COMMAND: error: ...`, and exit status 2. Anything else is a bug and keeps its traceback.
     A reader that stops early (`vkq info | head -2`) ends the command quietly.
     Ctrl-C is one line too, exit status 130, in every command (one that leaves
     something behind re-raises KeyboardInterrupt with a note of it)."""
@@ -457,13 +461,14 @@ def main(argv: list[str] | None = None) -> int:
         error = from_import_error(e)
         if error is None:
             raise
-        return _report(error)
+        return _report(error, command)
     except (VkqError, ValueError, OSError) as e:
-        return _report(e)
+        return _report(e, command)
 
 
-def _report(e: Exception) -> int:
-    print(f"vkq: error: {e}", file=sys.stderr)
+def _report(e: Exception, command: str) -> int:
+    """One line, named by the command as argparse names its own errors ("vkq generate: error: ...")."""
+    print(f"{command}: error: {e}", file=sys.stderr)
     return 2
 
 

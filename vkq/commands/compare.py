@@ -11,6 +11,7 @@ cannot be checked: it is named as such, the file's fault, not vkq's.
 """
 from __future__ import annotations
 
+import re
 import zlib
 from pathlib import Path
 
@@ -61,10 +62,17 @@ def check_tensor(backend: Backend, t: GGUFTensor) -> dict[str, float] | None:
     return result
 
 
+def natural_key(name: str) -> list:
+    """blk.2 before blk.10: the runs of digits compared as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
 def compare_file(path: str | Path, backend: Backend, threshold: float = NMSE_THRESHOLD, out=print) -> int:
-    """One line per tensor, then a summary; returns the exit status (1: a tensor failed)."""
+    """A header, one line per tensor (in layer order), then a summary;
+    returns the exit status (1: a tensor failed)."""
     path = Path(path)
-    matrices = [t for t in load_gguf_all(path).values() if len(t.shape) in (2, 3)]  # not norms and biases
+    matrices = sorted((t for t in load_gguf_all(path).values() if len(t.shape) in (2, 3)),  # not norms and biases
+                      key=lambda t: natural_key(t.name))
     tensors = [t for t in matrices if is_supported(t)]
     skipped = [t for t in matrices if not is_supported(t)]
     if not tensors:
@@ -74,6 +82,7 @@ def compare_file(path: str | Path, backend: Backend, threshold: float = NMSE_THR
     width = max(len(t.name) for t in tensors)
     out(f"vkq compare {path.name} on {backend.device_info.name}: NMSE of the GPU mat-vec against "
         f"float64 dequantize(W) @ x, threshold {threshold:g}")
+    out(f"{'tensor':<{width}}  {'type':<5}  {'shape':<16}  NMSE per path")
     failed, unchecked, worst = [], [], {}
     for t in tensors:
         result = check_tensor(backend, t)

@@ -35,11 +35,29 @@ class Progress:
         self.stream, self.enabled, self.label = stream, enabled, label
         self.line = StatusLine(stream, enabled)
         self.total, self.done_units, self.start = total_units, 0, time.monotonic()
+        # Steps whose length is known in seconds rather than units (vkq bench's bandwidth probes): the
+        # seconds they took, kept out of the rate per unit, and the seconds of those still to come.
+        self.fixed_spent = self.fixed_left = 0.0
+
+    def fixed(self, spent: float = 0.0, left: float | None = None) -> None:
+        """A step of known length took `spent` seconds (not counted in the
+        rate per unit); `left`: the seconds such steps still to come will
+        take (replaces the last figure)."""
+        self.fixed_spent += spent
+        if left is not None:
+            self.fixed_left = left
+
+    def seconds_left(self) -> float | None:
+        """The ETA in seconds (None before any unit is done)."""
+        if not self.done_units:
+            return None
+        rate = max(time.monotonic() - self.start - self.fixed_spent, 0.0) / self.done_units
+        return rate * (self.total - self.done_units) + self.fixed_left
 
     def eta(self) -> str:
-        if not self.done_units:
+        left = self.seconds_left()
+        if left is None:
             return "ETA ?"
-        left = (time.monotonic() - self.start) / self.done_units * (self.total - self.done_units)
         return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
     def step(self, text: str) -> None:
@@ -58,5 +76,6 @@ class Progress:
         self.line.clear()
         if self.enabled:
             head, sep, rest = line.partition("\n")  # (a block of lines: the progress note on its first)
-            self.stream.write(f"{head} ({self.eta() if self.done_units < self.total else 'done'}){sep}{rest}\n")
+            left = self.done_units < self.total or self.fixed_left
+            self.stream.write(f"{head} ({self.eta() if left else 'done'}){sep}{rest}\n")
             self.stream.flush()

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS
 from ..llama.config import STEPS_PER_SUBMIT_MAX
-from ..llama.decoding import submits_per_token
+from ..llama.decoding import counted, submits_per_token
 from ..llama.draft import DraftModel, check_same_vocabulary
 from ..llama.lookup import P_MIN
 from ..llama.host import LlamaModel
@@ -42,7 +42,9 @@ def _prompt_kernels_text(decoder) -> str:
     if kernels is None:
         return ""
     what = "mat-mat" if kernels == "matmul" else "mat-vec"
-    return f"; prompt in chunks of up to {decoder.prompt_chunk} tokens through the {what} kernels"
+    ran = getattr(decoder, "prompt_kernel_names", None)  # (what the graph engine's recorded prompt steps run)
+    return (f"; prompt in chunks of up to {decoder.prompt_chunk} tokens through the {what} kernels"
+            + (f" ({ran})" if ran else ""))
 
 
 def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str = "graph", path: str = "auto",
@@ -105,6 +107,8 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     if (speculative is not None or draft is not None) and profile:
         raise ValueError("--profile times the one-token decode step; speculative decoding (--speculative, --draft) "
                          "decodes in steps of several: give one of them")
+    if n_tokens < 0:
+        raise ValueError(f"-n must be >= 0, got {n_tokens}")
     samples = sampling is not None and not sampling.greedy
     if samples and profile:
         raise ValueError("--profile times greedy's decode step: not with sampling (--temp above 0, --repeat-penalty)")
@@ -121,22 +125,26 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
     else:
         prompt_ids = _prompt_ids(file, prompt)
     n_prompt = len(prompt_ids)
-    if n_tokens < 0:
-        raise ValueError(f"-n must be >= 0, got {n_tokens}")
     if profile and n_tokens < 2:
         raise ValueError(f"--profile times decode steps: -n must be at least 2 (the first token comes from "
                          f"the prompt), got {n_tokens}")
+    n_train = file.config.n_ctx_train
+    larger_c = f"a larger -c (the model takes up to {n_train})"
     if ctx is not None and n_prompt > ctx:
-        raise ValueError(f"the prompt ({n_prompt} tokens) is longer than the context of {ctx} it was given")
+        raise ValueError(f"the prompt ({counted(n_prompt, 'token')}) is longer than the context of {ctx} (-c) it "
+                         f"was given: give {larger_c}" if ctx < n_train else
+                         f"the prompt ({counted(n_prompt, 'token')}) is longer than the model's context length, "
+                         f"{n_train}: give a shorter prompt")
     need = n_prompt + max(n_tokens - 1, 0)
     given = ctx
     if ctx is None:
         ctx = file.config.default_context(need)
-    if need > ctx or need > file.config.n_ctx_train:
-        limit = (f"the context is {given} (-c)" if given is not None and given < file.config.n_ctx_train else
-                 f"the model's context length is {file.config.n_ctx_train}")
-        raise ValueError(f"the prompt ({n_prompt} tokens) and {n_tokens} new tokens need {need} positions; "
-                         f"{limit}: give a smaller -n")
+    if need > ctx or need > n_train:
+        fix = (f"the context is {given} (-c): give a smaller -n or {larger_c}"
+               if given is not None and given < n_train and need <= n_train else
+               f"the model's context length is {n_train}: give a smaller -n")
+        raise ValueError(f"the prompt ({counted(n_prompt, 'token')}) and {counted(n_tokens, 'new token')} need "
+                         f"{counted(need, 'position')}; {fix}")
     try:
         draft_file = None if draft is None else LlamaFile(draft, fuse)
     except (ValueError, OSError) as e:  # (naming the option: the model's file was read already)
@@ -147,8 +155,13 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
                          device=device, file=file, timestamps=timestamps, profile=profile, spread=spread,
                          fold=fold, launches=launches, prompt_chunk=ubatch, prompt_kernels=prompt_kernels)
     drafter = speculative
+    if speculative is not None or draft_file is not None:  # (refused before the draft loads)
+        limit = decoder.draft_limit(draft_max)
+        if draft_max is not None and limit < draft_max:
+            print(f"vkq generate: --draft-max {draft_max}: a step here verifies up to {limit} drafted tokens (with "
+                  f"the token before them, {limit + 1} in one step): drafting up to {limit}", file=sys.stderr)
+        draft_max = limit
     if draft_file is not None:  # on the target's engine and device, its context where the draft's allows
-        decoder.draft_limit(draft_max)  # (refused before the draft loads)
         drafter = DraftModel(decoder, load_model(draft, engine=engine, path=path, activations=activations,
                                                  ctx=min(decoder.ctx, draft_file.config.n_ctx_train), fuse=fuse,
                                                  backend=getattr(decoder, "backend", None), file=draft_file),
@@ -169,11 +182,13 @@ def generate(model: str | Path, prompt: str, n_tokens: int = 32, *, engine: str 
           f"{warm:.1f} s{_prompt_kernels_text(decoder)}", file=sys.stderr)
     if not chat:
         print(prompt, end="", flush=True)
-    _, _, stats = decoder.generate_ids(prompt_ids, n_tokens, stop_at_eos=not ignore_eos,
-                                       on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
-                                       draft_max=draft_max, steps_per_submit=steps_per_submit, sampling=sampling,
-                                       stop=stop)
-    print()
+    try:
+        _, _, stats = decoder.generate_ids(prompt_ids, n_tokens, stop_at_eos=not ignore_eos,
+                                           on_text=lambda s: print(s, end="", flush=True), speculative=drafter,
+                                           draft_max=draft_max, steps_per_submit=steps_per_submit,
+                                           sampling=sampling, stop=stop)
+    finally:
+        print(flush=True)  # the text ends its line, whole or cut short (Ctrl-C)
     print(stats.summary(), file=sys.stderr)
     if profile:
         if not stats.decode_steps:

@@ -68,14 +68,20 @@ def matmul_lines(backend) -> list[str]:
     4096 x 4096 matrix, and the kernels a model's prompt chunks take, each
     with what it rests on."""
     disp = backend.dispatcher
-    cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
+    try:
+        cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
+        matmul = f"{cfg.describe()} (Q4_0, K 4096) <- {cfg.source}"
+    except ValueError as e:  # (VKQ_MATMUL forcing a kernel the device lacks)
+        matmul = f"refused: {e}"
     kernels, why = tiles.prompt_kernels(disp.device_class)
-    return [f"  mat-mat         {cfg.describe()} (Q4_0, K 4096) <- {cfg.source}",
+    return [f"  mat-mat         {matmul}",
+            f"  coop shapes     {coopmat.shapes_line(backend.device_info)}",
             f"  coop matrix     {coopmat.summary(disp.caps, disp.coopmat_checks)}",
             f"  prompts         {kernels} (vkq generate's chunks) <- {why}"]
 
 
-def choice_lines(backend, shape: tuple[int, int] = (4096, 4096), verbose: bool = False) -> list[str]:
+def choice_lines(backend, shape: tuple[int, int] = (4096, 4096), verbose: bool = False,
+                 types: list[str] | None = None) -> list[str]:
     """The dispatcher's choice per block type, a line each: the launch, the
     table entries (or tuning) that chose it, by label, and what they rest on;
     then the note of every rule used, once, cut to a line (verbose: whole,
@@ -89,15 +95,17 @@ def choice_lines(backend, shape: tuple[int, int] = (4096, 4096), verbose: bool =
     used: dict[str, str] = {}  # label -> the rule as a source names it ("rule 5 [measured] path=dmmv")
     unmeasured = False
     for name, fmt in FORMATS.items():
+        if types is not None and name not in types:
+            continue
         cfg = disp.choose(fmt, rows, k, 1)
         entries = cfg.source.replace(f"{table}: ", "").split("; ")
         labels = [e.split(" [")[0] for e in entries]
         used.update((label, e) for label, e in zip(labels, entries) if label in notes)
         said = evidence(cfg.evidence)
         unmeasured |= said.startswith("unmeasured")
-        lines.append(f"    {name:7s} {cfg.kernel}, {describe(cfg.params())} <- {', '.join(labels)}; {said}")
-        if verbose:
-            lines.append(f"            {cfg.source}")
+        lines.append(f"    {name:7s}  {cfg.kernel}, {describe(cfg.params())} <- {', '.join(labels)}; {said}")
+        if verbose:  # (under the value, where the line's own continuation goes)
+            lines.append(f"{'':13s}{cfg.source}")
     width = None if verbose else NOTE_WIDTH
     for i, (label, entry) in enumerate(sorted(used.items(), key=lambda kv: _rule_order(kv[0]))):
         note = notes[label]
@@ -125,19 +133,67 @@ def wrap(line: str, width: int = WIDTH) -> list[str]:
     if len(line) <= width:
         return [line]
     labelled = re.match(r"( *\S+(?: \S+)*? {2,})\S", line)
-    indent = len(labelled.group(1)) if labelled else len(line) - len(line.lstrip()) + 2
+    indent = len(labelled.group(1)) if labelled else len(line) - len(line.lstrip())
     return textwrap.wrap(line, width, subsequent_indent=" " * indent, break_long_words=False,
                          break_on_hyphens=False)
 
 
-def report(verbose: bool = False) -> str:
-    """Every device (VKQ_DEVICE set: that one alone, or a one-line error
-    where there is no such device), what it can do and vkq's choices on it."""
+def summary_lines(backend, shape: tuple[int, int] = (4096, 4096)) -> list[str]:
+    """What runs on the device, without the bases (--verbose has them): its
+    class and tuning file, the mat-vec's kernel per block type, grouped (with
+    vkq generate's activations where they change it), the mat-mat's, the
+    cooperative-matrix kernel, and a prompt's kernels."""
+    from ..blocks.activations import DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
+
+    dev, disp = backend.device, backend.dispatcher
+    rows, k = shape
+    mmvq = "OpSDot" if dev.int_dot_enabled else "int32 emulation"
+
+    def by_kernel(activations: str) -> str:
+        groups: dict[str, list[str]] = {}
+        for name, fmt in FORMATS.items():
+            groups.setdefault(disp.choose(fmt, rows, k, 1, None, activations).kernel, []).append(name)
+        return "; ".join(f"{kernel}: {'every type' if len(names) == len(FORMATS) else ', '.join(names)}"
+                         for kernel, names in groups.items())
+
+    plain, generate = by_kernel(DEFAULT_ACTIVATIONS), by_kernel(GENERATE_ACTIVATIONS)
+    cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
+    kernels, _ = tiles.prompt_kernels(disp.device_class)
+    lines = [
+        f"  paths           dmmv (dequantize to float): every type; mmvq (int8 dot products): quantized types, {mmvq}",
+        f"  device class    {disp.device_class.key}",
+        f"  tuning file     {tuning_path(backend.device_info)} ({'loaded' if disp.tuned else 'none'})",
+        f"  mat-vec         {rows} x {k}, one column: {plain}",
+    ]
+    if generate != plain:
+        lines.append(f"  vkq generate    its {GENERATE_ACTIVATIONS} activations: {generate}")
+    return lines + [
+        f"  mat-mat         {cfg.describe()} (Q4_0, K 4096)",
+        f"  coop matrix     {coopmat.summary(disp.caps, disp.coopmat_checks)}",
+        f"  prompts         {kernels} (vkq generate's chunks)",
+        "  (vkq info --verbose: each block type's launch and what every choice rests on; vkq info TYPE: one type's)",
+    ]
+
+
+def report(verbose: bool = False, device: int | None = None, types: list[str] | None = None) -> str:
+    """Every device (device, or VKQ_DEVICE set: that one alone, or a
+    one-line error where there is no such device), what it is and what runs
+    there; verbose: and every choice's launch and bases; types: those block
+    types' choices and bases alone."""
     from ..backend import Backend  # opens devices; imported late so `vkq --help` stays fast
 
+    if types is not None:
+        unknown = [t for t in types if t not in FORMATS]
+        if unknown:
+            raise ValueError(f"unknown block type {', '.join(unknown)} (vkq info TYPE: one of {', '.join(FORMATS)})")
     lines = []
     devices = enumerate_devices()
-    if os.environ.get("VKQ_DEVICE", "").strip():
+    if device is not None:
+        if not 0 <= device < len(devices):
+            raise DeviceNotFound(f"--device {device}: no Vulkan device with that index ({len(devices)} found: "
+                                 f"0..{len(devices) - 1})")
+        devices = [devices[device]]
+    elif os.environ.get("VKQ_DEVICE", "").strip():
         index = device_index_from_env(None)
         if not 0 <= index < len(devices):
             raise DeviceNotFound(f"VKQ_DEVICE={index}: no Vulkan device with that index ({len(devices)} found: "
@@ -151,6 +207,11 @@ def report(verbose: bool = False) -> str:
         except Exception as e:  # a device vkq cannot open is still listed
             lines.append(f"  vkq             cannot open this device: {e}")
             continue
-        lines += backend_lines(backend) + choice_lines(backend, verbose=verbose)
+        if types is not None:
+            lines += choice_lines(backend, verbose=True, types=types)
+        elif verbose:
+            lines += backend_lines(backend) + choice_lines(backend, verbose=True)
+        else:
+            lines += summary_lines(backend)
         lines.append("")
     return "\n".join(wrapped for line in lines for wrapped in wrap(line))

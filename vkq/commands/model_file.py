@@ -181,20 +181,33 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Writes the file, saying what before (a model file is hundreds of MB
+    or more) and its size after, on stderr."""
+    import sys
+    import time
+
     p = build_parser()
     args = p.parse_args(argv)
+    t0 = time.perf_counter()
     if args.tokenizer_only:
+        print(f"{p.prog}: writing the tokenizer of {args.model} to {args.out}", file=sys.stderr)
         write_tokenizer(args.model, args.out)
-        return 0
-    if args.tokenizer is None:
-        p.error("--tokenizer FILE.gguf is needed (a llama file, or one --tokenizer-only wrote)")
-    try:
-        experts = tuple(int(v) for v in args.experts.split(",")) if args.experts else None
-        if experts is not None and len(experts) != 2:
-            raise ValueError(f"--experts {args.experts}: expected N,K")
-        write_random_model(args.model, args.out, args.tokenizer, experts=experts)
-    except (ValueError, OSError) as e:
-        p.error(str(e))
+    else:
+        if args.tokenizer is None:
+            p.error("--tokenizer FILE.gguf is needed (a llama file, or one --tokenizer-only wrote)")
+        try:
+            experts = tuple(int(v) for v in args.experts.split(",")) if args.experts else None
+            if experts is not None and len(experts) != 2:
+                raise ValueError(f"--experts {args.experts}: expected N,K")
+            print(f"{p.prog}: writing {args.model}" + (f" with {experts[0]} experts ({experts[1]} used)"
+                                                       if experts else "")
+                  + f", random weights and the tokenizer of {Path(args.tokenizer).name}, to {args.out}",
+                  file=sys.stderr, flush=True)
+            write_random_model(args.model, args.out, args.tokenizer, experts=experts)
+        except (ValueError, OSError) as e:
+            p.error(str(e))
+    size = Path(args.out).stat().st_size
+    print(f"{p.prog}: wrote {args.out}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
 
 

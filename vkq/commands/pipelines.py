@@ -11,8 +11,10 @@ default, or a GGUF file's tensors):
 - MUL_MAT_ID's mat-vec over each expert stack;
 - the tiled mat-mat of a prompt chunk on the dispatcher's path and each
   path, MUL_MAT_ID's over the expert stacks, and the cooperative-matrix
-  kernel where the device offers its extension (whatever its self-check,
-  which a device that does not execute cannot run);
+  kernel (op "coopmat", over matrices and expert stacks) in each flavour
+  the device offers (float16; int8 for the types with an int8 path, which
+  the dispatcher takes for one-plane activations), whatever its
+  self-check, which a device that does not execute cannot run;
 - with `step`, every pipeline of the model's recorded step (record_step):
   the vector ops, the attention at two contexts, the step's own products.
 
@@ -34,13 +36,13 @@ from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_
 from ..blocks.formats import FORMATS
 from ..blocks.layout import MatrixLayout
 from ..blocks.lookup_tables import has_value_pairs
-from ..device.caps import COOPMAT_EXTENSION, DeviceCaps
+from ..device.caps import COOPMAT_EXTENSION, COOPMAT_FLAVOURS, DeviceCaps
 from ..device.device_info import device_index_from_env
 from ..device.memory import buffer_limit
 from ..device.pipeline_stats import (PipelineSpec, PipelineStats, ValidationLog, compile_isolated,
                                      device_info_isolated, in_child)
 from ..device.shader_variants import spirv_path
-from ..dispatch import gpu_classes, tile_tuning, tiles
+from ..dispatch import coopmat, gpu_classes, tile_tuning, tiles
 from ..dispatch.choose import Dispatcher, fit_bindings, shared_memory_bytes
 from ..dispatch.classify import classify
 from ..dispatch.config import describe
@@ -81,8 +83,18 @@ class Planned:
 def caps_as_opened(info) -> DeviceCaps:
     """The device's caps as vkq's Device opens it with vkq's Kompute (the
     int-dot feature where the device has it, the cooperative-matrix features
-    where it offers the extension), without opening it."""
-    return DeviceCaps.of(info, info.integer_dot_product, COOPMAT_EXTENSION in info.extensions)
+    where it offers the extension, and with them shaderInt8 where it has
+    that), without opening it."""
+    coop = COOPMAT_EXTENSION in info.extensions
+    return DeviceCaps.of(info, info.integer_dot_product, coop, coop and info.shader_int8)
+
+
+def coopmat_flavours(caps: DeviceCaps, qtype: str) -> list[str]:
+    """The cooperative-matrix flavours the device offers a type's matrices
+    (whatever their self-check): float16, and int8 where the type has an
+    int8 path."""
+    return [f for f in COOPMAT_FLAVOURS if coopmat.device_missing(caps, f) is None
+            and (f != "int8" or FORMATS[qtype].has_int8_path)]
 
 
 def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: int, k: int, ncols: int,
@@ -110,11 +122,21 @@ def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: 
 
 
 def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | None, activations: str,
-            n_expert: int | None = None) -> Planned:
+            n_expert: int | None = None, flavour: str | None = None, require_subgroup: bool = False) -> Planned:
+    """A mat-mat's pipeline: the dispatcher's tiles on `path`, or with
+    `flavour` the cooperative-matrix kernel's at the device's default tile;
+    require_subgroup: the device lets a pipeline require a subgroup size, so
+    the cooperative-matrix kernel requires its own (as vkq.ops.MatMul
+    creates it)."""
     fmt = FORMATS[qtype]
+    caps = dispatcher.caps
     try:
-        if op == "coopmat":
-            cfg = tiles.coopmat_config(dispatcher.caps, fmt, k)
+        if flavour is not None:
+            path = coopmat.reference_path(flavour)
+            cfg = tiles.coopmat_config(caps, fmt, k, flavour=flavour)
+            problems = tiles.limit_problems(cfg, caps, k, n_expert) if n_expert is not None else []
+            if problems:
+                raise ValueError(f"MUL_MAT_ID over {n_expert} experts: " + "; ".join(problems))
         else:
             cfg = tile_tuning.choose(dispatcher, fmt, k, path, activations, n_expert=n_expert)
     except ValueError as e:
@@ -123,19 +145,26 @@ def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | Non
         cfg = replace(cfg, value_lookup="table")
     mul_mat_id = n_expert is not None
     variant = matmul_variant(qtype, cfg, mul_mat_id)
+    required = cfg.coopmat_subgroup if cfg.coopmat and require_subgroup else 0
     spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matmul_spec(cfg, 1, n_expert or 1)),
-                        tuple(matmul_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS))
-    return Planned(op, qtype, cfg.path, PROMPT_COLUMNS, cfg.describe(), cfg.source, spec, workgroup=cfg.wg_size,
+                        tuple(matmul_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS), required)
+    entry = cfg.source
+    if flavour == "int8" and ACTIVATION_PLANES[activations] != 1:
+        entry += f"; the dispatcher takes it for one-plane activations (q8_1), not {activations}"
+    return Planned(op, qtype, cfg.path, PROMPT_COLUMNS, cfg.describe(), entry, spec, workgroup=cfg.wg_size,
                    shared=cfg.shared_memory_bytes, subgroup=cfg.coopmat_subgroup)
 
 
 def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str = GENERATE_ACTIVATIONS,
          types: set[str] | None = None, ops: set[str] | None = None,
-         columns: set[int] | None = None, matvec_wave: int | None = None) -> list[Planned]:
+         columns: set[int] | None = None, require_subgroup: bool = False,
+         matvec_wave: int | None = None) -> list[Planned]:
     """Every pipeline the dispatcher would create for the model's matrices on
     its device (the module's list), each once: entries of one pipeline merge,
     their matrices listed together (max_buffer: the largest buffer of
-    weights, vkq.device.memory.buffer_limit). Filters: block types, ops
+    weights, vkq.device.memory.buffer_limit; require_subgroup: the device
+    lets a compute pipeline require a subgroup size,
+    DeviceInfo.required_subgroup_size_in_compute). Filters: block types, ops
     (OPS), columns."""
     caps = dispatcher.caps
     shapes: dict[tuple, list[str]] = {}
@@ -163,13 +192,17 @@ def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str
                 p = _matmul(dispatcher, "mat-mat", qtype, k, path, activations)
                 p.default = path is None
                 add(p, names)
-            if caps.coopmat:
-                add(_matmul(dispatcher, "coopmat", qtype, k, None, activations), names)
+            for flavour in coopmat_flavours(caps, qtype):
+                add(_matmul(dispatcher, "coopmat", qtype, k, None, activations, flavour=flavour,
+                            require_subgroup=require_subgroup), names)
         else:
             for path in fmt.paths:
                 add(_matvec(dispatcher, max_buffer, "MUL_MAT_ID", qtype, rows, k, 1, path, activations, matvec_wave),
                     names)
                 add(_matmul(dispatcher, "MUL_MAT_ID mat-mat", qtype, k, path, activations, shape[0]), names)
+            for flavour in coopmat_flavours(caps, qtype):
+                add(_matmul(dispatcher, "coopmat", qtype, k, None, activations, shape[0], flavour,
+                            require_subgroup), names)
     planned = [p for p in planned if (ops is None or p.op in ops) and (columns is None or p.op not in
                                                                         ("mat-vec",) or p.columns in columns)]
     # One row per pipeline: the same pipeline for several shapes or ops is compiled once.
@@ -277,7 +310,8 @@ def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, a
                                      info.required_subgroup_size_in_compute)
     planned = [] if only_step else plan(m, dispatcher, buffer_limit(info)[0], activations,
                                         set(types) if types else None, set(ops) if ops else None,
-                                        set(columns) if columns else None, wave)
+                                        set(columns) if columns else None, info.required_subgroup_size_in_compute,
+                                        wave)
     recording = None
     if step:
         stepped, recorded, recording = _step_planned(models[0], index, validate)

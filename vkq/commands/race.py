@@ -10,7 +10,8 @@ experts), from the same prompt token ids, greedy, EOS ignored:
   layer on the device), the same prompt and token count: its own timings,
   the median of `rounds` runs after one untimed run;
 - their ratios, whether both decoded the same tokens (and where they first
-  differ), and vkq's tg as a share of the device's memory bandwidth: the
+  differ; where llama-server cannot run or fails, vkq's figures stand and
+  the row says why in words), and vkq's tg as a share of the device's memory bandwidth: the
   bytes a token reads (every weight matrix; of an expert stack, the used
   experts': vkq.commands.presets.from_gguf) times tg, over the device's measured
   read bandwidth (the caller's: vkq report probes it).
@@ -50,6 +51,7 @@ class RaceRow:
     dispatches: int
     barriers: int
     submits_per_token: float
+    llama_error: str | None = None  # why llama.cpp has no figures, where it was to run and failed
 
     @property
     def tg_ratio(self) -> float | None:
@@ -93,7 +95,7 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     leaves llama.cpp out."""
     from ..llama.loading import load_model
     from ..llama.model import LlamaFile
-    from .llama_server import LlamaServer
+    from .llama_server import LlamaCppUnavailable, LlamaServer, LlamaServerFailed
     from .presets import from_gguf
 
     check_token_counts(n_prompt, n_tokens)
@@ -106,12 +108,16 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     runs = [decoder.greedy(ids, n_tokens, stop_at_eos=False) for _ in range(rounds + 1)][1:]
     stats = [r.stats for r in runs]
     vkq_tokens = runs[0].tokens
-    llama_pp = llama_tg = None
+    llama_pp = llama_tg = llama_error = None
     same = 0
+    done = None
     if run_llama:
-        # (llama.cpp wants room past the last token, and its context in whole pages)
-        with LlamaServer(path, ctx=max(256, ctx + 1), server=llama_server, device=backend.device_info.index) as srv:
-            done = [srv.complete(ids, n_tokens) for _ in range(rounds + 1)][1:]
+        try:  # (llama.cpp wants room past the last token, and its context in whole pages)
+            with LlamaServer(path, ctx=max(256, ctx + 1), server=llama_server, device=backend.device_info.index) as srv:
+                done = [srv.complete(ids, n_tokens) for _ in range(rounds + 1)][1:]
+        except (LlamaServerFailed, LlamaCppUnavailable) as e:  # vkq's figures stand without llama.cpp's
+            llama_error = str(e)
+    if done:
         llama_pp = statistics.median(c.prompt_tps for c in done)
         llama_tg = statistics.median(c.decode_tps for c in done)
         for a, b in zip(vkq_tokens, done[0].tokens):
@@ -123,7 +129,8 @@ def race_model(backend, path: str | Path, *, n_prompt: int, n_tokens: int, round
     return RaceRow(path.name, _main_type(model), n_prompt, n_tokens,
                    statistics.median(s.prompt_tokens_per_second for s in stats), tg, llama_pp, llama_tg, same,
                    model.bytes_per_token, 100 * tg * model.bytes_per_token / membw,
-                   stats[0].dispatches, stats[0].barriers, statistics.median(s.submits_per_token for s in stats))
+                   stats[0].dispatches, stats[0].barriers, statistics.median(s.submits_per_token for s in stats),
+                   llama_error)
 
 
 def _ratio(x: float | None) -> str:

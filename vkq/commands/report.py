@@ -47,7 +47,8 @@ The JSON (schema SCHEMA; times in seconds, bandwidths in GB/s):
     activations} or null;
   models: [{model, main_type, n_prompt, n_tokens, vkq_pp, vkq_tg, llama_pp,
     llama_tg (null: llama.cpp not run), same_tokens, bytes_per_token,
-    bw_pct, dispatches, barriers, submits_per_token}] (t/s; one per --model);
+    bw_pct, dispatches, barriers, submits_per_token, llama_error (why
+    llama-server gave no figures, or null)}] (t/s; one per --model);
   ggml: {path, rows: [{type, n, ggml_seconds, ggml_runs, ggml_status
     ("measured" | "not supported" | "not timed" (0 runs) | "no such case"),
     vkq_seconds, vkq_path, ggml_over_vkq}]} or null (not measured: ggml's
@@ -241,7 +242,7 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     models' prompt and generated tokens (default: the effort's)."""
     from ..llama.gpu_step import check_graph_engine
     from ..llama.model import LlamaFile
-    from .llama_server import find_server
+    from .llama_server import LlamaCppUnavailable, cpu_library, find_server, switch
 
     t0 = time.monotonic()
     shape = tuple(shape or SHAPE)
@@ -256,6 +257,12 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
     for file in files:  # vkq generate's graph engine runs them
         check_graph_engine(file)
     server = find_server(llama_server or None) if llama_server is not None else None
+    unavailable = None
+    if server is not None:  # known before measuring: said now, and the report goes on without llama.cpp
+        try:
+            cpu_library() if not llama_server else switch()
+        except LlamaCppUnavailable as e:
+            unavailable = str(e)
     runner = None
     if ggml is not None:
         runner = GgmlPerf(ggml, backend.device_info.index, backend.device_info.name)
@@ -268,6 +275,8 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         not_measured["models"] = "no GGUF model given (--model FILE.gguf: llama, qwen2, qwen3 or qwen3moe)"
     if server is None:
         not_measured["llama.cpp"] = "no llama-server given (--llama-server [PATH])"
+    elif unavailable:
+        not_measured["llama.cpp"] = unavailable
     if runner is None:
         not_measured["ggml"] = "no ggml test-backend-ops given (--ggml PATH)"
     elif shape != SHAPE:
@@ -285,6 +294,8 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         effort = ggml_effort(effort)
     units = 3 + len(effort.sizes) * len(types) + (bench is not None) + len(files) + (runner is not None)
     bar = Progress(units, progress, sys.stderr, label="vkq report")
+    if unavailable:
+        bar.note(f"vkq report: {unavailable}; llama.cpp not measured")
     command = " ".join(["vkq report"] + (["--quick"] if quick else []) + ([f"--types {','.join(types)}"] if
                        types != list(FORMATS) else []) + [f"--model {f.path.name}" for f in files]
                        + (["--llama-server" + (f" {llama_server}" if llama_server else "")] if server else [])
@@ -331,13 +342,18 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         report["bench"]["bw_pct"] = 100 * report["bench"]["gbps"] / membw
         bar.finish(1, f"vkq report: vkq bench {BENCH_MODEL}: {report['bench']['avg_ts']:.2f} t/s")
     report["models"] = []
+    run_llama = server is not None and not unavailable
     for file in files:
-        bar.step(f"vkq generate {file.path.name}" + (" and llama.cpp" if server else ""))
+        bar.step(f"vkq generate {file.path.name}" + (" and llama.cpp" if run_llama else ""))
         row = race_model(backend, file.path, n_prompt=effort.gen_prompt, n_tokens=effort.gen_tokens,
-                         rounds=effort.gen_rounds, membw=membw * 1e9, llama_server=server, run_llama=server is not None)
+                         rounds=effort.gen_rounds, membw=membw * 1e9, llama_server=llama_server or None,
+                         run_llama=run_llama)
         report["models"].append(asdict(row))
+        if row.llama_error:  # vkq's figures stand; the first failure is the section's note
+            not_measured.setdefault("llama.cpp", row.llama_error)
         bar.finish(1, f"vkq report: {file.path.name}: vkq pp {row.vkq_pp:.2f} tg {row.vkq_tg:.2f} t/s"
-                   + (f", llama.cpp pp {row.llama_pp:.2f} tg {row.llama_tg:.2f} t/s" if server else ""))
+                   + (f"; {row.llama_error}; llama.cpp not measured" if row.llama_error else
+                      f", llama.cpp pp {row.llama_pp:.2f} tg {row.llama_tg:.2f} t/s" if run_llama else ""))
     report["ggml"] = None
     if runner is not None:
         try:
@@ -505,5 +521,8 @@ def run(models=(), llama_server: str | None = None, ggml: str | None = None, qui
                          ggml=ggml, n_prompt=n_prompt, n_gen=n_gen)
     except KeyboardInterrupt:  # the CLI says it in one line, with this note
         raise KeyboardInterrupt("nothing reported") from None
+    # (the command that makes this output again: the device and format too)
+    report["command"] = " ".join([report["command"]] + ([f"--device {device}"] if device is not None else [])
+                                 + (["-o json"] if output == "json" else []))
     print(json.dumps(report, indent=2) if output == "json" else render_md(report), end="" if output == "md" else "\n")
     return 0

@@ -31,15 +31,16 @@ table's entry over tile shapes (vkq.dispatch.tiles.TileConfig), every
 candidate held to the device's limits (tiles.check) before it is built, the
 same final race; saved in the type's entry as "tiles", taken first by the
 dispatcher's mat-mat choice (vkq.dispatch.tile_tuning). Where the device
-offers the cooperative-matrix kernel for the type (its self-check run here
-first where it has none, vkq.coopmat_check), that kernel runs in the same
-final race at each of its candidate tiles (tiles.COOPMAT_CANDIDATES) that
-fits the device and passes the self-check's NMSE against the float kernel
-here (coopmat_contenders), and the "tiles" object keeps the fastest: its
-tile, NMSE, GFLOP/s and, per activation format, whether it was clearly
-faster than the tiles chosen for it (`faster`, as final_choice): the
-dispatcher takes it, at that tile, only where it was
-(tuning_store.CoopmatRace).
+offers the cooperative-matrix kernel for the type (its self-checks run here
+first where it has none, vkq.dispatch.coopmat_check), each flavour the
+mat-mat takes runs in the same final race at each of its candidate tiles
+(tiles.coopmat_candidates) that fits the device and passes the self-check's
+NMSE against its path's tiled kernel here (coopmat_contenders), and the
+"tiles" object keeps each flavour's fastest ("coopmat", "coopmat_int8"):
+its tile, NMSE, GFLOP/s and, per activation format the mat-mat takes that
+flavour for, whether it was clearly faster than the tiles chosen for it
+(`faster`, as final_choice): the dispatcher takes it, at that tile, only
+where it was (tuning_store.CoopmatRace).
 """
 from __future__ import annotations
 
@@ -53,11 +54,12 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS, get_format
 from ..blocks.lookup_tables import has_value_pairs
 from ..blocks.synthetic import random_weights
-from ..coopmat_check import checked_config, config_nmse, run_check
+from ..dispatch.coopmat_check import checked_config, config_nmse, run_check
 from ..device.timing import (SAMPLE_SECONDS, WARM_SECONDS, Estimate, best, calibrate, faster, interleave, rotation,
                              wall_samples, warm_up)
 from ..device.shader_variants import MATMUL_BINDINGS
 from ..dispatch import coopmat, tiles, tuning_store
+from ..dispatch.tile_tuning import offered_flavour
 from ..dispatch.choose import Dispatcher, apply_limits
 from ..dispatch.config import VALUE_LOOKUPS, PipelineConfig, describe
 from ..dispatch.tiles import TileConfig
@@ -274,37 +276,56 @@ class CoopmatContender:
     """One tile of the cooperative-matrix kernel in the tiles' final race, checked on this device."""
 
     cfg: TileConfig
-    nmse: float  # against the float tiled kernel on coopmat.CHECK_SHAPE (vkq.coopmat_check.config_nmse)
+    nmse: float  # against the float tiled kernel on coopmat.CHECK_SHAPE (vkq.dispatch.coopmat_check.config_nmse)
 
 
-def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[CoopmatContender]:
-    """The cooperative-matrix kernel's tiles for the tiles' final race, where
-    the device offers it for the type (its self-check run first where the
-    type has none on this device: vkq.coopmat_check.run_check): each of
-    tiles.COOPMAT_CANDIDATES that fits the device at every K measured (once,
-    where fitting makes two the same) and whose NMSE against the float kernel
-    is within coopmat.CHECK_NMSE here (the self-check's own tile: its record).
-    None offered: [], with why in notes["coopmat"] (but for a device without
-    the kernel at all, which `run` says once); candidates left out (a failed
-    check, a pipeline the driver refused) named in notes["coopmat candidates"]."""
+def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> dict[str, tuple[list[str], list]]:
+    """The cooperative-matrix kernel's flavours and tiles for the tiles'
+    final race, where the device offers it for the type (its self-checks run
+    first where the type has none on this device:
+    vkq.dispatch.coopmat_check.run_check): {flavour: (the activation formats
+    the mat-mat takes it for (tile_tuning.offered_flavour), its tiles)}, the
+    tiles each of tiles.coopmat_candidates that fits the device at every K
+    measured (once, where fitting makes two the same) and whose NMSE against
+    its path's tiled kernel is within coopmat.CHECK_NMSE here (the
+    self-check's own tile: its record). None offered: {}, with why in
+    notes["coopmat"] (but for a device without the kernel at all, which
+    `run` says once); candidates left out (a failed check, a pipeline the
+    driver refused) named in notes["coopmat candidates"] ("coopmat int8
+    candidates")."""
     caps, checks = tb.dev.caps, tb.backend.dispatcher.coopmat_checks
-    offer, why = coopmat.status(caps, tb.fmt, checks)
-    if offer == coopmat.UNCHECKED:
-        on_group("mat-mat coopmat", "self-check")
-        run_check(tb.backend, tb.fmt)
-        offer, why = coopmat.status(caps, tb.fmt, checks)
-    if offer != coopmat.OFFERED:
+    for flavour in coopmat.FLAVOURS:
+        if coopmat.status(caps, tb.fmt, checks, flavour)[0] == coopmat.UNCHECKED:
+            on_group("mat-mat coopmat", f"self-check {flavour}")
+            run_check(tb.backend, tb.fmt, flavour)
+    takers: dict[str, list[str]] = {}
+    why = ""
+    for acts in ACTIVATION_PLANES:
+        flavour, why_not = offered_flavour(tb.backend.dispatcher, tb.fmt, ks[-1], acts, None)
+        if flavour is None:
+            why = why_not
+        else:
+            takers.setdefault(flavour, []).append(acts)
+    if not takers:
         if notes is not None and not coopmat.device_missing(caps):
             notes["coopmat"] = f"not raced: {why}"
-        return []
+        return {}
+    out = {flavour: (acts, flavour_contenders(tb, ks, on_group, notes, flavour)) for flavour, acts in takers.items()}
+    return {flavour: found for flavour, found in out.items() if found[1]}
+
+
+def flavour_contenders(tb: TypeBench, ks, on_group, notes: dict | None, flavour: str) -> list[CoopmatContender]:
+    """coopmat_contenders' tiles of one flavour."""
+    caps, checks = tb.dev.caps, tb.backend.dispatcher.coopmat_checks
+    name = "coopmat" + (" int8" if flavour == "int8" else "")
     try:
-        checked = tiles.coopmat_shape(checked_config(caps, tb.fmt))
+        checked = tiles.coopmat_shape(checked_config(caps, tb.fmt, flavour))
     except ValueError:
         checked = None
     fitting, first_problem = {}, None
-    for shape in tiles.COOPMAT_CANDIDATES:
+    for shape in tiles.coopmat_candidates(caps, flavour):
         try:
-            cfg = tiles.coopmat_config(caps, tb.fmt, ks[-1], shape)
+            cfg = tiles.coopmat_config(caps, tb.fmt, ks[-1], shape, flavour)
             for k in ks:
                 tiles.check(cfg, caps, tb.fmt, k)
         except ValueError as e:
@@ -315,9 +336,9 @@ def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[
     for shape, cfg in fitting.items():
         label = tiles.coopmat_tile_label(shape)
         if shape == checked:  # (the self-check's own tile and case: its record says it)
-            out.append(CoopmatContender(cfg, checks[tb.fmt.name]["nmse"]))
+            out.append(CoopmatContender(cfg, checks[coopmat.check_key(tb.fmt.name, flavour)]["nmse"]))
             continue
-        on_group("mat-mat coopmat", f"check {label}")
+        on_group(f"mat-mat {name}", f"check {label}")
         try:
             err = config_nmse(tb.backend, tb.fmt, cfg)
         except (ValueError, RuntimeError) as e:  # (a pipeline the driver refused)
@@ -326,12 +347,13 @@ def coopmat_contenders(tb: TypeBench, ks, on_group, notes: dict | None) -> list[
         if coopmat.passes({"nmse": err}):
             out.append(CoopmatContender(cfg, err))
         else:
-            left_out.append(f"{label} (NMSE {err:.1e} against the float kernel > {coopmat.CHECK_NMSE:g})")
+            left_out.append(f"{label} (NMSE {err:.1e} against the {'int8' if flavour == 'int8' else 'float'} "
+                            f"kernel > {coopmat.CHECK_NMSE:g})")
     if notes is not None:
         if left_out:
-            notes["coopmat candidates"] = "tiles left out: " + "; ".join(left_out)
+            notes[f"{name} candidates"] = "tiles left out: " + "; ".join(left_out)
         if not out:
-            notes["coopmat"] = f"not raced: {first_problem or 'no candidate tile passed its check on this device'}"
+            notes[name] = f"not raced: {first_problem or 'no candidate tile passed its check on this device'}"
     return out
 
 
@@ -455,7 +477,7 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
     coop = coopmat_contenders(tb, ks, on_group, notes)
     need = list(dict.fromkeys([*from_table.values(), *tuned.values()]))
     todo = need if not quick or coop else [c for c in need if c not in seen]
-    todo += [c.cfg for c in coop]
+    todo += [c.cfg for _, found in coop.values() for c in found]
     if todo:
         on_group("mat-mat all", "final")
         cands = [Candidate(tb, c, passes, TILE_COLS, units) for c in todo]
@@ -483,12 +505,16 @@ def tune_tiles(tb: TypeBench, quick: bool, on_group=lambda path, group: None, no
         if measured:
             incumbent = tb.table_tiles(None, acts, k0).path
             result["best"][acts] = best(measured, incumbent if incumbent in measured else next(iter(measured)))
-    if coop:  # (its fastest tile, taken where clearly faster than the tiles each activation format gets: `faster`)
-        fastest = min(coop, key=lambda c: seen[c.cfg].seconds)
+    # Each flavour's fastest tile, taken where clearly faster than the tiles
+    # each activation format it serves gets (`faster`).
+    for flavour, (takers, found) in coop.items():
+        fastest = min(found, key=lambda c: seen[c.cfg].seconds)
         c = seen[fastest.cfg]
-        won = {acts: faster(c, final[tuning_store.entry_key(path, acts)]) for acts, path in result["best"].items()}
-        result["coopmat"] = tuning_store.coopmat_record(flops / c.seconds / 1e9, c.spread, won,
-                                                        tiles.coopmat_shape(fastest.cfg), fastest.nmse)
+        won = {acts: faster(c, final[tuning_store.entry_key(path, acts)]) for acts, path in result["best"].items()
+               if acts in takers}
+        if won:
+            result[tuning_store.COOPMAT_RECORDS[flavour]] = tuning_store.coopmat_record(
+                flops / c.seconds / 1e9, c.spread, won, tiles.coopmat_shape(fastest.cfg), fastest.nmse)
     return result
 
 
@@ -549,15 +575,18 @@ def coopmat_unraced(backend, qtype: str, entry: dict) -> bool:
     for it now (or will once it is checked) and it fits there: `vkq tune`
     then measures the type's tiles again (a mat-vec entry stays)."""
     found, fmt, caps = entry.get("tiles"), FORMATS[qtype], backend.device.caps
-    if found is None or "coopmat" in found:
+    if found is None or any(name in found for name in tuning_store.COOPMAT_RECORDS.values()):
         return False
-    if coopmat.status(caps, fmt, backend.dispatcher.coopmat_checks)[0] not in (coopmat.OFFERED, coopmat.UNCHECKED):
-        return False
-    try:
-        tiles.coopmat_config(caps, fmt, found["k_min"])
-        return True
-    except ValueError:
-        return False
+    for flavour in coopmat.FLAVOURS:
+        if coopmat.status(caps, fmt, backend.dispatcher.coopmat_checks, flavour)[0] not in (coopmat.OFFERED,
+                                                                                           coopmat.UNCHECKED):
+            continue
+        try:
+            tiles.coopmat_config(caps, fmt, found["k_min"], flavour=flavour)
+            return True
+        except ValueError:
+            continue
+    return False
 
 
 def _shapes(shapes) -> str:
@@ -612,16 +641,19 @@ def _summary(qtype: str, e: dict, seconds: float, notes: dict | None = None) -> 
         parts += [f"mat-mat {variant_label(key)} {after:.1f} GFLOP/s (table {before:.1f}; spread "
                   f"{100 * t['spread'][key]:.1f}%" + (f"; {notes['tiles ' + key]}" if "tiles " + key in notes else "")
                   + ")" for key, (before, after) in t["gflops"].items()]
-    if t and "coopmat" in t:
-        races = [tuning_store.coopmat_race(t, a) for a in t["coopmat"]["won"]]
-        rec = t["coopmat"]
-        parts.append(f"mat-mat coopmat tile {coopmat_tile_label(rec)} (NMSE {rec['nmse']:.1e} against the float "
-                     "kernel)"
-                     + (f"; {notes['tiles coopmat candidates']}" if "tiles coopmat candidates" in notes else ""))
-        parts += [f"mat-mat coopmat {a} {r.gflops:.1f} GFLOP/s (spread {100 * r.spread:.1f}%): {coopmat_verdict(r)} "
-                  f"the tiled {variant_label(r.key)} {r.tiled_gflops:.1f}" for a, r in zip(t["coopmat"]["won"], races)]
-    elif "tiles coopmat" in notes:
-        parts.append(f"mat-mat coopmat {notes['tiles coopmat']}")
+    for flavour, record in tuning_store.COOPMAT_RECORDS.items():
+        name = "coopmat" + (" int8" if flavour == "int8" else "")
+        if t and record in t:
+            rec = t[record]
+            races = [tuning_store.coopmat_race(t, a, flavour) for a in rec["won"]]
+            parts.append(f"mat-mat {name} tile {coopmat_tile_label(rec)} (NMSE {rec['nmse']:.1e} against the "
+                         f"{'int8' if flavour == 'int8' else 'float'} kernel)"
+                         + (f"; {notes[f'tiles {name} candidates']}" if f"tiles {name} candidates" in notes else ""))
+            parts += [f"mat-mat {name} {a} {r.gflops:.1f} GFLOP/s (spread {100 * r.spread:.1f}%): "
+                      f"{coopmat_verdict(r)} the tiled {variant_label(r.key)} {r.tiled_gflops:.1f}"
+                      for a, r in zip(rec["won"], races)]
+        elif f"tiles {name}" in notes:
+            parts.append(f"mat-mat {name} {notes[f'tiles {name}']}")
     # (a line per figure: all of them on one line ran to some 600 characters)
     return "\n".join([f"{qtype}: best {e['best']}; {seconds:.0f} s"] + ["  " + part for part in parts])
 
@@ -652,7 +684,7 @@ def run(types: list[str] | None = None, quick: bool = False, retune: bool = Fals
           f"{_shapes(tile_shapes(backend.device, shapes, quick))} by {TILE_COLS} columns; "
           f"timer: {'GPU timestamps' if info.timestamps_supported else 'wall clock'}", file=sys.stderr)
     missing = coopmat.device_missing(backend.device.caps)
-    if missing:
+    if missing and coopmat.device_missing(backend.device.caps, "int8"):
         print(f"vkq tune: the cooperative-matrix mat-mat is not available on this device ({missing}): "
               "the tiled kernels alone", file=sys.stderr)
     if skipped:
@@ -722,18 +754,21 @@ def table(entries: dict, types) -> str:
     coop_cells = []
     for qtype in types:
         t = (entries.get(qtype) or {}).get("tiles") or {}
-        for acts in (t.get("coopmat") or {}).get("won", {}):
-            race = tuning_store.coopmat_race(t, acts)
-            coop_cells.append([qtype, acts, coopmat_tile_label(t["coopmat"]), f"{race.gflops:.1f}",
-                               f"{100 * race.spread:.1f}%",
-                               f"{variant_label(race.key)} {race.tiled_gflops:.1f}",
-                               "yes" if race.won else f"no ({coopmat_verdict(race)} the tiles)"])
+        for flavour, record in tuning_store.COOPMAT_RECORDS.items():
+            for acts in (t.get(record) or {}).get("won", {}):
+                race = tuning_store.coopmat_race(t, acts, flavour)
+                coop_cells.append([qtype, acts, flavour, coopmat_tile_label(t[record]), f"{race.gflops:.1f}",
+                                   f"{100 * race.spread:.1f}%",
+                                   f"{variant_label(race.key)} {race.tiled_gflops:.1f}",
+                                   "yes" if race.won else f"no ({coopmat_verdict(race)} the tiles)"])
     if coop_cells:
         out += "\n\nCooperative-matrix mat-mat, raced against the tiles above:\n\n" + markdown(
-            ["type", "activations", "coopmat tile", "coopmat GFLOP/s", "spread", "tiled GFLOP/s", "taken"],
+            ["type", "activations", "flavour", "coopmat tile", "coopmat GFLOP/s", "spread", "tiled GFLOP/s", "taken"],
             coop_cells, {"coopmat GFLOP/s", "spread"}) + (
             "\n\nThe kernel's tile: the fastest of its candidates that passed the self-check's NMSE on this "
-            "device. The kernel is taken, at that tile, for a plain mat-mat with no path asked for where it was "
+            "device; its flavour, the one the mat-mat takes for those activations (int8 where the tiles take "
+            "the int8 path on q8_1). The kernel is taken, at that tile, for a mat-mat with no path asked for where "
+            "it was "
             "faster than the tiles the activation format gets by more than 2% and half the larger spread; where "
             "it was not, the tiles.")
     return out

@@ -78,6 +78,14 @@ class DeviceInfo:
     # Compute units: NVIDIA's SMs (VK_NV_shader_sm_builtins), AMD's CUs
     # (VK_AMD_shader_core_properties); 0: not reported (Intel, CPU drivers).
     compute_units: int = 0
+    # The cooperative-matrix shapes the device lists
+    # (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR), each (M, N, K,
+    # A type, B type, C type, result type, scope), types as COMPONENT_TYPES
+    # names, scope "subgroup" or "workgroup"...; the saturating ones left out
+    # (vkq asks for none). Empty: none listed, or not queried (a descriptor
+    # recorded before the query).
+    coopmat_shapes: tuple = ()
+    shader_int8: bool = False  # the shaderInt8 feature (int8 values in shaders)
     # VK_EXT_subgroup_size_control (the extension, as Kompute's 1.1 instance
     # reaches it): whether a pipeline may be given a required subgroup size
     # (the subgroupSizeControl feature) and be made to launch full subgroups
@@ -103,6 +111,7 @@ class DeviceInfo:
         d["max_workgroup_size"] = list(self.max_workgroup_size)
         d["max_workgroup_count"] = list(self.max_workgroup_count)
         d["extensions"] = sorted(self.extensions)
+        d["coopmat_shapes"] = [list(shape) for shape in self.coopmat_shapes]
         return d
 
     @classmethod
@@ -118,6 +127,7 @@ class DeviceInfo:
         kw["max_workgroup_count"] = tuple(kw["max_workgroup_count"])
         kw["extensions"] = frozenset(kw["extensions"])
         kw["timestamp_period"] = float(kw["timestamp_period"])
+        kw["coopmat_shapes"] = tuple(tuple(shape) for shape in kw.get("coopmat_shapes", ()))
         return cls(**kw)
 
 
@@ -186,10 +196,46 @@ def _enumerate_cached() -> tuple[DeviceInfo, ...]:
         props2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceProperties2")
         feats2 = _instance_fn(vk, instance, "vkGetPhysicalDeviceFeatures2")
         return tuple(
-            _query(vk, i, pd, props2, feats2) for i, pd in enumerate(physical)
+            _query(vk, instance, i, pd, props2, feats2) for i, pd in enumerate(physical)
         )
     finally:
         vk.vkDestroyInstance(instance, None)
+
+
+# VkComponentTypeKHR 0..10 by name, then the later extensions' (bfloat16:
+# VK_KHR_shader_bfloat16; the 8-bit floats: VK_EXT_shader_float8; packed
+# int8: VK_NV_cooperative_vector), and VkScopeKHR.
+COMPONENT_TYPES = ("f16", "f32", "f64", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64")
+MORE_COMPONENT_TYPES = {1000141000: "bf16", 1000491000: "s8packed", 1000491001: "u8packed", 1000491002: "e4m3",
+                        1000491003: "e5m2"}
+_SCOPES = {1: "device", 2: "workgroup", 3: "subgroup", 5: "queue-family"}
+
+
+def _coopmat_shapes(vk, instance, pd, exts) -> tuple:
+    """The device's cooperative-matrix shapes (DeviceInfo.coopmat_shapes)."""
+    if "VK_KHR_cooperative_matrix" not in exts:
+        return ()
+    ffi = vk.ffi
+    name = "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"
+    ptr = vk.lib.vkGetInstanceProcAddr(instance, name.encode())
+    if ptr == ffi.NULL:
+        return ()
+    fn = ffi.cast(f"PFN_{name}", ptr)
+    count = ffi.new("uint32_t *")
+    if fn(pd, count, ffi.NULL) != vk.VK_SUCCESS or count[0] == 0:
+        return ()
+    props = ffi.new(f"VkCooperativeMatrixPropertiesKHR[{count[0]}]")
+    for i in range(count[0]):
+        props[i].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
+    if fn(pd, count, props) not in (vk.VK_SUCCESS, vk.VK_INCOMPLETE):
+        return ()
+
+    def kind(t: int) -> str:
+        return COMPONENT_TYPES[t] if 0 <= t < len(COMPONENT_TYPES) else MORE_COMPONENT_TYPES.get(t, f"type{t}")
+
+    return tuple((p.MSize, p.NSize, p.KSize, kind(p.AType), kind(p.BType), kind(p.CType), kind(p.ResultType),
+                  _SCOPES.get(p.scope, f"scope{p.scope}"))
+                 for p in (props[i] for i in range(count[0])) if not p.saturatingAccumulation)
 
 
 def _instance_fn(vk, instance, name):
@@ -210,7 +256,7 @@ def _cstr(vk, chars) -> str:
     return vk.ffi.string(chars).decode("utf-8", "replace")
 
 
-def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
+def _query(vk, instance, index, pd, props2, feats2) -> DeviceInfo:
     ffi = vk.ffi
     p = vk.vkGetPhysicalDeviceProperties(pd)
     limits = p.limits
@@ -228,7 +274,7 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         stype = getattr(vk, "VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_" + stype)
         return ffi.new(f"{ctype}*", {"sType": stype})
 
-    subgroup = driver = size_ctl = size_feats = dot_props = dot_feats = maint3 = sms = amd_cores = None
+    subgroup = driver = size_ctl = size_feats = dot_props = dot_feats = maint3 = sms = amd_cores = int8_feats = None
     if api >= (1, 1, 0):  # a 1.0 device may not be asked for *2 structs
         subgroup = new("VkPhysicalDeviceSubgroupProperties", "SUBGROUP_PROPERTIES")
         maint3 = new("VkPhysicalDeviceMaintenance3Properties", "MAINTENANCE_3_PROPERTIES")
@@ -259,9 +305,11 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         head = new("VkPhysicalDeviceProperties2", "PROPERTIES_2")
         _link(ffi, head, [subgroup, driver, size_ctl, dot_props, maint3, sms, amd_cores])
         props2(pd, head)
-        if dot_feats is not None or size_feats is not None:
+        if api >= (1, 2, 0) or "VK_KHR_shader_float16_int8" in exts:
+            int8_feats = new("VkPhysicalDeviceShaderFloat16Int8Features", "SHADER_FLOAT16_INT8_FEATURES")
+        if dot_feats is not None or size_feats is not None or int8_feats is not None:
             fhead = new("VkPhysicalDeviceFeatures2", "FEATURES_2")
-            _link(ffi, fhead, [dot_feats, size_feats])
+            _link(ffi, fhead, [dot_feats, size_feats, int8_feats])
             feats2(pd, fhead)
 
     # Kompute uses the first queue family with the compute bit.
@@ -323,6 +371,8 @@ def _query(vk, index, pd, props2, feats2) -> DeviceInfo:
         compute_full_subgroups=bool(size_feats and size_feats.computeFullSubgroups),
         required_subgroup_size_stages=(size_ctl.requiredSubgroupSizeStages if size_ctl else 0),
         max_compute_workgroup_subgroups=(size_ctl.maxComputeWorkgroupSubgroups if size_ctl else 0),
+        coopmat_shapes=_coopmat_shapes(vk, instance, pd, exts),
+        shader_int8=bool(int8_feats and int8_feats.shaderInt8),
     )
 
 

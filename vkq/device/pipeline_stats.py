@@ -182,7 +182,7 @@ class _Compiler:
         if coop.cooperativeMatrix and mm.vulkanMemoryModel and f16.shaderFloat16:
             coop.cooperativeMatrixRobustBufferAccess = 0
             mm.vulkanMemoryModelDeviceScope = mm.vulkanMemoryModelAvailabilityVisibilityChains = 0
-            f16.shaderInt8 = 0
+            # shaderInt8 stays as the device reports it (kp patch 0014): the int8 flavour's fragments
             wanted += coop_exts
         else:
             chain = [s for s in chain if s not in (coop, mm, f16)]

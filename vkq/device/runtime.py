@@ -12,10 +12,14 @@ when their extensions are requested (Manager.cooperative_matrix_enabled), and so
 subgroupSizeControl with VK_EXT_subgroup_size_control
 (Manager.subgroup_size_control_enabled), so that an algorithm may be given a
 required subgroup size (`required_subgroup_size` of Manager.algorithm and
-Manager.algorithm_with_bindings; Device.algorithm below). A kp without the whole series (stock, or an
-older level) still runs what needs none of these: the int8 path and
-texel bindings are refused with a clear error, uploaded weights keep their
-host copy.
+Manager.algorithm_with_bindings; Device.algorithm below), and shaderInt8 with the
+cooperative-matrix features where the device has it (Manager.shader_int8_enabled:
+the int8 cooperative-matrix flavour). A kp without the first CORE_KP_PATCH
+patches (stock, or an older level) still runs what needs none of these: the
+int8 path and texel bindings are refused with a clear error, uploaded
+weights keep their host copy. A kp with them but short of the whole series
+lacks only what the later patches add, each looked up by name where vkq
+asks kp for it and said where it is missing (`vkq info`'s coop matrix line).
 
 Pipeline cache (patch 0013): every pipeline of a Manager is created through
 the Manager's one VkPipelineCache. `Device.manager.pipeline_cache_data()`
@@ -45,7 +49,14 @@ from .spirv_needs import PipelineNeeds, pipeline_needs
 # The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
 # patch: its number, so that a kp of level N has patches 0001 to N);
 # tools/install_kompute.sh reads this line to check its build.
-REQUIRED_KP_PATCH = 13
+REQUIRED_KP_PATCH = 14
+# The patches every graph of vkq's needs (0001-0010: the int-dot feature, the
+# barrier, texel bindings, the staging release, a fence per sequence, shared
+# pipelines, the level itself). Those after it each add a feature vkq looks
+# up by name (Manager.cooperative_matrix_enabled, subgroup_size_control_enabled,
+# shader_int8_enabled) or that changes no result (0012: the GIL released while
+# waiting), so a kp between the two levels runs without them, warned once.
+CORE_KP_PATCH = 10
 INT_DOT_EXTENSION = "VK_KHR_shader_integer_dot_product"
 SUBGROUP_SIZE_CONTROL_EXTENSION = "VK_EXT_subgroup_size_control"
 
@@ -58,6 +69,11 @@ ACCESS_SHADER_WRITE = 0x00000040
 def patches(level: int) -> str:
     """'vkq's patches 0001-0009' for kp.VKQ_PATCH_LEVEL 9 ('none of vkq's patches' for 0)."""
     return f"vkq's patches 0001-{level:04d}" if level else "none of vkq's patches"
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
 
 
 # The compiled shaders, read once per process (a cache on a Device method
@@ -77,10 +93,15 @@ class Device:
         self.index = device_index_from_env(index)
         self.info: DeviceInfo = get_device_info(self.index)
         level = getattr(kp, "VKQ_PATCH_LEVEL", 0)
-        self.patched_kp = level >= REQUIRED_KP_PATCH
+        self.patched_kp = level >= CORE_KP_PATCH
         if not self.patched_kp:
             warnings.warn(f"kp has {patches(level)}, vkq needs {patches(REQUIRED_KP_PATCH)}: the int8 path "
                           f"and texel bindings are refused, pipelines are not shared; {KOMPUTE_HINT}", stacklevel=2)
+        elif level < REQUIRED_KP_PATCH:
+            later = (f"patch {REQUIRED_KP_PATCH:04d} adds" if level + 1 == REQUIRED_KP_PATCH
+                     else f"patches {level + 1:04d}-{REQUIRED_KP_PATCH:04d} add")
+            _warn_once(f"kp has {patches(level)}, vkq needs {patches(REQUIRED_KP_PATCH)}: what {later} is not "
+                       f"offered (vkq info says what); {KOMPUTE_HINT}")
         extensions = [INT_DOT_EXTENSION] if self.info.integer_dot_product and self.patched_kp else []
         # Cooperative matrices: only through a kp that can enable their
         # features (Manager.cooperative_matrix_enabled); None: it cannot.
@@ -97,6 +118,11 @@ class Device:
         self.int_dot_enabled = INT_DOT_EXTENSION in extensions and self.manager.integer_dot_product_enabled()
         self.coopmat_enabled = (self.manager.cooperative_matrix_enabled() if want_coopmat
                                 else False if can_coopmat else None)
+        # shaderInt8, the int8 fragments' (enabled with the cooperative-matrix
+        # features where the device has it; None: this kp build cannot say).
+        can_int8 = hasattr(kp.Manager, "shader_int8_enabled")
+        self.int8_enabled = (self.manager.shader_int8_enabled() if can_int8 and self.coopmat_enabled
+                             else False if can_int8 else None)
         # Whether Device.algorithm may be given a required_subgroup_size.
         self.subgroup_size_control = bool(
             SUBGROUP_SIZE_CONTROL_EXTENSION in extensions and self.manager.subgroup_size_control_enabled()
@@ -105,7 +131,7 @@ class Device:
 
     @functools.cached_property
     def caps(self) -> DeviceCaps:
-        return DeviceCaps.of(self.info, self.int_dot_enabled, self.coopmat_enabled)
+        return DeviceCaps.of(self.info, self.int_dot_enabled, self.coopmat_enabled, self.int8_enabled)
 
     @property
     def max_buffer_bytes(self) -> int:

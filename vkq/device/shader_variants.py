@@ -91,9 +91,10 @@ class MatMulVariant:
     product, weights dequantized to float, or (mmq) dotted as int8 with Q8_1
     activations, with OpSDot (int_dot) or its int32 emulation; `binding`:
     one of MATMUL_BINDINGS; mul_mat_id: over an expert stack, a column per
-    used-expert slot (MUL_MAT_ID); coopmat: the float product on cooperative
-    matrices (float16 tiles, float32 sums; storage buffers, no MUL_MAT_ID),
-    which only a glslang of COOPMAT_GLSLANG or later compiles."""
+    used-expert slot (MUL_MAT_ID); coopmat: on cooperative matrices
+    (storage buffers), the float product (float16 tiles, float32 sums) or
+    with mmq the int8 one (int8 fragments, int32 sums, the scales applied per
+    16 of K), which only a glslang of COOPMAT_GLSLANG or later compiles."""
 
     qtype: str
     binding: str = "storage"
@@ -105,7 +106,7 @@ class MatMulVariant:
     @property
     def name(self) -> str:
         if self.coopmat:
-            return f"mul_mm_{self.qtype.lower()}_coopmat_f16"
+            return f"mul_mm{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_coopmat_{'int8' if self.mmq else 'f16'}"
         path = ("mmq_dot" if self.int_dot else "mmq_emul") if self.mmq else "f32"
         return (f"mul_mm{'_id' if self.mul_mat_id else ''}_{self.qtype.lower()}_{path}"
                 f"{'_tw_tx' if self.binding == 'texel' else ''}")
@@ -179,29 +180,35 @@ class GetRowsVariant:
 
 @dataclass(frozen=True)
 class VectorOpVariant:
-    """A vector op of the llama decode step (vkq/llama/vector_ops.py), shaders/<op>.comp;
+    """A vector op of the llama decode step (a module of vkq/llama/vector_ops/), shaders/<op>.comp;
     `subgroup`: its workgroup reductions use subgroup arithmetic (shaders/reduce.glsl);
-    `texel_kv`: it reads the KV caches through texel views (attention_tiled.comp's TEXEL_KV)."""
+    `texel_kv`: it reads the KV caches through texel views (attention_tiled.comp's TEXEL_KV);
+    `glu`: swiglu.comp's gate, "silu", "gelu" (GELU: GeGLU) or "oai" (OAI: gpt-oss's clamped SwiGLU)."""
 
     op: str
     subgroup: bool = False
     texel_kv: bool = False
+    glu: str = "silu"
 
     @property
     def name(self) -> str:
-        return self.op + ("_sg" if self.subgroup else "") + ("_tkv" if self.texel_kv else "")
+        return (self.op + ("_sg" if self.subgroup else "") + ("_tkv" if self.texel_kv else "")
+                + ("" if self.glu == "silu" else f"_{self.glu}"))
 
     @property
     def source(self) -> str:
         return f"{self.op}.comp"
 
     def defines(self) -> dict[str, str]:
-        return {**({"REDUCE_SUBGROUP": "1"} if self.subgroup else {}), **({"TEXEL_KV": "1"} if self.texel_kv else {})}
+        return {**({"REDUCE_SUBGROUP": "1"} if self.subgroup else {}), **({"TEXEL_KV": "1"} if self.texel_kv else {}),
+                **({} if self.glu == "silu" else {self.glu.upper(): "1"})}
 
 
 REDUCING_OPS = ("rms_norm", "attention", "expert_routing", "head_norm")  # the ops with workgroup reductions
 LLAMA_OPS = (*(VectorOpVariant(op, sg) for op in REDUCING_OPS for sg in (False, True)),
-             *(VectorOpVariant(op) for op in ("swiglu", "argmax", "sample", "attention_tiled")),
+             *(VectorOpVariant(op) for op in ("swiglu", "argmax", "sample", "attention_tiled", "soft_cap",
+                                                "expert_bias")),
+             *(VectorOpVariant("swiglu", glu=glu) for glu in ("gelu", "oai")),
              VectorOpVariant("attention_tiled", texel_kv=True))
 
 
@@ -219,7 +226,8 @@ def all_variants() -> list:
     out += [MatMulVariant(name, binding, mmq, int_dot, mul_mat_id) for name, fmt in FORMATS.items()
             for binding in MATMUL_BINDINGS for mul_mat_id in (False, True)
             for mmq, int_dot in ((False, False), *(((True, False), (True, True)) if fmt.has_int8_path else ()))]
-    out += [MatMulVariant(name, coopmat=True) for name in FORMATS]
+    out += [MatMulVariant(name, mmq=mmq, mul_mat_id=mul_mat_id, coopmat=True) for name, fmt in FORMATS.items()
+            for mul_mat_id in (False, True) for mmq in ((False, True) if fmt.has_int8_path else (False,))]
     out += [*LLAMA_OPS, *(GetRowsVariant(name) for name in FORMATS)]
     return out
 

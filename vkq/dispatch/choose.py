@@ -223,7 +223,8 @@ class Dispatcher:
                           f"device: {'; '.join(problems[:3])}; using the vendor table. Run `vkq tune` again.",
                           stacklevel=2)
             tuned = {}
-        return cls(caps, classify(info), tuned, coopmat.load_checks(info) if caps.coopmat else {})
+        return cls(caps, classify(info), tuned, coopmat.load_checks(info) if caps.coopmat or caps.coopmat_int8
+                   else {})
 
     def choose(self, fmt: BlockFormat, rows: int, k: int, ncols: int = 1, path: str | None = None,
                activations: str = DEFAULT_ACTIVATIONS) -> PipelineConfig:

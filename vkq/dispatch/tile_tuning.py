@@ -14,17 +14,23 @@ adapted: the table's entry is taken, fitted as always, and its `source`
 says why.
 
 Before either: the cooperative-matrix kernel, where vkq.dispatch.coopmat
-offers it for the type (the device's feature enabled, the kernel checked
-on this device) and the caller asked for no path (argument or VKQ_PATH):
-a plain mat-mat only, not MUL_MAT_ID. Where this device's `vkq tune` raced
-it against the tuned tiles that serve this K and these activations
-(tuning_store.coopmat_race) and it was not clearly faster, the tiled
-kernel, its `source` saying so with the figures; without such a race (no
-`vkq tune` since the kernel was offered, K below the tuned k_min), the
-kernel on its self-check alone. Its tile: where the race won, the one `vkq
-tune` found fastest there (its candidates, tiles.COOPMAT_CANDIDATES, each
-checked against the float kernel first), fitted at this K; else
-COOPMAT_TILE's (coopmat_tile).
+offers it for the type (the device's features enabled, the kernel checked
+on this device) and the caller asked for no path (argument or VKQ_PATH),
+in the flavour of the path the tiles would take (`offered_flavour`: the
+int8 flavour where they take the int8 path on q8_1 activations and it is
+offered, else the float16 one where it is offered). Where this device's
+`vkq tune` raced that flavour against the tuned tiles that serve this K and
+these activations (tuning_store.coopmat_race) and it was not clearly
+faster, the tiled kernel, its `source` saying so with the figures; without
+such a race (no `vkq tune` since the kernel was offered, K below the tuned
+k_min), the kernel on its self-check alone.
+Its tile: where the race won, the one `vkq tune` found fastest there (its
+candidates, tiles.coopmat_candidates, each checked first), fitted at this
+K; else the device's default (tiles.coopmat_default_shape; coopmat_tile).
+
+VKQ_MATMUL (coopmat.env_kernel) overrides all of this: "tiled" the tiled
+kernel, "coopmat" / "coopmat-int8" that flavour, unchecked, refused in one
+line where the device or the type lacks it (`forced`).
 """
 from __future__ import annotations
 
@@ -78,6 +84,22 @@ def race_figures(found: dict, race: tuning_store.CoopmatRace) -> str:
     return f"{verdict} in this device's vkq tune at {found['n']} columns: {figures}{after}"
 
 
+def offered_flavour(dispatcher, fmt: BlockFormat, k: int, activations: str,
+                    n_expert: int | None) -> tuple[str | None, str]:
+    """The cooperative-matrix flavour the dispatcher takes for fmt (None:
+    neither is offered), with its status line (coopmat.status)."""
+    caps, checks = dispatcher.caps, dispatcher.coopmat_checks
+    int8 = coopmat.status(caps, fmt, checks, "int8")
+    if int8[0] == coopmat.OFFERED and ACTIVATION_PLANES[activations] == 1:
+        try:
+            if tiled(dispatcher, fmt, k, None, activations, n_expert).path == "mmvq":
+                return "int8", int8[1]
+        except ValueError:
+            pass
+    offer, why = coopmat.status(caps, fmt, checks, "float16")
+    return ("float16", why) if offer == coopmat.OFFERED else (None, why)
+
+
 def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
            activations: str = DEFAULT_ACTIVATIONS, n_expert: int | None = None) -> tiles.TileConfig:
     """The tiles of a mat-mat of a `fmt` matrix of K columns on the
@@ -85,17 +107,20 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
     chosen path and these activations, else tiles.choose. n_expert: for
     MUL_MAT_ID over a stack of that many experts (tuned tiles are held to
     its kernel's limits too)."""
-    if n_expert is None and requested_path(fmt, path)[0] is None:
-        offer, why = coopmat.status(dispatcher.caps, fmt, dispatcher.coopmat_checks)
-        if offer == coopmat.OFFERED:
+    kernel = coopmat.env_kernel()
+    if kernel is not None:
+        return forced(dispatcher, fmt, k, kernel, path, activations, n_expert)
+    if requested_path(fmt, path)[0] is None:
+        flavour, why = offered_flavour(dispatcher, fmt, k, activations, n_expert)
+        if flavour is not None:
             found = tuned_tiles(dispatcher.tuned, fmt, k)
-            race = tuning_store.coopmat_race(found, activations) if found is not None else None
+            race = tuning_store.coopmat_race(found, activations, flavour) if found is not None else None
             if race is not None and not race.won:  # (measured here: the tiled kernel was as fast or faster)
                 cfg = tiled(dispatcher, fmt, k, path, activations, n_expert)
                 return replace(cfg, source=f"cooperative matrices not used: {race_figures(found, race)}; "
                                            f"{cfg.source}")
             try:
-                cfg = coopmat_tile(dispatcher.caps, fmt, k, race)
+                cfg = coopmat_tile(dispatcher.caps, fmt, k, race, flavour)
                 return replace(cfg, source=f"{cfg.source}; {why}"
                                + (f"; {race_figures(found, race)}" if race is not None else ""))
             except ValueError as e:  # (the device's limits: the other kernels, saying so)
@@ -104,24 +129,46 @@ def choose(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,
     return tiled(dispatcher, fmt, k, path, activations, n_expert)
 
 
-def coopmat_tile(caps, fmt: BlockFormat, k: int, race: tuning_store.CoopmatRace | None) -> tiles.TileConfig:
+def forced(dispatcher, fmt: BlockFormat, k: int, kernel: str, path: str | None, activations: str,
+           n_expert: int | None) -> tiles.TileConfig:
+    """The kernel VKQ_MATMUL names (coopmat.KERNELS) for fmt at K: the tiled
+    kernel, or a cooperative-matrix flavour at the device's default tile,
+    whether or not it passed its self-check here (its status in `source`).
+    ValueError, in one line, where it cannot run."""
+    flavour = coopmat.KERNELS[kernel]
+    if flavour is None:
+        cfg = tiled(dispatcher, fmt, k, path, activations, n_expert)
+        return replace(cfg, source=f"VKQ_MATMUL={kernel}; {cfg.source}")
+    problem = coopmat.forced_problem(dispatcher.caps, fmt, kernel, requested_path(fmt, path)[0], activations)
+    if problem:
+        raise ValueError(problem)
+    try:
+        cfg = tiles.coopmat_config(dispatcher.caps, fmt, k, flavour=flavour)
+    except ValueError as e:
+        raise ValueError(f"VKQ_MATMUL={kernel}: {e}") from None
+    why = coopmat.status(dispatcher.caps, fmt, dispatcher.coopmat_checks, flavour)[1]
+    return replace(cfg, source=f"VKQ_MATMUL={kernel} (forced; {why}); {cfg.source}")
+
+
+def coopmat_tile(caps, fmt: BlockFormat, k: int, race: tuning_store.CoopmatRace | None,
+                 flavour: str = "float16") -> tiles.TileConfig:
     """The cooperative-matrix kernel's tile: the one `vkq tune` raced fastest
-    on this device where its race won, fitted at K; COOPMAT_TILE's without
-    such a race, or where the tuned tile does not fit at this K (`source`
-    saying so). ValueError where COOPMAT_TILE's does not fit either."""
+    on this device where its race won, fitted at K; the device's default
+    without such a race, or where the tuned tile does not fit at this K
+    (`source` saying so). ValueError where the default does not fit either."""
     if race is None or not race.won:
-        return tiles.coopmat_config(caps, fmt, k)
+        return tiles.coopmat_config(caps, fmt, k, flavour=flavour)
     label = tiles.coopmat_tile_label(race.tile)
     try:
-        cfg = tiles.coopmat_config(caps, fmt, k, race.tile)
+        cfg = tiles.coopmat_config(caps, fmt, k, race.tile, flavour)
     except ValueError as e:
-        cfg = tiles.coopmat_config(caps, fmt, k)
+        cfg = tiles.coopmat_config(caps, fmt, k, flavour=flavour)
         return replace(cfg, source=f"{cfg.source}: the tile tuned on this device ({label}) does not fit at "
                                    f"K={k} ({e})")
     fitted = cfg.source.partition("; ")[2]  # (coopmat_config's own notes, where it had to fit the tile)
     return replace(cfg, source=f"coopmat tile {label} tuned on this device (vkq tune: the fastest of the "
-                               f"candidate tiles that passed the self-check, NMSE {race.nmse:.1e} against the float "
-                               f"kernel)" + (f"; {fitted}" if fitted else ""))
+                               f"candidate tiles that passed the self-check, NMSE {race.nmse:.1e} against the "
+                               f"{'int8' if flavour == 'int8' else 'float'} kernel)" + (f"; {fitted}" if fitted else ""))
 
 
 def tiled(dispatcher, fmt: BlockFormat, k: int, path: str | None = None,

@@ -14,11 +14,13 @@ naming every change in `source`; `check` holds a caller's own TileConfig to
 those limits instead. The kernel has one summation order per tile shape
 (bk_chunks does not change it: see the shader), whatever the column count.
 
-The float path has a third flavour, on cooperative matrices
-(VK_KHR_cooperative_matrix: f16 x f16 -> f32 in 16x16x16 fragments,
-`coopmat_subgroup`): `COOPMAT_TILE` is its launch; the dispatcher offers it
-only where vkq.dispatch.coopmat says so (the device's feature enabled and
-the kernel checked on the device against the float kernel).
+Both paths have a flavour on cooperative matrices (VK_KHR_cooperative_matrix,
+`coopmat_subgroup`, in fragments of the shape the device lists,
+`fragment`): the float path's multiplies float16 tiles into float32 sums,
+the int8 path's int8 quants into int32 sums (its scales applied per 16 of
+K). `COOPMAT_TILE` is their launch; the dispatcher offers them only where
+vkq.dispatch.coopmat says so (the device's features enabled and the kernel
+checked on the device).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import CHUNK, BlockFormat
 from ..checks import is_int
-from ..device.caps import DeviceCaps
+from ..device.caps import COOPMAT_FLAVOURS, COOPMAT_K_UNIT, COOPMAT_MN, DeviceCaps
 from ..device.shader_variants import MATMUL_BINDINGS
 from .paths import int_dot_disabled_by_env, requested_path
 from .classify import DeviceClass
@@ -44,12 +46,14 @@ UNIT_CHUNKS = 8  # chunks of one unit_meta (shaders/mul_mm.comp's WHOLE_UNITS)
 # [[unroll]] marks: the K steps, and per weights chunk a step's invocation
 # decodes, dequant.glsl's two (two halves of four vec4s each).
 DEQUANT_LOOP_ITERATIONS = 2 + 2 * 4
-# Cooperative matrices: the fragment shape (M = N = K), the one NVIDIA lists
-# for float16 with float32 sums; a subgroup's accumulator fragments at most;
-# the subgroup sizes the kernel is built for.
-COOPMAT_FRAGMENT = 16
-MAX_COOPMAT_FRAGMENTS = 8
+# Cooperative matrices: a subgroup's sums per invocation at most (its block
+# of tm x tn over the subgroup: 64 on a GPU's 32 x 64 per subgroup of 32,
+# 128 on lavapipe's 32 x 32 per subgroup of 8); the subgroup sizes the
+# kernel is built for; the fragment shapes (M, N, K) it takes
+# (vkq.device.caps.coopmat_fragment chooses one the device lists).
+MAX_COOPMAT_LANE_SUMS = 128
 COOPMAT_SUBGROUPS = (8, 16, 32, 64, 128)
+COOPMAT_FRAGMENTS = tuple((m, n, k) for m in COOPMAT_MN for n in COOPMAT_MN for k in (4, 8, 16, 32))
 
 
 @dataclass(frozen=True)
@@ -65,10 +69,13 @@ class TileConfig:
     value_lookup: str = "table"  # as the mat-vec's (vkq.dispatch.config.VALUE_LOOKUPS)
     int_dot: bool = False  # mmvq with OpSDot; False: its int32 emulation
     x_planes: int = 1  # mmvq: int8 planes of the activations (vkq.blocks.activations)
-    # Cooperative matrices (float path, shared tiles, storage buffers): each
-    # tm x tn block (multiples of COOPMAT_FRAGMENT) is a subgroup of this
-    # many invocations, the device's subgroup size; 0: the plain kernel.
+    # Cooperative matrices (shared tiles, storage buffers; the float path's
+    # float16 flavour or the int8 path's int8 one, one activation plane):
+    # each tm x tn block is a subgroup of this many invocations, the device's
+    # subgroup size; 0: the plain kernel. fragment: (M, N, K), a shape the
+    # device lists for the flavour's types (tm a multiple of M, tn of N).
     coopmat_subgroup: int = 0
+    fragment: tuple = (16, 16, 16)
     # Provenance, not part of what runs (as PipelineConfig's).
     source: str = field(default="default", compare=False)
     evidence: frozenset = field(default=frozenset(), compare=False)
@@ -87,9 +94,14 @@ class TileConfig:
         return self.coopmat_subgroup > 0
 
     @property
+    def flavour(self) -> str | None:
+        """The cooperative-matrix flavour ("float16", "int8"), None for the plain kernel."""
+        return None if not self.coopmat else "int8" if self.path == "mmvq" else "float16"
+
+    @property
     def kernel(self) -> str:
         if self.coopmat:
-            return "mul_mm coopmat f16"
+            return f"mul_mm coopmat {'int8' if self.flavour == 'int8' else 'f16'} {'x'.join(map(str, self.fragment))}"
         return "mul_mm int8" + (" OpSDot" if self.int_dot else " emulated") if self.path == "mmvq" else "mul_mm float"
 
     @property
@@ -102,6 +114,8 @@ class TileConfig:
         (2 units of quants per plane and one of scales, shaders/q8_1.glsl)."""
         if not self.shared_tiles:
             return 0
+        if self.flavour == "int8":  # rows of int8 quants of a K step plus 16 bytes, a chunk's scales, int sums
+            return (self.bm + self.bn) * (self.bk_chunks * (CHUNK + 16) + 16) + self.bm * self.bn * 4
         if self.coopmat:  # float16 rows of a K step plus 8 halves, then the float sums of the tile
             return (self.bm + self.bn) * (self.bk_chunks * CHUNK + 8) * 2 + self.bm * self.bn * 4
         w_chunk, x_chunk = (3, 2 * self.x_planes + 1) if self.path == "mmvq" else (CHUNK // 4, CHUNK // 4)
@@ -111,7 +125,8 @@ class TileConfig:
         return {"path": self.path, "bm": self.bm, "bn": self.bn, "bk_chunks": self.bk_chunks, "tm": self.tm,
                 "tn": self.tn, "shared_tiles": self.shared_tiles, "binding": self.binding,
                 "value_lookup": self.value_lookup, "int_dot": self.int_dot, "x_planes": self.x_planes,
-                **({"coopmat_subgroup": self.coopmat_subgroup} if self.coopmat else {})}
+                **({"coopmat_subgroup": self.coopmat_subgroup, "fragment": list(self.fragment)} if self.coopmat
+                   else {})}
 
     @property
     def whole_units(self) -> bool:
@@ -149,12 +164,19 @@ def param_problems(cfg: TileConfig) -> list[str]:
     if not is_int(cfg.coopmat_subgroup) or cfg.coopmat_subgroup not in (0, *COOPMAT_SUBGROUPS):
         return out + [f"coopmat_subgroup {cfg.coopmat_subgroup!r} not 0 or one of {COOPMAT_SUBGROUPS}"]
     if cfg.coopmat:
-        f = COOPMAT_FRAGMENT
-        if cfg.path != "dmmv" or not cfg.shared_tiles or cfg.binding != "storage":
-            out.append("cooperative matrices: the dmmv path with shared tiles through storage buffers only")
-        if cfg.tm % f or cfg.tn % f or (cfg.tm // f) * (cfg.tn // f) > MAX_COOPMAT_FRAGMENTS:
-            out.append(f"cooperative matrices: tm {cfg.tm} and tn {cfg.tn} multiples of {f}, at most "
-                       f"{MAX_COOPMAT_FRAGMENTS} fragments per subgroup")
+        frag = tuple(cfg.fragment) if isinstance(cfg.fragment, (tuple, list)) else None
+        if not cfg.shared_tiles or cfg.binding != "storage" or cfg.x_planes != 1 or cfg.int_dot:
+            out.append("cooperative matrices: shared tiles through storage buffers, one activation plane and "
+                       "int_dot False only")
+        if frag not in COOPMAT_FRAGMENTS or COOPMAT_K_UNIT["int8" if cfg.path == "mmvq" else "float16"] % frag[2]:
+            out.append(f"cooperative matrices: fragment {cfg.fragment!r} not (M, N, K) with M and N of "
+                       f"{'/'.join(map(str, COOPMAT_MN))}, K a multiple of 4 dividing "
+                       f"{COOPMAT_K_UNIT['int8' if cfg.path == 'mmvq' else 'float16']}")
+        elif cfg.tm % frag[0] or cfg.tn % frag[1] or cfg.tm * cfg.tn > MAX_COOPMAT_LANE_SUMS * cfg.coopmat_subgroup \
+                or cfg.tm * cfg.tn % cfg.coopmat_subgroup:
+            out.append(f"cooperative matrices: tm {cfg.tm} a multiple of {frag[0]} and tn {cfg.tn} of {frag[1]}, "
+                       f"tm x tn a multiple of the subgroup's {cfg.coopmat_subgroup} invocations and at most "
+                       f"{MAX_COOPMAT_LANE_SUMS} sums per invocation")
     if cfg.bm % cfg.tm or cfg.bn % cfg.tn:
         out.append(f"tm {cfg.tm} must divide bm {cfg.bm} and tn {cfg.tn} bn {cfg.bn}")
     elif not cfg.coopmat and cfg.tm * cfg.tn > MAX_SUMS:
@@ -365,6 +387,32 @@ COOPMAT_CANDIDATES = (
 )
 
 
+# On a CPU driver (lavapipe) the fragments are emulated and the kernel is
+# there to be checked, not to be fast: a fragment per subgroup, 2 x 2
+# subgroups. Its pipelines compile for as long as their unrolled fragment
+# products are many (the note's figures: each pipeline's first compile,
+# lavapipe 26.1.6, 2 cores shared with other work).
+COOPMAT_CPU_TILE = {
+    "basis": "measured",
+    "note": "a CPU driver emulates the fragments: one per subgroup, 2 x 2 subgroups, the shortest compile "
+            "(Q4_K's first compile on lavapipe 26, 2026-12-06: 5.1 s float16, 1.9 s int8 at 16x16; 12.0 s "
+            "and 6.4 s at 32x32; 31.6 s and 18.5 s at the GPUs' 64x64)",
+}
+
+
+def coopmat_default_shape(caps: DeviceCaps, flavour: str = "float16") -> tuple[int, ...]:
+    """The tile the kernel takes on this device without a tuned one: COOPMAT_TILE's, or on a CPU driver COOPMAT_CPU_TILE's."""
+    if caps.device_type != "cpu":
+        return COOPMAT_TILE_SHAPE
+    m, n, _ = caps.coopmat_int8_fragment if flavour == "int8" else caps.coopmat_fragment
+    return (2 * m, 2 * n, 1, m, n)
+
+
+def coopmat_candidates(caps: DeviceCaps, flavour: str = "float16") -> tuple[tuple[int, ...], ...]:
+    """The tiles `vkq tune` races for the kernel here: COOPMAT_CANDIDATES, or on a CPU driver its one tile."""
+    return COOPMAT_CANDIDATES if caps.device_type != "cpu" else (coopmat_default_shape(caps, flavour),)
+
+
 def coopmat_shape(cfg: TileConfig) -> tuple[int, ...]:
     """A cooperative-matrix config's tile, (bm, bn, bk_chunks, tm, tn) (COOPMAT_SHAPE)."""
     return tuple(getattr(cfg, name) for name in COOPMAT_SHAPE)
@@ -376,16 +424,27 @@ def coopmat_tile_label(shape: tuple[int, ...]) -> str:
     return f"{bm}x{bn}, K step {bk_chunks * CHUNK}, {tm}x{tn} per subgroup"
 
 
-def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int, shape: tuple[int, ...] | None = None) -> TileConfig:
+def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int, shape: tuple[int, ...] | None = None,
+                   flavour: str = "float16") -> TileConfig:
     """COOPMAT_TILE (or `shape`, (bm, bn, bk_chunks, tm, tn), one of
-    COOPMAT_CANDIDATES) on this device: a subgroup of the device's subgroup
+    COOPMAT_CANDIDATES) for the kernel's `flavour` (COOPMAT_FLAVOURS) on
+    this device: its fragment shape, a subgroup of the device's subgroup
     size per block, bn halved while the workgroup or its shared memory does
-    not fit (each change named in `source`). ValueError if nothing fits."""
-    e = COOPMAT_TILE
-    dims = dict(zip(COOPMAT_SHAPE, COOPMAT_TILE_SHAPE if shape is None else shape))
-    source = f"coopmat tile [{e['basis']}]" if shape is None else "coopmat tile candidate [guess]"
-    cfg = TileConfig(**dims, coopmat_subgroup=caps.subgroup_size, source=source,
-                     evidence=frozenset({e["basis"] if shape is None else "guess"}))
+    not fit (each change named in `source`). ValueError if nothing fits (or
+    the type has no int8 path for the int8 flavour)."""
+    if flavour not in COOPMAT_FLAVOURS:
+        raise ValueError(f"cooperative-matrix flavour {flavour!r} not in {COOPMAT_FLAVOURS}")
+    if flavour == "int8" and not fmt.has_int8_path:
+        raise ValueError(f"{fmt.name} has no int8 path: no int8 cooperative-matrix mat-mat")
+    e = COOPMAT_TILE if caps.device_type != "cpu" else COOPMAT_CPU_TILE
+    default = coopmat_default_shape(caps, flavour)
+    dims = dict(zip(COOPMAT_SHAPE, default if shape is None else shape))
+    basis = e["basis"] if shape is None or tuple(shape) == default else "guess"
+    source = (f"coopmat tile{' for a CPU driver' if caps.device_type == 'cpu' else ''} [{basis}]"
+              if shape is None or tuple(shape) == default else "coopmat tile candidate [guess]")
+    fragment = caps.coopmat_int8_fragment if flavour == "int8" else caps.coopmat_fragment
+    cfg = TileConfig(**dims, path="mmvq" if flavour == "int8" else "dmmv", coopmat_subgroup=caps.subgroup_size,
+                     fragment=tuple(fragment), source=source, evidence=frozenset({basis}))
     notes = []
     max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
     while (cfg.wg_size > max_wg or cfg.shared_memory_bytes > caps.max_shared_memory) and cfg.bn > cfg.tn:
@@ -411,13 +470,17 @@ def check(cfg: TileConfig, caps: DeviceCaps, fmt: BlockFormat, k: int, n_expert:
         raise TypeError(f"config must be a vkq.dispatch.tiles.TileConfig, got {type(cfg).__name__}")
     if cfg.path == "mmvq" and not fmt.has_int8_path:
         raise ValueError(f"{fmt.name} has no int8 (mmvq) path")
-    if cfg.coopmat and n_expert is not None:
-        raise ValueError("cooperative matrices: a plain mat-mat only, not MUL_MAT_ID")
-    if cfg.coopmat and not caps.coopmat:
-        raise ValueError(f"cooperative matrices: not on this device ({caps.coopmat_missing})")
-    if cfg.coopmat and cfg.coopmat_subgroup != caps.subgroup_size:
-        raise ValueError(f"cooperative matrices: coopmat_subgroup {cfg.coopmat_subgroup} is not the device's "
-                         f"subgroup size {caps.subgroup_size}")
+    if cfg.coopmat:
+        missing = caps.coopmat_int8_missing if cfg.flavour == "int8" else caps.coopmat_missing
+        fragment = caps.coopmat_int8_fragment if cfg.flavour == "int8" else caps.coopmat_fragment
+        if missing:
+            raise ValueError(f"cooperative matrices ({cfg.flavour}): not on this device ({missing})")
+        if cfg.coopmat_subgroup != caps.subgroup_size:
+            raise ValueError(f"cooperative matrices: coopmat_subgroup {cfg.coopmat_subgroup} is not the device's "
+                             f"subgroup size {caps.subgroup_size}")
+        if tuple(cfg.fragment) != tuple(fragment):
+            raise ValueError(f"cooperative matrices ({cfg.flavour}): fragment {tuple(cfg.fragment)} is not the "
+                             f"one taken on this device, {tuple(fragment)}")
     problems = limit_problems(cfg, caps, k, n_expert)
     if problems:
         raise ValueError("config does not fit this device: " + "; ".join(problems))

@@ -25,7 +25,7 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS
 from ..device.device_info import DeviceInfo
 from .config import ALL_PARAMS, PATHS, param_problems
-from .tiles import COOPMAT_SHAPE, COOPMAT_SUBGROUPS, TileConfig
+from .tiles import COOPMAT_SHAPE, TileConfig
 
 # 2: the int8 path's parameters per activation format, and each type's k_min.
 SCHEMA = 2
@@ -155,18 +155,22 @@ TILE_FIGURES = {
     "gflops": (FIGURES["gbps"][0], "[table, tuned] positive GFLOP/s"),
     "spread": FIGURES["spread"],
 }
-TILE_KEYS = {"n", "k_min", "shapes", "best", "coopmat", *ENTRY_KEYS, *TILE_FIGURES}
+# A "tiles" object's race of each cooperative-matrix flavour (CoopmatRace below), by flavour.
+COOPMAT_RECORDS = {"float16": "coopmat", "int8": "coopmat_int8"}
+TILE_KEYS = {"n", "k_min", "shapes", "best", *COOPMAT_RECORDS.values(), *ENTRY_KEYS, *TILE_FIGURES}
 
 
 # The cooperative-matrix mat-mat raced against the tuned tiles by `vkq tune`
 # on a device that offers it for the type (the same final race, the same
-# rotation), a "tiles" object's optional "coopmat": the fastest of its
-# candidate tiles (vkq.dispatch.tiles.COOPMAT_CANDIDATES that fit the device
-# and passed the self-check's NMSE there), {"gflops": its GFLOP/s,
-# "spread": its spread, "won": {activations: whether it was clearly faster
+# rotation), a "tiles" object's optional "coopmat" (the float16 flavour) and
+# "coopmat_int8" (the int8 one), each raced for the activation formats the
+# mat-mat takes that flavour for: the fastest of its candidate tiles
+# (vkq.dispatch.tiles.coopmat_candidates that fit the device and passed the
+# self-check's NMSE there), {"gflops": its GFLOP/s, "spread": its spread,
+# "won": {activations: whether it was clearly faster
 # (vkq.device.timing.faster) than the tiles "best" gives those
 # activations}, "tile": [bm, bn, bk_chunks, tm, tn] (tiles.COOPMAT_SHAPE),
-# "nmse": its NMSE against the float kernel}. The tiled kernel's figures
+# "nmse": its NMSE against its path's tiled kernel}. The tiled kernel's figures
 # are that key's "gflops"[1] and "spread", from the same race. Without a
 # record (tiles tuned on a device without the kernel) the dispatcher offers
 # the kernel on its self-check alone (vkq.dispatch.tile_tuning).
@@ -184,31 +188,37 @@ class CoopmatRace:
     tiled_gflops: float
     tiled_spread: float | None
     tile: tuple[int, ...]  # (bm, bn, bk_chunks, tm, tn)
-    nmse: float  # the tile's NMSE against the float kernel
+    nmse: float  # the tile's NMSE against its path's tiled kernel
+    flavour: str = "float16"  # the kernel's flavour that raced (COOPMAT_RECORDS)
 
 
 def coopmat_record(gflops: float, spread: float, won: dict[str, bool], tile: tuple[int, ...], nmse: float) -> dict:
-    """The "coopmat" object of a "tiles" object (see CoopmatRace)."""
+    """A "coopmat" or "coopmat_int8" object of a "tiles" object (see CoopmatRace)."""
     return {"gflops": round(gflops, 3), "spread": round(spread, 4), "won": dict(won), "tile": list(tile),
             "nmse": float(f"{nmse:.3e}")}
 
 
-def coopmat_race(tiles: dict, activations: str) -> CoopmatRace | None:
-    """What a valid "tiles" object says of the kernel for these activations;
-    None where it holds no race for them."""
-    rec = tiles.get("coopmat")
+def coopmat_race(tiles: dict, activations: str, flavour: str = "float16") -> CoopmatRace | None:
+    """What a valid "tiles" object says of the kernel's flavour for these
+    activations; None where it holds no race of it for them."""
+    rec = tiles.get(COOPMAT_RECORDS[flavour])
     if rec is None or activations not in rec["won"]:
         return None
     key = entry_key(tiles["best"][activations], activations)
     return CoopmatRace(rec["won"][activations], rec["gflops"], rec["spread"], key, tiles["gflops"][key][1],
-                       tiles.get("spread", {}).get(key), tuple(rec["tile"]), rec["nmse"])
+                       tiles.get("spread", {}).get(key), tuple(rec["tile"]), rec["nmse"], flavour)
 
 
 def coopmat_problems(where: str, tiles: dict) -> list[str]:
-    """What is wrong with a "tiles" object's "coopmat" (absent: nothing)."""
-    if "coopmat" not in tiles:
+    """What is wrong with a "tiles" object's races of the kernel (absent: nothing)."""
+    return [p for name in COOPMAT_RECORDS.values() for p in coopmat_record_problems(where, tiles, name)]
+
+
+def coopmat_record_problems(where: str, tiles: dict, name: str) -> list[str]:
+    """What is wrong with one of them, tiles[name]."""
+    if name not in tiles:
         return []
-    rec, where = tiles["coopmat"], f"{where}/coopmat"
+    rec, where = tiles[name], f"{where}/{name}"
     if not isinstance(rec, dict):
         return [f"{where}: not an object"]
     problems = [f"{where}: unknown key {key!r}" for key in rec if key not in COOPMAT_KEYS]
@@ -235,12 +245,13 @@ def coopmat_problems(where: str, tiles: dict) -> list[str]:
 
 def coopmat_tile_problems(where: str, tile) -> list[str]:
     """What is wrong with a record's "tile": five positive integers that
-    make a tile the kernel supports (the shader's rules at the smallest
-    subgroup; whether it fits a device is the dispatcher's check at use)."""
+    make a tile the kernel supports (the shader's rules at 8x8x8 fragments
+    and a subgroup of 32; whether it fits a device is the dispatcher's check
+    at use)."""
     if not isinstance(tile, list) or len(tile) != len(COOPMAT_SHAPE) or not all(_positive_int(v) for v in tile):
         return [f"{where}: tile {tile!r} is not [{', '.join(COOPMAT_SHAPE)}], positive integers"]
     try:
-        TileConfig(**dict(zip(COOPMAT_SHAPE, tile)), coopmat_subgroup=COOPMAT_SUBGROUPS[0])
+        TileConfig(**dict(zip(COOPMAT_SHAPE, tile)), coopmat_subgroup=32, fragment=(8, 8, 8))
     except ValueError as e:
         return [f"{where}: tile {tile!r}: {e}"]
     return []

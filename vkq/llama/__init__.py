@@ -1,10 +1,11 @@
-"""A llama-architecture decoder on vkq (`vkq generate`), and Qwen2's, Qwen3's and Qwen3-MoE's, by job:
+"""A llama-architecture decoder on vkq (`vkq generate`), and Qwen's, Gemma's, Phi-3's and gpt-oss's, by job:
 
-- architectures: the architectures it runs (llama, qwen2, qwen3, qwen3moe), one row each;
+- architectures: the architectures it runs (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3,
+  gpt-oss), one row each;
 - config: what a llama GGUF must hold, its hyper-parameters (refusals here);
 - model: the parsed, checked file, shared by every engine;
 - matvecs: the weight mat-vecs of the host engine, grouped into stacked calls;
-- vector_ops: the decode step's vector ops as compute shaders;
+- vector_ops: the decode step's vector ops as compute shaders, a module each;
 - host: the host-driven decoder (engine "host", and the float64 numpy reference);
 - gpu_step: the whole decode step on the device (engine "graph");
 - profile: where the graph engine's step spends its GPU time;

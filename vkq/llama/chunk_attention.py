@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device.shader_variants import VectorOpVariant
-from .vector_ops import (AttentionShape, Vectors, _ceil, _f32_bits, _groups, _Op, _size, check_attention_vectors,
-                         attention_depth, attention_heads, reducing_variant)
+from .vector_ops.attention import (AttentionShape, attention_depth, attention_heads, check_attention_vectors,
+                                   check_sinks)
+from .vector_ops.common import Vectors, _ceil, _f32_bits, _groups, _Op, _size, reducing_variant
 
 # On a CPU driver an invocation takes several rows (query heads of one
 # query, then queries), so that each key and value it loads serves them all
@@ -38,12 +39,24 @@ CPU_KEY_TILE = 16
 # device's maxTexelBufferElements: on lavapipe (SmolLM2's shape, a 512-token
 # chunk on an empty cache, the attend alone) 14-18 against 23-30 ms (2026-11-27,
 # docs/measurements.md).
-# On a GPU: queries per workgroup, and the most keys per tile; the K and V
-# tiles in shared memory stay within GPU_SHARED_BYTES (Vulkan's guaranteed
-# minimum), so a tile is smaller for a wide head. Not measured on a GPU yet.
+# On a GPU a row (a query's head) is spread over row_lanes invocations,
+# each holding GPU_LANE_VEC4S vec4s of its accumulator (up to
+# GPU_ROW_LANES invocations a row); a whole head's query and accumulator in
+# one invocation (256 floats at head_dim 128) spilled on every GPU class's
+# compiler (docs/measurements.md, 'GPU compilers'). The rows' queries and
+# scores and the K and V tiles go through shared memory, within
+# GPU_SHARED_BYTES and the device's limit: on RDNA four such workgroups
+# share a workgroup processor's 128 KiB, and NVIDIA's 48 KiB take one. Up
+# to GPU_QUERY_TILE queries and GPU_INVOCATIONS invocations per workgroup,
+# GPU_KEY_TILE keys per tile; first fewer queries where the workgroup is too
+# large, then fewer keys (down to 8) and queries where shared memory is.
+# Compiled for each GPU class, not measured on a GPU yet.
 GPU_QUERY_TILE = 16
-GPU_KEY_TILE = 32
-GPU_SHARED_BYTES = 16384
+GPU_KEY_TILE = 16
+GPU_SHARED_BYTES = 32768
+GPU_INVOCATIONS = 256
+GPU_LANE_VEC4S = 4
+GPU_ROW_LANES = 8
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,9 @@ class AttentionTiles:
     """A TiledAttention's launch: queries (bq) and query heads (heads) per
     workgroup, keys per tile (bkv), whether the K/V tiles go through shared
     memory, and the rows (a query's head) of each invocation: lane_heads
-    heads of lane_queries queries. Only bkv changes a query's bits."""
+    heads of lane_queries queries, or (row_lanes > 1, with shared_kv and
+    a row per invocation group) a row over row_lanes invocations, which
+    divides bkv. Only bkv changes a query's bits."""
 
     bq: int
     bkv: int
@@ -60,13 +75,22 @@ class AttentionTiles:
     lane_heads: int = 1  # query heads per invocation (a divisor of heads)
     lane_queries: int = 1  # queries per invocation (a divisor of bq)
     texel_kv: bool = False  # the caches read through texel views (whole-vec4 heads)
+    row_lanes: int = 1  # invocations per row (> 1: shared_kv, lane_heads and lane_queries 1)
 
     @property
     def wg_size(self) -> int:
-        return self.bq * self.heads // (self.lane_heads * self.lane_queries)
+        return self.bq * self.heads // (self.lane_heads * self.lane_queries) * self.row_lanes
 
     def shared_bytes(self, head_dim: int) -> int:
-        return 2 * self.bkv * _ceil(head_dim, 4) * 16 if self.shared_kv else 0
+        """attention_tiled.comp's shared memory: the K and V tiles, and
+        with row_lanes > 1 the rows' queries and scores (heads padded by a
+        vec4 there)."""
+        if not self.shared_kv:
+            return 0
+        spread = self.row_lanes > 1
+        stride = 16 * (_ceil(head_dim, 4) + spread)
+        rows = self.bq * self.heads if spread else 0
+        return 2 * self.bkv * stride + rows * (stride + 4 * self.bkv)
 
 
 def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
@@ -83,13 +107,43 @@ def attention_tiles(device, shape: AttentionShape) -> AttentionTiles:
         return AttentionTiles(CPU_LANES * lane_queries, CPU_KEY_TILE, heads, False, lane_heads, lane_queries,
                               texel_kv_fits(device, shape))
     limit = min(GPU_SHARED_BYTES, caps.max_shared_memory)
-    bkv = GPU_KEY_TILE
-    while bkv > 1 and AttentionTiles(1, bkv, 1, True).shared_bytes(shape.head_dim) > limit:
-        bkv //= 2
-    bq = GPU_QUERY_TILE
-    while bq > 1 and bq * heads > caps.max_workgroup_invocations:
-        bq //= 2
-    return AttentionTiles(bq, bkv, heads, True)
+    invocations = min(GPU_INVOCATIONS, caps.max_workgroup_invocations, caps.max_workgroup_size_x)
+    row_lanes = 1
+    while row_lanes < GPU_ROW_LANES and row_lanes * GPU_LANE_VEC4S < _ceil(shape.head_dim, 4):
+        row_lanes *= 2
+    bq, bkv = GPU_QUERY_TILE, GPU_KEY_TILE
+    while True:
+        t = AttentionTiles(bq, bkv, heads, True, row_lanes=row_lanes)
+        fits = t.shared_bytes(shape.head_dim) <= limit
+        if t.wg_size <= invocations and fits:
+            return t
+        if t.wg_size > invocations and bq > 1:
+            bq //= 2
+        elif not fits and bkv > max(8, row_lanes):
+            bkv //= 2
+        elif bq > 1:
+            bq //= 2
+        elif row_lanes > 1:  # (little shared memory, or few invocations: a row per invocation, K/V tiles alone)
+            row_lanes, bkv = 1, GPU_KEY_TILE
+        elif bkv > 1:
+            bkv //= 2
+        else:
+            raise ValueError(f"TiledAttention: no tile of {shape} fits the device's {limit} bytes of shared memory "
+                             f"and {invocations} invocations per workgroup")
+
+
+def attend_spec(shape: AttentionShape, tiles: AttentionTiles, vec4_io: bool, split: int = 0,
+                sinks: bool = False) -> list[int]:
+    """attention_tiled.comp's specialization constants for the attend at
+    these tiles (vec4_io: q's and out's heads are whole vec4s; split:
+    positions per workgroup, 0 none; sinks: the heads' attention sinks).
+    ROW_LANES and SINKS only where they are not 1 and false, so that a row
+    per invocation without sinks is the pipeline it always was."""
+    spec = [tiles.wg_size, shape.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(shape.neox), int(tiles.shared_kv),
+            shape.n_rot, tiles.lane_heads, tiles.lane_queries, int(vec4_io), split]
+    if tiles.row_lanes > 1 or sinks:
+        spec += [0, tiles.row_lanes]  # (COMBINE 0, ROW_LANES)
+    return spec + ([1] if sinks else [])  # (SINKS)
 
 
 def texel_kv_fits(device, shape: AttentionShape) -> bool:
@@ -168,7 +222,8 @@ class TiledAttention(_Op):
     vkq.llama.vector_ops.Attention's (shape.neox picks the mode), every k and
     v appended to the caches at its position (attention.comp's PASS 1), then
     out = softmax(q . K^T / sqrt(head_dim)) V per query head over the cached
-    positions 0 .. pos[i] (shaders/attention_tiled.comp). q, k, v: the new
+    positions 0 .. pos[i] (shaders/attention_tiled.comp; the window, scale
+    and soft-cap of the shape as Attention's). q, k, v: the new
     vectors, unrolled, as Attention takes them; rope: rope_table(inv_freq,
     shape.capacity). The caller keeps the positions below the capacity.
     tiles: default attention_tiles(device, shape). split: positions per
@@ -178,8 +233,9 @@ class TiledAttention(_Op):
 
     def __init__(self, device, shape: AttentionShape, q: Vectors, k: Vectors, v: Vectors, k_cache, v_cache,
                  rope, positions, out: Vectors, n: int, tiles: AttentionTiles | None = None,
-                 split: int | None = None):
+                 split: int | None = None, sinks=None):
         super().__init__(device)
+        check_sinks("TiledAttention", shape, sinks)
         s = shape
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"TiledAttention: {n!r} queries; at least 1")
@@ -187,10 +243,14 @@ class TiledAttention(_Op):
         tiles = attention_tiles(device, s) if tiles is None else tiles
         group = s.n_head // s.n_head_kv
         caps = device.caps
-        if min(tiles.bq, tiles.bkv, tiles.heads, tiles.lane_heads, tiles.lane_queries) < 1 or group % tiles.heads \
-                or tiles.heads % tiles.lane_heads or tiles.bq % tiles.lane_queries:
+        if min(tiles.bq, tiles.bkv, tiles.heads, tiles.lane_heads, tiles.lane_queries, tiles.row_lanes) < 1 \
+                or group % tiles.heads or tiles.heads % tiles.lane_heads or tiles.bq % tiles.lane_queries:
             raise ValueError(f"TiledAttention: {tiles}: heads must divide the {group} query heads of a K/V head, "
                              "lane_heads divide heads and lane_queries divide bq")
+        if tiles.row_lanes > 1 and (not tiles.shared_kv or tiles.lane_heads * tiles.lane_queries > 1
+                                    or tiles.bkv % tiles.row_lanes):
+            raise ValueError(f"TiledAttention: {tiles}: row_lanes > 1 needs shared_kv, a row per invocation group "
+                             "(lane_heads and lane_queries 1) and row_lanes dividing bkv")
         if tiles.wg_size > min(caps.max_workgroup_invocations, caps.max_workgroup_size_x):
             raise ValueError(f"TiledAttention: {tiles.wg_size} invocations per workgroup; the device takes "
                              f"{min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)}")
@@ -217,17 +277,17 @@ class TiledAttention(_Op):
         if positions.dtype != np.int32 or _size(positions) < n:
             raise ValueError(f"TiledAttention: {n} queries need an int32 positions tensor of {n}, got {positions!r}")
         self.tiles = tiles
-        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions)
+        self.reads = (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions) + ((sinks,) if sinks else ())
         self.writes = (k_cache, v_cache, out.tensor)
-        scale = _f32_bits(1.0 / np.sqrt(s.head_dim))
+        scale = _f32_bits(s.query_scale)
 
         # The append: attention.comp's PASS 1 (bindings 7 to 9, scores and
         # Q8_1 output, are not read there: out's tensor fills them).
         variant, wg = reducing_variant(device, "attention")
         push = [q.offset, k.offset, v.offset, out.offset, s.n_head, s.n_head_kv, s.head_dim, s.n_rot, s.capacity,
-                scale, q.step, k.step, v.step, out.step, 0, 0]
+                scale, q.step, k.step, v.step, out.step, 0, 0] + s.push_tail()
         tensors = [t.kp for t in (q.tensor, k.tensor, v.tensor, k_cache, v_cache, rope, positions, out.tensor,
-                                  out.tensor, out.tensor)]
+                                  out.tensor, out.tensor, out.tensor)]
         self._dispatch(tensors, variant, (s.n_head_kv, 1, n), [wg, 0, 0, 0, 1, 1, int(s.neox)], push,
                        attention_depth(s, wg, 0, 1, append=True))
 
@@ -237,18 +297,23 @@ class TiledAttention(_Op):
         # The splits' partial results: only this op's (without splits, out fills the unread binding);
         # vkq.llama.context_fit counts them before a decoder allocates anything.
         partials = device.tensor(split_partials_size(s, n, split)) if split else out.tensor.kp
-        push = [q.offset, q.step, out.offset, out.step, n, n_split, s.n_head, s.n_head_kv, s.capacity, scale]
+        push = [q.offset, q.step, out.offset, out.step, n, n_split, s.n_head, s.n_head_kv, s.capacity, scale,
+                *s.push_tail()]
         tensors = [t.kp for t in (q.tensor, k_cache, v_cache, rope, positions, out.tensor)] + [partials]
         kinds = None
         if tiles.texel_kv:
             tensors += [k_cache.kp, v_cache.kp]
-            kinds = ["storage"] * 7 + ["texel_u32x4"] * 2
+            kinds = ["storage"] * 7 + ["texel_u32x4"] * 2 + ["storage"]
+        else:
+            tensors += [out.tensor.kp, out.tensor.kp]  # (bindings 7 and 8: read only under TEXEL_KV)
+        tensors.append((out.tensor if sinks is None else sinks).kp)  # (binding 9: read only under SINKS)
         attend = VectorOpVariant("attention_tiled", texel_kv=tiles.texel_kv)
         groups = (_groups(s.n_head // tiles.heads, 1), _groups(_ceil(n, tiles.bq), 1), _groups(n_split, 1))
-        spec = [tiles.wg_size, s.head_dim, tiles.heads, tiles.bq, tiles.bkv, int(s.neox), int(tiles.shared_kv),
-                s.n_rot, tiles.lane_heads, tiles.lane_queries,
-                int(all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim))), split]
+        spec = attend_spec(s, tiles, all(x % 4 == 0 for x in (q.offset, q.step, out.offset, out.step, s.head_dim)),
+                           split, sinks is not None)
         self._dispatch(tensors, attend, groups, spec, push, tiled_attention_depth(s, tiles, split), kinds)
-        if split:
-            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1), [COMBINE_WG] + spec[1:] + [1],
-                           push, tiled_attention_combine_depth(n_split), kinds)
+        if split:  # (the combine: an invocation per row, whatever the attend's tiles; it takes the sinks)
+            # (COMBINE set; with sinks ROW_LANES 1 and SINKS)
+            combine = [COMBINE_WG] + spec[1:12] + [1] + ([1, 1] if sinks is not None else [])
+            self._dispatch(tensors, attend, (_groups(n * s.n_head, COMBINE_WG), 1, 1), combine, push,
+                           tiled_attention_combine_depth(n_split), kinds)

@@ -23,7 +23,6 @@ from ..checks import is_int
 from .architectures import ARCHITECTURES, Architecture
 
 SUPPORTED_ARCHS = tuple(ARCHITECTURES)
-LAYER_VECTORS = ("attn_norm", "ffn_norm")
 # The expert counts the device's routing op takes (vkq.llama.vector_ops.ExpertRouting):
 # llama.cpp's own maximum of experts, and more used experts than any model has.
 MAX_EXPERTS = 512
@@ -96,9 +95,23 @@ class LlamaConfig:
     n_ctx_train: int
     n_expert: int = 0  # experts per layer (mixture of experts, Mixtral's layout); 0: dense FFN layers
     n_expert_used: int = 0  # experts each token goes through
+    attn_scale: float = 0.0  # the queries' scale (0: 1 / sqrt(head_dim))
+    attn_softcap: float = 0.0  # attention scores soft-capped at this (0: not)
+    final_softcap: float = 0.0  # the logits soft-capped at this (0: not)
+    n_swa: int = 0  # the sliding window of the architecture's sliding layers (0: none)
     # RoPE's cos and sin are multiplied by it ({arch}.rope.scaling.attn_factor: ggml's mscale),
     # so each rotated value of Q and K is, and their products by its square.
     rope_attn_factor: float = 1.0
+    yarn: tuple[float, float, float] | None = None  # YaRN's (factor, beta_fast, beta_slow), where the file scales so
+    n_ctx_orig: int = 0  # rope_factors: the long ones past this context (rope.scaling.original_context_length)
+
+    @property
+    def query_scale(self) -> float:
+        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
+
+    def window(self, layer: int) -> int:
+        """The positions a query of this layer sees, its own included (0: all before it)."""
+        return self.n_swa if self.n_swa and self.architecture.slides(layer) else 0
 
     @property
     def is_moe(self) -> bool:
@@ -171,7 +184,12 @@ class LlamaConfig:
         n_ff = count("feed_forward_length")
         if n_expert and row.expert_width:
             n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
-        rope_scale = _rope_scaling(path.name, arch, get)
+        attention = _attention_hparams(path.name, arch, row, get, count, number, n_embd, n_head, head_dim)
+        rope_scale, yarn = _rope_scaling(path.name, arch, get, row), None
+        if isinstance(rope_scale, Yarn):  # its factor, and ggml's defaults of beta_fast and beta_slow
+            yarn = (rope_scale.factor, number("rope.scaling.yarn_beta_fast", 32.0, above=0),
+                    number("rope.scaling.yarn_beta_slow", 1.0, above=0))
+            rope_scale = 1.0
         # llama.cpp multiplies its attention factor (cparams.yarn_attn_factor, 1 unless YaRN
         # scales) by this key whatever the scaling type; YaRN at factor 1 adds nothing to it.
         rope_attn_factor = number("rope.scaling.attn_factor", 1.0, above=0)
@@ -181,34 +199,88 @@ class LlamaConfig:
             # A base of 1 or less would turn every pair by a radian or more per
             # position: no model is trained so; NaN or 0 is a corrupt file.
             rope_base=number("rope.freq_base", 10000.0, above=1),
-            rope_scale=rope_scale, rope_attn_factor=rope_attn_factor,
+            rope_scale=rope_scale, yarn=yarn, rope_attn_factor=rope_attn_factor,
             rms_eps=number("attention.layer_norm_rms_epsilon", above=0),
             n_ctx_train=count("context_length", 4096), n_expert=n_expert, n_expert_used=n_expert_used,
+            n_ctx_orig=count("rope.scaling.original_context_length", count("context_length", 4096)),
+            **attention,
         )
 
-    def inv_freq(self, freq_factors: np.ndarray | None = None) -> np.ndarray:
+    def inv_freq(self, freq_factors: np.ndarray | None = None, sliding: bool = False) -> np.ndarray:
         """float64 (n_rot/2,) RoPE angle per position of each pair: base^(-2i/n_rot),
         divided by the file's frequency factors (rope_freqs, llama 3.1 style)
-        and by the linear scaling factor."""
+        and by the linear scaling factor; `sliding`: of the sliding-window
+        layers, where the architecture gives them a base of their own
+        (swa_rope_base, unscaled)."""
         half = self.n_rot // 2
-        inv = self.rope_base ** (-2.0 * np.arange(half, dtype=np.float64) / self.n_rot)
+        own = self.architecture.swa_rope_base if sliding else None
+        base, scale = (own, 1.0) if own is not None else (self.rope_base, self.rope_scale)
+        inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / self.n_rot)
         if freq_factors is not None:
             inv = inv / np.asarray(freq_factors, np.float64)[:half]
-        return inv / self.rope_scale
+        if self.yarn is not None and own is None:
+            return inv * yarn_mix(self.n_rot, self.n_ctx_orig, base, *self.yarn)
+        return inv / scale
+
+    @property
+    def rope_mscale(self) -> float:
+        """cos and sin's scale: the file's attention factor, and YaRN's 1 + 0.1 ln(factor)."""
+        return self.rope_attn_factor * (1.0 + 0.1 * math.log(self.yarn[0]) if self.yarn is not None else 1.0)
+
+
+def yarn_mix(n_rot: int, n_ctx_orig: int, base: float, factor: float, beta_fast: float, beta_slow: float) -> np.ndarray:
+    """YaRN's factor of each pair's angle, as ggml's rope computes it
+    (ext_factor 1): 1 / factor (interpolated) below the correction dims'
+    range, 1 (extrapolated) above it, a linear ramp between; the dims from
+    beta_fast and beta_slow rotations over the original context, floored and
+    ceiled as ggml takes them."""
+    def corr_dim(rotations: float) -> float:
+        return n_rot * math.log(n_ctx_orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(0.0, math.floor(corr_dim(beta_fast)))
+    high = min(n_rot - 1.0, math.ceil(corr_dim(beta_slow)))
+    pairs = np.arange(n_rot // 2, dtype=np.float64)
+    ramp = 1.0 - np.clip((pairs - low) / max(0.001, high - low), 0.0, 1.0)
+    return (1.0 / factor) * (1.0 - ramp) + ramp
+
+
+def _attention_hparams(name: str, arch: str, row: Architecture, get, count, number, n_embd: int, n_head: int,
+                       head_dim: int) -> dict:
+    """The attention's and logits' settings of the architecture's row, as
+    llama.cpp reads them: the query scale, the soft-caps, the sliding window."""
+    out = {}
+    if row.wide_query_layers is not None and get("block_count", 0) == row.wide_query_layers:
+        out["attn_scale"] = 1.0 / math.sqrt(n_embd // n_head)
+    if row.softcap:
+        out["attn_softcap"] = number("attn_logit_softcapping", 50.0, above=0)
+        out["final_softcap"] = number("final_logit_softcapping", 30.0, above=0)
+    if row.swa_pattern:
+        if row.swa_default is None and get("attention.sliding_window", 0) == 0:
+            raise ValueError(f"{name}: {arch}.attention.sliding_window is missing or 0; vkq generate runs {arch} "
+                             f"with its sliding-window layers only")
+        out["n_swa"] = count("attention.sliding_window", *(() if row.swa_default is None else (row.swa_default,)))
+    return out
 
 
 def _head_size_keys(arch: str) -> str:
     return f"{arch}.attention.key_length, or {arch}.embedding_length / {arch}.attention.head_count"
 
 
-def _rope_scaling(name: str, arch: str, get) -> float:
+@dataclass(frozen=True)
+class Yarn:
+    """_rope_scaling's answer where the file scales RoPE by YaRN and the row implements it."""
+
+    factor: float
+
+
+def _rope_scaling(name: str, arch: str, get, row: Architecture) -> float | Yarn:
     """The linear RoPE scaling factor (positions are divided by it), read as
     llama.cpp reads the file: {arch}.rope.scaling.factor, else the older
     {arch}.rope.scale_linear; 0 or missing: none. The type
     ({arch}.rope.scaling.type) is linear where the file has none; "none"
     ignores the factor; "yarn" and "longrope" with a factor other than 1
-    are refused (vkq implements linear scaling only), and so is a type
-    llama.cpp does not know."""
+    are refused (vkq implements linear scaling only; YaRN where the row
+    says: a Yarn of its factor), and so is a type llama.cpp does not know."""
     kind = get("rope.scaling.type", "linear")
     if kind not in ROPE_SCALING_TYPES:
         raise ValueError(f"{name}: {arch}.rope.scaling.type is {_show(kind)}; llama.cpp knows "
@@ -222,6 +294,8 @@ def _rope_scaling(name: str, arch: str, get) -> float:
     factor = float(factor) or 1.0
     if kind == "none":
         return 1.0
+    if kind == "yarn" and row.yarn and factor != 1.0:
+        return Yarn(factor)
     if kind != "linear" and factor != 1.0:
         raise ValueError(f"{name}: RoPE scaling {kind!r} ({arch}.rope.scaling.type) is not supported: "
                          f"vkq scales RoPE linearly only ({arch}.{key} is {_show(factor)})")
@@ -246,6 +320,48 @@ def _expert_counts(name: str, arch: str, get) -> tuple[int, int]:
         raise ValueError(f"{name}: {arch}.expert_used_count is {n_used}; expected 1 to "
                          f"{min(n_expert, MAX_EXPERTS_USED)} for {n_expert} experts")
     return n_expert, n_used
+
+
+def row_slice(t: GGUFTensor, start: int, stop: int, name: str) -> GGUFTensor:
+    """Rows start .. stop - 1 of a matrix, as a tensor of its own (its blocks' bytes, not copied)."""
+    row_bytes = get_format(t.qtype).row_bytes(t.shape[-1])
+    raw = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8).reshape(t.shape[0], row_bytes)[start:stop]
+    data = raw.reshape(-1).view(t.data.dtype)
+    if t.data.ndim > 1:
+        data = data.reshape((stop - start,) + t.data.shape[1:])
+    return GGUFTensor(name, t.qtype, (stop - start,) + t.shape[1:], data)
+
+
+def split_fused(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) -> dict[str, GGUFTensor]:
+    """The tensors, a layer's fused matrices split into those the decoder
+    reads (the row's fused_qkv and fused_gate_up: attn_qkv into attn_q,
+    attn_k and attn_v; ffn_up into ffn_gate and ffn_up), each checked for
+    its shape first."""
+    arch = cfg.architecture
+    if not (arch.fused_qkv or arch.fused_gate_up):
+        return tensors
+    out = dict(tensors)
+    q_rows, kv_rows = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
+    for i in range(cfg.n_layer):
+        n = f"blk.{i}."
+        parts = []
+        if arch.fused_qkv and n + "attn_qkv.weight" in tensors:
+            parts.append((n + "attn_qkv.weight", [("attn_q", q_rows), ("attn_k", kv_rows), ("attn_v", kv_rows)]))
+        if arch.fused_gate_up and n + "ffn_up.weight" in tensors:
+            parts.append((n + "ffn_up.weight", [("ffn_gate", cfg.n_ff), ("ffn_up", cfg.n_ff)]))
+        for fused, roles in parts:
+            t = tensors[fused]
+            rows = sum(r for _, r in roles)
+            if t.shape != (rows, cfg.n_embd):
+                raise ValueError(f"{path.name}: tensor {fused!r} has shape {t.shape}, expected {(rows, cfg.n_embd)} "
+                                 f"({' | '.join(role for role, _ in roles)}) from the metadata")
+            if any(n + role + ".weight" in tensors for role, _ in roles if n + role + ".weight" != fused):
+                raise ValueError(f"{path.name}: layer {i} has both {fused!r} and the matrices it holds")
+            start = 0
+            for role, r in roles:
+                out[n + role + ".weight"] = row_slice(t, start, start + r, n + role + ".weight")
+                start += r
+    return out
 
 
 def ffn_tensors(cfg: LlamaConfig, layer: int) -> dict[str, tuple[int, ...]]:
@@ -290,18 +406,30 @@ def check_tensors(cfg: LlamaConfig, tensors: dict[str, GGUFTensor], path: Path) 
         raise ValueError(f"{name}: {cfg.arch}.block_count is {cfg.n_layer}, but the file has tensors of "
                          f"{len(blocks)} layers")
     want = {"token_embd.weight": (n_vocab, cfg.n_embd), "output_norm.weight": (cfg.n_embd,)}
+    if "output.weight" in tensors and cfg.architecture.tied_output:
+        raise ValueError(f"{name}: tensor 'output.weight': a {cfg.arch} model's output head is token_embd.weight "
+                         f"(llama.cpp refuses a {cfg.arch} file with an output.weight)")
     if "output.weight" in tensors:
         want["output.weight"] = (n_vocab, cfg.n_embd)
     if "rope_freqs.weight" in tensors:
         want["rope_freqs.weight"] = (cfg.n_rot // 2,)
+    if cfg.architecture.rope_factors:
+        want.update({f"rope_factors_{kind}.weight": (cfg.n_rot // 2,) for kind in ("long", "short")
+                     if f"rope_factors_{kind}.weight" in tensors})
     _check_ffn_layout(cfg, tensors, name)
     arch = cfg.architecture
     for i in range(cfg.n_layer):
-        rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows}
+        rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows, "attn_output": cfg.n_embd}
+        if arch.sinks:
+            want[f"blk.{i}.attn_sinks.weight"] = (cfg.n_head,)
+        if arch.expert_biases:
+            n, e = f"blk.{i}.", cfg.n_expert
+            want.update({n + "ffn_gate_inp.bias": (e,), n + "ffn_gate_exps.bias": (e, cfg.n_ff),
+                         n + "ffn_up_exps.bias": (e, cfg.n_ff), n + "ffn_down_exps.bias": (e, cfg.n_embd)})
+        want.update({f"blk.{i}.{v}.weight": (cfg.n_embd,) for v in arch.layer_vectors})
         want.update({arch.bias_tensor(i, r): (rows[r],) for r in arch.biases})
         want.update({arch.head_norm_tensor(i, r): (cfg.head_dim,) for r in arch.head_norms})
         want.update({
-            f"blk.{i}.attn_norm.weight": (cfg.n_embd,), f"blk.{i}.ffn_norm.weight": (cfg.n_embd,),
             f"blk.{i}.attn_q.weight": (q_rows, cfg.n_embd), f"blk.{i}.attn_k.weight": (kv_rows, cfg.n_embd),
             f"blk.{i}.attn_v.weight": (kv_rows, cfg.n_embd), f"blk.{i}.attn_output.weight": (cfg.n_embd, q_rows),
             **ffn_tensors(cfg, i),

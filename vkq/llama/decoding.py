@@ -60,6 +60,9 @@ class GenerationStats:
     sampling: str = "greedy"  # how tokens were chosen: "greedy", or Sampling.describe() and where it sampled
     stop: str | None = None  # why the generation stopped: one of STOPS (None: not recorded)
     stop_detail: str = ""  # the token limit, the end token's text, the context's positions, the stop string
+    # one-time: recording the steps this generation used first (graphs, pipelines; Decoder.recording_seconds),
+    # not counted in prompt_seconds or decode_seconds (warm_up() records them ahead: then 0)
+    record_seconds: float = 0.0
 
     @property
     def stop_reason(self) -> str:
@@ -115,6 +118,8 @@ class GenerationStats:
         cached = f" after {counted(self.n_cached, 'token')} kept in the cache" if self.n_cached else ""
         lines = [f"prompt: {counted(self.n_prompt, 'token')}{cached} in {self.prompt_seconds:.2f} s "
                  f"({'-' if pp is None else f'{pp:.1f}'} t/s{dev_s})"]
+        if self.record_seconds:
+            lines[0] += f"; first use: steps recorded in {self.record_seconds:.2f} s (one-time, not counted)"
         if self.decode_steps:
             ms, dev = self.ms_per_token, self.device_ms_per_token
             split = (f" = {self.device_label} {dev:.1f} ms [{100 * self.device_share:.0f}%] + rest {ms - dev:.1f} ms"
@@ -137,8 +142,11 @@ class GenerationStats:
 
 
     def _dispatch_note(self) -> str:
+        def per_token(n: float) -> str:  # (chained steps share the barriers between them: a fraction per step)
+            return f"{n:.0f}" if n == int(n) else f"{n:.1f}"
+
         return "" if self.dispatches is None else \
-            f", {self.dispatches:g} dispatches and {self.barriers:g} barriers/token"
+            f", {per_token(self.dispatches)} dispatches and {per_token(self.barriers)} barriers/token"
 
     def _chain_note(self) -> str:
         return "" if self.steps_per_submit == 1 else f", up to {self.steps_per_submit} steps/submit"
@@ -336,6 +344,11 @@ class Decoder(ABC):
                              f"{self.prompt_kernels!r}")
         self.prompt_chunk = prompt_chunk
 
+    def __repr__(self) -> str:
+        cfg = self.config
+        return (f"<vkq {type(self).__name__} {self.path.name}: {cfg.arch}, {cfg.n_layer} layers, "
+                f"context {self.ctx}; {self.label}>")
+
     @property
     def tiled_prompt(self) -> bool:
         """A prompt's chunks take the mat-mat kernels (prompt_kernels "matmul")."""
@@ -436,6 +449,12 @@ class Decoder(ABC):
     def counters(self) -> tuple[float, int]:
         """(device seconds, submits) so far: see GenerationStats."""
         return 0.0, 0
+
+    def recording_seconds(self) -> float:
+        """The seconds spent so far recording steps on their first use (a
+        one-time cost: GenerationStats.record_seconds); 0 where the engine
+        records nothing ahead of its replays."""
+        return 0.0
 
     def step_counts(self, steps: int = 1) -> tuple[float, float] | None:
         """(compute dispatches, barriers) of one decode step, where the engine
@@ -576,10 +595,12 @@ class Decoder(ABC):
                 self.rewind(keep)
             else:
                 self.reset()
-            t0, (d0, _) = time.perf_counter(), self.counters()
+            t0, (d0, _), r0 = time.perf_counter(), self.counters(), self.recording_seconds()
             token, logits = self.feed(prompt_ids[keep:], True)
             check_choice(token, logits, len(prompt_ids), s is not None)
-            stats.prompt_seconds, stats.prompt_device_seconds = time.perf_counter() - t0, self.counters()[0] - d0
+            r1 = self.recording_seconds()
+            stats.prompt_seconds, stats.prompt_device_seconds = time.perf_counter() - t0 - (r1 - r0), \
+                self.counters()[0] - d0
             t0, (d0, s0) = time.perf_counter(), self.counters()
             if n_tokens and not emit(token, logits):
                 if drafter is None and steps_per_submit > 1:
@@ -600,10 +621,13 @@ class Decoder(ABC):
         if stats.stop is None:  # (no token asked for)
             stats.stop, stats.stop_detail = "limit", counted(n_tokens, "token")
         d1, s1 = self.counters()
-        stats.decode_seconds, stats.decode_device_seconds = time.perf_counter() - t0, d1 - d0
+        r2 = self.recording_seconds()
+        stats.decode_seconds, stats.decode_device_seconds = time.perf_counter() - t0 - (r2 - r1), d1 - d0
+        stats.record_seconds = r2 - r0
         stats.decode_submits = s1 - s0
         stats.n_generated = len(out)
         return Generation(out, stats, kept)
+
     def _chained_steps(self, k: int, token: int, n_left: int, emit: Callable[[int, np.ndarray], bool],
                        stats: GenerationStats) -> None:
         """Plain greedy's decode steps, up to k per submit (feed_steps): a
@@ -635,10 +659,11 @@ class Decoder(ABC):
         return PromptLookup(draft_max) if speculative == "lookup" else speculative
 
     def draft_limit(self, draft_max: int | None = None) -> int:
-        """The most drafted tokens a step verifies: draft_max (refused past
-        what one step takes with the token before them, feed_rows's
-        max_row_tokens), or by default DRAFT_MAX cut to that; refused where
-        this decoder cannot keep greedy's tokens with drafts."""
+        """The most drafted tokens a step verifies: draft_max (default
+        DRAFT_MAX), cut to what one step takes with the token before them
+        (feed_rows's max_row_tokens: `vkq generate` says so where it cuts
+        one given); refused where this decoder cannot keep greedy's tokens
+        with drafts."""
         if not self.rows_exact:
             raise ValueError(f"speculative decoding keeps greedy's tokens only where a step over several tokens "
                              f"gives each the bits of one: vkq's engines, not {self.label}")
@@ -649,10 +674,10 @@ class Decoder(ABC):
         if draft_max is None:
             return min(DRAFT_MAX, most)
         draft_max = integer_argument("draft_max", draft_max)
-        if not 1 <= draft_max <= most:
-            raise ValueError(f"draft_max {draft_max!r}: 1 to {most} drafted tokens (with the token before them, "
-                             f"one step of at most {self.max_row_tokens})")
-        return draft_max
+        if draft_max < 1:
+            raise ValueError(f"draft_max {draft_max!r}: drafted tokens per step, 1 or more (a step verifies up to "
+                             f"{most} with the token before them, one step of at most {self.max_row_tokens})")
+        return min(draft_max, most)
 
     def _speculative_steps(self, drafter: Drafter, draft_max: int, token: int, n_left: int,
                            emit: Callable[[int, np.ndarray], bool], stats: GenerationStats) -> None:

@@ -5,17 +5,21 @@ reads back one, the argmax of the logits (the logits come back too, 4 bytes
 per vocabulary entry, and are read only when asked). In between, everything
 runs on the device, layer by layer:
 
-    x = embed(token)                                        EmbedRows
+    x = embed(token)  (Gemma: * sqrt(n_embd))               EmbedRows
     per layer:
       h = rms_norm(x (+= ffn_down of the layer before), attn_norm)   RMSNorm
       q|k|v = W_qkv h                                       mat-vec (stacked)
-      (Qwen2: q|k|v += biases; Qwen3: q, k RMS-normed per head) HeadNorm
+      (Qwen2: q|k|v += biases; Qwen3, Gemma 3: q, k RMS-normed per head) HeadNorm
       K/V cache[pos] = rope(k), v;                          Attention
       a = attention(rope(q), K/V cache[0..pos])
-      o = W_o a
+        (Gemma, gpt-oss: the layer's window of positions, its RoPE table; Gemma 2: soft-capped
+        scores; gpt-oss: each head's sink in the softmax's denominator)
+      o = W_o a  (gpt-oss: += bias; Gemma: o = rms_norm(o, post_attention_norm))   HeadNorm, RMSNorm
       h = rms_norm(x += o, ffn_norm)                        RMSNorm
       s = silu(W_gate h) * (W_up h);  d = W_down s         mat-vec with SwiGLU, mat-vec
+        (Gemma: gelu, GeGLU, an op of its own; d = rms_norm(d, post_ffw_norm))
     h = rms_norm(x += d, output_norm);  logits = W_out h;  argmax
+      (Gemma 2: logits soft-capped first)                   SoftCap
 
 With fold (GpuLlama's) the residual adds x += o and x += d run in the
 mat-vecs that make o and d (Graph.matvec's accumulate: the same bits), and
@@ -30,7 +34,9 @@ A mixture-of-experts layer's FFN (Mixtral's layout) instead:
       (d = sum_j w[j] d[j]: the next norm's residual)       RMSNorm
 
 with the ids written on the device by the router's op, in range by its
-construction (vkq.graph's note on ids).
+construction (vkq.graph's note on ids); gpt-oss's biases on the router
+(HeadNorm) and on each slot's gate, up and down (ExpertBias: its expert's
+row), and its clamped SwiGLU (SwiGLU's glu "oai").
 
 The weight matrices are those of the host engine (vkq.llama.matvecs, the
 same stacking), each mat-vec the dispatcher's pipeline for it. Where gate
@@ -82,7 +88,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -96,14 +102,14 @@ from .config import STEPS_PER_SUBMIT_MAX
 from .chunk_attention import TiledAttention
 from .context_fit import PROMPT_STEPS_KEPT, fit_context
 from .decoding import Decoder, check_prompt_kernels, submit_sizes
-from .matvecs import VkqMatvecs
+from .matvecs import VkqMatvecs, engine_label
 from .model import LlamaFile
 from .profile import MatvecView, Profile, step_shape
 from .sample_op import PARAM_WORDS, RING_SLOTS, Sample, ring_of
 from .sampling import Sampling
-from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertRouting, HeadNorm,
-                         Q8_1Output, RMSNorm, SwiGLU, Vectors, WeightedSlots, attention_scratch_size, attention_split,
-                         launches_of, rope_table)
+from .vector_ops import (MAX_HEAD_DIM, Argmax, Attention, AttentionShape, EmbedRows, ExpertBias, ExpertRouting,
+                         HeadNorm, Q8_1Output, RMSNorm, SoftCap, SwiGLU, Vectors, WeightedSlots, attention_scratch_size,
+                         attention_split, launches_of, rope_table)
 
 
 CHAINS_KEPT = 2  # recorded chains of decode steps kept (GpuLlama._step)
@@ -187,13 +193,25 @@ class GpuLlama(Decoder):
         # MAX_COLS: the prompt's chunks with prompt_kernels "matvec"), "rows"
         # (feed_rows: every token's logits), "prompt" (the mat-mat chunks).
         self._steps: dict[tuple[str, int], _Step] = {}
+        self.record_seconds = 0.0  # time spent recording steps on their first use by feeds (not warm_up's)
         self.step_graph = self._step("decode", 1).graph  # the decode step
         self.reset()
 
     @property
     def label(self) -> str:
-        return f"engine graph, path {self.path_mode}" + (
-            "" if self.path_mode == "dmmv" else f", int8 activations {self.activations}")
+        return engine_label("graph", self.path_mode, [cfg.path for _, cfg in self.step_graph.matvecs],
+                            self.activations)
+
+    @property
+    def prompt_kernel_names(self) -> str | None:
+        """The kernels the recorded prompt steps' weight products ran ("mul_mm
+        float", ...; the mat-vecs' paths with prompt_kernels "matvec"); None
+        where no prompt step was recorded."""
+        graphs = [step.graph for (kind, n, *_), step in self._steps.items()
+                  if kind == self._chunk_key(n)[0] and (kind == "prompt" or n > 1)]
+        names = [cfg.kernel for g in graphs for _, cfg in g.matmuls] + \
+                [f"{cfg.path} mat-vec" for g in graphs if not self.tiled_prompt for _, cfg in g.matvecs]
+        return ", ".join(dict.fromkeys(names)) if names else None
 
     @property
     def graph(self):
@@ -218,6 +236,9 @@ class GpuLlama(Decoder):
 
     def counters(self) -> tuple[float, int]:
         return self.kernel_seconds, self.submits
+
+    def recording_seconds(self) -> float:
+        return self.record_seconds
 
     def step_counts(self, steps: int = 1) -> tuple[float, float]:
         if steps == 1:
@@ -278,8 +299,19 @@ class GpuLlama(Decoder):
         self.ctx = fit_context(self.launch_device, f, self.ctx, self.spread, self.attention_queries, asked,
                                stacklevel=3, prompt_chunk=self._tiled_chunk)
         self.shape = shape = AttentionShape(cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_rot, self.ctx,
-                                            neox=cfg.architecture.neox)
-        self.rope = constant(rope_table(f.inv_freq, self.ctx, cfg.rope_attn_factor), "RoPE table")
+                                            neox=cfg.architecture.neox, softcap=cfg.attn_softcap,
+                                            scale=cfg.attn_scale)
+        # Each layer's: its sliding window, where the architecture slides there (Gemma).
+        self.shapes = [replace(shape, window=cfg.window(i)) for i in range(cfg.n_layer)]
+        # One table per set of angles the layers take (Gemma 3's sliding layers their own).
+        tables: dict[int, object] = {}
+        for i in range(cfg.n_layer):
+            inv_freq = f.layer_inv_freq(i, self.ctx)
+            if id(inv_freq) not in tables:
+                tables[id(inv_freq)] = constant(rope_table(inv_freq, self.ctx, cfg.rope_mscale),
+                                                f"RoPE table {len(tables)}")
+        self.ropes = [tables[id(f.layer_inv_freq(i, self.ctx))] for i in range(cfg.n_layer)]
+        self.rope = self.ropes[0]
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
         self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.attention_queries),
@@ -297,6 +329,12 @@ class GpuLlama(Decoder):
         self.head_norm_weights = [{r: constant(v, f"{r}_norm {i}") for r, v in hn.items()}
                                   for i, hn in enumerate(f.head_norms)]
         self.out_norm = constant(f.output_norm, "output_norm")
+        # gpt-oss's: each layer's attention sinks, attention output's bias, and the router's and experts' biases.
+        self.sinks = [None if v is None else constant(v, f"attn_sinks {i}") for i, v in enumerate(f.sinks)]
+        self.out_biases = [constant(b["attn_output"], f"attn_output bias {i}") if "attn_output" in b else None
+                           for i, b in enumerate(f.biases)]
+        self.expert_biases = [{r: constant(v, f"{r} bias {i}") for r, v in eb.items()}
+                              for i, eb in enumerate(f.expert_biases)]
         # The device sampler's settings (Sampling.params) and the ring of recent tokens it reads (sample_op).
         self.sample_params = b.tensor(PARAM_WORDS, dtype=np.uint32, name="sampler settings")
         self.sample_params.write(np.zeros(PARAM_WORDS, np.uint32))
@@ -329,8 +367,11 @@ class GpuLlama(Decoder):
         key = (kind, n, "sampled") if sampled else (kind, n)
         step = self._steps.pop(key, None)
         if step is None:
+            t0 = time.perf_counter()
             step = (self._record_chain(n, sampled) if kind == "chain"
                     else self._record_step(n, every_row=kind == "rows", tiled=kind == "prompt", sample=sampled))
+            step.graph.record()
+            self.record_seconds += time.perf_counter() - t0
         self._steps[key] = step  # (last: the most recently used)
         rests = [k for k in self._steps if k[0] == "prompt" and k[1] != self.prompt_chunk]
         for k in rests[:max(len(rests) - (PROMPT_STEPS_KEPT - 1), 0)]:
@@ -379,8 +420,19 @@ class GpuLlama(Decoder):
         positions = g.input(b.tensor(n, dtype=np.int32, name="positions"))
         k_used = cfg.n_expert_used
         n_slots = n * k_used  # MUL_MAT_ID slots: each token's used experts
-        # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID).
-        y = {gr.names: scratch(sum(gr.rows), n_slots if gr.n_expert else n, name=gr.names[0]) for gr in f.groups}
+        # Each group's stacked output: a vector per token, or per token and used expert (MUL_MAT_ID). The
+        # groups of one role in every layer (attn_q+attn_k+attn_v, ffn_down, ...) share one tensor: a layer
+        # reads its outputs before the next layer writes them (the graph puts the barriers), and a step's
+        # memory, and the time to allocate and upload it, stays that of one layer, not n_layer.
+        by_role: dict[tuple, object] = {}
+
+        def output_of(gr):
+            key = (tuple(nm.split(".")[-2] for nm in gr.names), sum(gr.rows), n_slots if gr.n_expert else n)
+            if key not in by_role:
+                by_role[key] = scratch(key[1], key[2], name="+".join(key[0]))
+            return by_role[key]
+
+        y = {gr.names: output_of(gr) for gr in f.groups}
         # The residual stream, in two tensors a norm that adds a residual reads one
         # of and writes the other (RMSNorm: a vector spread over workgroups is not
         # written back in place); the second is made at its first use (with fold a
@@ -398,6 +450,12 @@ class GpuLlama(Decoder):
         n_out = n if every_row else 1  # the tokens whose logits come back: the last ones
         h_last = scratch(cfg.n_embd, n_out, name="h of the output")  # the output norm's: the output head's input
         attn = scratch(qd, n, name="attention")
+        arch = cfg.architecture
+        # The attention output's bias is added a head's width at a time where that divides it (gpt-oss's)
+        bias_width = cfg.head_dim if cfg.n_embd % cfg.head_dim == 0 else cfg.n_embd
+        # The attention's and the FFN's outputs RMS-normed (Gemma's post-norms), each the residual of the norm after it.
+        attn_post, ffn_post = ((scratch(cfg.n_embd, n, name=f"{what} post-norm") for what in ("attention", "ffn"))
+                               if arch.post_norms else (None, None))
         swiglu = scratch(cfg.n_ff, n_slots or n, name="swiglu")
         if cfg.is_moe:
             expert_ids = scratch(n_slots, dtype=np.int32, name="expert ids")
@@ -472,14 +530,16 @@ class GpuLlama(Decoder):
             mixture-of-experts layer's stacks (MUL_MAT_ID)."""
             gu = layer.gate_up
             roles = ("ffn_gate_exps", "ffn_up_exps") if layer.router else ("ffn_gate", "ffn_up")
-            return (not tiled and (layer.router is None or self.fold) and len(gu) == 1 and len(gu[0]) == 2
+            return (not tiled and (layer.router is None or self.fold) and arch.glu == "silu"
+                    and len(gu) == 1 and len(gu[0]) == 2
                     and all(nm.endswith(f".{role}.weight") for nm, role in zip(gu[0], roles))
                     and fused_swiglu_fits(self.weights[gu[0]]))
 
         # (a fused SwiGLU writes floats only: the graph quantizes them where down takes the int8 path)
         swiglu_q = q8_1(swiglu, [layer.down for layer in f.layers if not fused_swiglu(layer)])
 
-        g.add(EmbedRows(dev, self._embd, tokens, x, n))
+        g.add(EmbedRows(dev, self._embd, tokens, x, n, scale=float(np.float32(np.sqrt(cfg.n_embd)))
+                        if arch.embed_scale else 1.0))
         residual = None  # the FFN output of the layer before, added into x by the next norm
         slots = None  # with experts: that output is their weighted sum
         for i, layer in enumerate(f.layers):
@@ -501,20 +561,33 @@ class GpuLlama(Decoder):
                       label=f"HeadNorm {role}")
             q, k, v = part(pre + "attn_q.weight"), part(pre + "attn_k.weight"), part(pre + "attn_v.weight")
             if tiled:
-                g.add(TiledAttention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope,
-                                     positions, Vectors(attn, qd), n))
+                g.add(TiledAttention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i],
+                                     positions, Vectors(attn, qd), n, sinks=self.sinks[i]))
             else:
-                g.add(Attention(dev, self.shape, q, k, v, self.k_cache[i], self.v_cache[i], self.rope, positions,
-                                self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
-                                heads=None if self.spread else 1, spread=self.spread, fold=self.fold))
-            if folds(layer.attn_output):
+                g.add(Attention(dev, self.shapes[i], q, k, v, self.k_cache[i], self.v_cache[i], self.ropes[i],
+                                positions, self.scores, Vectors(attn, qd), xq=attn_q, split=self.attention_split, n=n,
+                                heads=None if self.spread else 1, spread=self.spread, fold=self.fold,
+                                sinks=self.sinks[i]))
+            if attn_post is not None:
+                matvec(layer.attn_output, attn)
+                g.add(RMSNorm(dev, part(pre + "attn_output.weight"), norm["post_attention_norm"],
+                              Vectors(attn_post, cfg.n_embd), cfg.rms_eps, n, spread=self.spread),
+                      label="RMSNorm post_attention_norm")
+                x_next = other(x)
+                g.add(RMSNorm(dev, x, norm[arch.ffn_norm], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
+                              residual=Vectors(attn_post, cfg.n_embd), xq=hq, x_out=x_next, spread=self.spread))
+                x = x_next
+            elif folds(layer.attn_output) and self.out_biases[i] is None:
                 matvec(layer.attn_output, attn, out=x.tensor, accumulate=True)  # x += o
-                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n, xq=hq,
+                g.add(RMSNorm(dev, x, norm[arch.ffn_norm], Vectors(h, cfg.n_embd), cfg.rms_eps, n, xq=hq,
                               spread=self.spread))
             else:
                 matvec(layer.attn_output, attn)
+                if self.out_biases[i] is not None:  # (elementwise: heads of head_dim spread it, the same bits)
+                    g.add(HeadNorm(dev, part(pre + "attn_output.weight"), bias_width, n, bias=self.out_biases[i]),
+                          label="bias attn_output")
                 x_next = other(x)
-                g.add(RMSNorm(dev, x, norm["ffn_norm"], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
+                g.add(RMSNorm(dev, x, norm[arch.ffn_norm], Vectors(h, cfg.n_embd), cfg.rms_eps, n,
                               residual=part(pre + "attn_output.weight"), xq=hq, x_out=x_next, spread=self.spread))
                 x = x_next
             if layer.router is None:
@@ -524,8 +597,14 @@ class GpuLlama(Decoder):
                     for names in layer.gate_up:
                         matvec(names, h)
                     g.add(SwiGLU(dev, part(pre + "ffn_gate.weight"), part(pre + "ffn_up.weight"),
-                                 Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q))
-                if folds(layer.down):
+                                 Vectors(swiglu, cfg.n_ff), n, xq=swiglu_q, glu=arch.glu))
+                if ffn_post is not None:
+                    matvec(layer.down, swiglu)
+                    g.add(RMSNorm(dev, part(pre + "ffn_down.weight"), norm["post_ffw_norm"],
+                                  Vectors(ffn_post, cfg.n_embd), cfg.rms_eps, n, spread=self.spread),
+                          label="RMSNorm post_ffw_norm")
+                    residual, slots = Vectors(ffn_post, cfg.n_embd), None
+                elif folds(layer.down):
                     matvec(layer.down, swiglu, out=x.tensor, accumulate=True)  # x += d
                     residual, slots = None, None
                 else:
@@ -534,6 +613,10 @@ class GpuLlama(Decoder):
                 continue
             # The experts: router, top-k, MUL_MAT_ID of gate|up for the chosen ones, SwiGLU, down, weighted sum.
             matvec(layer.router, h)
+            eb = self.expert_biases[i]
+            if eb:
+                g.add(HeadNorm(dev, part(pre + "ffn_gate_inp.weight"), cfg.n_expert, n, bias=eb["ffn_gate_inp"]),
+                      label="bias ffn_gate_inp")
             g.add(ExpertRouting(dev, part(pre + "ffn_gate_inp.weight"), expert_ids, expert_weights, k_used, n))
             if fused_swiglu(layer):
                 matvec(layer.gate_up[0], h, expert_ids, out=swiglu, glu=True)
@@ -541,8 +624,14 @@ class GpuLlama(Decoder):
                 for names in layer.gate_up:
                     matvec(names, h, expert_ids)
                 gate, up = part(pre + "ffn_gate_exps.weight"), part(pre + "ffn_up_exps.weight")
-                g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n_slots, xq=swiglu_q))
+                for role, vectors in (("ffn_gate_exps", gate), ("ffn_up_exps", up)) if eb else ():
+                    g.add(ExpertBias(dev, vectors, eb[role], expert_ids, n_slots, cfg.n_expert),
+                          label=f"bias {role}")
+                g.add(SwiGLU(dev, gate, up, Vectors(swiglu, cfg.n_ff), n_slots, xq=swiglu_q, glu=arch.glu))
             matvec(layer.down, swiglu, expert_ids)
+            if eb:
+                g.add(ExpertBias(dev, Vectors(y[layer.down], cfg.n_embd), eb["ffn_down_exps"], expert_ids, n_slots,
+                                 cfg.n_expert), label="bias ffn_down_exps")
             residual = Vectors(y[layer.down], cfg.n_embd)
             slots = WeightedSlots(expert_weights, k_used)
         # Only the last n_out tokens' logits are wanted: the output norm and head take their vectors alone.
@@ -558,6 +647,8 @@ class GpuLlama(Decoder):
               label="RMSNorm output_norm")
         logits = g.output(b.tensor(f.n_vocab, n_out, name="logits"))
         matvec(f.output_group, h_last, out=logits)
+        if cfg.final_softcap:
+            g.add(SoftCap(dev, Vectors(logits, f.n_vocab), cfg.final_softcap, n_out))
         next_token = g.output(b.tensor(n_out, dtype=np.int32, name="next token"))
         if sample:
             g.add(Sample(dev, Vectors(logits, f.n_vocab), tokens, positions, g.input(self.sample_params),
@@ -569,37 +660,40 @@ class GpuLlama(Decoder):
 
     def warm_up(self, n_prompt: int = 0, speculative: bool = False, steps_per_submit: int = 1,
                 n_tokens: int | None = None, sampling: Sampling | None = None) -> float:
-        """The first replay of every step a prompt of n_prompt tokens and the
-        decode steps use (it records the graph and uploads the constants), on
-        an empty KV cache, left empty; speculative: and the steps that verify
-        drafts (feed_rows); steps_per_submit: and the chains of decode steps
-        greedy(steps_per_submit=) takes for n_tokens new tokens (default: the
-        full chain only); sampling: the steps that sample with these
+        """Records every step a prompt of n_prompt tokens and the decode
+        steps use (their graphs, pipelines and Kompute sequences; the
+        constants uploaded), without running them: a prompt's chunks cost
+        their recording here, not their compute, so this time depends on
+        the chunk sizes (at most two: prompt_chunk and the rest), not on
+        the prompt's length. speculative: and the steps that verify drafts
+        (feed_rows); steps_per_submit: and the chains of decode steps
+        greedy(steps_per_submit=) takes for n_tokens new tokens (default:
+        the full chain only); sampling: the steps that sample with these
         settings instead of those that take the argmax (where the device's
-        sampler takes them). Returns the seconds it took."""
-        if self.n_past:
-            raise RuntimeError("warm_up() needs an empty KV cache (reset() first)")
+        sampler takes them). Returns the seconds it took; the time a
+        generation spends recording what warm_up did not is in its
+        statistics (GenerationStats.record_seconds)."""
         self.check_steps_per_submit(steps_per_submit)
         t0 = time.perf_counter()
+        before = self.record_seconds
         self.set_sampling(sampling if sampling is not None and not sampling.greedy else None)
         try:
-            self._replay(self._step("decode", 1), [0], 0)
+            self._step("decode", 1)
             for n in sorted(set(self._chunks(n_prompt))):
-                self._replay(self._step(*self._chunk_key(n)), [0] * n, 0)
+                self._step(*self._chunk_key(n))
             for n in range(2, self.max_row_tokens + 1) if speculative else ():
-                self._replay(self._step("rows", n), [0] * n, 0)
+                self._step("rows", n)
             n_steps = steps_per_submit if n_tokens is None else n_tokens - 1  # (the first token is the prompt's)
             chains = sorted(set(submit_sizes(steps_per_submit, min(n_steps, self.ctx))) - {1})
             for m in chains:
-                self._replay_chain(self._step("chain", m), 0, 0)
+                self._step("chain", m)
         finally:
             self.set_sampling(None)
         if chains:
             # A chain's graph is many Python objects: left to the cyclic collector, its first full pass over
             # them (some 0.2 s on lavapipe's host) would fall in the decode steps timed next.
             gc.collect()
-        if self.op_samples is not None:
-            self.op_samples.clear()  # a first replay's times are not a step's
+        self.record_seconds = before  # (warm_up's time is its own figure, not a generation's)
         return time.perf_counter() - t0
 
     def _chunks(self, n_tokens: int) -> list[int]:

@@ -4,9 +4,12 @@ llama.cpp's llama graph: RMSNorm, RoPE (ggml's "normal" mode: adjacent pairs
 (x[2i], x[2i+1]) rotate; GGUF llama files store Q and K permuted for it;
 Qwen's "neox" mode: pairs (x[i], x[i + n_rot/2])), with the architecture's
 Q/K/V biases and per-head Q/K norms (vkq.llama.architectures),
-grouped-query attention over a KV cache, SwiGLU FFN (or a mixture of SwiGLU
-experts: `route`, then MUL_MAT_ID), final norm and output head
-(`output.weight`, or the tied `token_embd.weight`). The vector ops run
+grouped-query attention over a KV cache (with the architecture's query
+scale, soft-capped scores and sliding windows), SwiGLU or GeGLU FFN (or a
+mixture of SwiGLU experts: `route`, then MUL_MAT_ID), the architecture's
+norms after attention and FFN, final norm and output head (`output.weight`,
+or the tied `token_embd.weight`), its logits soft-capped where the
+architecture says. The vector ops run
 in numpy float32 here; each weight mat-vec is one call of a `Matvecs`
 engine: `Backend.matvec` (path "auto", "dmmv", "mmvq": one submit per call)
 or float64 numpy ("numpy": the reference; nothing else differs).
@@ -29,9 +32,10 @@ import numpy as np
 
 from ..backend import Backend
 from ..blocks.activations import GENERATE_ACTIVATIONS, check_activations
+from ..dispatch.paths import resolve_path
 from ..resolve import MAX_COLS
 from .decoding import Decoder, check_prompt_kernels
-from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs, matmul_columns
+from .matvecs import Matvecs, NumpyMatvecs, VkqMatvecs, engine_label, matmul_columns
 from .model import LlamaFile
 
 PATH_MODES = ("auto", "dmmv", "mmvq", "numpy")
@@ -48,6 +52,36 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (np.float32(1) + np.exp(-x))
+
+
+GELU_COEF_A = np.float32(0.044715)
+SQRT_2_OVER_PI = np.float32(np.sqrt(2 / np.pi))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """ggml's GELU, the tanh approximation (GeGLU's gate: Gemma's gelu_pytorch_tanh)."""
+    return np.float32(0.5) * x * (np.float32(1) + np.tanh(SQRT_2_OVER_PI * x * (np.float32(1) + GELU_COEF_A * x * x)))
+
+
+SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT = np.float32(1.702), np.float32(7.0)
+
+
+def swiglu_oai(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gpt-oss's clamped SwiGLU (ggml's swiglu_oai): the gate at most 7, up within [-7, 7]:
+    g sigmoid(1.702 g) (u + 1)."""
+    g = np.minimum(gate, SWIGLU_OAI_LIMIT)
+    u = np.clip(up, -SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT)
+    return g / (np.float32(1) + np.exp(SWIGLU_OAI_ALPHA * -g)) * (u + np.float32(1))
+
+
+# The FFN's gated activation of (gate, up), by the row's glu.
+GLU = {"silu": lambda g, u: silu(g) * u, "gelu": lambda g, u: gelu(g) * u, "oai": swiglu_oai}
+
+
+def soft_cap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap * tanh(x / cap): finite for any x but NaN (tanh of an infinity is 1)."""
+    c = np.float32(cap)
+    return c * np.tanh(x / c)
 
 
 # llama.cpp clamps the sum of the selected experts' probabilities to the
@@ -80,7 +114,7 @@ def rope(x: np.ndarray, pos: np.ndarray, inv_freq: np.ndarray, n_rot: int, neox:
          mscale: float = 1.0) -> np.ndarray:
     """x (n, heads, head_dim): ggml's normal mode, pairs (x[2i], x[2i+1]), or
     (neox) pairs (x[i], x[i + n_rot/2]); values past n_rot stay as they are.
-    cos and sin of float64 angles, times mscale (the config's rope_attn_factor),
+    cos and sin of float64 angles, times mscale (the config's rope_mscale),
     rounded to float32 (as the GPU's table)."""
     ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
     cos = (np.cos(ang) * mscale).astype(np.float32)[:, None, :]
@@ -217,7 +251,9 @@ class LlamaModel(Decoder):
         mode = self.path_mode
         if mode == "numpy":
             return "engine numpy (float64 reference)"
-        return f"engine host, path {mode}" + ("" if mode == "dmmv" else f", int8 activations {self.activations}")
+        ran = [self.backend.pipeline(g, 1, resolve_path(g.layout.fmt, mode), self.activations).path
+               for g in self.matvecs.weights.values() if not g.is_expert_stack]
+        return engine_label("host", mode, ran, self.activations)
 
     def counters(self) -> tuple[float, int]:
         return self.matvecs.seconds, (0 if self.backend is None else self.matvecs.calls)
@@ -245,8 +281,11 @@ class LlamaModel(Decoder):
         self._cap = cap
 
     def _attention(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """q (n, n_head, hd), k/v (n, n_head_kv, hd) of positions n_past.. ; -> (n, n_head * hd)."""
+        """q (n, n_head, hd), k/v (n, n_head_kv, hd) of positions n_past.. ; -> (n, n_head * hd).
+        A query at position p sees the keys up to p, and in a sliding-window
+        layer only the window's last ones (p - window + 1 .. p)."""
         cfg = self.config
+        window = cfg.window(layer)
         n, p0 = q.shape[0], self.n_past
         self.k_cache[layer][p0 : p0 + n] = k
         self.v_cache[layer][p0 : p0 + n] = v
@@ -256,32 +295,56 @@ class LlamaModel(Decoder):
         # own over exactly those, so that a chunk's rows have the bits of its
         # tokens fed one by one (a masked batch would sum in another order),
         # which speculative decoding's verifying step rests on.
-        out = [self._attend(qg[i:i + 1], self.k_cache[layer][: p0 + i + 1], self.v_cache[layer][: p0 + i + 1])
-               for i in range(n)]
+        first = [max(0, p0 + i + 1 - window) if window else 0 for i in range(n)]
+        sinks = self.file.sinks[layer]
+        sinks = None if sinks is None else sinks.reshape(cfg.n_head_kv, group, 1, 1)
+        out = [self._attend(qg[i:i + 1], self.k_cache[layer][first[i]: p0 + i + 1],
+                            self.v_cache[layer][first[i]: p0 + i + 1], sinks) for i in range(n)]
         return np.concatenate(out).reshape(n, cfg.n_head * cfg.head_dim)
 
-    def _attend(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Softmax attention of one query (1, n_head_kv, group, hd) over all of keys/values."""
-        scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(1.0 / np.sqrt(self.config.head_dim))
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        scores /= scores.sum(axis=-1, keepdims=True)
+    def _attend(self, qg: np.ndarray, keys: np.ndarray, values: np.ndarray, sinks=None) -> np.ndarray:
+        """Softmax attention of one query (1, n_head_kv, group, hd) over all of
+        keys/values; with sinks (n_head_kv, group, 1, 1), each head's sink
+        joins the softmax's denominator (a logit, unscaled: gpt-oss's)."""
+        cfg = self.config
+        scores = np.einsum("nkgd,tkd->kgnt", qg, keys) * np.float32(cfg.query_scale)
+        if cfg.attn_softcap:
+            scores = soft_cap(scores, cfg.attn_softcap)
+        top = scores.max(axis=-1, keepdims=True)
+        if sinks is not None:
+            top = np.maximum(top, sinks)
+        scores = np.exp(scores - top)
+        total = scores.sum(axis=-1, keepdims=True)
+        if sinks is not None:
+            total = total + np.exp(sinks - top)
+        scores /= total
         return np.einsum("kgnt,tkd->nkgd", scores, values)
 
     def _ffn(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
         gate, up = [y for g in layer.gate_up for y in self.matvecs.run(g, h, tiled=tiled)]
-        return self.matvecs.run(layer.down, silu(gate) * up, tiled=tiled)[0]
+        return self.matvecs.run(layer.down, GLU[self.config.architecture.glu](gate, up), tiled=tiled)[0]
 
     def _experts(self, layer, h: np.ndarray, tiled: bool) -> np.ndarray:
         """The mixture of experts of h (n, n_embd): each row through its
         n_used experts (MUL_MAT_ID), their outputs weighted and added in the
         router's order, as llama.cpp adds them."""
         mv, n_used = self.matvecs, self.config.n_expert_used
+        i = layer.index
+        biases = self.file.expert_biases[i]  # (gpt-oss's: the router's, and a row per expert of gate, up and down)
+        logits = mv.run(layer.router, h, tiled=tiled)[0]
+        if biases:
+            logits = logits + biases["ffn_gate_inp"]
         # Routed row by row: numpy may sum a batch's softmax over the experts in
         # another order than one row's, and a chunk's rows keep one token's bits.
-        ids, weights = map(np.concatenate, zip(*(route(row[None], n_used)
-                                                 for row in mv.run(layer.router, h, tiled=tiled)[0])))
+        ids, weights = map(np.concatenate, zip(*(route(row[None], n_used) for row in logits)))
         gate, up = [y for g in layer.gate_up for y in mv.run(g, h, ids, tiled)]  # (n * n_used, n_ff): slot by slot
-        down = mv.run(layer.down, silu(gate) * up, ids.reshape(-1, 1), tiled)[0].reshape(h.shape[0], n_used, -1)
+        slots = ids.reshape(-1)
+        if biases:
+            gate, up = gate + biases["ffn_gate_exps"][slots], up + biases["ffn_up_exps"][slots]
+        down = mv.run(layer.down, GLU[self.config.architecture.glu](gate, up), ids.reshape(-1, 1), tiled)[0]
+        if biases:
+            down = down + biases["ffn_down_exps"][slots]
+        down = down.reshape(h.shape[0], n_used, -1)
         out = down[:, 0] * weights[:, :1]
         for j in range(1, n_used):
             out = out + down[:, j] * weights[:, j : j + 1]
@@ -300,26 +363,36 @@ class LlamaModel(Decoder):
         self._grow(self.n_past + n)
         pos = np.arange(self.n_past, self.n_past + n)
         x = f.embed(tokens)
-        neox = cfg.architecture.neox
+        arch = cfg.architecture
+        if arch.embed_scale:
+            x = x * np.float32(np.sqrt(cfg.n_embd))
+        neox = arch.neox
         for i in range(cfg.n_layer):
             norms, layer = f.norms[i], f.layers[i]
             h = rms_norm(x, norms["attn_norm"], cfg.rms_eps)
             qkv = dict(zip(("attn_q", "attn_k", "attn_v"), (y for g in layer.qkv for y in mv.run(g, h, tiled=tiled))))
             heads = {"attn_q": cfg.n_head, "attn_k": cfg.n_head_kv, "attn_v": cfg.n_head_kv}
             for role, y in qkv.items():
-                y = y + f.biases[i][role] if role in f.biases[i] else y
+                y = y + f.biases[i][role] if role in f.biases[i] else y  # (attn_output's: after its mat-vec)
                 y = y.reshape(n, heads[role], cfg.head_dim)
                 qkv[role] = rms_norm(y, f.head_norms[i][role], cfg.rms_eps) if role in f.head_norms[i] else y
-            q = rope(qkv["attn_q"], pos, f.inv_freq, cfg.n_rot, neox, cfg.rope_attn_factor)
-            k = rope(qkv["attn_k"], pos, f.inv_freq, cfg.n_rot, neox, cfg.rope_attn_factor)
+            inv_freq, mscale = f.layer_inv_freq(i, self.ctx), cfg.rope_mscale
+            q = rope(qkv["attn_q"], pos, inv_freq, cfg.n_rot, neox, mscale)
+            k = rope(qkv["attn_k"], pos, inv_freq, cfg.n_rot, neox, mscale)
             a = self._attention(i, q, k, qkv["attn_v"])
-            x = x + mv.run(layer.attn_output, a, tiled=tiled)[0]
-            h = rms_norm(x, norms["ffn_norm"], cfg.rms_eps)
-            x = x + (self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled))
+            o = mv.run(layer.attn_output, a, tiled=tiled)[0]
+            if "attn_output" in f.biases[i]:
+                o = o + f.biases[i]["attn_output"]
+            x = x + (rms_norm(o, norms["post_attention_norm"], cfg.rms_eps) if arch.post_norms else o)
+            h = rms_norm(x, norms[arch.ffn_norm], cfg.rms_eps)
+            d = self._experts(layer, h, tiled) if layer.router else self._ffn(layer, h, tiled)
+            x = x + (rms_norm(d, norms["post_ffw_norm"], cfg.rms_eps) if arch.post_norms else d)
         self.n_past += n
         self.cache_tokens.extend(int(t) for t in tokens)
         h = rms_norm(x if all_logits else x[-1:], f.output_norm, cfg.rms_eps)
         logits = mv.run(f.output_group, h)[0]
+        if cfg.final_softcap:
+            logits = soft_cap(logits, cfg.final_softcap)
         return logits if all_logits else logits[0]
 
     def feed(self, tokens, want_logits: bool = True):

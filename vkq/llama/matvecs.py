@@ -27,6 +27,16 @@ from ..dispatch.paths import resolve_path
 from ..resolve import MAX_COLS
 
 
+def engine_label(engine: str, mode: str, ran: list[str], activations: str | None) -> str:
+    """An engine's label for its statistics: the path asked for and the
+    paths its mat-vecs run (`ran`, one per call: where "auto" or a fallback
+    chose), and the int8 activations where some run the int8 path."""
+    counts = {p: ran.count(p) for p in sorted(set(ran), key=ran.index)}
+    what = "" if set(counts) == {mode} else ": mat-vecs " + (
+        next(iter(counts)) if len(counts) == 1 else ", ".join(f"{p} {n}" for p, n in counts.items()))
+    return f"engine {engine}, path {mode}{what}" + (f", int8 activations {activations}" if "mmvq" in counts else "")
+
+
 @dataclass(frozen=True)
 class Group:
     """Matrices multiplied by one input in one call: their rows stacked."""

@@ -19,10 +19,11 @@ from ..blocks.gguf_io import metadata, open_gguf
 from ..blocks.reference import dequantize
 from ..blocks.tokenizer import open_tokenizer
 from ..checks import token_ids_argument
-from .config import LAYER_VECTORS, LlamaConfig, check_architecture, check_tensors, read_architecture
+from .config import LlamaConfig, check_architecture, check_tensors, read_architecture, split_fused
 from .matvecs import Group, make_groups
 
 Names = tuple[str, ...]  # the matrices of one group (vkq.llama.matvecs.Group.names)
+EXPERT_BIAS_ROLES = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class LayerGroups:
     gate_up: tuple[Names, ...]
     down: Names
     router: Names | None = None
+    index: int = 0  # the layer's
 
     @property
     def all(self) -> tuple[Names, ...]:
@@ -44,7 +46,7 @@ class LayerGroups:
 
 
 class LlamaFile:
-    """A GGUF file of an architecture vkq generate runs (llama, qwen2, qwen3, qwen3moe). `fuse`: matrices
+    """A GGUF file of an architecture vkq generate runs (vkq.llama.architectures). `fuse`: matrices
     of one stage and block type stacked into one mat-vec (Q/K/V, gate/up)."""
 
     def __init__(self, path: str | Path, fuse: bool = True):
@@ -54,7 +56,7 @@ class LlamaFile:
             check_architecture(arch, path)
         file = open_gguf(path)
         self.config = cfg = LlamaConfig.from_gguf(file)
-        self.tensors = tensors = file.tensors
+        self.tensors = tensors = split_fused(cfg, file.tensors, path)
         self.n_vocab = check_tensors(cfg, tensors, path)
         self.tokenizer = open_tokenizer(file)
         template = metadata(file, "tokenizer.chat_template", None)
@@ -73,7 +75,8 @@ class LlamaFile:
             self.groups += gs
             return tuple(g.names for g in gs)
 
-        self.layers = [LayerGroups(qkv=stage(i, "attn_q", "attn_k", "attn_v"), attn_output=stage(i, "attn_output")[0],
+        self.layers = [LayerGroups(index=i, qkv=stage(i, "attn_q", "attn_k", "attn_v"),
+                                   attn_output=stage(i, "attn_output")[0],
                                    router=stage(i, "ffn_gate_inp")[0] if cfg.is_moe else None,
                                    gate_up=stage(i, ffn[0], ffn[1]), down=stage(i, ffn[2])[0])
                        for i in range(cfg.n_layer)]
@@ -81,16 +84,38 @@ class LlamaFile:
         self.groups += out
         self.output_group = out[0].names
 
-        self.norms = [{v: self.vector(f"blk.{i}.{v}.weight") for v in LAYER_VECTORS} for i in range(cfg.n_layer)]
         arch = cfg.architecture
+        self.norms = [{v: self.vector(f"blk.{i}.{v}.weight") for v in arch.layer_vectors} for i in range(cfg.n_layer)]
         # Per layer, by matrix role (attn_q, ...): the bias added to its output, and
         # the weight of its per-head RMSNorm (empty where the architecture has none).
         self.biases = [{r: self.vector(arch.bias_tensor(i, r)) for r in arch.biases} for i in range(cfg.n_layer)]
         self.head_norms = [{r: self.vector(arch.head_norm_tensor(i, r)) for r in arch.head_norms}
                            for i in range(cfg.n_layer)]
+        # Per layer: the attention sinks (a logit per query head), and the router's and experts' biases by
+        # role (a row per expert), where the architecture has them (gpt-oss).
+        self.sinks = [self.vector(f"blk.{i}.attn_sinks.weight") if arch.sinks else None for i in range(cfg.n_layer)]
+        self.expert_biases = [{r: self.vector(f"blk.{i}.{r}.bias") for r in EXPERT_BIAS_ROLES} if arch.expert_biases
+                              else {} for i in range(cfg.n_layer)]
         self.output_norm = self.vector("output_norm.weight")
         factors = self.vector("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
         self.inv_freq = cfg.inv_freq(factors)
+        # The sliding-window layers' RoPE angles, where their base is their own (Gemma 3).
+        self.inv_freq_swa = cfg.inv_freq(factors, sliding=True) if arch.swa_rope_base is not None else self.inv_freq
+        # LongRoPE's (Phi-3): the angles with the short factors, and with the long ones past n_ctx_orig.
+        self.inv_freq_long = self.inv_freq
+        if factors is None and arch.rope_factors:
+            long, short = (self.vector(f"rope_factors_{k}.weight") if f"rope_factors_{k}.weight" in tensors else None
+                           for k in ("long", "short"))
+            self.inv_freq, self.inv_freq_long = cfg.inv_freq(short), cfg.inv_freq(long)
+            self.inv_freq_swa = self.inv_freq
+
+    def layer_inv_freq(self, layer: int, ctx: int) -> np.ndarray:
+        """The RoPE angles per position of a layer's pairs in a context of ctx
+        positions (LongRoPE's long factors past the original context, as
+        llama.cpp chooses them by its context)."""
+        if self.config.architecture.slides(layer):
+            return self.inv_freq_swa
+        return self.inv_freq_long if ctx > self.config.n_ctx_orig else self.inv_freq
 
     def vector(self, name: str) -> np.ndarray:
         from ..blocks.reference import dequantize

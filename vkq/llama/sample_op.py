@@ -16,7 +16,7 @@ import numpy as np
 
 from ..device.shader_variants import VectorOpVariant
 from .sampling import REPEAT_LAST_N_MAX, TOP_K_MAX
-from .vector_ops import Vectors, _Op, _size, spreads
+from .vector_ops.common import Vectors, _Op, _size, spreads
 
 RING_SLOTS = REPEAT_LAST_N_MAX  # shaders/sample.comp's RING
 SAMPLE_CAP = TOP_K_MAX  # shaders/sample.comp's CAP
