@@ -111,6 +111,8 @@ const uint UNIT_CHUNKS = 8u;  // chunks covered by one unit_meta
 // blocks) loads their scales at once (unit_meta: one 16-byte load where
 // per chunk it would be 8 word loads), not per chunk (block_scales).
 const bool WHOLE_UNITS = CHUNKS_PER_THREAD == UNIT_CHUNKS;
+// The dequantize path's order within a chunk (see main).
+const bool HOLD_ROWS = SPLIT_K && NCOLS >= NUM_ROWS;
 
 #ifndef BLOCK_PLAIN
 // The quants of chunk j of a unit, sub-block sb of block ib: from the unit's
@@ -126,18 +128,83 @@ Quants chunk_quants(UnitMeta m, uint j, uint ib, uint sb) {
 }
 #endif
 
-#if defined(MMVQ) || defined(BLOCK_PLAIN)
-const float X_SCALE = 1.0;
-#else
+#if !defined(MMVQ) && !defined(BLOCK_PLAIN)
 // The dequantize path sums quants times x (16 of them per half-block)
-// before it applies the block's scale: up to 2^11 times the largest |x|,
+// before it applies the block's scale: up to 2^12 times the largest |x|,
 // past float32's range once |x| nears 1e35, where the products with the
-// scaled weights still fit. So it sums x * 2^-12 and scales y back as it
-// writes it: exact (powers of two) while the values stay normal floats; a
-// device that flushes subnormals drops |x| below 2^-114 (about 4.8e-35).
-// (The int8 path multiplies by x's scale d last; plain types have no quants.)
+// scaled weights still fit. A half-block of x whose squares do not all fit
+// float32 (a value of 2^64, about 1.8e19, or more) is summed as x * 2^-12
+// and its sums scaled back: exact (powers of two). Others are summed as they
+// are, so subnormal x keeps every bit float32 gives it, as in the mat-mat
+// (mul_mm.comp), which multiplies dequantized weights by x. (The sum of
+// squares is the cheapest test of size: one fma per value. The int8 path
+// multiplies by x's scale d last; plain types have no quants: neither
+// scales x.)
+#define SCALE_LARGE_X
 const float X_SCALE = 1.0 / 4096.0;
 #endif
+
+// 16 values of x (one half of a 32-value chunk), what a row's half-block
+// dots with: v scaled by 1 or X_SCALE, sum their sum (the blocks' offsets
+// multiply it), inv what undoes the scale.
+struct XHalf { vec4 v[4]; float sum; float inv; };
+
+XHalf x_half(uint k4) {
+    // (Written without loops: lavapipe counts loop iterations against a
+    // budget, vkq.dispatch.choose.loop_iterations.)
+    precise vec4 v0 = uintBitsToFloat(load_x(k4)), v1 = uintBitsToFloat(load_x(k4 + 1u)),
+                 v2 = uintBitsToFloat(load_x(k4 + 2u)), v3 = uintBitsToFloat(load_x(k4 + 3u));
+    float inv = 1.0;
+#ifdef SCALE_LARGE_X
+    const vec4 sq = v0 * v0 + v1 * v1 + v2 * v2 + v3 * v3;
+    const bool large = !(sq.x + sq.y + sq.z + sq.w <= 3.4028234663852886e38);  // (inf or NaN: scaled)
+    const float s = large ? X_SCALE : 1.0;
+    inv = large ? 1.0 / X_SCALE : 1.0;
+    v0 *= s;
+    v1 *= s;
+    v2 *= s;
+    v3 *= s;
+#endif
+    return XHalf(vec4[4](v0, v1, v2, v3), dot(v0 + v1 + v2 + v3, vec4(1.0)), inv);
+}
+
+// One row's half-block of weights as it is dotted with x: 16 values (plain
+// types), or 16 quants as floats and the half's (scale, offset).
+struct WHalf { vec4 q[4]; vec2 so; };
+
+#ifndef BLOCK_PLAIN
+WHalf w_half(Quants q, vec4 so, uint h) {
+    const uvec4 qh = h == 0u ? q.lo : q.hi;
+#ifdef QUANTS_SIGNED
+    return WHalf(vec4[4](unpack_i8x4(qh.x), unpack_i8x4(qh.y), unpack_i8x4(qh.z), unpack_i8x4(qh.w)),
+                 h == 0u ? so.xy : so.zw);
+#else
+    return WHalf(vec4[4](unpack_u8x4(qh.x), unpack_u8x4(qh.y), unpack_u8x4(qh.z), unpack_u8x4(qh.w)),
+                 h == 0u ? so.xy : so.zw);
+#endif
+}
+#endif
+
+// What a half-block adds to a row's sum for one column of x.
+float half_dot(WHalf w, XHalf x) {
+    const float qx = dot(w.q[0], x.v[0]) + dot(w.q[1], x.v[1]) + dot(w.q[2], x.v[2]) + dot(w.q[3], x.v[3]);
+#ifdef BLOCK_PLAIN
+    return qx;
+#else
+    // sum_i (scale*q_i + offset) * x_i
+    return w.so.x * qx + w.so.y * x.sum;
+#endif
+}
+
+// A row's sum with a half-block added: its sums scaled back by an fma
+// (x.inv is 1 or 2^12, so the product is exact: the bits of acc + t).
+float add_half(float acc, WHalf w, XHalf x) {
+#ifdef BLOCK_PLAIN
+    return acc + half_dot(w, x);
+#else
+    return fma(half_dot(w, x), x.inv, acc);
+#endif
+}
 
 shared float partial[NUM_ROWS * NCOLS][WG_SIZE];
 
@@ -161,9 +228,8 @@ uint w_row(uint out0, uint r) {
 
 // Output o (< out_per_group()) of column col from the finished sums in acc:
 // the row's, or with GLU silu(gate) * up, each unscaled as y would hold it.
-#define OUT_VALUE(o, col) (GLU ? silu(acc[(o) * NCOLS + (col)] * (1.0 / X_SCALE)) \
-                                 * (acc[((o) + out_per_group()) * NCOLS + (col)] * (1.0 / X_SCALE)) \
-                               : acc[(o) * NCOLS + (col)] * (1.0 / X_SCALE))
+#define OUT_VALUE(o, col) (GLU ? silu(acc[(o) * NCOLS + (col)]) * acc[((o) + out_per_group()) * NCOLS + (col)] \
+                               : acc[(o) * NCOLS + (col)])
 
 // Output o of column col into y at index i: written, or with ACCUMULATE
 // added to what y holds there.
@@ -243,47 +309,67 @@ void main() {
             }
         }
 #else
-        // 32 values of x per column (both halves), times X_SCALE, and each half's sum (for the offsets).
-        precise vec4 xv[NCOLS][8];  // (so that no compiler moves X_SCALE past a sum)
-        vec2 xsum[NCOLS];
-        for (uint col = 0u; col < NCOLS; col++) {
-            const uint k4 = (x0 + col * p.x_col_stride + c * 32u) / 4u;
-            for (uint i = 0u; i < 8u; i++) {
-                xv[col][i] = uintBitsToFloat(load_x(k4 + i)) * X_SCALE;
+        // Which values a thread holds while it dots a chunk's rows with its
+        // columns: x of every column (32 values each), each row then decoded
+        // and used at once; or, where threads split K (GPUs) and there are
+        // no fewer columns than rows, each row's decoded half-block (16
+        // values), then the columns one at a time (the GPUs' 2 rows at 8
+        // columns: 32 values of x per column held at once spilled registers
+        // there). A thread owning whole rows (CPU drivers) keeps the first:
+        // lavapipe ran the second 2x slower at 8 columns. The same
+        // operations on each row and column either way.
+        if (!HOLD_ROWS) {
+            XHalf xh[NCOLS][2];
+            for (uint col = 0u; col < NCOLS; col++) {
+                const uint k4 = (x0 + col * p.x_col_stride + c * 32u) / 4u;
+                xh[col][0] = x_half(k4);
+                xh[col][1] = x_half(k4 + 4u);
             }
-            xsum[col] = vec2(dot(xv[col][0] + xv[col][1] + xv[col][2] + xv[col][3], vec4(1.0)),
-                             dot(xv[col][4] + xv[col][5] + xv[col][6] + xv[col][7], vec4(1.0)));
-        }
-        for (uint r = 0u; r < NUM_ROWS; r++) {
-            const uint ib = block0 + w_row(row0, r) * p.nblocks + ib_in_row;
+            for (uint r = 0u; r < NUM_ROWS; r++) {
+                const uint ib = block0 + w_row(row0, r) * p.nblocks + ib_in_row;
+#ifndef BLOCK_PLAIN
+                // (scale, offset) of both halves; the quants loaded once for both.
+                const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
+                const Quants q = chunk_quants(meta[r], j, ib, sb);
+#endif
+                for (uint h = 0u; h < 2u; h++) {
 #ifdef BLOCK_PLAIN
-            for (uint h = 0u; h < 2u; h++) {
-                vec4 wv[4];
-                block_values(ib, h, wv);
-                for (uint col = 0u; col < NCOLS; col++) {
-                    acc[r * NCOLS + col] += dot(wv[0], xv[col][4u * h]) + dot(wv[1], xv[col][4u * h + 1u])
-                                            + dot(wv[2], xv[col][4u * h + 2u]) + dot(wv[3], xv[col][4u * h + 3u]);
+                    WHalf w;
+                    block_values(ib, h, w.q);
+#else
+                    const WHalf w = w_half(q, so, h);
+#endif
+                    for (uint col = 0u; col < NCOLS; col++) {
+                        acc[r * NCOLS + col] = add_half(acc[r * NCOLS + col], w, xh[col][h]);
+                    }
                 }
             }
-#else
-            // (scale, offset) of both halves; the quants loaded once for both.
-            const vec4 so = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
-            const Quants q = chunk_quants(meta[r], j, ib, sb);
-            for (uint h = 0u; h < 2u; h++) {
-                const uvec4 qh = h == 0u ? q.lo : q.hi;
-                const vec2 sh = h == 0u ? so.xy : so.zw;
-#ifdef QUANTS_SIGNED
-                const vec4 q0 = unpack_i8x4(qh.x), q1 = unpack_i8x4(qh.y), q2 = unpack_i8x4(qh.z), q3 = unpack_i8x4(qh.w);
-#else
-                const vec4 q0 = unpack_u8x4(qh.x), q1 = unpack_u8x4(qh.y), q2 = unpack_u8x4(qh.z), q3 = unpack_u8x4(qh.w);
-#endif
-                for (uint col = 0u; col < NCOLS; col++) {
-                    const float qx = dot(q0, xv[col][4u * h]) + dot(q1, xv[col][4u * h + 1u])
-                                   + dot(q2, xv[col][4u * h + 2u]) + dot(q3, xv[col][4u * h + 3u]);
-                    acc[r * NCOLS + col] += sh.x * qx + sh.y * xsum[col][h];
-                }
+        } else {
+#ifndef BLOCK_PLAIN
+            vec4 so[NUM_ROWS];
+            Quants q[NUM_ROWS];
+            for (uint r = 0u; r < NUM_ROWS; r++) {
+                const uint ib = block0 + w_row(row0, r) * p.nblocks + ib_in_row;
+                so[r] = WHOLE_UNITS ? meta_scales(meta[r], j) : block_scales(ib, sb);
+                q[r] = chunk_quants(meta[r], j, ib, sb);
             }
 #endif
+            for (uint h = 0u; h < 2u; h++) {
+                WHalf w[NUM_ROWS];
+                for (uint r = 0u; r < NUM_ROWS; r++) {
+#ifdef BLOCK_PLAIN
+                    block_values(block0 + w_row(row0, r) * p.nblocks + ib_in_row, h, w[r].q);
+#else
+                    w[r] = w_half(q[r], so[r], h);
+#endif
+                }
+                for (uint col = 0u; col < NCOLS; col++) {
+                    const XHalf xh = x_half((x0 + col * p.x_col_stride + c * 32u) / 4u + 4u * h);
+                    for (uint r = 0u; r < NUM_ROWS; r++) {
+                        acc[r * NCOLS + col] = add_half(acc[r * NCOLS + col], w[r], xh);
+                    }
+                }
+            }
         }
 #endif
     }
@@ -315,9 +401,14 @@ void main() {
             }
         }
         barrier();
+        // (The subgroups outside, the sums inside: a loop of constant count
+        // inside one of a count known only at run time is unrolled, so acc is
+        // indexed by constants; the other way NAK put acc in local memory.)
         for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
             acc[i] = 0.0;
-            for (uint s = 0u; s < gl_NumSubgroups; s++) {
+        }
+        for (uint s = 0u; s < gl_NumSubgroups; s++) {
+            for (uint i = 0u; i < NUM_ROWS * NCOLS; i++) {
                 acc[i] += partial[i][s];
             }
         }
@@ -341,10 +432,12 @@ void main() {
     }
 #endif
 
-    // Every thread now holds the totals; thread i writes output i.
-    for (uint i = tid; i < out_per_group() * NCOLS; i += WG_SIZE) {
+    // Every thread now holds the totals; thread i % WG_SIZE writes output i.
+    // (A loop over every output, so that acc is indexed by constants once it
+    // is unrolled: indexed by tid, NAK put acc in local memory.)
+    for (uint i = 0u; i < out_per_group() * NCOLS; i++) {
         const uint o = i / NCOLS, col = i % NCOLS;
-        if (row0 + o < out_rows()) {
+        if (i % WG_SIZE == tid && row0 + o < out_rows()) {
             put_out(y0 + col * p.y_col_stride + row0 + o, OUT_VALUE(o, col));
         }
     }

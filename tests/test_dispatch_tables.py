@@ -495,3 +495,18 @@ def test_the_gpu_classes_tables_follow_their_facts():
         if facts.null_gpu:  # (the classes CI compiles for: tests/test_gpu_compilers.py)
             assert set(floors) == set(OCCUPANCY_OPS), key
         assert all(f["unit"] == facts.occupancy_unit for f in floors.values()), key
+
+
+def test_matvecs_ask_for_their_class_wave_where_the_device_allows():
+    """gpu_classes.required_wave: RDNA's mat-vecs ask for wave32 where the
+    device can require a size and offers 32 (Mesa 22.3's RADV ran them as
+    wave64 unasked); nothing where it cannot, or for a class without facts
+    (CPU drivers, other vendors)."""
+    from vkq.dispatch.gpu_classes import required_wave
+
+    rdna2 = DeviceClass("amd", "rdna2", "mesa")
+    assert required_wave(rdna2, (32, 64), True) == 32
+    assert required_wave(rdna2, (32, 64), False) is None
+    assert required_wave(rdna2, (64, 64), True) is None
+    assert required_wave(DeviceClass("nvidia", "turing+", "proprietary"), (32, 32), True) == 32
+    assert required_wave(DeviceClass("software", "lavapipe", "mesa"), (8, 8), True) is None

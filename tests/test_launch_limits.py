@@ -132,24 +132,28 @@ def _largest_k(config: PipelineConfig, fmt, ncols: int, budget: int) -> int:
     return k
 
 
-def test_loop_budget(backend):
-    """lavapipe: a thread owning 16 rows at the largest K within the budget
+# (rows, columns): the dequantize path holds x of every column (fewer columns
+# than rows) or each row's half-blocks (as many columns or more): two loop
+# structures, each counted.
+@pytest.mark.parametrize("rows_per_thread, ncols", [(16, 1), (2, 3)])
+def test_loop_budget(backend, rows_per_thread, ncols):
+    """lavapipe: a thread owning its rows at the largest K within the budget
     gives the right result; one block more is refused; the dispatcher
     switches such a launch to split K and says so."""
     budget = backend.device.caps.max_loop_iterations
     if budget is None:
         pytest.skip("this driver has no known loop budget")
     fmt = FORMATS["Q4_0"]
-    config = cfg("dmmv", wg=8, rows=16, split_k=False)
-    k_in = _largest_k(config, fmt, 1, budget)
-    assert loop_iterations(config, k_in + 32, 1, 8) > budget
-    rows = 16 * 8 + 3  # a full workgroup of threads and a partial one
+    config = cfg("dmmv", wg=8, rows=rows_per_thread, split_k=False)
+    k_in = _largest_k(config, fmt, ncols, budget)
+    assert loop_iterations(config, k_in + 32, ncols, 8) > budget
+    rows = rows_per_thread * 8 + 3  # a full workgroup of threads and a partial one
     data = random_weights(rows, k_in, "Q4_0", seed=5)
     w, w64 = backend.upload("Q4_0", (rows, k_in), data), dequantize("Q4_0", (rows, k_in), data)
-    assert_right(backend, w, w64, config)
+    assert_right(backend, w, w64, config, ncols)
     with pytest.raises(ValueError, match=f"this driver cuts a thread's loops short after {budget}"):
-        check_config(config, backend.device.caps, fmt, k_in + 32, 1)
-    adapted = apply_limits(config, backend.device.caps, fmt, k_in + 32, 1)
+        check_config(config, backend.device.caps, fmt, k_in + 32, ncols)
+    adapted = apply_limits(config, backend.device.caps, fmt, k_in + 32, ncols)
     assert adapted.split_k and "split_k False -> True: loop budget" in adapted.source
 
 

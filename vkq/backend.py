@@ -28,6 +28,7 @@ from .blocks.layout import MatrixLayout, pack_rows
 from .device.runtime import Device
 from .dispatch.choose import Dispatcher
 from .dispatch.coopmat import env_kernel
+from .dispatch.gpu_classes import required_wave
 from .dispatch.paths import env_path, int_dot_disabled_by_env
 from .errors import DeviceDoesNotExecute
 from .dispatch.config import PipelineConfig
@@ -137,6 +138,10 @@ class Backend:
         self.device = Device(device)
         self.device_info = self.device.info
         self.dispatcher = Dispatcher.for_device(self.device_info, self.device.caps)
+        # The subgroup size every mat-vec pipeline asks for (None: the driver's choice).
+        self.matvec_subgroup_size = required_wave(
+            self.dispatcher.device_class, (self.device_info.subgroup_min_size, self.device_info.subgroup_max_size),
+            self.device.subgroup_size_control)
         self._lock = threading.RLock()
         self._many: OrderedDict[tuple, _Call] = OrderedDict()  # matvec_many's graphs, least recent first
         self._in_flight: set[Graph] = set()  # graphs with a replay submitted and not yet waited for

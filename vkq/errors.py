@@ -40,6 +40,12 @@ class DeviceDoesNotExecute(VkqError, RuntimeError):
     what it computes, times or checks means nothing, and nothing of it is kept."""
 
 
+class LaunchExceedsDevice(VkqError, ValueError):
+    """A pipeline whose workgroup or shared memory passes the device's
+    limits, refused before the driver sees it (one driver crashed, another
+    took it silently): names the pipeline, what it needs and the limit."""
+
+
 class NonFiniteLogits(VkqError, ValueError):
     """A model's logits hold NaN or inf (its weights decode to NaN, or overflow)."""
 

@@ -319,7 +319,7 @@ class Graph:
         op = MatVec(self.backend.device, w, cfg, xin.kp, y.kp, ncols=1 if ids is not None else x.n,
                     ids=None if ids is None else ids.kp, n_slots=n_slots, shared_x=ids is not None and x.n == 1,
                     slots_per_x=n_slots // x.n if ids is not None else 1, y_stride=y.stride, glu=glu,
-                    accumulate=accumulate)
+                    accumulate=accumulate, subgroup_size=self.backend.matvec_subgroup_size)
         collector = _Collector()
         op.record(collector)
         kind = "mat-vec" if ids is None else "MUL_MAT_ID"

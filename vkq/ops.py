@@ -177,14 +177,17 @@ class MatVec(_PerBuffer):
     (shaders/mul_mat_vec.comp's GLU; an even rows_per_wg). accumulate:
     y += W @ x, the product added into what y holds (its ACCUMULATE: y is
     read and written; the bits of the product added afterwards), not with
-    MUL_MAT_ID or glu.
+    MUL_MAT_ID or glu. subgroup_size: the subgroup size its pipelines ask
+    for (Backend.matvec_subgroup_size: the wave the device's class table
+    assumes), or None (the driver's choice).
     `cfg` as vkq.resolve.resolve returns it: bindings fitted to the device's
     limits for these tensors; `self.cfg` is what runs.
     """
 
     def __init__(self, device: Device, weights, cfg: PipelineConfig, x_in, y, *, ncols: int = 1,
                  ids=None, n_slots: int = 0, shared_x: bool = False, slots_per_x: int = 1,
-                 y_stride: int | None = None, glu: bool = False, accumulate: bool = False):
+                 y_stride: int | None = None, glu: bool = False, accumulate: bool = False,
+                 subgroup_size: int | None = None):
         lay = weights.layout
         mul_mat_id = ids is not None
         if accumulate and (mul_mat_id or glu):
@@ -215,7 +218,8 @@ class MatVec(_PerBuffer):
             tensors = [buf.tensor, x_in, y] + ([ids] if mul_mat_id else [])
             if texel_weights:
                 tensors += [buf.tensor] * 3
-            self.algorithms.append(device.algorithm(tensors, self.variant, launch.groups, spec, push, kinds))
+            self.algorithms.append(device.algorithm(tensors, self.variant, launch.groups, spec, push, kinds,
+                                                    required_subgroup_size=subgroup_size))
         self._barrier = device.compute_barrier
 
 

@@ -77,7 +77,7 @@ class Planned:
     error: str = ""  # why no launch fits (then no pipeline)
     workgroup: int = 0  # invocations per workgroup
     shared: int = 0  # bytes of shared memory the shader declares at this launch (vkq's count)
-    subgroup: int = 0  # the subgroup size the shader is built for (the cooperative-matrix kernel's); 0: any
+    subgroup: int = 0  # the subgroup size required (the mat-vec's wave, the cooperative-matrix kernel's); 0: any
 
 
 def caps_as_opened(info) -> DeviceCaps:
@@ -98,7 +98,7 @@ def coopmat_flavours(caps: DeviceCaps, qtype: str) -> list[str]:
 
 
 def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: int, k: int, ncols: int,
-            path: str | None, activations: str) -> Planned:
+            path: str | None, activations: str, wave: int | None = None) -> Planned:
     caps = dispatcher.caps
     fmt = FORMATS[qtype]
     try:
@@ -115,10 +115,10 @@ def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: 
     mul_mat_id = op == "MUL_MAT_ID"
     variant = matvec_variant(qtype, cfg, mul_mat_id)
     spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matvec_spec(cfg, ncols)),
-                        tuple(matvec_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS))
+                        tuple(matvec_bindings(cfg, mul_mat_id)), len(WEIGHTS_PARAMS), wave or 0)
     launch = f"{cfg.kernel}, {describe(cfg.params())}"
     return Planned(op, qtype, cfg.path, ncols, launch, cfg.source, spec, workgroup=cfg.wg_size,
-                   shared=shared_memory_bytes(cfg, ncols))
+                   shared=shared_memory_bytes(cfg, ncols), subgroup=wave or 0)
 
 
 def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | None, activations: str,
@@ -157,7 +157,8 @@ def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | Non
 
 def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str = GENERATE_ACTIVATIONS,
          types: set[str] | None = None, ops: set[str] | None = None,
-         columns: set[int] | None = None, require_subgroup: bool = False) -> list[Planned]:
+         columns: set[int] | None = None, require_subgroup: bool = False,
+         matvec_wave: int | None = None) -> list[Planned]:
     """Every pipeline the dispatcher would create for the model's matrices on
     its device (the module's list), each once: entries of one pipeline merge,
     their matrices listed together (max_buffer: the largest buffer of
@@ -184,7 +185,7 @@ def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str
             default = dispatcher.choose(fmt, rows, k, 1, None, activations).path if fmt.paths else None
             for path in fmt.paths:
                 for n in range(1, MAX_COLS + 1):
-                    p = _matvec(dispatcher, max_buffer, "mat-vec", qtype, rows, k, n, path, activations)
+                    p = _matvec(dispatcher, max_buffer, "mat-vec", qtype, rows, k, n, path, activations, matvec_wave)
                     p.default = path == default
                     add(p, names)
             for path in (None, *fmt.paths):
@@ -196,7 +197,8 @@ def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str
                             require_subgroup=require_subgroup), names)
         else:
             for path in fmt.paths:
-                add(_matvec(dispatcher, max_buffer, "MUL_MAT_ID", qtype, rows, k, 1, path, activations), names)
+                add(_matvec(dispatcher, max_buffer, "MUL_MAT_ID", qtype, rows, k, 1, path, activations, matvec_wave),
+                    names)
                 add(_matmul(dispatcher, "MUL_MAT_ID mat-mat", qtype, k, path, activations, shape[0]), names)
             for flavour in coopmat_flavours(caps, qtype):
                 add(_matmul(dispatcher, "coopmat", qtype, k, None, activations, shape[0], flavour,
@@ -303,9 +305,13 @@ def report(models: str | list[str] = DEFAULT_MODEL, device: int | None = None, a
     info = device_info_isolated(index)
     caps = caps_as_opened(info)
     dispatcher = Dispatcher.for_device(info, caps)
+    # (the subgroup size vkq.Backend's mat-vecs ask for there)
+    wave = gpu_classes.required_wave(dispatcher.device_class, (info.subgroup_min_size, info.subgroup_max_size),
+                                     info.required_subgroup_size_in_compute)
     planned = [] if only_step else plan(m, dispatcher, buffer_limit(info)[0], activations,
                                         set(types) if types else None, set(ops) if ops else None,
-                                        set(columns) if columns else None, info.required_subgroup_size_in_compute)
+                                        set(columns) if columns else None, info.required_subgroup_size_in_compute,
+                                        wave)
     recording = None
     if step:
         stepped, recorded, recording = _step_planned(models[0], index, validate)

@@ -39,11 +39,12 @@ import warnings
 import kp
 import numpy as np
 
-from ..errors import KOMPUTE_HINT, KomputeUnavailable
+from ..errors import KOMPUTE_HINT, KomputeUnavailable, LaunchExceedsDevice
 from .caps import COOPMAT_EXTENSION, COOPMAT_EXTENSIONS, DeviceCaps
 from .device_info import DeviceInfo, device_index_from_env, get_device_info
 from .memory import MemoryLedger, buffer_limit
 from .shader_variants import load_spirv
+from .spirv_needs import PipelineNeeds, pipeline_needs
 
 # The kp patch level vkq needs (kp.VKQ_PATCH_LEVEL, set by the series' last
 # patch: its number, so that a kp of level N has patches 0001 to N);
@@ -78,6 +79,11 @@ def _warn_once(message: str) -> None:
 # The compiled shaders, read once per process (a cache on a Device method
 # would keep every Device, its Manager and VkDevice, alive for good).
 _spirv = functools.lru_cache(maxsize=None)(load_spirv)
+
+
+@functools.lru_cache(maxsize=4096)
+def _needs(variant, spec: tuple[int, ...]) -> PipelineNeeds:
+    return pipeline_needs(_spirv(variant), spec)
 
 
 class Device:
@@ -168,6 +174,7 @@ class Device:
         power of two in [info.subgroup_min_size, info.subgroup_max_size] on a
         device with `subgroup_size_control`; where the shader's local x size
         is a multiple of it, its subgroups are also full."""
+        self.check_launch(variant, spec)
         spec, push = np.asarray(spec, np.uint32), np.asarray(push, np.uint32)
         extra = {}
         if required_subgroup_size is not None:
@@ -179,6 +186,29 @@ class Device:
             return self.manager.algorithm_with_bindings(tensors, binding_kinds, _spirv(variant), groups, spec, push,
                                                         **extra)
         return self.manager.algorithm(tensors, _spirv(variant), groups, spec, push, **extra)
+
+    def check_launch(self, variant, spec) -> PipelineNeeds:
+        """What the pipeline of `variant` with specialization constants `spec`
+        needs (read from its SPIR-V), or LaunchExceedsDevice where its
+        workgroup or shared memory passes this device's limits. Every
+        pipeline vkq creates passes here first (Device.algorithm): whatever
+        chose its launch (the dispatcher's tables, a tile, a llama op's
+        launch, a caller's config), the driver never sees one past them."""
+        needs = _needs(variant, tuple(int(v) for v in spec))
+        info, problems = self.info, []
+        if needs.invocations > info.max_workgroup_invocations or any(
+                n > m for n, m in zip(needs.workgroup, info.max_workgroup_size)):
+            problems.append(f"a workgroup of {needs.invocations} invocations "
+                            f"({' x '.join(map(str, needs.workgroup))}), where the device allows "
+                            f"{info.max_workgroup_invocations} ({' x '.join(map(str, info.max_workgroup_size))} "
+                            f"at most per dimension)")
+        if needs.shared_bytes > info.max_compute_shared_memory_size:
+            problems.append(f"{needs.shared_bytes} bytes of shared memory per workgroup, where the device allows "
+                            f"{info.max_compute_shared_memory_size}")
+        if problems:
+            raise LaunchExceedsDevice(f"pipeline {variant.name} (specialization constants {list(spec)}) needs "
+                                      f"{' and '.join(problems)} on {info.name}")
+        return needs
 
     def check_required_subgroup_size(self, size) -> None:
         """Raises unless `size` may be required of a compute pipeline here:

@@ -52,17 +52,19 @@ def loop_iterations(cfg: PipelineConfig, k: int, ncols: int, subgroup_size: int 
     per_thread = -(-units // cfg.wg_size) if cfg.split_k else units
     if cfg.path == "mmvq":
         chunk = 1 + nc + r * (1 + nc)  # x loads per column; rows x columns
-    else:
-        chunk = 1 + nc * (1 + 8) + r * (1 + 2 * (1 + nc))  # x loads; rows x halves x columns
+    elif not (cfg.split_k and nc >= r):  # x of every column held: the columns' x; rows x halves x columns
+        chunk = 1 + nc + r * (1 + 2 * (1 + nc))
+    else:  # the rows' half-blocks held: the rows' quants; halves x (rows' decodes, columns x rows)
+        chunk = 1 + r + 2 * (1 + r + nc * (1 + r))
     unit = 1 + (r if cpt == 8 else 0) + cpt * chunk  # (8 chunks: one header load per row)
     sums = r * nc
     if not cfg.split_k:
         tail = sums  # writes
     elif cfg.subgroup:
         subgroups = -(-cfg.wg_size // max(1, subgroup_size))
-        tail = 2 * sums + sums * (1 + subgroups) + -(-sums // cfg.wg_size)
+        tail = 4 * sums + subgroups * (1 + sums)  # add, store, zero, subgroups x sums, writes
     else:
-        tail = 2 * sums + (cfg.wg_size.bit_length() - 1) * (1 + sums) + -(-sums // cfg.wg_size)
+        tail = 3 * sums + (cfg.wg_size.bit_length() - 1) * (1 + sums)  # store, tree, read, writes
     return sums + per_thread * unit + tail
 
 

@@ -26,10 +26,19 @@ VALUE_LOOKUPS = ("table", "selects")
 # reports more than 1024. The shared-memory reduction needs a power of two.
 MAX_WG_SIZE = 1024
 # shaders/mul_mat_vec.comp keeps NUM_ROWS x NCOLS partial sums (and, with 8
-# chunks per thread, NUM_ROWS block headers) per thread in private arrays.
-# Past 16 rows (128 sums at 8 columns) they spill to scratch memory, whose
-# size per thread is a driver limit Vulkan does not report, and on lavapipe
-# the row loop stops being unrolled and eats its loop budget (choose.py).
+# chunks per thread, NUM_ROWS block headers) per thread in registers, and
+# while it dots a chunk, x of every column or each row's decoded half-block,
+# whichever is fewer. Registers grow with rows x columns; past what a
+# compiler holds they spill to scratch memory, whose size per thread is a
+# driver limit Vulkan does not report. What the GPUs' compilers showed
+# (Mesa 26.1's ACO on RDNA2 and NAK on Ampere, wg 32, the float path;
+# docs/measurements.md "GPU compilers"): no spills at 1..8 columns up to 4
+# rows per workgroup (the tables take 2, NVIDIA's F16/BF16 4), nor at 1..4
+# columns up to 16 rows; at 8 columns the quantized types spill from 8 rows
+# (8-42 registers), F16 from 16. The int8 path at the tables' 2 rows does not
+# spill either. 16 rows is the most any table or measurement uses
+# (lavapipe's rows per thread, where the row loop past it stops being
+# unrolled and eats its loop budget, choose.py): the cap, for every device.
 MAX_ROWS_PER_WG = 16
 
 # A table or tuning entry: the parameters every full entry has, and those

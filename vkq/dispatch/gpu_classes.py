@@ -57,3 +57,19 @@ CLASSES: dict[str, GpuClass] = {c.key: c for c in (
 def of(device_class: DeviceClass) -> GpuClass | None:
     """The facts of a device's class (None: a class without them: CPU drivers, other vendors)."""
     return CLASSES.get(f"{device_class.vendor}/{device_class.arch}")
+
+
+def required_wave(device_class: DeviceClass, subgroup_sizes: tuple[int, int], can_require: bool) -> int | None:
+    """The subgroup size a mat-vec pipeline asks for on a device of this
+    class: the wave the class's tables are written for (a mat-vec workgroup
+    of 32 is one wave32 on RDNA), where the device can require a size of a
+    compute pipeline (`can_require`: VK_EXT_subgroup_size_control with
+    compute among its stages, and a kp that passes it) and offers that size
+    (`subgroup_sizes`: its least and most). None otherwise: the driver picks,
+    as it always did (RADV of Mesa 22.3 ran such workgroups as wave64, half
+    of each wave idle; Mesa 25 and later as wave32)."""
+    facts = of(device_class)
+    if facts is None or not can_require:
+        return None
+    lo, hi = subgroup_sizes
+    return facts.wave if lo <= facts.wave <= hi else None
