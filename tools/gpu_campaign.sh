@@ -14,7 +14,7 @@
 # written and loaded twice inside the one part that races every file, it would put the other
 # files' results at risk (the 8x2 file races the MoE path).
 #
-# pack writes PACK/spirv.tar.xz (vkq/spirv, 47 MB, packed to 3-4: the device call carries 64 MiB
+# pack writes PACK/spirv.tar.xz (vkq/spirv compiled, 49 MB, packed to 4: the device call carries 64 MiB
 # in all), PACK/tokenizer.gguf (SmolLM2's tokenizer) and PACK/nak-pipelines.json (`vkq pipelines`
 # of the pipelines part, compiled by NAK, Mesa's NVIDIA compiler, on a null Ampere GPU through
 # tools/mesa26.sh; left out, with the reason, where Mesa 26 is not fetched). PYTHON must then be a
@@ -55,7 +55,7 @@ PIPELINES=(pipelines -m llama-3.1-8b:Q4_0 -m llama-3.1-8b:Q4_K_M --step -o json)
 if [ "$SCALE" = pack ]; then
   set -e
   mkdir -p "$OUT"
-  [ -d "$ROOT/vkq/spirv" ] || { echo "no vkq/spirv: compile the shaders first (make)"; exit 1; }
+  "$PY" "$ROOT/tools/compile_shaders.py"  # (the SPIR-V of these sources: cached, seconds where up to date)
   tar -cJf "$OUT/spirv.tar.xz" -C "$ROOT" vkq/spirv
   example=$("$PY" -m vkq model)  # SmolLM2-135M-Instruct, the example model
   "$PY" -m vkq.commands.model_file --tokenizer-only "$example" "$OUT/tokenizer.gguf"
@@ -136,7 +136,8 @@ PROMPT="The history of the printing press"
 #    device, in three groups at once (each its own process and device): the step's ops and their
 #    GPU launches (spread, folded, fused, several steps per submit, the tiled attention, the
 #    sampler); the mat-mats (tiled, int8, cooperative matrix, MUL_MAT_ID, the required subgroup
-#    size); and every block type through the GPU tables' launches and the cooperative-matrix
+#    size, the device's limits, subnormal x alike through the mat-vec and the mat-mat); and every
+#    block type through the GPU tables' launches and the cooperative-matrix
 #    kernels at the device's own shapes, float16 and int8 (all their cases: quick on a GPU). A
 #    test that fails stops the run: a fast wrong kernel is worse than none (a part cut by its
 #    time limit does not).
@@ -153,7 +154,7 @@ correct() {
     tests/test_fold_second_pass.py tests/test_fold_residual.py tests/test_steps_per_submit.py \
     tests/test_chunk_attention.py tests/test_sampling.py tests/test_shape_nvidia.py &
   tests_part correct-matmul "not slow" tests/test_matmul.py tests/test_matmul_id.py tests/test_coopmat.py \
-    tests/test_kp_pipelines.py tests/test_pipeline_limits.py &
+    tests/test_kp_pipelines.py tests/test_pipeline_limits.py tests/test_tiny_x.py &
   tests_part correct-every-type "" tests/test_gpu_table_configs.py tests/test_coopmat_device.py &
   wait
   if grep -q "^correct-[a-z-]*: exit 1 " "$OUT/summary.txt"; then
