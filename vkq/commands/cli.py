@@ -158,6 +158,11 @@ def cmd_pipelines(args) -> int:
                          ggml=args.ggml, step=args.step)
 
 
+def add_device_option(p: argparse.ArgumentParser) -> None:
+    """--device, the Vulkan device a command runs on."""
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="vkq", description="Quantized (GGUF) mat-vec and mat-mat on Vulkan devices, and greedy "
                        "decoding of llama and Qwen GGUF models with them. `vkq COMMAND --help`: a command's options; "
@@ -202,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the model presets and exit")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also show which path and launch parameters each matrix ran with (md output)")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     g = p.add_argument_group("per-type mat-vec table")
     g.add_argument("--matvec", action="store_true", help="time one matrix per block type instead of a model")
     g.add_argument("--types", default="all", help="comma-separated block types (default: all)")
@@ -212,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="NMSE of every weight tensor of a GGUF file on each path, against float64")
     p.add_argument("file", help="a .gguf file")
     p.add_argument("--threshold", type=float, default=5e-4, help="largest NMSE that passes (default 5e-4)")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best",
@@ -235,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", action="store_true", help="print this device's saved tuning results")
     p.add_argument("--reset", action="store_true", help="delete this device's tuning results")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("generate", help="text generation of a llama or Qwen GGUF model on vkq (greedy or sampled)",
@@ -325,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "once per chunk; the same logits however the prompt is cut) or matvec (the decode step's, "
                         "chunks of up to 8; the logits of feeding it token by token). Default: the device's "
                         "(vkq info)")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     add_sampling_options(p)
     p.set_defaults(func=cmd_generate)
 
@@ -355,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS})")
     p.add_argument("--steps-per-submit", type=positive_int, metavar="K", default=1,
                    help=f"graph engine: up to K decode steps (1 to {STEPS_PER_SUBMIT_MAX}) in one submit")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     add_sampling_options(p)
     p.set_defaults(func=cmd_chat)
 
@@ -393,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeated, n=1 (n=4 too with --ggml), fewer samples and tokens")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("pipelines", help="every pipeline vkq would create for a model, compiled by this device's "
@@ -425,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also ggml-vulkan's own Q4_0 and Q4_K mat-vecs from its libggml-vulkan.so (default: the "
                         "llama-server wheel's), compiled by the same driver")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_pipelines)
     return ap
 
