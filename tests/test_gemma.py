@@ -33,7 +33,6 @@ import vkq.blocks.reference as ref
 import vkq.llama.config
 import vkq.llama.host as host
 from conftest import assert_model_file_refused
-from file_cache import cached_file, file_digest
 from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, margins, quantized_run, reference_run,
                             # the llama.cpp checks, run on this module's llama_cpp_run
                             test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
@@ -174,9 +173,7 @@ def quantized(request, tiny, tmp_path_factory):
     arch, ftype = tiny[0], request.param
     source = write_gemma(tmp_path_factory.mktemp(f"{arch}-{ftype}") / "f32.gguf", arch, scale=SCALE,
                          expert_types=F32)
-    path = cached_file(f"{arch}-{ftype}", f"{llama_quant.WHEEL} {file_digest(source)} {ftype}",
-                       lambda part: llama_quant.quantize(source, part, ftype))
-    return arch, ftype, path
+    return arch, ftype, llama_quant.cached_quantize(f"{arch}-{ftype}", source, ftype)
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,6 @@ import vkq.blocks.reference as ref
 import vkq.llama.config
 import vkq.llama.host as host
 from conftest import assert_model_file_refused
-from file_cache import cached_file, file_digest
 from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, quantized_run, reference_run,
                             # the llama.cpp checks, run on this module's llama_cpp_run
                             test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
@@ -162,8 +161,7 @@ def quantized(tmp_path_factory):
         pytest.skip(llama_quant.MISSING)
     source = write_gpt_oss(tmp_path_factory.mktemp("gpt-oss-mxfp4") / "f32.gguf", scale=SCALE, expert_types=F32)
     f16 = {r"attn_|output|token_embd": "F16"}
-    return cached_file("gpt-oss-MXFP4_MOE", f"{llama_quant.WHEEL} {file_digest(source)} MXFP4_MOE {f16}",
-                       lambda part: llama_quant.quantize(source, part, "MXFP4_MOE", overrides=f16))
+    return llama_quant.cached_quantize("gpt-oss-MXFP4_MOE", source, "MXFP4_MOE", overrides=f16)
 
 
 @pytest.fixture(scope="module")

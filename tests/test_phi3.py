@@ -26,7 +26,6 @@ import pytest
 import llama_quant
 import vkq.blocks.reference as ref
 from conftest import assert_model_file_refused
-from file_cache import cached_file, file_digest
 from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, quantized_run, reference_run,
                             # the llama.cpp checks, run on this module's llama_cpp_run
                             test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
@@ -153,9 +152,7 @@ def quantized(request, tmp_path_factory):
     ftype = request.param
     source = write_phi3(tmp_path_factory.mktemp(f"phi3-{ftype}") / "f32.gguf", scale=SCALE, long=FILE_TYPES[ftype],
                         expert_types=F32)
-    path = cached_file(f"phi3-{ftype}", f"{llama_quant.WHEEL} {file_digest(source)} {ftype}",
-                       lambda part: llama_quant.quantize(source, part, ftype))
-    return ftype, path
+    return ftype, llama_quant.cached_quantize(f"phi3-{ftype}", source, ftype)
 
 
 @pytest.fixture(scope="module")
