@@ -11,11 +11,13 @@ from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERAT
 from ..errors import VkqError, from_import_error
 from ..dispatch.tiles import PROMPT_KERNELS
 from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX, SUPPORTED_ARCHS
+from ..llama.chat_template import BUILTIN_TEMPLATES
 from ..llama.lookup import DRAFT_MAX, P_MIN, SPECULATIVE
 from .chat import add_sampling_options, read_prompt, sampling_from
 
 
 ARCHS = ", ".join(SUPPORTED_ARCHS)  # the architectures vkq generate runs, for the help
+TEMPLATES = ", ".join(BUILTIN_TEMPLATES)  # --chat-template's built-in names
 
 
 def positive_int(text: str) -> int:
@@ -265,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the prompt is a user's message: rendered with the model's chat template, and the reply "
                         "printed (one turn of vkq chat)")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
-                   help="--chat: this template instead of the model's (a built-in name: chatml, llama3, llama2, "
-                        "gemma, phi3, zephyr; or a file of Jinja text)")
+                   help=f"--chat: this template instead of the model's (a built-in name: {TEMPLATES}; or a file "
+                        "of Jinja text)")
     p.add_argument("-sys", "--system", default=None, metavar="TEXT", help="--chat: a system message first")
     p.add_argument("--engine", choices=("graph", "host"), default=None,  # None: not given (graph)
                    help="graph (default): the decode step recorded once, one submit per token; host: one vkq "
@@ -347,8 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help=f"a .gguf chat model (architecture {ARCHS})")
     p.add_argument("-sys", "--system", default=None, metavar="TEXT", help="a system message first")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
-                   help="this template instead of the model's (a built-in name: chatml, llama3, llama2, gemma, "
-                        "phi3, zephyr; or a file of Jinja text)")
+                   help=f"this template instead of the model's (a built-in name: {TEMPLATES}; or a file of Jinja "
+                        "text)")
     p.add_argument("-n", "--n-tokens", type=int, default=-1,
                    help="the most tokens of a reply (default -1: until an end-of-turn token or the context's end)")
     p.add_argument("-c", "--ctx", type=positive_int, default=None,
