@@ -24,7 +24,6 @@ import pytest
 import vkq.blocks.reference as ref
 from vkq.blocks.formats import FORMATS
 from vkq.dispatch import coopmat, tiles
-from vkq.dispatch.coopmat_check import ensure_checked
 
 from conftest import NMSE_GGML, TYPES, assert_matches, random_x
 from test_matmul import INT8_TYPES, REGISTERS_INT8, case, check, odd_k, refs_of
