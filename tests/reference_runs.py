@@ -151,6 +151,16 @@ def check_decoder(model, want: Run, expect_tokens: list[int]):
     return got
 
 
+def assert_generate_prints(path, prompt: str, want: Run, capsys, *options: str) -> None:
+    """`vkq generate` (graph engine) on the file prints the reference's first
+    4 tokens as text."""
+    from vkq.commands.cli import main
+
+    assert main(["generate", str(path), "-p", prompt, "-n", "4", *options]) == 0
+    text = host.LlamaModel(path, path_mode="numpy").tokenizer.decode(want.tokens[:4])
+    assert text and text in capsys.readouterr().out
+
+
 def assert_compare_passes(backend, path) -> None:
     """`vkq compare` passes on every tensor of the file."""
     out = io.StringIO()

@@ -30,13 +30,13 @@ import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
 from conftest import assert_model_file_refused
-from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, margins, quantized_run, reference_run,
+from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, assert_generate_prints, check_decoder,
+                            quantized_run, reference_run,
                             # the llama.cpp checks, run on this module's llama_cpp_run
                             test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
                             test_vkq_matches_llama_cpp)  # noqa: F401
 from test_llama_ops import NMSE_F32, reduction, run, upload  # noqa: F401 (reduction: a fixture)
 from tiny_qwen import EXPERT_FF, EXPERTS, HEAD_DIM, write_qwen
-from vkq.commands.cli import main
 from vkq.llama.architectures import ARCHITECTURES
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
@@ -86,9 +86,7 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
 
 def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
     """`vkq generate` (graph engine): the reference's first tokens, as text."""
-    assert main(["generate", str(tiny[1]), "-p", PROMPT, "-n", "4"]) == 0
-    text = LlamaModel(tiny[1], path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
-    assert text and text in capsys.readouterr().out
+    assert_generate_prints(tiny[1], PROMPT, tiny_run, capsys)
 
 
 @pytest.mark.parametrize("wrong", ["rope", "additions"])
