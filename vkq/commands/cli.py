@@ -428,8 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under the Khronos validation layer; its messages per pipeline")
     p.add_argument("--step", action="store_true",
                    help="also every pipeline of the model's decode step, 512-token prompt chunk and draft "
-                        "verification as recorded on the device (norms, attention at 512 and 32768 positions, "
-                        "argmax, ...; a preset is written as a 2-layer file of its shapes first), and with "
+                        "verification as recorded on the device (norms, attention at 512 positions and at the "
+                        "model's context or the most the device holds, argmax, ...; a preset is written as a "
+                        "2-layer file of its shapes and a context of 32768 first), and with "
                         "--validate what the layer says while they are recorded and replayed")
     p.add_argument("--ggml", metavar="LIB", nargs="?", const="", default=None,
                    help="also ggml-vulkan's own Q4_0 and Q4_K mat-vecs from its libggml-vulkan.so (default: the "
