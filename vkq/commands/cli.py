@@ -9,9 +9,10 @@ import sys
 from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
+from ..dispatch.tables import OCCUPANCY_OPS
 from ..dispatch.tiles import PROMPT_KERNELS
-from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX, SUPPORTED_ARCHS
 from ..llama.chat_template import BUILTIN_TEMPLATES
+from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX, SUPPORTED_ARCHS
 from ..llama.lookup import DRAFT_MAX, P_MIN, SPECULATIVE
 from .chat import add_sampling_options, read_prompt, sampling_from
 
@@ -418,8 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeat for more: their pipelines together, each once")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all of the model's)")
     p.add_argument("--op", action="append", default=None,
-                   help="only this op (repeat for more): mat-vec, MUL_MAT_ID, mat-mat, MUL_MAT_ID mat-mat, coopmat, "
-                        "step (the recorded step's, as --step)")
+                   help=f"only this op (repeat for more): {', '.join(OCCUPANCY_OPS)}, step (the recorded step's, "
+                        "as --step)")
     p.add_argument("--columns", type=positive_int, action="append", default=None,
                    help="only the mat-vecs of this many columns (repeat for more; 1..8)")
     p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=None,
