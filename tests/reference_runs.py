@@ -1,8 +1,7 @@
 """vkq against a float64 reference's greedy run (and llama.cpp's tokens, kept
 as data: tests/llama_cpp_reference.py): the comparison the tests of
-llama.cpp-quantized files share (test_qwen, test_spm_moe,
-test_llama_moe_smollm2, test_llama_quantized, test_qwen, test_gemma,
-test_phi3, test_gpt_oss).
+llama.cpp-quantized files share (test_qwen, test_gemma, test_phi3,
+test_gpt_oss, test_spm_moe, test_llama_moe_smollm2, test_llama_quantized).
 
 A module whose llama.cpp-quantized files take the same three slow checks
 imports them from here (pytest collects a test function wherever the module
