@@ -223,6 +223,15 @@ def quantize(src: str | Path, dst: str | Path, ftype: str, *, pure: bool = False
     return dst
 
 
+def cached_quantize(name: str, src: str | Path, ftype: str, overrides: dict[str, str] | None = None) -> Path:
+    """quantize(src, ..., ftype, overrides=overrides), kept by tests/file_cache.py
+    under name, by the wheel, src's content, ftype and overrides."""
+    from file_cache import cached_file, file_digest
+
+    key = f"{WHEEL} {file_digest(src)} {ftype}" + (f" {overrides}" if overrides else "")
+    return cached_file(name, key, lambda part: quantize(src, part, ftype, overrides=overrides))
+
+
 def type_summary(path: str | Path) -> dict[str, list[str]]:
     """What llama.cpp wrote: per tensor type, the kinds of tensor that have it
     ('ffn_down x30', 'token_embd', ...), the most common type first."""

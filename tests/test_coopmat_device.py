@@ -24,7 +24,6 @@ import pytest
 import vkq.blocks.reference as ref
 from vkq.blocks.formats import FORMATS
 from vkq.dispatch import coopmat, tiles
-from vkq.dispatch.coopmat_check import ensure_checked
 
 from conftest import NMSE_GGML, TYPES, assert_matches, random_x
 from test_matmul import INT8_TYPES, REGISTERS_INT8, case, check, odd_k, refs_of
@@ -33,20 +32,22 @@ ROWS = 49
 
 
 
+def caps_with(backend, flavour: str):
+    """The device's caps, or a skip where it cannot run the flavour, saying why."""
+    missing = coopmat.device_missing(backend.device.caps, flavour)
+    if missing:
+        pytest.skip(f"no cooperative-matrix {flavour} flavour on this device: {missing}")
+    return backend.device.caps
+
+
 @pytest.fixture
 def caps(backend):
-    caps = backend.device.caps
-    if not caps.coopmat:
-        pytest.skip(f"no cooperative-matrix float16 flavour on this device: {caps.coopmat_missing}")
-    return caps
+    return caps_with(backend, "float16")
 
 
 @pytest.fixture
 def int8_caps(backend):
-    caps = backend.device.caps
-    if not caps.coopmat_int8:
-        pytest.skip(f"no cooperative-matrix int8 flavour on this device: {caps.coopmat_int8_missing}")
-    return caps
+    return caps_with(backend, "int8")
 
 
 @pytest.mark.parametrize("qtype", TYPES)

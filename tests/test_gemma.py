@@ -28,15 +28,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
-import vkq.llama.host as host
 from conftest import assert_model_file_refused
-from file_cache import cached_file, file_digest
-from reference_runs import (ENGINES_AND_PATHS, LOGITS_NMSE, MIN_COMPARED, Run, cached_runs, check_decoder,
-                            compared_run, margins)
+from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, assert_generate_prints, check_decoder,
+                            quantized_run, reference_run,
+                            # the llama.cpp checks, run on this module's llama_cpp_run
+                            test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
+                            test_vkq_matches_llama_cpp)  # noqa: F401
 from test_qwen import F32
 from tiny_gemma import ARCHS, HEAD_DIM, LAYERS, WINDOW, write_gemma
 from vkq.blocks.gguf_io import open_gguf
@@ -55,13 +55,6 @@ PROMPTS = {"gemma2": {"tiny": "Dear Sir, thank you for your letter", "Q4_0": "Sh
 N_TOKENS = 10
 
 
-def reference_run(path, prompt: str) -> Run:
-    reference = LlamaModel(path, path_mode="numpy")
-    ids = reference.tokenizer.encode(prompt)
-    run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-    return compared_run(ids, run.tokens, run.logits)
-
-
 @pytest.fixture(scope="module", params=ARCHS)
 def tiny(request, tmp_path_factory):
     """(arch, the tiny model as tiny_llama writes its blocks: Q8_0, attn_v Q4_0)."""
@@ -71,7 +64,7 @@ def tiny(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny) -> Run:
-    return reference_run(tiny[1], PROMPTS[tiny[0]]["tiny"])
+    return reference_run(tiny[1], PROMPTS[tiny[0]]["tiny"], N_TOKENS)
 
 
 def test_the_file_reads_as_its_architecture(tiny, tiny_run):
@@ -103,11 +96,7 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
 
 def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
     """`vkq generate` (graph engine): the reference's first tokens, as text."""
-    from vkq.commands.cli import main
-
-    assert main(["generate", str(tiny[1]), "-p", PROMPTS[tiny[0]]["tiny"], "-n", "4"]) == 0
-    text = LlamaModel(tiny[1], path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
-    assert text and text in capsys.readouterr().out
+    assert_generate_prints(tiny[1], PROMPTS[tiny[0]]["tiny"], tiny_run, capsys)
 
 
 def test_gpu_launches_match_the_reference(backend, tiny, tiny_run):
@@ -180,43 +169,14 @@ def quantized(request, tiny, tmp_path_factory):
     arch, ftype = tiny[0], request.param
     source = write_gemma(tmp_path_factory.mktemp(f"{arch}-{ftype}") / "f32.gguf", arch, scale=SCALE,
                          expert_types=F32)
-    path = cached_file(f"{arch}-{ftype}", f"{llama_quant.WHEEL} {file_digest(source)} {ftype}",
-                       lambda part: llama_quant.quantize(source, part, ftype))
-    return arch, ftype, path
+    return arch, ftype, llama_quant.cached_quantize(f"{arch}-{ftype}", source, ftype)
 
 
 @pytest.fixture(scope="module")
-def quantized_runs(quantized):
-    """(the reference's run, llama.cpp's greedy tokens) of the quantized file, kept by content."""
+def llama_cpp_run(quantized):
+    """The reference's run and llama.cpp's greedy tokens on the quantized file, kept by content."""
     arch, ftype, path = quantized
-    want, llama_cpp = cached_runs("test_gemma", f"{arch}-{ftype}", path, PROMPTS[arch][ftype], N_TOKENS)
-    # llama-server's ignore_eos bans the end-of-generation tokens, which greedy decoding may pick otherwise
-    eog = LlamaModel(path, path_mode="numpy").tokenizer.eog_ids
-    assert not set(want.tokens[:want.compared]) & set(eog), f"{want.tokens}: a poor prompt, it reaches {eog}"
-    print(f"{arch} {ftype}: {llama_quant.type_summary(path)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
-          f"{want.compared} compared; margins {np.round(margins(want.logits), 2).tolist()}")
-    return want, llama_cpp
-
-
-@pytest.mark.slow
-def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
-    want, llama_cpp = quantized_runs
-    assert llama_cpp[:want.compared] == want.tokens[:want.compared]
-
-
-@pytest.mark.slow
-def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs):
-    arch, ftype, path = quantized
-    want = quantized_runs[0]
-    llama_cpp_reference.check_live("test_gemma", f"{arch}-{ftype}", path, want.ids, N_TOKENS, want.compared)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)
-def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path):
-    want, llama_cpp = quantized_runs
-    decoder = GpuLlama if engine == "graph" else LlamaModel
-    check_decoder(decoder(quantized[2], backend, path), want, llama_cpp)
+    return quantized_run("test_gemma", f"{arch}-{ftype}", path, PROMPTS[arch][ftype], N_TOKENS)
 
 
 # Whitespace runs, CJK, emoji, digits, Gemma's turn markers typed in the text, bytes past the vocabulary.

@@ -32,15 +32,16 @@ import math
 import numpy as np
 import pytest
 
-import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
 import vkq.llama.host as host
 from conftest import assert_model_file_refused
-from file_cache import cached_file, file_digest
-from reference_runs import (ENGINES_AND_PATHS, LOGITS_NMSE, MIN_COMPARED, Run, cached_runs, check_decoder,
-                            compared_run, margins)
+from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, assert_generate_prints, check_decoder, quantized_run,
+                            reference_run,
+                            # the llama.cpp checks, run on this module's llama_cpp_run
+                            test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
+                            test_vkq_matches_llama_cpp)  # noqa: F401
 from test_qwen import F32
 from tiny_gpt_oss import EXPERT_FF, EXPERTS, HEAD_DIM, WINDOW, write_gpt_oss
 from vkq.llama.architectures import ARCHITECTURES
@@ -54,13 +55,6 @@ N_TOKENS = 10
 CTX = 64
 
 
-def reference_run(path, prompt: str) -> Run:
-    reference = LlamaModel(path, path_mode="numpy")
-    ids = reference.tokenizer.encode(prompt)
-    run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-    return compared_run(ids, run.tokens, run.logits)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return write_gpt_oss(tmp_path_factory.mktemp("gpt-oss") / "gpt-oss.gguf", scale=SCALE)
@@ -68,7 +62,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny) -> Run:
-    return reference_run(tiny, PROMPTS["tiny"])
+    return reference_run(tiny, PROMPTS["tiny"], N_TOKENS)
 
 
 def test_the_file_reads_as_gpt_oss(tiny, tiny_run):
@@ -107,11 +101,7 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
 
 def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
     """`vkq generate` (graph engine): the reference's first tokens, as text."""
-    from vkq.commands.cli import main
-
-    assert main(["generate", str(tiny), "-p", PROMPTS["tiny"], "-n", "4"]) == 0
-    text = LlamaModel(tiny, path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
-    assert text and text in capsys.readouterr().out
+    assert_generate_prints(tiny, PROMPTS["tiny"], tiny_run, capsys)
 
 
 def test_gpu_launches_match_the_reference(backend, tiny, tiny_run):
@@ -168,22 +158,14 @@ def quantized(tmp_path_factory):
         pytest.skip(llama_quant.MISSING)
     source = write_gpt_oss(tmp_path_factory.mktemp("gpt-oss-mxfp4") / "f32.gguf", scale=SCALE, expert_types=F32)
     f16 = {r"attn_|output|token_embd": "F16"}
-    return cached_file("gpt-oss-MXFP4_MOE", f"{llama_quant.WHEEL} {file_digest(source)} MXFP4_MOE {f16}",
-                       lambda part: llama_quant.quantize(source, part, "MXFP4_MOE", overrides=f16))
+    return llama_quant.cached_quantize("gpt-oss-MXFP4_MOE", source, "MXFP4_MOE", overrides=f16)
 
 
 @pytest.fixture(scope="module")
-def quantized_runs(quantized):
-    """(the reference's run, llama.cpp's greedy tokens), kept by content; llama-server's MXFP4 not repacked."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LLAMA_ARG_REPACK", "0")
-        want, llama_cpp = cached_runs("test_gpt_oss", "gpt-oss-MXFP4_MOE", quantized, PROMPTS["MXFP4_MOE"],
-                                      N_TOKENS)
-    eog = LlamaModel(quantized, path_mode="numpy").tokenizer.eog_ids
-    assert not set(want.tokens[:want.compared]) & set(eog), f"{want.tokens}: a poor prompt, it reaches {eog}"
-    print(f"gpt-oss: {llama_quant.type_summary(quantized)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
-          f"{want.compared} compared; margins {np.round(margins(want.logits), 2).tolist()}")
-    return want, llama_cpp
+def llama_cpp_run(quantized):
+    """The reference's run and llama.cpp's greedy tokens, kept by content; llama-server's MXFP4 not repacked."""
+    return quantized_run("test_gpt_oss", "gpt-oss-MXFP4_MOE", quantized, PROMPTS["MXFP4_MOE"], N_TOKENS, ctx=CTX,
+                         env={"LLAMA_ARG_REPACK": "0"})
 
 
 @pytest.mark.slow
@@ -192,27 +174,6 @@ def test_the_experts_are_llama_cpp_s_mxfp4(quantized):
 
     types = {name: t.qtype for name, t in open_gguf(quantized).tensors.items()}
     assert {q for n, q in types.items() if n.endswith("_exps.weight")} == {"MXFP4"}
-
-
-@pytest.mark.slow
-def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
-    want, llama_cpp = quantized_runs
-    assert llama_cpp[:want.compared] == want.tokens[:want.compared]
-
-
-@pytest.mark.slow
-def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs, monkeypatch):
-    monkeypatch.setenv("LLAMA_ARG_REPACK", "0")
-    want = quantized_runs[0]
-    llama_cpp_reference.check_live("test_gpt_oss", "gpt-oss-MXFP4_MOE", quantized, want.ids, N_TOKENS, want.compared)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)
-def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path):
-    want, llama_cpp = quantized_runs
-    decoder = GpuLlama if engine == "graph" else LlamaModel
-    check_decoder(decoder(quantized, backend, path, ctx=CTX), want, llama_cpp)
 
 
 def test_expert_bias_op(backend):

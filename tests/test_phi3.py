@@ -23,13 +23,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 from conftest import assert_model_file_refused
-from file_cache import cached_file, file_digest
-from reference_runs import (ENGINES_AND_PATHS, LOGITS_NMSE, MIN_COMPARED, Run, cached_runs, check_decoder,
-                            compared_run, margins)
+from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, assert_generate_prints, check_decoder, quantized_run,
+                            reference_run,
+                            # the llama.cpp checks, run on this module's llama_cpp_run
+                            test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
+                            test_vkq_matches_llama_cpp)  # noqa: F401
 from test_qwen import F32
 from tiny_llama import TINY
 from tiny_phi3 import ATTN_FACTOR, LONG_ORIGINAL, ORIGINAL, write_phi3
@@ -45,13 +46,6 @@ PROMPTS = {"tiny": "The river rose through the night", "Q4_0": "The river rose t
 N_TOKENS = 10
 
 
-def reference_run(path, prompt: str) -> Run:
-    reference = LlamaModel(path, path_mode="numpy", ctx=CTX)
-    ids = reference.tokenizer.encode(prompt)
-    run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-    return compared_run(ids, run.tokens, run.logits)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return write_phi3(tmp_path_factory.mktemp("phi3") / "phi3.gguf", scale=SCALE)
@@ -59,7 +53,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny) -> Run:
-    return reference_run(tiny, PROMPTS["tiny"])
+    return reference_run(tiny, PROMPTS["tiny"], N_TOKENS, ctx=CTX)
 
 
 def test_fused_matrices_split_into_llama_cpp_s_rows(tiny):
@@ -100,17 +94,13 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
 
 def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
     """`vkq generate` (graph engine, a context of 512: the short factors): the reference's first tokens, as text."""
-    from vkq.commands.cli import main
-
-    assert main(["generate", str(tiny), "-p", PROMPTS["tiny"], "-n", "4", "-c", str(CTX)]) == 0
-    text = LlamaModel(tiny, path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
-    assert text and text in capsys.readouterr().out
+    assert_generate_prints(tiny, PROMPTS["tiny"], tiny_run, capsys, "-c", str(CTX))
 
 
 def test_unfused_qkv_runs_too(backend, tmp_path):
     """Q, K and V as three matrices (llama.cpp reads either): the graph engine as the reference."""
     path = write_phi3(tmp_path / "unfused.gguf", scale=SCALE, fused_qkv=False)
-    want = reference_run(path, PROMPTS["tiny"])
+    want = reference_run(path, PROMPTS["tiny"], N_TOKENS, ctx=CTX)
     check_decoder(GpuLlama(path, backend, ctx=CTX), want, want.tokens)
 
 
@@ -159,41 +149,13 @@ def quantized(request, tmp_path_factory):
     ftype = request.param
     source = write_phi3(tmp_path_factory.mktemp(f"phi3-{ftype}") / "f32.gguf", scale=SCALE, long=FILE_TYPES[ftype],
                         expert_types=F32)
-    path = cached_file(f"phi3-{ftype}", f"{llama_quant.WHEEL} {file_digest(source)} {ftype}",
-                       lambda part: llama_quant.quantize(source, part, ftype))
-    return ftype, path
+    return ftype, llama_quant.cached_quantize(f"phi3-{ftype}", source, ftype)
 
 
 @pytest.fixture(scope="module")
-def quantized_runs(quantized):
-    """(the reference's run, llama.cpp's greedy tokens), kept by content. The
-    reference's context is the file's (4096), llama-server's CTX: the same
-    factors either way (the original context is 4096, or 128 for the long ones)."""
+def llama_cpp_run(quantized):
+    """The reference's run and llama.cpp's greedy tokens, kept by content. The
+    reference's context is the file's (4096), llama-server's and vkq's CTX: the
+    same factors either way (the original context is 4096, or 128 for the long ones)."""
     ftype, path = quantized
-    want, llama_cpp = cached_runs("test_phi3", f"phi3-{ftype}", path, PROMPTS[ftype], N_TOKENS)
-    eog = LlamaModel(path, path_mode="numpy", ctx=CTX).tokenizer.eog_ids
-    assert not set(want.tokens[:want.compared]) & set(eog), f"{want.tokens}: a poor prompt, it reaches {eog}"
-    print(f"phi3 {ftype}: {llama_quant.type_summary(path)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
-          f"{want.compared} compared; margins {np.round(margins(want.logits), 2).tolist()}")
-    return want, llama_cpp
-
-
-@pytest.mark.slow
-def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
-    want, llama_cpp = quantized_runs
-    assert llama_cpp[:want.compared] == want.tokens[:want.compared]
-
-
-@pytest.mark.slow
-def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs):
-    ftype, path = quantized
-    want = quantized_runs[0]
-    llama_cpp_reference.check_live("test_phi3", f"phi3-{ftype}", path, want.ids, N_TOKENS, want.compared)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)
-def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path):
-    want, llama_cpp = quantized_runs
-    decoder = GpuLlama if engine == "graph" else LlamaModel
-    check_decoder(decoder(quantized[1], backend, path, ctx=CTX), want, llama_cpp)
+    return quantized_run("test_phi3", f"phi3-{ftype}", path, PROMPTS[ftype], N_TOKENS, ctx=CTX)

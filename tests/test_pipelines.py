@@ -21,7 +21,7 @@ from vkq.commands.cli import main
 from vkq.commands.presets import resolve
 from vkq.device import pipeline_stats
 from vkq.device.device_info import DeviceInfo
-from vkq.device.pipeline_stats import PipelineSpec, PipelineStats, compile_isolated, in_child, summarize
+from vkq.device.pipeline_stats import PipelineSpec, compile_isolated, in_child, summarize
 from vkq.dispatch import tables
 from vkq.dispatch.choose import Dispatcher
 from vkq.dispatch.classify import classify

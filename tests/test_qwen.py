@@ -26,15 +26,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-import llama_cpp_reference
 import llama_quant
 import vkq.blocks.reference as ref
 import vkq.llama.config
 from conftest import assert_model_file_refused
-from reference_runs import ENGINES_AND_PATHS, LOGITS_NMSE, MIN_COMPARED, Run, check_decoder, compared_run
+from reference_runs import (LOGITS_NMSE, MIN_COMPARED, Run, assert_generate_prints, check_decoder,
+                            quantized_run, reference_run,
+                            # the llama.cpp checks, run on this module's llama_cpp_run
+                            test_llama_cpp_decodes_the_reference_tokens, test_llama_cpp_still_gives_the_recorded_tokens,
+                            test_vkq_matches_llama_cpp)  # noqa: F401
 from test_llama_ops import NMSE_F32, reduction, run, upload  # noqa: F401 (reduction: a fixture)
 from tiny_qwen import EXPERT_FF, EXPERTS, HEAD_DIM, write_qwen
-from vkq.commands.cli import main
 from vkq.llama.architectures import ARCHITECTURES
 from vkq.llama.gpu_step import GpuLlama
 from vkq.llama.host import LlamaModel
@@ -51,13 +53,6 @@ N_TOKENS = 10
 F32 = {r: "F32" for r in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
                           "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")}
 
-def reference_run(path) -> Run:
-    reference = LlamaModel(path, path_mode="numpy")
-    ids = reference.tokenizer.encode(PROMPT)
-    run = reference.greedy(ids, N_TOKENS, stop_at_eos=False, keep_logits=True)
-    return compared_run(ids, run.tokens, run.logits)
-
-
 @pytest.fixture(scope="module", params=ARCHS)
 def tiny(request, tmp_path_factory):
     """(arch, the tiny model as tiny_llama writes its blocks: Q8_0, attn_v Q4_0)."""
@@ -67,7 +62,7 @@ def tiny(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny) -> Run:
-    return reference_run(tiny[1])
+    return reference_run(tiny[1], PROMPT, N_TOKENS)
 
 
 def test_the_file_reads_as_its_architecture(tiny, tiny_run):
@@ -91,9 +86,7 @@ def test_graph_engine_matches_the_reference(backend, tiny, tiny_run):
 
 def test_vkq_generate_runs_it(tiny, tiny_run, capsys):
     """`vkq generate` (graph engine): the reference's first tokens, as text."""
-    assert main(["generate", str(tiny[1]), "-p", PROMPT, "-n", "4"]) == 0
-    text = LlamaModel(tiny[1], path_mode="numpy").tokenizer.decode(tiny_run.tokens[:4])
-    assert text and text in capsys.readouterr().out
+    assert_generate_prints(tiny[1], PROMPT, tiny_run, capsys)
 
 
 @pytest.mark.parametrize("wrong", ["rope", "additions"])
@@ -161,45 +154,20 @@ FILE_TYPES = ("Q4_0", "Q4_K_M")
 
 @pytest.fixture(scope="module", params=FILE_TYPES)
 def quantized(request, tiny, tmp_path_factory):
-    """(arch, file type, the tiny model written in F32 and quantized by llama.cpp)."""
+    """(arch, file type, the tiny model written in F32 and quantized by llama.cpp), kept by content."""
     if llama_quant.bin_dir() is None:
         pytest.skip(llama_quant.MISSING)
     arch, ftype = tiny[0], request.param
-    where = tmp_path_factory.mktemp(f"{arch}-{ftype}")
-    source = write_qwen(where / "f32.gguf", arch, scale=SCALE[arch], expert_types=F32)
-    return arch, ftype, llama_quant.quantize(source, where / f"{ftype}.gguf", ftype)
+    source = write_qwen(tmp_path_factory.mktemp(f"{arch}-{ftype}") / "f32.gguf", arch, scale=SCALE[arch],
+                        expert_types=F32)
+    return arch, ftype, llama_quant.cached_quantize(f"{arch}-{ftype}", source, ftype)
 
 
 @pytest.fixture(scope="module")
-def quantized_runs(quantized):
-    """(the reference's run, llama.cpp's recorded greedy tokens) of the quantized file."""
-    path = quantized[2]
-    want = reference_run(path)
-    llama_cpp = llama_cpp_reference.recorded("test_qwen", "-".join(quantized[:2]), path, want.ids, N_TOKENS)
-    print(f"{quantized[:2]}: {llama_quant.type_summary(path)}; reference {want.tokens}, llama.cpp {llama_cpp}; "
-          f"{want.compared} compared")
-    return want, llama_cpp
-
-
-@pytest.mark.slow
-def test_llama_cpp_decodes_the_reference_tokens(quantized_runs):
-    want, llama_cpp = quantized_runs
-    assert llama_cpp[:want.compared] == want.tokens[:want.compared]
-
-
-@pytest.mark.slow
-def test_llama_cpp_still_gives_the_recorded_tokens(quantized, quantized_runs):
-    want = quantized_runs[0]
-    llama_cpp_reference.check_live("test_qwen", "-".join(quantized[:2]), quantized[2], want.ids, N_TOKENS,
-                                   want.compared)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine, path", ENGINES_AND_PATHS)
-def test_vkq_matches_llama_cpp(backend, quantized, quantized_runs, engine, path):
-    want, llama_cpp = quantized_runs
-    decoder = GpuLlama if engine == "graph" else LlamaModel
-    check_decoder(decoder(quantized[2], backend, path), want, llama_cpp)
+def llama_cpp_run(quantized):
+    """The reference's run and llama.cpp's recorded greedy tokens on the quantized file."""
+    arch, ftype, path = quantized
+    return quantized_run("test_qwen", f"{arch}-{ftype}", path, PROMPT, N_TOKENS)
 
 
 # -- the device's op -----------------------------------------------------------------------------
@@ -264,5 +232,5 @@ def test_partial_neox_rope_on_the_graph_engine(backend, tmp_path):
     rest left as they are): the graph engine's attention as the reference's."""
     path = write_qwen(tmp_path / "partial.gguf", "qwen3", scale=SCALE["qwen3"],
                       metadata={"qwen3.rope.dimension_count": 32})
-    want = reference_run(path)
+    want = reference_run(path, PROMPT, N_TOKENS)
     check_decoder(GpuLlama(path, backend), want, want.tokens)

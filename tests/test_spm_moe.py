@@ -39,7 +39,6 @@ import llama_cpp_reference
 import llama_quant
 import moe_model
 import spm_vocab
-from file_cache import cached_file, file_digest
 from reference_runs import ENGINES_AND_PATHS, assert_next_best_routing_seen, cached_runs, check_decoder, margins
 from test_qwen import F32
 from tiny_llama import write_gguf
@@ -78,8 +77,7 @@ def source(tmp_path_factory):
 def quantized(request, source):
     """(llama.cpp's file type, the file it wrote)."""
     ftype = request.param
-    return ftype, cached_file(f"spm-moe-{ftype}", f"{llama_quant.WHEEL} {file_digest(source)} {ftype}",
-                              lambda part: llama_quant.quantize(source, part, ftype))
+    return ftype, llama_quant.cached_quantize(f"spm-moe-{ftype}", source, ftype)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ refused (the host engine, speculative decoding, k out of range), in one line.
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from vkq.commands.cli import main

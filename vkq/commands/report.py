@@ -67,6 +67,7 @@ from pathlib import Path
 from .. import __version__
 from ..blocks.formats import FORMATS, get_format
 from ..device.timing import REJECT, ROTATION_BYTES, SAMPLE_SECONDS, WARM_SECONDS, calibrate, interleave, warm_up
+from ..llama.config import SUPPORTED_ARCHS
 from ..markdown import markdown
 from . import call_cost
 from .bench import DEFAULT_MODEL as BENCH_MODEL
@@ -272,7 +273,7 @@ def measure(backend, *, types: list[str] | None = None, quick: bool = False, mod
         not_measured["kernel_time"] = ("this device has no GPU timestamps: mat-vec times are the wall clock of "
                                        "a replay of back-to-back mat-vecs, and vkq bench's kernel t/s is missing")
     if not files:
-        not_measured["models"] = "no GGUF model given (--model FILE.gguf: llama, qwen2, qwen3 or qwen3moe)"
+        not_measured["models"] = f"no GGUF model given (--model FILE.gguf: {', '.join(SUPPORTED_ARCHS)})"
     if server is None:
         not_measured["llama.cpp"] = "no llama-server given (--llama-server [PATH])"
     elif unavailable:

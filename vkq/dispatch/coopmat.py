@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from ..blocks.formats import FORMATS, BlockFormat
 from ..device.caps import COOPMAT_FLAVOURS, DeviceCaps
 from ..device.device_info import DeviceInfo
 from ..device.shader_variants import MatMulVariant, spirv_path
+from .paths import env_choice
 from .tuning_store import device_key, locked, remove, tuning_path, write_json
 
 CHECK_NMSE = 5e-4  # the project's bound for a kernel against float64, here against the path's tiled kernel
@@ -50,12 +50,7 @@ KERNELS = {"tiled": None, "coopmat": "float16", "coopmat-int8": "int8"}
 
 def env_kernel() -> str | None:
     """VKQ_MATMUL's kernel (a key of KERNELS), or None where it is not set."""
-    value = os.environ.get("VKQ_MATMUL", "").strip().lower()
-    if not value:
-        return None
-    if value not in KERNELS:
-        raise ValueError(f"VKQ_MATMUL={value!r} is not a mat-mat kernel; use one of {', '.join(KERNELS)}")
-    return value
+    return env_choice("VKQ_MATMUL", KERNELS, "a mat-mat kernel")
 
 
 def check_key(qtype: str, flavour: str = "float16") -> str:

@@ -40,13 +40,20 @@ def resolve_path(fmt: BlockFormat, request: str | None) -> str | None:
     return request
 
 
-def env_path() -> str | None:
-    value = os.environ.get("VKQ_PATH", "").strip().lower()
+def env_choice(name: str, choices, what: str) -> str | None:
+    """The environment variable `name`'s value (lower case), one of choices;
+    None where it is not set; a ValueError naming the choices otherwise."""
+    value = os.environ.get(name, "").strip().lower()
     if not value:
         return None
-    if value not in PATHS:
-        raise ValueError(f"VKQ_PATH={value!r} is not a path; use one of {', '.join(PATHS)}")
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not {what}; use one of {', '.join(choices)}")
     return value
+
+
+def env_path() -> str | None:
+    """VKQ_PATH's path, or None where it is not set."""
+    return env_choice("VKQ_PATH", PATHS, "a path")
 
 
 def int_dot_disabled_by_env() -> bool:
