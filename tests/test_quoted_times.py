@@ -25,8 +25,7 @@ SETTINGS = {
     ("docs/cli.md", "0.3 s"): "the warm-up before timed runs (vkq.device.timing.WARM_SECONDS)",
     ("docs/gpu-campaign.md", "10 minutes"): "a command's limit on the lent GPU machine",
     ("docs/gpu-campaign.md", "540 s"): "the timeout the campaign script gives itself under that limit",
-    ("docs/gpu-campaign.md", "2 minutes"): "the margin the campaign script keeps",
-    ("docs/gpu-campaign.md", "15 minutes"): "the GPU time a campaign is lent",
+    ("docs/gpu-campaign.md", "150 s"): "the quick run's limit for its tests, and the time its plan gives them",
 }
 
 
