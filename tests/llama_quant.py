@@ -232,6 +232,19 @@ def cached_quantize(name: str, src: str | Path, ftype: str, overrides: dict[str,
     return cached_file(name, key, lambda part: quantize(src, part, ftype, overrides=overrides))
 
 
+def quantized_tiny(tmp_path_factory, name: str, ftype: str, write, *args, overrides: dict[str, str] | None = None,
+                   **write_args) -> Path:
+    """A tiny model that write(path, *args, **write_args) makes (in F32, as the caller asks it),
+    quantized by llama.cpp to ftype and kept as cached_quantize keeps it under name; the test
+    skips, saying why, where libllama cannot run."""
+    import pytest
+
+    if bin_dir() is None:
+        pytest.skip(MISSING)
+    source = write(tmp_path_factory.mktemp(name) / "f32.gguf", *args, **write_args)
+    return cached_quantize(name, source, ftype, overrides=overrides)
+
+
 def type_summary(path: str | Path) -> dict[str, list[str]]:
     """What llama.cpp wrote: per tensor type, the kinds of tensor that have it
     ('ffn_down x30', 'token_embd', ...), the most common type first."""

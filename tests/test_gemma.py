@@ -164,12 +164,9 @@ FILE_TYPES = ("Q4_0", "Q4_K_M")
 @pytest.fixture(scope="module", params=FILE_TYPES)
 def quantized(request, tiny, tmp_path_factory):
     """(arch, file type, the tiny model written in F32 and quantized by llama.cpp), kept by content."""
-    if llama_quant.bin_dir() is None:
-        pytest.skip(llama_quant.MISSING)
     arch, ftype = tiny[0], request.param
-    source = write_gemma(tmp_path_factory.mktemp(f"{arch}-{ftype}") / "f32.gguf", arch, scale=SCALE,
-                         expert_types=F32)
-    return arch, ftype, llama_quant.cached_quantize(f"{arch}-{ftype}", source, ftype)
+    return arch, ftype, llama_quant.quantized_tiny(tmp_path_factory, f"{arch}-{ftype}", ftype, write_gemma, arch,
+                                                   scale=SCALE, expert_types=F32)
 
 
 @pytest.fixture(scope="module")

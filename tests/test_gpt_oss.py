@@ -154,11 +154,9 @@ def test_bad_files_are_named(tmp_path, capsys, change, match):
 def quantized(tmp_path_factory):
     """The tiny model written in F32 and quantized by llama.cpp: MXFP4 experts, F16 attention (see the
     module's note), kept by content."""
-    if llama_quant.bin_dir() is None:
-        pytest.skip(llama_quant.MISSING)
-    source = write_gpt_oss(tmp_path_factory.mktemp("gpt-oss-mxfp4") / "f32.gguf", scale=SCALE, expert_types=F32)
     f16 = {r"attn_|output|token_embd": "F16"}
-    return llama_quant.cached_quantize("gpt-oss-MXFP4_MOE", source, "MXFP4_MOE", overrides=f16)
+    return llama_quant.quantized_tiny(tmp_path_factory, "gpt-oss-MXFP4_MOE", "MXFP4_MOE", write_gpt_oss, scale=SCALE,
+                                      expert_types=F32, overrides=f16)
 
 
 @pytest.fixture(scope="module")

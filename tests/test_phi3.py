@@ -144,12 +144,9 @@ FILE_TYPES = {"Q4_0": False, "Q4_K_M": True}  # file type -> the long factors
 @pytest.fixture(scope="module", params=list(FILE_TYPES))
 def quantized(request, tmp_path_factory):
     """(file type, the tiny model written in F32 and quantized by llama.cpp), kept by content."""
-    if llama_quant.bin_dir() is None:
-        pytest.skip(llama_quant.MISSING)
     ftype = request.param
-    source = write_phi3(tmp_path_factory.mktemp(f"phi3-{ftype}") / "f32.gguf", scale=SCALE, long=FILE_TYPES[ftype],
-                        expert_types=F32)
-    return ftype, llama_quant.cached_quantize(f"phi3-{ftype}", source, ftype)
+    return ftype, llama_quant.quantized_tiny(tmp_path_factory, f"phi3-{ftype}", ftype, write_phi3, scale=SCALE,
+                                             long=FILE_TYPES[ftype], expert_types=F32)
 
 
 @pytest.fixture(scope="module")
