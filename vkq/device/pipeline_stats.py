@@ -311,29 +311,31 @@ class _Compiler:
                 destroy(self.device, handle, ffi.NULL)
             del self._keep[keep:]
 
+    def _enumerate(self, call, info, ctype: str, stype: int):
+        """Vulkan's two calls: the count, then that many structures of ctype (each sType set), as
+        one cffi array (iterate over it while holding it: its items do not keep it alive)."""
+        ffi = self.vk.ffi
+        n = ffi.new("uint32_t*")
+        call(self.device, info, n, ffi.NULL)
+        items = ffi.new(f"{ctype}[]", n[0])
+        for i in range(n[0]):
+            items[i].sType = stype
+        call(self.device, info, n, items)
+        return items
+
     def _statistics(self, pipe) -> PipelineStats:
         vk, ffi = self.vk, self.vk.ffi
         info = ffi.new("VkPipelineInfoKHR*", {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, "pipeline": pipe})
-        n = ffi.new("uint32_t*")
-        self._props(self.device, info, n, ffi.NULL)
-        execs = ffi.new("VkPipelineExecutablePropertiesKHR[]", n[0])
-        for i in range(n[0]):
-            execs[i].sType = vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR
-        self._props(self.device, info, n, execs)
+        execs = self._enumerate(self._props, info, "VkPipelineExecutablePropertiesKHR",
+                                vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR)
         raw, subgroup = {}, None
         # A compute pipeline has one executable (the compute shader).
-        for i in range(n[0]):
-            subgroup = execs[i].subgroupSize
+        for i, executable in enumerate(execs):
+            subgroup = executable.subgroupSize
             xi = ffi.new("VkPipelineExecutableInfoKHR*", {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
                                                           "pipeline": pipe, "executableIndex": i})
-            m = ffi.new("uint32_t*")
-            self._stats(self.device, xi, m, ffi.NULL)
-            stats = ffi.new("VkPipelineExecutableStatisticKHR[]", m[0])
-            for j in range(m[0]):
-                stats[j].sType = vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR
-            self._stats(self.device, xi, m, stats)
-            for j in range(m[0]):
-                s = stats[j]
+            for s in self._enumerate(self._stats, xi, "VkPipelineExecutableStatisticKHR",
+                                     vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR):
                 fmt = s.format
                 value = (bool(s.value.b32) if fmt == 0 else int(s.value.i64) if fmt == 1
                          else int(s.value.u64) if fmt == 2 else float(s.value.f64))
