@@ -136,8 +136,9 @@ def test_the_cooperative_matrix_kernel_compiles_at_the_subgroup_size_it_is_built
         built = {(r["type"], r["pipeline"].rsplit("_", 1)[1]) for r in coopmat}
         assert built == {(t, f) for t in types for f in ("f16", "int8") if f == "f16" or FORMATS[t].has_int8_path}
         int8_fragment = [16, 16, 16] if cls.startswith("amd/") else [8, 8, 16]
-        assert [(r["pipeline"], r["spec_constants"][-3:]) for r in coopmat if r["spec_constants"][-3:] != (
-            int8_fragment if r["pipeline"].endswith("_int8") else [16, 16, 16])] == []
+        # (the fragment, then the plain int8 layout: each listed a K dividing 16)
+        assert [(r["pipeline"], r["spec_constants"][-4:]) for r in coopmat if r["spec_constants"][-4:] != (
+            int8_fragment if r["pipeline"].endswith("_int8") else [16, 16, 16]) + [0]] == []
 
 
 def test_no_workgroup_passes_the_devices_limits(compiled):
