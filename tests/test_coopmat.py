@@ -79,6 +79,7 @@ def test_the_fragment_shape_is_the_devices_own():
     assert cfg.fragment == (16, 16, 32) and cfg.padded_halves and cfg.kernel == "mul_mm coopmat int8 16x16x32 padded"
     assert cfg.shared_memory_bytes <= GPU_CAPS.max_shared_memory and "bn" not in cfg.source
     assert not tiles.coopmat_config(caps32, Q4_0, 4096).padded_halves  # (float16: never)
+    assert "| int8 16x16x32 (padded halves) -> int32: " in coopmat.summary(caps32, {})  # (vkq info's line)
     # NVK's lists on Ampere and Turing: the plain layout's K of 16 where listed, else the largest at 32
     ampere = info(*((m, n, k, t, t, a, a, "subgroup") for m, n, k in ((16, 16, 32), (16, 8, 32), (16, 8, 16),
                                                                         (8, 8, 16))

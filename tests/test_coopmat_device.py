@@ -155,6 +155,15 @@ def test_mul_mat_id(backend, caps, flavour, qtype):
                 assert ref.nmse(y[t, j].T, w64[e] @ x[t].T.astype(np.float64)) < NMSE_GGML, (n, e)
 
 
+@pytest.mark.slow
+def test_mul_mat_id_int8_padded_layout(backend, int8_caps):
+    """MUL_MAT_ID through the padded int8 layout (Q6_K: its halves' scales differ)."""
+    from test_matmul_id import check as check_id
+
+    cfg = tiles.coopmat_config(int8_caps, FORMATS["Q6_K"], odd_k("Q6_K"), flavour="int8")
+    check_id(backend, "Q6_K", dataclasses.replace(cfg, padded_halves=True), n_tokens=(9, 40))
+
+
 @pytest.fixture
 def unchecked(backend, tmp_path, monkeypatch):
     """This device's dispatcher with no self-check yet (and a tuning directory of its own)."""
