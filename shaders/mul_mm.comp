@@ -107,6 +107,15 @@
 //   row's and the column's scales as chunk_dot does (an outer-product
 //   rescale), into float sums in registers: the same arithmetic in the same
 //   order as the int8 tiled kernel's, so the same bits. One activation plane.
+//   A fragment whose K does not divide 16 (NVIDIA lists its int8 shapes at K
+//   32) would add both halves' products into one sum: with PADDED_HALVES
+//   each weights chunk lies in wq_tile as lo | 16 zeros | hi (W_QCHUNK 12
+//   uints, the zeros written once), so that 32 of K read at the chunk's start
+//   are (lo, 0) and read 16 later (0, hi), each against x's (lo, hi): each
+//   half's integer sum alone, from twice the products (half of them of
+//   zeros), the rescale unchanged, so the same bits. The host sets it from
+//   the fragment (vkq.dispatch.tiles.TileConfig.padded_halves), and may set
+//   it at any K dividing 32 (the tests check it where K divides 16).
 //
 // The loops inside a step have constant trip counts and are unrolled
 // ([[unroll]]): lavapipe counts every iteration of a loop that remains
@@ -150,6 +159,8 @@ layout(constant_id = 10) const uint N_EXPERT = 1;  // MUL_MAT_ID: experts in the
 layout(constant_id = 11) const uint CM_M = 16;
 layout(constant_id = 12) const uint CM_N = 16;
 layout(constant_id = 13) const uint CM_K = 16;
+// COOPMAT with MMQ: the weights' chunks as lo | zeros | hi (see "Cooperative matrices").
+layout(constant_id = 14) const bool PADDED_HALVES = false;
 
 #ifdef MUL_MAT_ID
 #define W_TEXEL_BINDING 4
@@ -222,9 +233,15 @@ const uint SG = WG_SIZE / SUBGROUPS;  // the subgroup size the host assumed
 #endif
 #if defined(COOPMAT) && defined(MMQ)
 // A row of weights (a column of x) of one step: its int8 quants, 32 bytes a
-// chunk, then 16 bytes of padding (fragment rows stay 16-byte aligned).
-const uint Q_STRIDE = BK_CHUNKS * 8u + 4u;  // (uints)
-shared uint wq_tile[BM * Q_STRIDE];
+// chunk (48 with PADDED_HALVES: lo, 16 zeros, hi), then 16 bytes of padding
+// (fragment rows stay 16-byte aligned).
+const uint W_QCHUNK = PADDED_HALVES ? 12u : 8u;  // (uints)
+const uint WQ_STRIDE = BK_CHUNKS * W_QCHUNK + 4u;
+const uint Q_STRIDE = BK_CHUNKS * 8u + 4u;
+// K per half chunk that a subgroup's products span: 32 (a whole chunk of x)
+// with PADDED_HALVES, else the half's 16.
+const uint HALF_DEPTH = PADDED_HALVES ? 32u : 16u;
+shared uint wq_tile[BM * WQ_STRIDE];
 shared vec4 ws_tile[BM * BK_CHUNKS];  // each chunk's scales (block_scales)
 shared uint xq_tile[BN * Q_STRIDE];
 shared vec4 xd_tile[BN * BK_CHUNKS];  // each chunk's (d, s0, s1, d_r)
@@ -449,10 +466,10 @@ void step_coopmat_int8(uint c0) {
         // (a chunk past the end of K is not stored: the products stop before it)
         if (c < nchunks) {
             const Quants q = block_quants(ib, sb);
-            const uint at = r * Q_STRIDE + j * 8u;
+            const uint at = r * WQ_STRIDE + j * W_QCHUNK;
             [[unroll]] for (uint w = 0u; w < 4u; w++) {
                 wq_tile[at + w] = q.lo[w];
-                wq_tile[at + 4u + w] = q.hi[w];
+                wq_tile[at + W_QCHUNK - 4u + w] = q.hi[w];
             }
             ws_tile[r * BK_CHUNKS + j] = block_scales(ib, sb);
         }
@@ -490,16 +507,19 @@ void step_coopmat_int8(uint c0) {
                 [[unroll]] for (uint f = 0u; f < FM * FN; f++) {
                     isum[f] = coopmat<int, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>(0);
                 }
-                [[unroll]] for (uint k = 0u; k < 16u; k += CM_K) {
-                    const uint kw = j * 8u + h * 4u + k / 4u;  // (uints into a row's quants)
+                [[unroll]] for (uint k = 0u; k < HALF_DEPTH; k += CM_K) {
+                    // (uints into a row's quants: the half's own, or with
+                    // PADDED_HALVES the whole chunk of x against (lo, 0) or (0, hi))
+                    const uint kw = j * W_QCHUNK + h * 4u + k / 4u;
+                    const uint kx = j * 8u + (PADDED_HALVES ? 0u : h * 4u) + k / 4u;
                     coopmat<int8_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA> a[FM];
                     coopmat<int8_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB> b[FN];
                     [[unroll]] for (uint i = 0u; i < FM; i++) {
-                        coopMatLoad(a[i], wq_tile, (r0 + i * CM_M) * Q_STRIDE + kw, Q_STRIDE,
+                        coopMatLoad(a[i], wq_tile, (r0 + i * CM_M) * WQ_STRIDE + kw, WQ_STRIDE,
                                     gl_CooperativeMatrixLayoutRowMajor);
                     }
                     [[unroll]] for (uint jn = 0u; jn < FN; jn++) {
-                        coopMatLoad(b[jn], xq_tile, (n0 + jn * CM_N) * Q_STRIDE + kw, Q_STRIDE,
+                        coopMatLoad(b[jn], xq_tile, (n0 + jn * CM_N) * Q_STRIDE + kx, Q_STRIDE,
                                     gl_CooperativeMatrixLayoutColumnMajor);
                     }
                     [[unroll]] for (uint i = 0u; i < FM; i++) {
@@ -635,6 +655,15 @@ void main() {
 #if defined(COOPMAT) && defined(MMQ)
     [[unroll]] for (uint t = 0u; t < LANE_SUMS; t++) {
         acc[t] = 0.0;
+    }
+    if (PADDED_HALVES) {  // the zeros between each chunk's halves, once (the first step's barrier follows)
+        [[unroll]] for (uint n = 0u; n < (BM * BK_CHUNKS * 4u + WG_SIZE - 1u) / WG_SIZE; n++) {
+            const uint i = tid + n * WG_SIZE;
+            if (i >= BM * BK_CHUNKS * 4u) {
+                break;
+            }
+            wq_tile[(i / (BK_CHUNKS * 4u)) * WQ_STRIDE + (i / 4u % BK_CHUNKS) * W_QCHUNK + 4u + i % 4u] = 0u;
+        }
     }
     for (uint c0 = 0u; c0 < nchunks; c0 += BK_CHUNKS) {
         step_coopmat_int8(c0);

@@ -57,7 +57,9 @@ def test_a_device_without_the_extension_is_not_offered_the_kernel(backend):
 def test_the_fragment_shape_is_the_devices_own():
     """The kernel's fragment from the device's list (DeviceInfo.coopmat_shapes):
     per flavour the largest shape of its types at subgroup scope that the
-    kernel takes; none: not offered, the list named."""
+    kernel takes, for int8 one of K dividing 16 wherever listed (the padded
+    layout's K of 32 multiplies zeros half the time); none: not offered, the
+    list named."""
     from vkq.device.caps import coopmat_fragment, coopmat_missing
     from vkq.device.device_info import DeviceInfo
 
@@ -70,9 +72,27 @@ def test_the_fragment_shape_is_the_devices_own():
     k32 = info((16, 8, 16, "f16", "f16", "f32", "f32", "subgroup"), (16, 16, 16, "f16", "f16", "f32", "f32", "subgroup"),
               (16, 16, 32, "s8", "s8", "s32", "s32", "subgroup"), (16, 8, 32, "s8", "s8", "s32", "s32", "subgroup"))
     assert coopmat_fragment(k32, "float16") == (16, 16, 16)
-    assert coopmat_fragment(k32, "int8") is None  # (int8 at K 32 only: a fragment would span two scales of a chunk)
-    assert coopmat_missing(k32, True, "int8", True).startswith("the device lists no s8*s8+s32 subgroup shape the "
-                                                                "kernel takes")
+    # int8 at K 32 only: the largest, through the padded layout
+    assert coopmat_fragment(k32, "int8") == (16, 16, 32) and coopmat_missing(k32, True, "int8", True) is None
+    caps32 = dataclasses.replace(GPU_CAPS, coopmat_int8_missing=None, coopmat_int8_fragment=(16, 16, 32))
+    cfg = tiles.coopmat_config(caps32, Q4_0, 4096, flavour="int8")
+    assert cfg.fragment == (16, 16, 32) and cfg.padded_halves and cfg.kernel == "mul_mm coopmat int8 16x16x32 padded"
+    assert cfg.shared_memory_bytes <= GPU_CAPS.max_shared_memory and "bn" not in cfg.source
+    assert not tiles.coopmat_config(caps32, Q4_0, 4096).padded_halves  # (float16: never)
+    assert "| int8 16x16x32 (padded halves) -> int32: " in coopmat.summary(caps32, {})  # (vkq info's line)
+    # NVK's lists on Ampere and Turing: the plain layout's K of 16 where listed, else the largest at 32
+    ampere = info(*((m, n, k, t, t, a, a, "subgroup") for m, n, k in ((16, 16, 32), (16, 8, 32), (16, 8, 16),
+                                                                        (8, 8, 16))
+                    for t, a in (("u8", "u32"), ("s8", "s32"))))
+    assert coopmat_fragment(ampere, "int8") == (16, 8, 16)
+    both = info((16, 16, 32, "s8", "s8", "s32", "s32", "subgroup"), (16, 16, 16, "s8", "s8", "s32", "s32", "subgroup"))
+    assert coopmat_fragment(both, "int8") == (16, 16, 16)  # (the same useful work per product, no zeros)
+    only = info((16, 8, 32, "s8", "s8", "s32", "s32", "subgroup"), (8, 8, 32, "s8", "s8", "s32", "s32", "subgroup"))
+    assert coopmat_fragment(only, "int8") == (16, 8, 32)
+    wide = info((16, 16, 64, "s8", "s8", "s32", "s32", "subgroup"), (16, 16, 16, "s8", "s8", "s32", "s32", "workgroup"))
+    assert coopmat_fragment(wide, "int8") is None  # (K past a chunk; a scope other than the subgroup's)
+    assert coopmat_missing(wide, True, "int8", True).startswith("the device lists no s8*s8+s32 subgroup shape the "
+                                                                 "kernel takes")
     assert coopmat_missing(lvp, True, "int8", None) == "this kp build cannot enable the shaderInt8 feature (int8 " \
                                                         "fragments)"
     assert coopmat_missing(lvp, None) and coopmat_missing(lvp, True) is None
@@ -179,9 +199,16 @@ def test_coopmat_tiles_are_held_to_the_kernel_and_the_device():
     assert dataclasses.replace(cfg, path="mmvq").flavour == "int8"
     for bad in (dict(tm=24), dict(shared_tiles=False), dict(binding="texel"), dict(coopmat_subgroup=48),
                 dict(path="mmvq", x_planes=2), dict(path="mmvq", int_dot=True), dict(fragment=(12, 16, 16)),
-                dict(path="mmvq", fragment=(16, 16, 32)), dict(fragment=(16, 16, 64))):
+                dict(path="mmvq", fragment=(16, 16, 32)), dict(fragment=(16, 16, 64)), dict(padded_halves=True),
+                dict(path="mmvq", padded_halves=1), dict(path="mmvq", fragment=(16, 16, 64), padded_halves=True)):
         with pytest.raises(ValueError):
             dataclasses.replace(cfg, **bad)
+    # int8 at K 32: the padded layout, its weights rows 16 bytes longer a chunk; allowed at any K
+    for frag in ((16, 16, 32), (16, 8, 16), (8, 8, 8)):
+        padded = dataclasses.replace(cfg, path="mmvq", fragment=frag, padded_halves=True)
+        plain = dataclasses.replace(cfg, path="mmvq")
+        assert padded.shared_memory_bytes == plain.shared_memory_bytes + 64 * 16
+        assert padded.params()["padded_halves"] is True and "padded_halves" not in plain.params()
 
 
 def test_coopmat_candidates_fit_nvidia_and_amd_as_they_are():

@@ -77,6 +77,37 @@ def test_int8_gives_the_int8_tiled_kernels_bits(backend, int8_caps):
     np.testing.assert_array_equal(backend.matmul(w, x, config=cfg), backend.matmul(w, x, config=REGISTERS_INT8))
 
 
+def check_padded(backend, caps, qtype: str, bk_chunks: int = 1) -> None:
+    """The int8 flavour's padded layout (each weights chunk lo | zeros | hi,
+    as fragments 32 deep take it) forced at the device's own fragment: held
+    to the int8 path's model and float64 (check: 9 and 37 columns, K an odd
+    number of chunks), and bit for bit the plain layout's output (each half's
+    integer sum is exact either way; the rescale is the same)."""
+    k = odd_k(qtype)
+    plain = dataclasses.replace(tiles.coopmat_config(caps, FORMATS[qtype], k, flavour="int8"), bk_chunks=bk_chunks)
+    padded = dataclasses.replace(plain, padded_halves=True)
+    assert padded.kernel.endswith(" padded") and not plain.padded_halves
+    check(backend, qtype, ROWS, k, padded)
+    w, _ = case(backend, qtype, ROWS, k)
+    for n in (9, 37):
+        x = random_x(k, n, seed=n)
+        np.testing.assert_array_equal(backend.matmul(w, x, config=padded), backend.matmul(w, x, config=plain))
+
+
+@pytest.mark.parametrize("qtype, bk_chunks", [("Q6_K", 2), ("Q4_0", 1)])
+def test_int8_padded_layout(backend, int8_caps, qtype, bk_chunks):
+    """Q6_K's scales differ between a chunk's halves (a half summed into the
+    other's would show), at a K step of two chunks (the last one past the end
+    of K: two chunks' zeros a row); Q4_0 at the default step."""
+    check_padded(backend, int8_caps, qtype, bk_chunks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qtype", INT8_TYPES)
+def test_every_type_int8_padded_layout(backend, int8_caps, qtype):
+    check_padded(backend, int8_caps, qtype)
+
+
 def partial_step(caps, flavour: str) -> tiles.TileConfig:
     """The device's default tile with a K step of two chunks: at an odd
     number of chunks its last step is half past the end of K."""
@@ -122,6 +153,15 @@ def test_mul_mat_id(backend, caps, flavour, qtype):
             for e in np.unique(ids):
                 t, j = np.nonzero(ids == e)
                 assert ref.nmse(y[t, j].T, w64[e] @ x[t].T.astype(np.float64)) < NMSE_GGML, (n, e)
+
+
+@pytest.mark.slow
+def test_mul_mat_id_int8_padded_layout(backend, int8_caps):
+    """MUL_MAT_ID through the padded int8 layout (Q6_K: its halves' scales differ)."""
+    from test_matmul_id import check as check_id
+
+    cfg = tiles.coopmat_config(int8_caps, FORMATS["Q6_K"], odd_k("Q6_K"), flavour="int8")
+    check_id(backend, "Q6_K", dataclasses.replace(cfg, padded_halves=True), n_tokens=(9, 40))
 
 
 @pytest.fixture

@@ -123,7 +123,8 @@ def test_the_cooperative_matrix_kernel_compiles_at_the_subgroup_size_it_is_built
     Both flavours wherever the device has the extension: every type's
     float16 kernel and the int8 one of each type with an int8 path (RDNA3
     and RDNA4 at 16x16x16 fragments, WMMA; NVK's Turing at 16x16x16 float16
-    and 8x8x16 int8, the int8 shape it lists at a K the kernel takes)."""
+    and 8x8x16 int8, the int8 shape it lists at a K of the plain layout,
+    which the chooser prefers to its 16x16x32 and 16x8x32)."""
     from vkq.blocks.formats import FORMATS
 
     cls, rows = compiled
@@ -136,8 +137,9 @@ def test_the_cooperative_matrix_kernel_compiles_at_the_subgroup_size_it_is_built
         built = {(r["type"], r["pipeline"].rsplit("_", 1)[1]) for r in coopmat}
         assert built == {(t, f) for t in types for f in ("f16", "int8") if f == "f16" or FORMATS[t].has_int8_path}
         int8_fragment = [16, 16, 16] if cls.startswith("amd/") else [8, 8, 16]
-        assert [(r["pipeline"], r["spec_constants"][-3:]) for r in coopmat if r["spec_constants"][-3:] != (
-            int8_fragment if r["pipeline"].endswith("_int8") else [16, 16, 16])] == []
+        # (the fragment, then the plain int8 layout: each listed a K dividing 16)
+        assert [(r["pipeline"], r["spec_constants"][-4:]) for r in coopmat if r["spec_constants"][-4:] != (
+            int8_fragment if r["pipeline"].endswith("_int8") else [16, 16, 16]) + [0]] == []
 
 
 def test_no_workgroup_passes_the_devices_limits(compiled):
@@ -225,6 +227,56 @@ def test_the_tiled_attention_does_not_spill_at_any_head_size(cls):
     if cls.startswith("amd/"):
         assert [(r["head_dim"], r["occupancy"]) for r in rows if r["occupancy"] < (4 if r["head_dim"] <= 128 else 2)] \
             == []
+
+
+INT8_K32 = """
+import dataclasses, json
+from dataclasses import asdict
+from vkq.blocks.formats import FORMATS
+from vkq.commands.pipelines import caps_as_opened
+from vkq.device.caps import COOPMAT_TYPES
+from vkq.device.pipeline_stats import PipelineSpec, compile_isolated, device_info_isolated
+from vkq.device.shader_variants import spirv_path
+from vkq.dispatch import tiles
+from vkq.dispatch.classify import classify
+from vkq.dispatch.tables import occupancy_floors
+from vkq.ops import WEIGHTS_PARAMS, matmul_bindings, matmul_spec, matmul_variant
+
+info = device_info_isolated(0)
+caps = caps_as_opened(info)
+k32 = [tuple(s[:3]) for s in info.coopmat_shapes
+       if tuple(s[3:7]) == COOPMAT_TYPES["int8"] and s[7] == "subgroup" and s[2] == 32]
+rows, specs = [], []
+for qtype in ("Q4_0", "Q4_K", "Q6_K", "IQ2_XXS"):
+    for fragment in (caps.coopmat_int8_fragment, *k32):
+        cfg = tiles.coopmat_config(dataclasses.replace(caps, coopmat_int8_fragment=fragment), FORMATS[qtype], 4096,
+                                   flavour="int8")
+        v = matmul_variant(qtype, cfg, False)
+        specs.append(PipelineSpec(v.name, str(spirv_path(v)), tuple(matmul_spec(cfg)),
+                                  tuple(matmul_bindings(cfg, False)), len(WEIGHTS_PARAMS), cfg.coopmat_subgroup))
+        rows.append({"type": qtype, "fragment": list(fragment), "padded": cfg.padded_halves})
+print(json.dumps({"chosen": list(caps.coopmat_int8_fragment), "k32": [list(f) for f in k32],
+                  "floor": occupancy_floors(classify(info))["coopmat"]["min"],
+                  "rows": [{**r, **asdict(s)} for r, s in zip(rows, compile_isolated(specs))]}))
+"""
+
+
+@pytest.mark.parametrize("gpu", ["nvk:172", "nvk:166"])
+def test_the_int8_flavour_compiles_at_the_k32_shapes_nvidia_lists(gpu):
+    """NVK on Ampere (GA102) and Turing (TU116) lists int8 shapes 32 deep
+    (16x16x32, 16x8x32, as NVIDIA's drivers do) beside ones of K 16; the
+    chooser keeps K 16 where listed (the same IMMA count on Ampere, twice the
+    multiply-adds on zeros at 32; twice the instructions on Turing), and the
+    padded layout that K 32 takes compiles at every listed K-32 shape, the
+    default tile: no spills, no local memory, at the class's occupancy floor."""
+    out = json.loads(on(gpu, "-c", INT8_K32))
+    assert out["k32"] and all(f[2] == 32 for f in out["k32"]) and out["chosen"][2] == 16, out["k32"]
+    rows = out["rows"]
+    assert {tuple(r["fragment"]) for r in rows if r["padded"]} == {tuple(f) for f in out["k32"]}
+    assert [(r["type"], r["fragment"], r["error"]) for r in rows if not r["compiled"]] == []
+    assert [(r["type"], r["fragment"], r["spills"], r["scratch_bytes"]) for r in rows
+            if r["spills"] or r["scratch_bytes"]] == []
+    assert [(r["type"], r["fragment"], r["occupancy"]) for r in rows if (r["occupancy"] or 0) < out["floor"]] == []
 
 
 NULL_DEVICE = """

@@ -36,8 +36,11 @@ def test_matvec_needs_agree_with_the_dispatcher(wg, rows, ncols):
 @pytest.mark.parametrize("cfg", [TileConfig(16, 8, 2, 2, 4, shared_tiles=True, binding="storage"),
                                  TileConfig(64, 64, 2, 4, 8, shared_tiles=True, binding="storage"),
                                  TileConfig(16, 8, 2, 2, 4, "mmvq", shared_tiles=True, binding="storage"),
-                                 TileConfig(64, 64, 1, 32, 32, coopmat_subgroup=32)],
-                         ids=["float", "float-64", "int8", "coopmat"])
+                                 TileConfig(64, 64, 1, 32, 32, coopmat_subgroup=32),
+                                 TileConfig(64, 64, 2, 32, 32, "mmvq", coopmat_subgroup=32),
+                                 TileConfig(64, 64, 2, 32, 32, "mmvq", coopmat_subgroup=32, fragment=(16, 16, 32),
+                                            padded_halves=True)],
+                         ids=["float", "float-64", "int8", "coopmat", "coopmat-int8", "coopmat-int8-padded"])
 def test_matmul_needs_agree_with_the_dispatcher(cfg):
     needs = pipeline_needs(_spirv(matmul_variant("Q4_0", cfg, False)), matmul_spec(cfg))
     assert needs.invocations == cfg.wg_size

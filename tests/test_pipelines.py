@@ -137,7 +137,7 @@ def test_the_plan_builds_both_cooperative_matrix_flavours(activations, int8_note
         flavour = "int8" if p.pipeline.shader.endswith("_int8") else "float16"
         cfg = tiles.coopmat_config(caps, dispatcher_fmt(p.qtype), 256, flavour=flavour)  # (tiny-moe's every K)
         n_expert = 8 if "_id_" in p.pipeline.shader else 1
-        assert p.pipeline.spec == tuple(matmul_spec(cfg, 1, n_expert)) and p.pipeline.spec[-3:] == (16, 16, 16)
+        assert p.pipeline.spec == tuple(matmul_spec(cfg, 1, n_expert)) and p.pipeline.spec[-4:] == (16, 16, 16, 0)
         assert p.pipeline.subgroup_size == p.subgroup == caps.subgroup_size and p.path == (
             "mmvq" if flavour == "int8" else "dmmv")
         assert ("not " + activations in p.entry) == (flavour == "int8" and int8_note), p.entry

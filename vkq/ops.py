@@ -263,9 +263,9 @@ def id_tiles(n_slots: int, n_expert: int, bn: int) -> int:
 
 def matmul_spec(cfg: TileConfig, slots_per_x: int = 1, n_expert: int = 1) -> list[int]:
     """shaders/mul_mm.comp's specialization constants for a launch on `cfg`
-    (the cooperative-matrix kernel's fragment shape last)."""
+    (the cooperative-matrix kernel's fragment shape, then its int8 layout, last)."""
     return [cfg.wg_size, cfg.bm, cfg.bn, cfg.bk_chunks, cfg.tm, cfg.tn, int(cfg.value_lookup == "selects"),
-            int(cfg.shared_tiles), cfg.x_planes, slots_per_x, n_expert, *cfg.fragment]
+            int(cfg.shared_tiles), cfg.x_planes, slots_per_x, n_expert, *cfg.fragment, int(cfg.padded_halves)]
 
 
 def matmul_bindings(cfg: TileConfig, mul_mat_id: bool) -> list[str]:

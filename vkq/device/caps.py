@@ -35,11 +35,20 @@ COOPMAT_TYPES = {"float16": ("f16", "f16", "f32", "f32"), "int8": ("s8", "s8", "
 COOPMAT_FLAVOURS = tuple(COOPMAT_TYPES)
 # The fragment shapes the kernel takes: M and N dividing its 32 x 32 blocks
 # per subgroup (tiles.COOPMAT_CANDIDATES), K a multiple of 4 values (the
-# tiles' rows are read in 16-byte or 4-byte units) dividing what one K step
-# of a fragment covers: a 32-value chunk (float16), a 16-value half chunk
-# (int8, where the scales change).
-COOPMAT_K_UNIT = {"float16": 32, "int8": 16}
+# tiles' rows are read in 16-byte or 4-byte units) dividing a 32-value chunk.
+# The int8 flavour's scales change every 16 values (INT8_HALF): a K dividing
+# 16 sums each half alone; a K of 32 (the int8 shapes NVIDIA lists) sums each
+# half through the padded layout (int8_padded), at twice the products.
+COOPMAT_K_UNIT = {"float16": 32, "int8": 32}
+INT8_HALF = 16
 COOPMAT_MN = (8, 16, 32)
+
+
+def int8_padded(k: int) -> bool:
+    """Whether the int8 flavour takes fragments of depth k through the padded
+    layout (shaders/mul_mm.comp's PADDED_HALVES): where k does not divide a
+    half chunk."""
+    return INT8_HALF % k != 0
 
 
 def coopmat_shape_label(shape) -> str:
@@ -54,12 +63,17 @@ def coopmat_fragment(info: DeviceInfo, flavour: str) -> tuple[int, int, int] | N
     device: of the shapes the device lists for its types at subgroup scope,
     those the kernel takes (COOPMAT_MN, COOPMAT_K_UNIT), the largest M x N x K
     (the fewest instructions per product), the first listed among equals;
-    None where there is none."""
+    None where there is none. For int8, a shape of the plain layout (K
+    dividing 16) wherever one is listed: the padded layout's K of 32 spends
+    half its products on zeros, so 16x16x32 does the useful work of a
+    16x16x16 in twice its multiply-adds (a matrix unit's rate counts every
+    multiply-add, zeros included), and loads twice the fragment data."""
     unit = COOPMAT_K_UNIT[flavour]
     fits = [tuple(s[:3]) for s in info.coopmat_shapes
             if tuple(s[3:7]) == COOPMAT_TYPES[flavour] and s[7] == "subgroup"
             and s[0] in COOPMAT_MN and s[1] in COOPMAT_MN and s[2] % 4 == 0 and unit % s[2] == 0]
-    return max(fits, key=lambda mnk: mnk[0] * mnk[1] * mnk[2], default=None)
+    padded = flavour == "int8"
+    return max(fits, key=lambda mnk: (not (padded and int8_padded(mnk[2])), mnk[0] * mnk[1] * mnk[2]), default=None)
 
 
 def coopmat_missing(info: DeviceInfo, enabled: bool | None, flavour: str = "float16",

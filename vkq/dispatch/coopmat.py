@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 
 from ..blocks.formats import FORMATS, BlockFormat
-from ..device.caps import COOPMAT_FLAVOURS, DeviceCaps
+from ..device.caps import COOPMAT_FLAVOURS, DeviceCaps, int8_padded
 from ..device.device_info import DeviceInfo
 from ..device.shader_variants import MatMulVariant, spirv_path
 from .paths import env_choice
@@ -201,8 +201,9 @@ def summary(caps: DeviceCaps, checks: dict[str, dict]) -> str:
         for fmt in types:
             by_status.setdefault(status(caps, fmt, checks, flavour)[0], []).append(fmt.name)
         m, n, k = fragment(caps, flavour)
+        padded = " (padded halves)" if flavour == "int8" and int8_padded(k) else ""
         said = "; ".join(f"{what} for {', '.join(by_status[what]) if len(by_status[what]) < len(types) else 'every type'}"
                          for what in (OFFERED, REFUSED, UNCHECKED, UNAVAILABLE) if what in by_status)
         sums = "int32" if flavour == "int8" else "float32"
-        parts.append(f"{flavour} {m}x{n}x{k} -> {sums}: {said}")
+        parts.append(f"{flavour} {m}x{n}x{k}{padded} -> {sums}: {said}")
     return " | ".join(parts)

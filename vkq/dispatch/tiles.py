@@ -18,7 +18,8 @@ Both paths have a flavour on cooperative matrices (VK_KHR_cooperative_matrix,
 `coopmat_subgroup`, in fragments of the shape the device lists,
 `fragment`): the float path's multiplies float16 tiles into float32 sums,
 the int8 path's int8 quants into int32 sums (its scales applied per 16 of
-K). `COOPMAT_TILE` is their launch; the dispatcher offers them only where
+K; a fragment 32 deep through the padded layout, `padded_halves`).
+`COOPMAT_TILE` is their launch; the dispatcher offers them only where
 vkq.dispatch.coopmat says so (the device's features enabled and the kernel
 checked on the device).
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import CHUNK, BlockFormat
 from ..checks import is_int
-from ..device.caps import COOPMAT_FLAVOURS, COOPMAT_K_UNIT, COOPMAT_MN, DeviceCaps
+from ..device.caps import COOPMAT_FLAVOURS, COOPMAT_K_UNIT, COOPMAT_MN, DeviceCaps, int8_padded
 from ..device.shader_variants import MATMUL_BINDINGS
 from .paths import int_dot_disabled_by_env, requested_path
 from .classify import DeviceClass
@@ -76,6 +77,12 @@ class TileConfig:
     # device lists for the flavour's types (tm a multiple of M, tn of N).
     coopmat_subgroup: int = 0
     fragment: tuple = (16, 16, 16)
+    # The int8 flavour's weights chunks in shared memory as lo | zeros | hi,
+    # each half's sum alone from fragments 32 deep (the shader's
+    # PADDED_HALVES): needed where K does not divide 16 (caps.int8_padded),
+    # allowed at any K (the tests check its indexing where the plain layout
+    # runs too).
+    padded_halves: bool = False
     # Provenance, not part of what runs (as PipelineConfig's).
     source: str = field(default="default", compare=False)
     evidence: frozenset = field(default=frozenset(), compare=False)
@@ -101,7 +108,8 @@ class TileConfig:
     @property
     def kernel(self) -> str:
         if self.coopmat:
-            return f"mul_mm coopmat {'int8' if self.flavour == 'int8' else 'f16'} {'x'.join(map(str, self.fragment))}"
+            return (f"mul_mm coopmat {'int8' if self.flavour == 'int8' else 'f16'} {'x'.join(map(str, self.fragment))}"
+                    + (" padded" if self.padded_halves else ""))
         return "mul_mm int8" + (" OpSDot" if self.int_dot else " emulated") if self.path == "mmvq" else "mul_mm float"
 
     @property
@@ -115,7 +123,9 @@ class TileConfig:
         if not self.shared_tiles:
             return 0
         if self.flavour == "int8":  # rows of int8 quants of a K step plus 16 bytes, a chunk's scales, int sums
-            return (self.bm + self.bn) * (self.bk_chunks * (CHUNK + 16) + 16) + self.bm * self.bn * 4
+            w_quants = CHUNK + 16 if self.padded_halves else CHUNK  # (lo | 16 zeros | hi)
+            return (self.bm * (self.bk_chunks * (w_quants + 16) + 16) + self.bn * (self.bk_chunks * (CHUNK + 16) + 16)
+                    + self.bm * self.bn * 4)
         if self.coopmat:  # float16 rows of a K step plus 8 halves, then the float sums of the tile
             return (self.bm + self.bn) * (self.bk_chunks * CHUNK + 8) * 2 + self.bm * self.bn * 4
         w_chunk, x_chunk = (3, 2 * self.x_planes + 1) if self.path == "mmvq" else (CHUNK // 4, CHUNK // 4)
@@ -126,7 +136,7 @@ class TileConfig:
                 "tn": self.tn, "shared_tiles": self.shared_tiles, "binding": self.binding,
                 "value_lookup": self.value_lookup, "int_dot": self.int_dot, "x_planes": self.x_planes,
                 **({"coopmat_subgroup": self.coopmat_subgroup, "fragment": list(self.fragment)} if self.coopmat
-                   else {})}
+                   else {}), **({"padded_halves": True} if self.padded_halves else {})}
 
     @property
     def whole_units(self) -> bool:
@@ -172,6 +182,9 @@ def param_problems(cfg: TileConfig) -> list[str]:
             out.append(f"cooperative matrices: fragment {cfg.fragment!r} not (M, N, K) with M and N of "
                        f"{'/'.join(map(str, COOPMAT_MN))}, K a multiple of 4 dividing "
                        f"{COOPMAT_K_UNIT['int8' if cfg.path == 'mmvq' else 'float16']}")
+        elif cfg.path == "mmvq" and int8_padded(frag[2]) and cfg.padded_halves is not True:
+            out.append(f"cooperative matrices: int8 fragments {frag[2]} deep span both halves of a chunk: "
+                       f"padded_halves True only")
         elif cfg.tm % frag[0] or cfg.tn % frag[1] or cfg.tm * cfg.tn > MAX_COOPMAT_LANE_SUMS * cfg.coopmat_subgroup \
                 or cfg.tm * cfg.tn % cfg.coopmat_subgroup:
             out.append(f"cooperative matrices: tm {cfg.tm} a multiple of {frag[0]} and tn {cfg.tn} of {frag[1]}, "
@@ -183,6 +196,9 @@ def param_problems(cfg: TileConfig) -> list[str]:
         out.append(f"tm x tn = {cfg.tm * cfg.tn} sums per invocation > {MAX_SUMS}")
     elif not 1 <= cfg.wg_size <= MAX_WG_SIZE:
         out.append(f"(bm / tm) x (bn / tn) = {cfg.wg_size} invocations per workgroup not in 1..{MAX_WG_SIZE}")
+    if not isinstance(cfg.padded_halves, bool) or (cfg.padded_halves and cfg.flavour != "int8"):
+        out.append(f"padded_halves {cfg.padded_halves!r}: True or False, True on the int8 cooperative-matrix "
+                   f"kernel only")
     if not isinstance(cfg.shared_tiles, bool):
         out.append(f"shared_tiles {cfg.shared_tiles!r} is not True or False")
     if cfg.binding not in MATMUL_BINDINGS:
@@ -444,7 +460,8 @@ def coopmat_config(caps: DeviceCaps, fmt: BlockFormat, k: int, shape: tuple[int,
               if shape is None or tuple(shape) == default else "coopmat tile candidate [guess]")
     fragment = caps.coopmat_int8_fragment if flavour == "int8" else caps.coopmat_fragment
     cfg = TileConfig(**dims, path="mmvq" if flavour == "int8" else "dmmv", coopmat_subgroup=caps.subgroup_size,
-                     fragment=tuple(fragment), source=source, evidence=frozenset({basis}))
+                     fragment=tuple(fragment), padded_halves=flavour == "int8" and int8_padded(fragment[2]),
+                     source=source, evidence=frozenset({basis}))
     notes = []
     max_wg = min(caps.max_workgroup_invocations, caps.max_workgroup_size_x)
     while (cfg.wg_size > max_wg or cfg.shared_memory_bytes > caps.max_shared_memory) and cfg.bn > cfg.tn:
