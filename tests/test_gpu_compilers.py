@@ -309,3 +309,26 @@ def test_a_null_gpu_is_known_and_nothing_of_it_is_kept(tmp_path, monkeypatch):
     assert "kept []" in out and list(tmp_path.iterdir()) == []
     assert "tune 2" in out and "bench 2" in out and "report 2" in out, out
     assert done.stderr.count("does not run its dispatches") == 3, done.stderr[-2000:]
+
+
+PIPELINE_CACHE = """
+import numpy as np, vkq
+from vkq.blocks.formats import FORMATS
+b = vkq.Backend()
+print("loaded", len(b._pipeline_cache["loaded"]))
+f = FORMATS["Q4_K"]
+b.matvec(b.upload("Q4_K", (64, 256), np.zeros(64 * f.row_bytes(256), np.uint8)), np.ones(256, np.float32))
+print("holds", len(b.device.manager.pipeline_cache_data()))
+"""
+
+
+def test_the_pipelines_compiled_are_kept_for_the_next_process(tmp_path, monkeypatch):
+    """RADV's pipeline cache holds what ACO compiled: written when the first
+    Backend is done, merged into the next one's before its first pipeline."""
+    monkeypatch.setenv("VKQ_TUNING_DIR", str(tmp_path))
+    first = on("radv:navi31", "-c", PIPELINE_CACHE).split()
+    assert first[:2] == ["loaded", "0"] and int(first[3]) > 32, first
+    kept = list(tmp_path.glob("*.pipelines"))
+    assert len(kept) == 1 and kept[0].stat().st_size == int(first[3])
+    second = on("radv:navi31", "-c", PIPELINE_CACHE).split()
+    assert second[1] == first[3], (first, second)

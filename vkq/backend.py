@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -25,11 +26,13 @@ import numpy as np
 from .blocks.activations import DEFAULT_ACTIVATIONS, check_activations
 from .blocks.formats import BlockFormat, GGMLType, get_format
 from .blocks.layout import MatrixLayout, pack_rows
+from .device import pipeline_cache
 from .device.runtime import Device
 from .dispatch.choose import Dispatcher
 from .dispatch.coopmat import env_kernel
 from .dispatch.gpu_classes import required_wave
 from .dispatch.paths import env_path, int_dot_disabled_by_env
+from .dispatch.tuning_store import tuning_dir
 from .errors import DeviceDoesNotExecute
 from .dispatch.config import PipelineConfig
 from .graph import Graph
@@ -130,6 +133,12 @@ def _env_choices(path) -> tuple:
     return env_path() if path is None or path == "auto" else None, int_dot_disabled_by_env()
 
 
+def _save_pipeline_cache(manager, cache: dict) -> None:
+    """A Backend's end (its finalizer: when it is collected or the process exits)."""
+    if cache["keep"]:
+        pipeline_cache.save(manager, cache["path"], cache["loaded"])
+
+
 class Backend:
     """Quantized mat-vec on one Vulkan device.
 
@@ -143,6 +152,11 @@ class Backend:
         self.activations = check_activations(activations)
         self.device = Device(device)
         self.device_info = self.device.info
+        # The pipelines an earlier process compiled on this device and driver,
+        # before this one's first; written back when this Backend is done.
+        self._pipeline_cache = {"path": pipeline_cache.cache_path(self.device_info, tuning_dir()), "keep": True}
+        self._pipeline_cache["loaded"] = pipeline_cache.load(self.device.manager, self._pipeline_cache["path"])
+        weakref.finalize(self, _save_pipeline_cache, self.device.manager, self._pipeline_cache)
         self.dispatcher = Dispatcher.for_device(self.device_info, self.device.caps)
         # The subgroup size every mat-vec pipeline asks for (None: the driver's choice).
         self.matvec_subgroup_size = required_wave(
@@ -162,9 +176,11 @@ class Backend:
         w = np.arange(2 * k, dtype=np.float32).reshape(2, k) % 7 - 3
         weights = self.upload("F32", (2, k), w.view(np.uint8))
         try:
-            return bool(np.array_equal(self.matvec(weights, np.ones(k, np.float32)), w.sum(axis=1)))
+            runs = bool(np.array_equal(self.matvec(weights, np.ones(k, np.float32)), w.sum(axis=1)))
         finally:
             weights.free()
+        self._pipeline_cache["keep"] = runs  # (nothing a null GPU made is kept)
+        return runs
 
     def require_execution(self, what: str) -> None:
         """DeviceDoesNotExecute unless the device runs its dispatches (`what`

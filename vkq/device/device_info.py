@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import numbers
 import os
+import re
 from dataclasses import dataclass
 
 from ..errors import VULKAN_HINT, DeviceNotFound, VulkanUnavailable
@@ -101,6 +102,14 @@ class DeviceInfo:
         """A compute pipeline may be given a required subgroup size in
         [subgroup_min_size, subgroup_max_size]."""
         return self.subgroup_size_control and bool(self.required_subgroup_size_stages & _SHADER_STAGE_COMPUTE)
+
+    @property
+    def file_stem(self) -> str:
+        """The name of the files vkq keeps for this device and driver (its
+        tuning, its pipeline cache): vendor, device, name and driver version,
+        so that a driver update starts them afresh."""
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.name).strip("-").lower()[:60]
+        return f"{self.vendor_id:04x}-{self.device_id:04x}-{slug}-drv{self.driver_version}"
 
     @property
     def vendor(self) -> str:

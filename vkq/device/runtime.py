@@ -27,8 +27,8 @@ returns its contents as bytes; `Device.manager.load_pipeline_cache(data)`
 merges bytes saved earlier into it and returns True, or returns False and
 ignores them when their header is not this device's and driver's (vendor,
 device, pipelineCacheUUID) or they are not a pipeline cache at all. Load
-before the algorithms that are to use it are created. vkq itself neither
-saves nor loads a cache here.
+before the algorithms that are to use it are created. vkq.Backend keeps it
+across runs (vkq/device/pipeline_cache.py).
 """
 from __future__ import annotations
 

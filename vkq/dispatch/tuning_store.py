@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -65,8 +64,7 @@ def device_key(info: DeviceInfo) -> dict:
 
 
 def tuning_path(info: DeviceInfo) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", info.name).strip("-").lower()[:60]
-    return tuning_dir() / f"{info.vendor_id:04x}-{info.device_id:04x}-{slug}-drv{info.driver_version}.json"
+    return tuning_dir() / f"{info.file_stem}.json"
 
 
 # The parameters of a path's entry: all of them but the path, which is the
