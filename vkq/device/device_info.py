@@ -104,14 +104,6 @@ class DeviceInfo:
         return self.subgroup_size_control and bool(self.required_subgroup_size_stages & _SHADER_STAGE_COMPUTE)
 
     @property
-    def file_stem(self) -> str:
-        """The name of the files vkq keeps for this device and driver (its
-        tuning, its pipeline cache): vendor, device, name and driver version,
-        so that a driver update starts them afresh."""
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", self.name).strip("-").lower()[:60]
-        return f"{self.vendor_id:04x}-{self.device_id:04x}-{slug}-drv{self.driver_version}"
-
-    @property
     def vendor(self) -> str:
         return _VENDORS.get(self.vendor_id, "unknown")
 
@@ -138,6 +130,14 @@ class DeviceInfo:
         kw["timestamp_period"] = float(kw["timestamp_period"])
         kw["coopmat_shapes"] = tuple(tuple(shape) for shape in kw.get("coopmat_shapes", ()))
         return cls(**kw)
+
+
+def file_stem(info: DeviceInfo) -> str:
+    """The name of the files vkq keeps for a device and driver (its tuning,
+    its pipeline cache): vendor, device, name and driver version, so that a
+    driver update starts them afresh."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", info.name).strip("-").lower()[:60]
+    return f"{info.vendor_id:04x}-{info.device_id:04x}-{slug}-drv{info.driver_version}"
 
 
 def enumerate_devices() -> list[DeviceInfo]:

@@ -24,7 +24,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from .device_info import DeviceInfo
+from .device_info import DeviceInfo, file_stem
 
 # VkPipelineCacheHeaderVersionOne: length, version, vendorID, deviceID
 # (4 bytes each) and pipelineCacheUUID (16). Data no longer than this holds no pipeline.
@@ -38,7 +38,7 @@ def enabled() -> bool:
 
 def cache_path(info: DeviceInfo, directory: Path) -> Path:
     """The file kept for this device and driver in directory."""
-    return Path(directory) / f"{info.file_stem}.pipelines"
+    return Path(directory) / f"{file_stem(info)}.pipelines"
 
 
 def load(manager, path: Path) -> bytes:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS
-from ..device.device_info import DeviceInfo
+from ..device.device_info import DeviceInfo, file_stem
 from .config import ALL_PARAMS, PATHS, param_problems
 from .tiles import COOPMAT_SHAPE, TileConfig
 
@@ -64,7 +64,7 @@ def device_key(info: DeviceInfo) -> dict:
 
 
 def tuning_path(info: DeviceInfo) -> Path:
-    return tuning_dir() / f"{info.file_stem}.json"
+    return tuning_dir() / f"{file_stem(info)}.json"
 
 
 # The parameters of a path's entry: all of them but the path, which is the
