@@ -228,6 +228,16 @@ def test_info_lines_fit_and_vkq_device_is_honoured(capsys, monkeypatch):
     assert "unknown block type Q9_9" in one_error_line(capsys)
 
 
+@pytest.mark.parametrize("argv", [["info"], ["info", "--verbose"]])
+def test_info_names_a_forced_kernel_the_device_lacks(capsys, monkeypatch, argv):
+    """VKQ_MATMUL forcing a kernel lavapipe 22.3 lacks: both views say it is
+    refused (the first screen stopped with an error instead)."""
+    monkeypatch.setenv("VKQ_MATMUL", "coopmat")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "mat-mat         refused: VKQ_MATMUL=coopmat: " in out, out
+
+
 def test_info_continuations_line_up(capsys):
     """A wrapped line of `vkq info --verbose` continues under its value, the
     same column for every block type (IQ3_XXS's went 6 columns in, Q8_0's 12)."""

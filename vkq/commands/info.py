@@ -63,18 +63,23 @@ def backend_lines(backend) -> list[str]:
     ] + matmul_lines(backend)
 
 
+def matmul_choice(disp, bases: bool) -> str:
+    """The tiled mat-mat's launch for a Q4_0 4096 x 4096 matrix (with what it
+    rests on where bases), or why VKQ_MATMUL's kernel is refused here."""
+    try:
+        cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
+    except ValueError as e:  # (VKQ_MATMUL forcing a kernel the device lacks)
+        return f"refused: {e}"
+    return f"{cfg.describe()} (Q4_0, K 4096)" + (f" <- {cfg.source}" if bases else "")
+
+
 def matmul_lines(backend) -> list[str]:
     """The tiled mat-mat's launch (more than MAX_COLS columns) for a Q4_0
     4096 x 4096 matrix, and the kernels a model's prompt chunks take, each
     with what it rests on."""
     disp = backend.dispatcher
-    try:
-        cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
-        matmul = f"{cfg.describe()} (Q4_0, K 4096) <- {cfg.source}"
-    except ValueError as e:  # (VKQ_MATMUL forcing a kernel the device lacks)
-        matmul = f"refused: {e}"
     kernels, why = tiles.prompt_kernels(disp.device_class)
-    return [f"  mat-mat         {matmul}",
+    return [f"  mat-mat         {matmul_choice(disp, bases=True)}",
             f"  coop shapes     {coopmat.shapes_line(backend.device_info)}",
             f"  coop matrix     {coopmat.summary(disp.caps, disp.coopmat_checks)}",
             f"  prompts         {kernels} (vkq generate's chunks) <- {why}"]
@@ -157,7 +162,6 @@ def summary_lines(backend, shape: tuple[int, int] = (4096, 4096)) -> list[str]:
                          for kernel, names in groups.items())
 
     plain, generate = by_kernel(DEFAULT_ACTIVATIONS), by_kernel(GENERATE_ACTIVATIONS)
-    cfg = tile_tuning.choose(disp, FORMATS["Q4_0"], 4096)
     kernels, _ = tiles.prompt_kernels(disp.device_class)
     lines = [
         f"  paths           dmmv (dequantize to float): every type; mmvq (int8 dot products): quantized types, {mmvq}",
@@ -168,7 +172,7 @@ def summary_lines(backend, shape: tuple[int, int] = (4096, 4096)) -> list[str]:
     if generate != plain:
         lines.append(f"  vkq generate    its {GENERATE_ACTIVATIONS} activations: {generate}")
     return lines + [
-        f"  mat-mat         {cfg.describe()} (Q4_0, K 4096)",
+        f"  mat-mat         {matmul_choice(disp, bases=False)}",
         f"  coop matrix     {coopmat.summary(disp.caps, disp.coopmat_checks)}",
         f"  prompts         {kernels} (vkq generate's chunks)",
         "  (vkq info --verbose: each block type's launch and what every choice rests on; vkq info TYPE: one type's)",
