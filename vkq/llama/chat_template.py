@@ -59,7 +59,6 @@ BUILTIN_TEMPLATES = {
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}{{ '<|assistant|>\n' }}{%- endif -%}"),
 }
-ROLES = ("system", "user", "assistant", "tool")
 
 
 def _names() -> str:

@@ -184,7 +184,7 @@ class LlamaConfig:
         n_ff = count("feed_forward_length")
         if n_expert and row.expert_width:
             n_ff = count("expert_feed_forward_length", max(1, n_ff // n_expert_used))
-        attention = _attention_hparams(path.name, arch, row, get, count, number, n_embd, n_head, head_dim)
+        attention = _attention_hparams(path.name, arch, row, get, count, number, n_embd, n_head)
         rope_scale, yarn = _rope_scaling(path.name, arch, get, row), None
         if isinstance(rope_scale, Yarn):  # its factor, and ggml's defaults of beta_fast and beta_slow
             yarn = (rope_scale.factor, number("rope.scaling.yarn_beta_fast", 32.0, above=0),
@@ -244,8 +244,8 @@ def yarn_mix(n_rot: int, n_ctx_orig: int, base: float, factor: float, beta_fast:
     return (1.0 / factor) * (1.0 - ramp) + ramp
 
 
-def _attention_hparams(name: str, arch: str, row: Architecture, get, count, number, n_embd: int, n_head: int,
-                       head_dim: int) -> dict:
+def _attention_hparams(name: str, arch: str, row: Architecture, get, count, number, n_embd: int,
+                       n_head: int) -> dict:
     """The attention's and logits' settings of the architecture's row, as
     llama.cpp reads them: the query scale, the soft-caps, the sliding window."""
     out = {}

@@ -311,7 +311,6 @@ class GpuLlama(Decoder):
                 tables[id(inv_freq)] = constant(rope_table(inv_freq, self.ctx, cfg.rope_mscale),
                                                 f"RoPE table {len(tables)}")
         self.ropes = [tables[id(f.layer_inv_freq(i, self.ctx))] for i in range(cfg.n_layer)]
-        self.rope = self.ropes[0]
         dev = self.launch_device
         self.attention_split = attention_split(dev, shape, self.spread)
         self.scores = b.tensor(attention_scratch_size(dev, shape, self.attention_split, self.attention_queries),
@@ -702,7 +701,8 @@ class GpuLlama(Decoder):
         return [c] * (n_tokens // c) + ([n_tokens % c] if n_tokens % c else [])
 
     def _replay(self, step: "_Step", tokens: list[int], position: int) -> None:
-        if step.sampled:  # (the context's tokens before the last one's position)
+        if step.sampled and self.sampling.penalizes:  # (the context's tokens before the last one's position;
+            # the sampler reads the ring only for the repeat penalty)
             first = max(0, position + step.n - RING_SLOTS)
             self.sample_ring.write(ring_of(self.cache_tokens[first:position] + list(tokens), position + step.n - 1,
                                            first))
@@ -717,7 +717,7 @@ class GpuLlama(Decoder):
     def _replay_chain(self, chain: "_Chain", token: int, position: int) -> None:
         """A chain's replay: `token` into its first step, the steps at
         position, position + 1, ..."""
-        if chain.steps[0].sampled:
+        if chain.steps[0].sampled and self.sampling.penalizes:  # (read only for the repeat penalty)
             first = max(0, position - RING_SLOTS)
             self.sample_ring.write(ring_of(self.cache_tokens[first:position], position, first))
         chain.steps[0].tokens.write(np.array([token], np.int32))

@@ -42,7 +42,6 @@ TOP_K_MAX = 1024  # the most candidates the device's sampler sorts (shaders/samp
 REPEAT_LAST_N_MAX = 256  # the longest repeat-penalty window (the device's ring of recent tokens)
 # llama.cpp's common sampling defaults (temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_last_n 64, no penalty)
 LLAMA_CPP_DEFAULTS = dict(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, repeat_last_n=64)
-CHAIN = ("penalties", "top_k", "top_p", "min_p", "temperature", "draw")  # the order the samplers run in
 
 
 def _number(name: str, value, flag: str) -> float:
