@@ -20,10 +20,10 @@ neither read nor written.
 from __future__ import annotations
 
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
+from .cache_files import write_atomically
 from .device_info import DeviceInfo, file_stem
 
 # VkPipelineCacheHeaderVersionOne: length, version, vendorID, deviceID
@@ -66,17 +66,8 @@ def save(manager, path: Path, loaded: bytes = b"") -> bool:
     data = manager.pipeline_cache_data()
     if len(data) <= HEADER_BYTES or data == loaded:
         return False
-    path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomically(path, data)
     except OSError as e:
         warnings.warn(f"pipeline cache {path} not written ({e})", stacklevel=2)
         return False

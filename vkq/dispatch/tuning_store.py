@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..blocks.activations import ACTIVATION_PLANES, DEFAULT_ACTIVATIONS
 from ..blocks.formats import FORMATS
+from ..device.cache_files import write_atomically
 from ..device.device_info import DeviceInfo, file_stem
 from .config import ALL_PARAMS, PATHS, param_problems
 from .tiles import COOPMAT_SHAPE, TileConfig
@@ -364,17 +365,7 @@ def locked(path: Path):
 
 def write_json(path: Path, data: dict) -> Path:
     """Write atomically: a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; it is a plain cache file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomically(path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def remove(path: Path) -> bool:
