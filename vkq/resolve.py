@@ -65,6 +65,19 @@ def choose(backend, weights: Weights, ncols: int, path: str | None, activations:
     return cfg
 
 
+def fitted(cfg, caps, fmt, k_padded: int, n_x: int, weights_bytes: int):
+    """The last of a mat-vec's or a mat-mat's config before its pipeline, the
+    same wherever one is planned (here, `vkq pipelines`): value lookups off
+    for a type that reads no value pairs (one pipeline, not two the same),
+    and storage bindings where a texel view of x (n_x vectors of k_padded) or
+    of the weights' largest buffer would pass the device's texel limit."""
+    if cfg.value_lookup != "table" and not has_value_pairs(fmt.table):
+        cfg = replace(cfg, value_lookup="table")
+    x_words = q8_1_words(n_x, k_padded, cfg.x_planes) if cfg.path == "mmvq" else n_x * k_padded
+    fit = tiles.fit_bindings if isinstance(cfg, TileConfig) else fit_bindings
+    return fit(cfg, caps, 4 * x_words, weights_bytes)
+
+
 def check_config_type(config) -> None:
     """A caller's `config=` is a PipelineConfig or None (checked before it is hashed into a cache key)."""
     if config is not None and not isinstance(config, PipelineConfig):
@@ -99,13 +112,7 @@ def resolve(backend, weights: Weights, ncols: int, path: str | None = None, conf
         if glu and cfg.rows_per_wg % 2:
             raise ValueError(f"config: a fused SwiGLU takes gate and up rows in pairs: rows_per_wg must be even, "
                              f"got {cfg.rows_per_wg}")
-    if cfg.value_lookup != "table" and not has_value_pairs(weights.layout.fmt.table):
-        # A type that reads no value pairs ignores the setting: one pipeline, not two the same.
-        cfg = replace(cfg, value_lookup="table")
-    k_pad, n_x = weights.layout.k_padded, ncols if n_x is None else n_x
-    x_words = q8_1_words(n_x, k_pad, cfg.x_planes) if cfg.path == "mmvq" else n_x * k_pad
-    weights_bytes = 4 * max(buf.tensor.size() for buf in weights.buffers)
-    return fit_bindings(cfg, backend.device.caps, 4 * x_words, weights_bytes)
+    return fitted(cfg, caps, fmt, weights.layout.k_padded, ncols if n_x is None else n_x, _weights_bytes(weights))
 
 
 def check_tile_config_type(config) -> None:
@@ -148,11 +155,12 @@ def resolve_tiles(backend, weights: Weights, ncols: int, path: str | None = None
         raise ValueError("give path and activations or config, not both (config.path and config.x_planes set them)")
     else:
         cfg = tiles.check(config, caps, lay.fmt, lay.k, n_expert)
-    if cfg.value_lookup != "table" and not has_value_pairs(lay.fmt.table):
-        cfg = replace(cfg, value_lookup="table")  # (ignored by the type: one pipeline, not two the same)
-    x_words = q8_1_words(ncols, lay.k_padded, cfg.x_planes) if cfg.path == "mmvq" else ncols * lay.k_padded
-    weights_bytes = 4 * max(buf.tensor.size() for buf in weights.buffers)
-    return tiles.fit_bindings(cfg, caps, 4 * x_words, weights_bytes)
+    return fitted(cfg, caps, lay.fmt, lay.k_padded, ncols, _weights_bytes(weights))
+
+
+def _weights_bytes(weights: Weights) -> int:
+    """The bytes of the weights' largest buffer (the texel view a binding would take)."""
+    return 4 * max(buf.tensor.size() for buf in weights.buffers)
 
 
 def plan(backend, weights: Weights, ncols: int, path: str | None = None,

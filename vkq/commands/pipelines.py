@@ -35,7 +35,6 @@ from pathlib import Path
 from ..blocks.activations import ACTIVATION_PLANES, GENERATE_ACTIVATIONS, check_activations
 from ..blocks.formats import FORMATS
 from ..blocks.layout import MatrixLayout
-from ..blocks.lookup_tables import has_value_pairs
 from ..device.caps import COOPMAT_EXTENSION, COOPMAT_FLAVOURS, DeviceCaps
 from ..device.device_info import device_index_from_env
 from ..device.memory import buffer_limit
@@ -43,14 +42,14 @@ from ..device.pipeline_stats import (PipelineSpec, PipelineStats, ValidationLog,
                                      device_info_isolated, in_child)
 from ..device.shader_variants import spirv_path
 from ..dispatch import coopmat, gpu_classes, tile_tuning, tiles
-from ..dispatch.choose import Dispatcher, fit_bindings, shared_memory_bytes
+from ..dispatch.choose import Dispatcher, shared_memory_bytes
 from ..dispatch.classify import classify
 from ..dispatch.config import describe
 from ..dispatch.tables import OCCUPANCY_OPS, occupancy_floors
 from ..markdown import markdown
 from ..ops import (WEIGHTS_PARAMS, matmul_bindings, matmul_spec, matmul_variant, matvec_bindings, matvec_spec,
-                   matvec_variant, q8_1_words)
-from ..resolve import MAX_COLS
+                   matvec_variant)
+from ..resolve import MAX_COLS, fitted
 from . import ggml_shaders
 from .llama_server import WHEEL
 from .presets import Model, resolve
@@ -107,11 +106,8 @@ def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: 
         return Planned(op, qtype, path or "", ncols, "", "", None, error=str(e))
     if cfg.path == "mmvq":
         cfg = replace(cfg, x_planes=ACTIVATION_PLANES[activations])
-    if cfg.value_lookup != "table" and not has_value_pairs(fmt.table):
-        cfg = replace(cfg, value_lookup="table")
-    k_pad = MatrixLayout(fmt, 1, rows, k).k_padded
-    x_words = q8_1_words(ncols, k_pad, cfg.x_planes) if cfg.path == "mmvq" else ncols * k_pad
-    cfg = fit_bindings(cfg, caps, 4 * x_words, min(rows * fmt.row_bytes(k), max_buffer))
+    cfg = fitted(cfg, caps, fmt, MatrixLayout(fmt, 1, rows, k).k_padded, ncols,
+                 min(rows * fmt.row_bytes(k), max_buffer))
     mul_mat_id = op == "MUL_MAT_ID"
     variant = matvec_variant(qtype, cfg, mul_mat_id)
     spec = PipelineSpec(variant.name, str(spirv_path(variant)), tuple(matvec_spec(cfg, ncols)),
@@ -121,10 +117,12 @@ def _matvec(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: 
                    shared=shared_memory_bytes(cfg, ncols), subgroup=wave or 0)
 
 
-def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | None, activations: str,
-            n_expert: int | None = None, flavour: str | None = None, require_subgroup: bool = False) -> Planned:
-    """A mat-mat's pipeline: the dispatcher's tiles on `path`, or with
-    `flavour` the cooperative-matrix kernel's at the device's default tile;
+def _matmul(dispatcher: Dispatcher, max_buffer: int, op: str, qtype: str, rows: int, k: int, path: str | None,
+            activations: str, n_expert: int | None = None, flavour: str | None = None,
+            require_subgroup: bool = False) -> Planned:
+    """A mat-mat's pipeline over PROMPT_COLUMNS columns: the dispatcher's
+    tiles on `path`, or with `flavour` the cooperative-matrix kernel's at the
+    device's default tile;
     require_subgroup: the device lets a pipeline require a subgroup size, so
     the cooperative-matrix kernel requires its own (as vkq.ops.MatMul
     creates it)."""
@@ -141,8 +139,8 @@ def _matmul(dispatcher: Dispatcher, op: str, qtype: str, k: int, path: str | Non
             cfg = tile_tuning.choose(dispatcher, fmt, k, path, activations, n_expert=n_expert)
     except ValueError as e:
         return Planned(op, qtype, path or "", PROMPT_COLUMNS, "", "", None, error=str(e))
-    if cfg.value_lookup != "table" and not has_value_pairs(fmt.table):
-        cfg = replace(cfg, value_lookup="table")
+    cfg = fitted(cfg, caps, fmt, MatrixLayout(fmt, 1, rows, k).k_padded, PROMPT_COLUMNS,
+                 min((n_expert or 1) * rows * fmt.row_bytes(k), max_buffer))
     mul_mat_id = n_expert is not None
     variant = matmul_variant(qtype, cfg, mul_mat_id)
     required = cfg.coopmat_subgroup if cfg.coopmat and require_subgroup else 0
@@ -189,19 +187,19 @@ def plan(model: Model, dispatcher: Dispatcher, max_buffer: int, activations: str
                     p.default = path == default
                     add(p, names)
             for path in (None, *fmt.paths):
-                p = _matmul(dispatcher, "mat-mat", qtype, k, path, activations)
+                p = _matmul(dispatcher, max_buffer, "mat-mat", qtype, rows, k, path, activations)
                 p.default = path is None
                 add(p, names)
             for flavour in coopmat_flavours(caps, qtype):
-                add(_matmul(dispatcher, "coopmat", qtype, k, None, activations, flavour=flavour,
+                add(_matmul(dispatcher, max_buffer, "coopmat", qtype, rows, k, None, activations, flavour=flavour,
                             require_subgroup=require_subgroup), names)
         else:
             for path in fmt.paths:
                 add(_matvec(dispatcher, max_buffer, "MUL_MAT_ID", qtype, rows, k, 1, path, activations, matvec_wave),
                     names)
-                add(_matmul(dispatcher, "MUL_MAT_ID mat-mat", qtype, k, path, activations, shape[0]), names)
+                add(_matmul(dispatcher, max_buffer, "MUL_MAT_ID mat-mat", qtype, rows, k, path, activations, shape[0]), names)
             for flavour in coopmat_flavours(caps, qtype):
-                add(_matmul(dispatcher, "coopmat", qtype, k, None, activations, shape[0], flavour,
+                add(_matmul(dispatcher, max_buffer, "coopmat", qtype, rows, k, None, activations, shape[0], flavour,
                             require_subgroup), names)
     planned = [p for p in planned if (ops is None or p.op in ops) and (columns is None or p.op not in
                                                                         ("mat-vec",) or p.columns in columns)]
