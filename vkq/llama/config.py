@@ -109,6 +109,12 @@ class LlamaConfig:
     def query_scale(self) -> float:
         return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
 
+    @property
+    def embed_scale(self) -> np.float32:
+        """What the token embedding's rows are multiplied by: sqrt(n_embd) in
+        float32 where the architecture scales them (Gemma), else 1."""
+        return np.float32(np.sqrt(self.n_embd)) if self.architecture.embed_scale else np.float32(1.0)
+
     def window(self, layer: int) -> int:
         """The positions a query of this layer sees, its own included (0: all before it)."""
         return self.n_swa if self.n_swa and self.architecture.slides(layer) else 0

@@ -537,8 +537,7 @@ class GpuLlama(Decoder):
         # (a fused SwiGLU writes floats only: the graph quantizes them where down takes the int8 path)
         swiglu_q = q8_1(swiglu, [layer.down for layer in f.layers if not fused_swiglu(layer)])
 
-        g.add(EmbedRows(dev, self._embd, tokens, x, n, scale=float(np.float32(np.sqrt(cfg.n_embd)))
-                        if arch.embed_scale else 1.0))
+        g.add(EmbedRows(dev, self._embd, tokens, x, n, scale=float(cfg.embed_scale)))
         residual = None  # the FFN output of the layer before, added into x by the next norm
         slots = None  # with experts: that output is their weighted sum
         for i, layer in enumerate(f.layers):

@@ -365,7 +365,7 @@ class LlamaModel(Decoder):
         x = f.embed(tokens)
         arch = cfg.architecture
         if arch.embed_scale:
-            x = x * np.float32(np.sqrt(cfg.n_embd))
+            x = x * cfg.embed_scale
         neox = arch.neox
         for i in range(cfg.n_layer):
             norms, layer = f.norms[i], f.layers[i]
